@@ -1,0 +1,79 @@
+//! One module per command: each holds its clap `Args` and a `run` that validates them,
+//! calls one library function and renders the result.
+
+use arcane_report::Event;
+use clap::Subcommand;
+
+use crate::config::Context;
+use crate::error::CliError;
+
+pub mod bundle;
+pub mod chat;
+pub mod core;
+pub mod devices;
+pub mod launch;
+pub mod lock;
+pub mod model;
+pub mod runtime;
+pub mod serve;
+pub mod status;
+
+/// Every `arcane` command.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Hold the workspace operation lock, inspect it, or recover a stale one.
+    Lock(lock::Args),
+    /// List this machine's execution devices, or resolve a target into a launch plan.
+    Devices(devices::Args),
+    /// Register, install, list and remove inference runtimes (llama.cpp, Ollama).
+    Runtime(runtime::Args),
+    /// Register, list and remove GGUF models.
+    Model(model::Args),
+    /// Run the Core host: engines, the `arcane/1` protocol on loopback HTTP, the
+    /// OpenAI-compatible passthrough.
+    Serve(serve::Args),
+    /// Run the Core host speaking `arcane/1` over stdio.
+    Core(core::Args),
+    /// Show the running Core host's engines, devices and states.
+    Status(status::Args),
+    /// Send a prompt to the running Core host and stream the answer.
+    Chat(chat::Args),
+    /// Build or verify a portable bundle.
+    Bundle(bundle::Args),
+    /// Launch a bundle's Core host or app (run from `<bundle>/bin/arcane`).
+    Launch(launch::Args),
+}
+
+/// Runs `command`; returns the process exit code on success.
+pub fn run(context: &Context, command: Command) -> Result<u8, CliError> {
+    match command {
+        Command::Lock(args) => lock::run(context, args),
+        Command::Devices(args) => devices::run(context, args),
+        Command::Runtime(args) => runtime::run(context, args),
+        Command::Model(args) => model::run(context, args),
+        Command::Serve(args) => serve::run(context, args),
+        Command::Core(args) => core::run(context, args),
+        Command::Status(args) => status::run(context, args),
+        Command::Chat(args) => chat::run(context, args),
+        Command::Bundle(args) => bundle::run(context, args),
+        Command::Launch(args) => launch::run(context, args),
+    }
+}
+
+/// The human line for an event, rendered by the module that owns its subsystem.
+pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
+    let kind = event.kind.as_str();
+    if kind.starts_with("workspace.") {
+        lock::human_event(event, verbose)
+    } else if kind.starts_with("local-ai.") || kind.starts_with("process.") {
+        serve::human_event(event, verbose)
+    } else if kind.starts_with("core.") {
+        core::human_event(event, verbose)
+    } else if kind.starts_with("bundle.") {
+        bundle::human_event(event, verbose)
+    } else if kind.starts_with("registry.") || kind.starts_with("download.") {
+        runtime::human_event(event, verbose)
+    } else {
+        None
+    }
+}

@@ -1,0 +1,107 @@
+//! The only place the CLI reads the process environment (STYLE.md §8): global
+//! configuration is resolved here once and passed down as values.
+
+use std::path::PathBuf;
+
+use arcane_report::CancelToken;
+use serde_json::json;
+
+use crate::cli::GlobalArgs;
+use crate::error::{CliError, CommandError};
+use crate::output::Output;
+
+/// Everything a command needs from the outside world, resolved once.
+pub struct Context {
+    /// Where and how to print.
+    pub output: Output,
+    /// The workspace root (may not exist yet).
+    pub workspace: PathBuf,
+    /// Fired by the first SIGINT/SIGTERM; commands pass it to long library calls.
+    pub cancel: CancelToken,
+}
+
+impl Context {
+    /// Resolves the workspace (flag, `ARCANE_WORKSPACE`, XDG data dir, home) and
+    /// installs the signal handlers that fire [`Context::cancel`].
+    pub fn resolve(global: &GlobalArgs, output: Output) -> Result<Self, CliError> {
+        let workspace = match &global.workspace {
+            Some(dir) => dir.clone(),
+            None => default_workspace()?,
+        };
+        let workspace = absolute(workspace)?;
+        let cancel = CancelToken::new();
+        install_signal_handlers(&cancel);
+        Ok(Self {
+            output,
+            workspace,
+            cancel,
+        })
+    }
+}
+
+/// `$ARCANE_WORKSPACE`, else `$XDG_DATA_HOME/arcane`, else `$HOME/.local/share/arcane`.
+fn default_workspace() -> Result<PathBuf, CliError> {
+    if let Some(dir) = env_path("ARCANE_WORKSPACE") {
+        return Ok(dir);
+    }
+    if let Some(dir) = env_path("XDG_DATA_HOME") {
+        return Ok(dir.join("arcane"));
+    }
+    if let Some(home) = env_path("HOME") {
+        return Ok(home.join(".local/share/arcane"));
+    }
+    Err(CommandError::usage(
+        "no workspace directory: none of `--workspace`, `ARCANE_WORKSPACE`, `XDG_DATA_HOME` or `HOME` is set",
+        json!({}),
+    )
+    .hint("pass `--workspace DIR`")
+    .into())
+}
+
+/// A non-empty environment variable as a path.
+pub fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// A non-empty environment variable as a string.
+#[allow(dead_code)]
+pub fn env_string(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// Whether colour is allowed (`NO_COLOR` unset).
+pub fn color_allowed() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+fn absolute(path: PathBuf) -> Result<PathBuf, CliError> {
+    std::path::absolute(&path).map_err(|e| {
+        CommandError::usage(
+            format!("cannot make `{}` absolute", path.display()),
+            json!({"path": path}),
+        )
+        .caused_by(e)
+        .into()
+    })
+}
+
+/// First SIGINT or SIGTERM fires the token; a second one exits at once with 130.
+fn install_signal_handlers(cancel: &CancelToken) {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
+        return;
+    };
+    let cancel = cancel.clone();
+    std::thread::spawn(move || {
+        for _ in signals.forever() {
+            if cancel.is_cancelled() {
+                // Second signal: the user insists.
+                #[allow(clippy::exit)]
+                std::process::exit(130);
+            }
+            cancel.cancel();
+        }
+    });
+}
