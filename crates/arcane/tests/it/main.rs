@@ -1,0 +1,11 @@
+//! The `arcane` binary's integration tests: each module drives the real binary (and,
+//! where behaviour depends on them, the real `llama-server` and SmolLM2 model).
+
+mod support;
+
+mod bundle;
+mod core;
+mod devices;
+mod lock;
+mod registry;
+mod serve;

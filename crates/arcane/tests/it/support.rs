@@ -1,0 +1,90 @@
+//! The test harness: a fresh workspace per test and a command builder for the real
+//! `arcane` binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Path of the `arcane` binary under test.
+pub fn arcane_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_arcane"))
+}
+
+/// A fresh temporary directory holding a workspace, removed when dropped.
+pub struct TestWorkspace {
+    pub dir: tempfile::TempDir,
+}
+
+impl TestWorkspace {
+    /// Creates an empty workspace directory.
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::Builder::new()
+                .prefix("arcane-test-")
+                .tempdir()
+                .expect("create temp workspace"),
+        }
+    }
+
+    /// The workspace root.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `arcane --workspace <this>` with a clean environment for Arcane's variables.
+    pub fn arcane(&self) -> Command {
+        let mut command = Command::new(arcane_bin());
+        command
+            .arg("--workspace")
+            .arg(self.path())
+            .env_remove("ARCANE_WORKSPACE")
+            .env("NO_COLOR", "1");
+        command
+    }
+}
+
+/// Runs a command and returns its output, panicking only if it could not be spawned.
+pub fn run(command: &mut Command) -> Output {
+    command.output().expect("spawn arcane")
+}
+
+/// stdout as UTF-8.
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// stderr as UTF-8.
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// stdout parsed as one JSON document.
+pub fn json(output: &Output) -> serde_json::Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+            stdout(output),
+            stderr(output)
+        )
+    })
+}
+
+/// The real `llama-server` provisioned by `scripts/provision.sh` (`LLAMA_SERVER`).
+/// Tests that need it fail loudly rather than skip when it is absent.
+pub fn llama_server() -> PathBuf {
+    real_part("LLAMA_SERVER")
+}
+
+/// The real SmolLM2 GGUF provisioned by `scripts/provision.sh` (`ARCANE_TEST_MODEL`).
+pub fn smollm2() -> PathBuf {
+    real_part("ARCANE_TEST_MODEL")
+}
+
+fn real_part(var: &str) -> PathBuf {
+    let value = std::env::var_os(var).unwrap_or_else(|| {
+        panic!("{var} is not set: run the tests through `./scripts/test.sh` (it provisions llama-server and SmolLM2 and exports {var})")
+    });
+    let path = PathBuf::from(value);
+    assert!(path.is_file(), "{var}={} does not exist; rerun `bash scripts/provision.sh`", path.display());
+    path
+}
