@@ -1,5 +1,6 @@
 //! The only place the CLI reads the process environment (STYLE.md §8): global
 //! configuration is resolved here once and passed down as values.
+#![allow(clippy::disallowed_methods)] // this module is the sanctioned reader of the environment
 
 use std::path::PathBuf;
 

@@ -1,6 +1,7 @@
 //! The test harness: a fresh workspace per test and a command builder for the real
 //! `arcane` binary.
 #![allow(dead_code)]
+#![allow(clippy::disallowed_methods)] // tests read the provisioned paths from the environment
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
