@@ -81,6 +81,10 @@ codes! {
     CORE_SHUTTING_DOWN,
     /// Another Core host already serves this workspace.
     CORE_ALREADY_RUNNING,
+    /// The Core host's saved port is taken by another process (the host never moves).
+    CORE_PORT_IN_USE,
+    /// No Core host is running for the workspace (client commands such as `arcane chat`).
+    CORE_NOT_RUNNING,
 
     // --- bundles ---------------------------------------------------------------------
     /// A manifest path is invalid (absolute, `..`, empty segment, device name, …).
