@@ -65,6 +65,9 @@ codes! {
     LOCAL_AI_REQUEST_FAILED,
     /// A file is not a valid GGUF model.
     LOCAL_AI_MODEL_INVALID,
+    /// An executable is not a working engine runtime: it does not start, fails or times
+    /// out on `--version`, prints no engine version, or is missing from its archive.
+    LOCAL_AI_RUNTIME_INVALID,
 
     // --- Core host and arcane/1 ------------------------------------------------------
     /// A request id is already active on this connection.
