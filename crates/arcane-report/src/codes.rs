@@ -110,6 +110,14 @@ codes! {
     BUNDLE_TARGET_MISMATCH,
     /// The manifest itself is missing, unreadable or malformed.
     BUNDLE_MANIFEST_INVALID,
+    /// A runtime's executable or library directory is not listed in the manifest's files.
+    BUNDLE_RUNTIME_MISSING,
+    /// A model's file is not listed in the manifest's files.
+    BUNDLE_MODEL_MISSING,
+    /// A file's executable bit differs from the manifest's `exec`.
+    BUNDLE_MODE_MISMATCH,
+    /// A file was replaced or changed while it was being verified.
+    BUNDLE_FILE_CHANGED,
 }
 
 #[cfg(test)]
