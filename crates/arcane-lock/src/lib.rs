@@ -1,4 +1,102 @@
-//! The crash-safe, symlink-safe workspace operation lock shared by every mutating operation and every process.
+//! The workspace operation lock: at most one mutating operation per workspace, across
+//! threads, processes, `kill -9`, PID reuse and the JavaScript SDK.
 //!
-//! (Being built; see the open issue for this crate.)
+//! Every mutating Arcane operation (installing a runtime, adding a model, building a
+//! bundle, serving) runs under this lock. This crate owns the lock's files, liveness,
+//! stale recovery, nested leases, waiting and cancellation; it does not own what the
+//! operations do.
+//!
+//! # Theory of operation
+//!
+//! Under the workspace root, in `.arcane/` (mode 0700):
+//!
+//! * `workspace-operation.lock` — the **sentinel**. Created once, never removed (removing
+//!   it would let two holders lock two different inodes; tox-dev/filelock#577). A holder
+//!   keeps `flock(LOCK_EX)` on it for the whole lease, so the kernel tells a live holder
+//!   from a dead one, even after `kill -9` or PID reuse. After locking, the holder checks
+//!   that the path still names the inode it locked and retries otherwise.
+//! * `workspace-operation.lock.json` — the **record**, the JavaScript SDK's schema-1
+//!   document plus owner identity (host, boot id, process start time) and the
+//!   workspace's directory identity. Only the flock holder publishes it — written to a
+//!   temporary name, fsynced, then renamed into place with `RENAME_NOREPLACE` — so it is
+//!   still created *exclusively*: an SDK process sees our lock, and we see its lock. The
+//!   holder removes it on release (only if it is still its own inode) *before* unlocking.
+//!
+//! When a holder finds a record it did not write, the rule in the `recovery` module
+//! (whose documentation is its specification) decides: a record from an Arcane holder is
+//! stale by definition once we hold the flock (same kernel; or the same host after a
+//! reboot), an SDK record is stale only when its pid is absent, and everything else —
+//! unreadable, oversized, another workspace's, another host's, a live owner — is busy and
+//! left byte-for-byte untouched.
+//!
+//! # Guarantees
+//!
+//! * **Exclusive**: between Arcane processes by `flock`; against the SDK by the
+//!   exclusive publication of the record; within a process by a registry keyed by the
+//!   workspace's `(dev, ino)`.
+//! * **Crash-safe**: a crash at any instant leaves either nothing, a harmless sentinel,
+//!   debris under fixed names that the next holder overwrites, or a complete record
+//!   whose writer no longer holds the flock — which the next acquirer recovers at once,
+//!   emitting `workspace.operation.stale-recovered` with the previous owner.
+//! * **Symlink-safe**: the workspace must be a physical directory (linked ancestors are
+//!   allowed; the lease binds to the canonical path); `.arcane`, the sentinel and the
+//!   record are opened relative to directory descriptors with `O_NOFOLLOW`, and a link,
+//!   directory, FIFO or other non-file where a file belongs is `ARCANE_POLICY_DENIED`
+//!   with nothing touched.
+//! * **No silent unlocked runs**: on NFS, SMB/CIFS, FUSE, 9p, AFS and Lustre (detected
+//!   with `fstatfs`), or when `flock` answers `ENOLCK`/`EOPNOTSUPP`/`ENOSYS`, acquisition
+//!   fails with `ARCANE_POLICY_DENIED` (reason `unsupported-filesystem`) instead of
+//!   running without exclusion, as cargo does.
+//! * **No wall clocks**: `expiresAt` is written for the SDK and never read.
+//!
+//! # Events
+//!
+//! | type | data | when |
+//! |---|---|---|
+//! | `workspace.operation.locked` | `workspaceRoot`, `operation`, `lockPath`, `nonce`, `pid`, `waitedMilliseconds` | the lock is held |
+//! | `workspace.operation.released` | `workspaceRoot`, `operation` | after [`WorkspaceLock::release_with_events`] or [`with_workspace_lock`] |
+//! | `workspace.operation.stale-recovered` | `workspaceRoot`, `lockPath`, `previousOwner` {`pid`, `hostname`, `bootId`, `startTime`, `command`}, `previousOperation`, `previousAcquiredAt`, `reason` | a stale record was replaced |
+//! | `workspace.operation.waiting` | `workspaceRoot`, `operation`, `lockPath`, `holder`, `reason`, `waitMilliseconds`, `wait` | once, when a waiting acquisition first meets contention |
+//! | `workspace.operation.stale-quarantined` | `workspaceRoot`, `quarantinePath`, `problem` | [`recover`] moved an unreadable record aside |
+//! | `workspace.operation.release-failed` | `workspaceRoot`, `operation`, `error` | [`with_workspace_lock`]: release failed after the work failed |
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use arcane_lock::{with_workspace_lock, AcquireOptions, Error};
+//! use arcane_report::Collector;
+//!
+//! # fn main() -> Result<(), Error> {
+//! let dir = tempfile::tempdir().unwrap();
+//! let events = Collector::default();
+//! let options = AcquireOptions::new("demo")?.wait(Duration::from_secs(5));
+//! let answer = with_workspace_lock(dir.path(), &options, &events, |lock| {
+//!     // Only one process at a time gets here. Nested work borrows the lease:
+//!     let child = lock.nested("demo.step")?;
+//!     assert_eq!(child.workspace(), lock.workspace());
+//!     Ok::<_, Error>(42)
+//! })?;
+//! assert_eq!(answer, 42);
+//! assert_eq!(events.types(), ["workspace.operation.locked", "workspace.operation.released"]);
+//! # Ok(()) }
+//! ```
+//!
+//! Benchmark (acquire+release against the raw syscall floor, and latency under 8
+//! contending processes): `cargo bench -p arcane-lock --bench lock`.
 #![warn(missing_docs)]
+
+mod error;
+mod holder;
+mod inspect;
+mod lease;
+mod record;
+mod recovery;
+mod registry;
+mod sys;
+mod workspace;
+
+pub use error::{BusyReason, Error, PolicyReason};
+pub use holder::Holder;
+pub use inspect::{recover, status, LockStatus, RecoverOptions, Recovered};
+pub use lease::{with_workspace_lock, AcquireOptions, Lease, NestedLease, WorkspaceLock};

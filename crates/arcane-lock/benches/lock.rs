@@ -1,0 +1,2 @@
+//! Benchmark (placeholder).
+fn main() {}

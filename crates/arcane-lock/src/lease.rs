@@ -1,0 +1,940 @@
+//! Taking, holding and releasing the lock: [`WorkspaceLock`], [`NestedLease`],
+//! [`AcquireOptions`] and [`with_workspace_lock`].
+
+use std::ffi::CStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+use arcane_report::{error_json, CancelToken, Event, EventSink};
+use serde_json::json;
+
+use crate::error::{BusyReason, Error, PolicyReason};
+use crate::holder::{human_duration, Holder};
+use crate::record;
+use crate::recovery::{self, Found, Scope, Verdict};
+use crate::registry::{self, Reservation};
+use crate::sys::{self, Kind, Stamp, TryLock};
+use crate::workspace::{classify, Workspace};
+
+/// The sentinel that carries the advisory lock; created once, never removed.
+pub(crate) const SENTINEL: &CStr = c"workspace-operation.lock";
+/// The published JSON record.
+pub(crate) const RECORD: &CStr = c"workspace-operation.lock.json";
+/// Where a record is written before it is published (debris is overwritten).
+pub(crate) const TEMPORARY: &CStr = c".workspace-operation.lock.json.tmp";
+/// Where a stale record is moved before it is removed (debris is overwritten).
+pub(crate) const STALE: &CStr = c".workspace-operation.lock.json.stale";
+
+/// How to take the lock: the operation's name, how long to wait, and a cancellation
+/// token. Built with [`AcquireOptions::new`] and the builder methods.
+#[derive(Debug, Clone)]
+pub struct AcquireOptions {
+    operation: String,
+    wait: Option<Duration>,
+    cancel: Option<CancelToken>,
+}
+
+impl AcquireOptions {
+    /// Options for `operation`, which must match `[a-z0-9][a-z0-9._-]*` (at most 64
+    /// bytes). Fails fast on contention unless [`wait`](Self::wait) is set.
+    pub fn new(operation: &str) -> Result<Self, Error> {
+        validate_operation(operation)?;
+        Ok(Self {
+            operation: operation.to_string(),
+            wait: None,
+            cancel: None,
+        })
+    }
+
+    /// Waits up to `duration` for a busy workspace (polling with jittered back-off),
+    /// emitting `workspace.operation.waiting` once. `Duration::ZERO` tries once.
+    pub fn wait(mut self, duration: Duration) -> Self {
+        self.wait = Some(duration);
+        self
+    }
+
+    /// Stops waiting promptly with `ARCANE_CANCELLED` when `token` fires.
+    pub fn cancel(mut self, token: CancelToken) -> Self {
+        self.cancel = Some(token);
+        self
+    }
+
+    /// The operation name.
+    pub fn operation(&self) -> &str {
+        &self.operation
+    }
+
+    /// The wait limit (`None`: fail fast).
+    pub fn wait_limit(&self) -> Option<Duration> {
+        self.wait
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.as_ref().is_some_and(CancelToken::is_cancelled)
+    }
+}
+
+fn validate_operation(operation: &str) -> Result<(), Error> {
+    let bytes = operation.as_bytes();
+    let ok = !bytes.is_empty()
+        && bytes.len() <= 64
+        && (bytes[0].is_ascii_lowercase() || bytes[0].is_ascii_digit())
+        && bytes.iter().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidOperation {
+            operation: operation.to_string(),
+        })
+    }
+}
+
+/// A lease: proof that the workspace lock is held, by a root [`WorkspaceLock`] or a
+/// [`NestedLease`] borrowed from one. Sealed: no other type can claim to be a lease,
+/// so a function that takes `&impl Lease` (or `&dyn Lease`) cannot be called without
+/// the lock (lock-spec.md W12, case 59).
+pub trait Lease: sealed::Sealed {
+    /// The canonical workspace root.
+    fn workspace(&self) -> &Path;
+    /// This lease's operation.
+    fn operation(&self) -> &str;
+    /// This lease's nonce (the root's nonce is the one in the record).
+    fn nonce(&self) -> &str;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::WorkspaceLock {}
+    impl Sealed for super::NestedLease<'_> {}
+}
+
+/// The root lease on a workspace: while it lives, no other process (Arcane or the
+/// JavaScript SDK) and no other root lease in this process holds the workspace.
+///
+/// Dropping it releases the lock; a failure there is swallowed (it never panics). Call
+/// [`release`](Self::release) or [`release_with_events`](Self::release_with_events) to
+/// learn the outcome.
+#[must_use = "the workspace lock is released as soon as this value is dropped"]
+#[derive(Debug)]
+pub struct WorkspaceLock {
+    workspace: PathBuf,
+    operation: String,
+    nonce: String,
+    acquired_at: String,
+    held: Option<Held>,
+    child: Mutex<Option<String>>,
+}
+
+#[derive(Debug)]
+struct Held {
+    arcane: OwnedFd,
+    sentinel: OwnedFd,
+    record: Stamp,
+    reservation: Reservation,
+}
+
+impl WorkspaceLock {
+    /// Takes the workspace lock for `options.operation()`.
+    ///
+    /// Tries once; on contention fails with `ARCANE_WORKSPACE_BUSY` (naming the holder)
+    /// unless [`AcquireOptions::wait`] was given. Emits `workspace.operation.stale-recovered`
+    /// when it replaces a stale record, `workspace.operation.waiting` once when it starts
+    /// waiting, and `workspace.operation.locked` when it holds the lock.
+    pub fn acquire(
+        workspace: &Path,
+        options: &AcquireOptions,
+        events: &dyn EventSink,
+    ) -> Result<WorkspaceLock, Error> {
+        let cancelled = || Error::Cancelled {
+            workspace: workspace.to_path_buf(),
+            operation: options.operation.clone(),
+        };
+        if options.cancelled() {
+            return Err(cancelled());
+        }
+        let ws = Workspace::open(workspace)?;
+        let started = Instant::now();
+        let deadline = options.wait.map(|wait| started + wait);
+        let mut announced = false;
+        let mut backoff = Backoff::new();
+        loop {
+            if options.cancelled() {
+                return Err(cancelled());
+            }
+            let busy = match try_once(&ws, options, events)? {
+                Ok(lock) => {
+                    events.emit(Event::new(
+                        "workspace.operation.locked",
+                        json!({
+                            "workspaceRoot": lock.workspace,
+                            "operation": lock.operation,
+                            "lockPath": ws.arcane_path(RECORD),
+                            "nonce": lock.nonce,
+                            "pid": sys::own_pid(),
+                            "waitedMilliseconds": announced.then(|| started.elapsed().as_millis() as u64),
+                        }),
+                    ));
+                    if options.cancelled() {
+                        // Cancelled while taking it: give it back before any work runs.
+                        let _ = lock.release_with_events(events);
+                        return Err(cancelled());
+                    }
+                    return Ok(lock);
+                }
+                Err(busy) => busy,
+            };
+            let now = Instant::now();
+            let Some(deadline) = deadline.filter(|d| now < *d) else {
+                return Err(match busy {
+                    Error::Busy {
+                        workspace,
+                        reason,
+                        holder,
+                        ..
+                    } => Error::Busy {
+                        workspace,
+                        reason,
+                        holder,
+                        waited: options.wait.map(|_| started.elapsed()),
+                    },
+                    other => other,
+                });
+            };
+            if !announced {
+                announced = true;
+                let (holder, reason) = match &busy {
+                    Error::Busy { holder, reason, .. } => (holder.clone(), reason.clone()),
+                    _ => (None, BusyReason::Locked),
+                };
+                events.emit(Event::new(
+                    "workspace.operation.waiting",
+                    json!({
+                        "workspaceRoot": ws.canonical,
+                        "operation": options.operation,
+                        "lockPath": ws.arcane_path(RECORD),
+                        "holder": holder.as_ref().map(Holder::to_json),
+                        "reason": busy_reason_text(&reason),
+                        "waitMilliseconds": options.wait.map(|w| w.as_millis() as u64),
+                        "wait": options.wait.map(human_duration),
+                    }),
+                ));
+            }
+            let delay = backoff.next().min(deadline - now);
+            match &options.cancel {
+                Some(token) => {
+                    if token.wait_timeout(delay) {
+                        return Err(cancelled());
+                    }
+                }
+                None => std::thread::sleep(delay),
+            }
+        }
+    }
+
+    /// The canonical workspace root.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    /// The operation holding the lock.
+    pub fn operation(&self) -> &str {
+        &self.operation
+    }
+
+    /// The lease nonce written in the record.
+    pub fn nonce(&self) -> &str {
+        &self.nonce
+    }
+
+    /// When the lock was taken (RFC 3339 UTC).
+    pub fn acquired_at(&self) -> &str {
+        &self.acquired_at
+    }
+
+    /// Starts a nested operation that borrows this lease. One child per parent at a time:
+    /// a second concurrent child is `ARCANE_WORKSPACE_BUSY`. No file I/O, no events.
+    pub fn nested(&self, operation: &str) -> Result<NestedLease<'_>, Error> {
+        NestedLease::start(&self.workspace, &self.operation, &self.child, operation)
+    }
+
+    /// Checks that the lock is still intact: the sentinel we hold is the one at the path
+    /// and our record is still in place, unmodified. `ARCANE_LOCK_COMPROMISED` otherwise
+    /// (lock-spec.md W16); long-running holders call this periodically.
+    pub fn check(&self) -> Result<(), Error> {
+        let Some(held) = &self.held else {
+            return Ok(());
+        };
+        let path = self
+            .workspace
+            .join(".arcane")
+            .join("workspace-operation.lock.json");
+        let compromised = |what| Error::Compromised {
+            path: path.clone(),
+            operation: self.operation.clone(),
+            what,
+        };
+        let ours = sys::stat_fd(held.sentinel.as_fd())
+            .map_err(|e| Error::io("inspect the lock sentinel", &path, e))?;
+        match sys::stat_at(held.arcane.as_fd(), SENTINEL) {
+            Ok(at) if at.identity == ours.identity => {}
+            Ok(_) => return Err(compromised("left without its sentinel (replaced)")),
+            Err(_) => return Err(compromised("left without its sentinel (deleted)")),
+        }
+        match sys::stat_at(held.arcane.as_fd(), RECORD) {
+            Ok(at) if at.identity != held.record.identity => {
+                Err(compromised("replaced by another file"))
+            }
+            Ok(at) if at.size != held.record.size || at.mtime != held.record.mtime => {
+                Err(compromised("modified"))
+            }
+            Ok(_) => Ok(()),
+            Err(e) if sys::errno(&e) == sys::ENOENT => Err(compromised("deleted")),
+            Err(e) => Err(Error::io("inspect the lock record", &path, e)),
+        }
+    }
+
+    /// Releases the lock: removes our record (only if it is still ours, identity-checked)
+    /// and unlocks. Emits nothing; see [`release_with_events`](Self::release_with_events).
+    pub fn release(mut self) -> Result<(), Error> {
+        self.release_inner()
+    }
+
+    /// Releases the lock like [`release`](Self::release) and, on success, emits
+    /// `workspace.operation.released`.
+    pub fn release_with_events(mut self, events: &dyn EventSink) -> Result<(), Error> {
+        let result = self.release_inner();
+        if result.is_ok() {
+            events.emit(Event::new(
+                "workspace.operation.released",
+                json!({"workspaceRoot": self.workspace, "operation": self.operation}),
+            ));
+        }
+        result
+    }
+
+    fn release_inner(&mut self) -> Result<(), Error> {
+        let Some(held) = self.held.take() else {
+            return Ok(());
+        };
+        let path = self
+            .workspace
+            .join(".arcane")
+            .join("workspace-operation.lock.json");
+        let compromised = |what| Error::Compromised {
+            path: path.clone(),
+            operation: self.operation.clone(),
+            what,
+        };
+        let result = match sys::stat_at(held.arcane.as_fd(), RECORD) {
+            Err(e) if sys::errno(&e) == sys::ENOENT => Err(compromised("deleted")),
+            Err(e) => Err(Error::io("inspect the lock record", &path, e)),
+            // Someone else's file: never remove it.
+            Ok(at) if at.identity != held.record.identity => {
+                Err(compromised("replaced by another file"))
+            }
+            Ok(at) => {
+                // Our inode: remove it even if it was rewritten, then say so.
+                match sys::unlink_at(held.arcane.as_fd(), RECORD) {
+                    Ok(()) => {}
+                    Err(e) if sys::errno(&e) == sys::ENOENT => {}
+                    Err(e) => {
+                        return finish(held, Err(Error::io("remove the lock record", &path, e)))
+                    }
+                }
+                if at.size != held.record.size || at.mtime != held.record.mtime {
+                    Err(compromised("modified"))
+                } else {
+                    Ok(())
+                }
+            }
+        };
+        finish(held, result)
+    }
+}
+
+/// Unlocks and forgets a released lease, keeping the first error.
+fn finish(held: Held, result: Result<(), Error>) -> Result<(), Error> {
+    // Unlock explicitly (a forked child might share the descriptor), then close.
+    let _ = sys::unlock(held.sentinel.as_fd());
+    drop(held.sentinel);
+    drop(held.arcane);
+    drop(held.reservation);
+    result
+}
+
+impl Drop for WorkspaceLock {
+    fn drop(&mut self) {
+        // Never panics; a failure here is only observable through `release`.
+        let _ = self.release_inner();
+    }
+}
+
+impl Lease for WorkspaceLock {
+    fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+    fn operation(&self) -> &str {
+        &self.operation
+    }
+    fn nonce(&self) -> &str {
+        &self.nonce
+    }
+}
+
+/// A nested operation under a held lease. It borrows its parent, so it can neither be
+/// forged nor outlive it, and the parent cannot be released while it is active:
+///
+/// ```compile_fail
+/// # fn demo(workspace: &std::path::Path) -> Result<(), arcane_lock::Error> {
+/// use arcane_lock::{AcquireOptions, WorkspaceLock};
+/// let lock = WorkspaceLock::acquire(workspace, &AcquireOptions::new("build")?, &arcane_report::NullSink)?;
+/// let child = lock.nested("compile")?;
+/// lock.release()?; // error: cannot move out of `lock` because it is borrowed
+/// drop(child);
+/// # Ok(()) }
+/// ```
+#[must_use = "the nested lease ends as soon as this value is dropped"]
+#[derive(Debug)]
+pub struct NestedLease<'parent> {
+    workspace: &'parent Path,
+    parent_slot: &'parent Mutex<Option<String>>,
+    operation: String,
+    nonce: String,
+    child: Mutex<Option<String>>,
+}
+
+impl<'parent> NestedLease<'parent> {
+    fn start(
+        workspace: &'parent Path,
+        parent_operation: &str,
+        slot: &'parent Mutex<Option<String>>,
+        operation: &str,
+    ) -> Result<Self, Error> {
+        validate_operation(operation)?;
+        let mut active = slot.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(active) = active.as_ref() {
+            return Err(Error::Busy {
+                workspace: workspace.to_path_buf(),
+                reason: BusyReason::NestedActive {
+                    parent: parent_operation.to_string(),
+                    active: active.clone(),
+                },
+                holder: None,
+                waited: None,
+            });
+        }
+        *active = Some(operation.to_string());
+        Ok(NestedLease {
+            workspace,
+            parent_slot: slot,
+            operation: operation.to_string(),
+            nonce: record::new_nonce(),
+            child: Mutex::new(None),
+        })
+    }
+
+    /// The canonical workspace root.
+    pub fn workspace(&self) -> &Path {
+        self.workspace
+    }
+
+    /// This nested operation's name.
+    pub fn operation(&self) -> &str {
+        &self.operation
+    }
+
+    /// Starts a deeper nested operation (one child per parent).
+    pub fn nested(&self, operation: &str) -> Result<NestedLease<'_>, Error> {
+        NestedLease::start(self.workspace, &self.operation, &self.child, operation)
+    }
+
+    /// Ends this nested operation (the same as dropping it).
+    pub fn release(self) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+impl Drop for NestedLease<'_> {
+    fn drop(&mut self) {
+        *self.parent_slot.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+impl Lease for NestedLease<'_> {
+    fn workspace(&self) -> &Path {
+        self.workspace
+    }
+    fn operation(&self) -> &str {
+        &self.operation
+    }
+    fn nonce(&self) -> &str {
+        &self.nonce
+    }
+}
+
+/// Runs `work` while holding the workspace lock, then releases it and emits
+/// `workspace.operation.released`.
+///
+/// * work succeeds, release succeeds: the work's value;
+/// * work succeeds, release fails: the release error;
+/// * work fails: the work's own error, unchanged; a release failure is then reported as
+///   a `workspace.operation.release-failed` event rather than hiding the work's error.
+pub fn with_workspace_lock<T, E: From<Error>>(
+    workspace: &Path,
+    options: &AcquireOptions,
+    events: &dyn EventSink,
+    work: impl FnOnce(&WorkspaceLock) -> Result<T, E>,
+) -> Result<T, E> {
+    let lock = WorkspaceLock::acquire(workspace, options, events)?;
+    let root = lock.workspace.clone();
+    let operation = lock.operation.clone();
+    let outcome = work(&lock);
+    let released = lock.release_with_events(events);
+    match (outcome, released) {
+        (Ok(value), Ok(())) => Ok(value),
+        (Ok(_), Err(error)) => Err(error.into()),
+        (Err(error), Ok(())) => Err(error),
+        (Err(error), Err(release_error)) => {
+            events.emit(Event::new(
+                "workspace.operation.release-failed",
+                json!({"workspaceRoot": root, "operation": operation, "error": error_json(&release_error)}),
+            ));
+            Err(error)
+        }
+    }
+}
+
+/// One attempt: `Ok(Ok(lock))`, `Ok(Err(busy))` on contention, `Err` on anything else.
+fn try_once(
+    ws: &Workspace,
+    options: &AcquireOptions,
+    events: &dyn EventSink,
+) -> Result<Result<WorkspaceLock, Error>, Error> {
+    let busy = |reason, holder| Error::Busy {
+        workspace: ws.canonical.clone(),
+        reason,
+        holder,
+        waited: None,
+    };
+    let acquired = SystemTime::now();
+    let acquired_at = arcane_report::time::format_rfc3339(acquired);
+    let me = Holder {
+        pid: Some(i64::from(sys::own_pid())),
+        hostname: Some(sys::hostname().to_string()),
+        command: sys::own_command().map(str::to_string),
+        operation: Some(options.operation.clone()),
+        since: Some(acquired_at.clone()),
+        advisory_lock: true,
+        alive: Some(true),
+        ..Holder::default()
+    };
+    let reservation = match registry::reserve(ws.identity, me.clone()) {
+        Ok(reservation) => reservation,
+        Err(holder) => return Ok(Err(busy(BusyReason::SameProcess, Some(holder)))),
+    };
+    let Some(arcane) = ws.open_arcane(true)? else {
+        return Err(Error::io(
+            "open",
+            ws.canonical.join(".arcane"),
+            std::io::Error::from_raw_os_error(sys::ENOENT),
+        ));
+    };
+    let fs = sys::unsupported_filesystem(arcane.as_fd())
+        .map_err(|e| Error::io("inspect the filesystem of", ws.canonical.join(".arcane"), e))?;
+    if let Some(filesystem) = fs {
+        return Err(Error::policy(
+            ws.canonical.join(".arcane"),
+            PolicyReason::UnsupportedFilesystem {
+                filesystem: filesystem.to_string(),
+            },
+            None,
+        ));
+    }
+    let sentinel = match lock_sentinel(ws, &arcane, true)? {
+        Locked::Yes(fd) => fd,
+        Locked::No => return Ok(Err(busy(BusyReason::Locked, read_holder(&arcane)))),
+        Locked::Missing => unreachable_missing(ws)?,
+    };
+    // We hold the advisory lock: no Arcane process on this kernel holds the workspace.
+    if let Some((found, stamp)) = read_record(ws, &arcane)? {
+        let scope = Scope {
+            canonical: &ws.canonical,
+            identity: ws.identity,
+        };
+        let verdict = match &found {
+            RecordBytes::Bytes(bytes) => recovery::judge(Found::Bytes(bytes), &scope),
+            RecordBytes::Oversized => recovery::judge(Found::Oversized, &scope),
+        };
+        match verdict {
+            Verdict::Busy { reason, holder } => return Ok(Err(busy(reason, holder))),
+            Verdict::Stale { previous, why } => {
+                if let Err(holder) = remove_stale(ws, &arcane, stamp, &previous, why, events)? {
+                    return Ok(Err(busy(BusyReason::RecordAppeared, holder)));
+                }
+            }
+        }
+    }
+    if options.cancelled() {
+        return Err(Error::Cancelled {
+            workspace: ws.canonical.clone(),
+            operation: options.operation.clone(),
+        });
+    }
+    let nonce = record::new_nonce();
+    let bytes = record::render(
+        &options.operation,
+        &nonce,
+        &ws.canonical,
+        ws.identity,
+        acquired,
+        &acquired_at,
+    );
+    let stamp = match publish(ws, &arcane, &bytes)? {
+        Some(stamp) => stamp,
+        None => return Ok(Err(busy(BusyReason::RecordAppeared, read_holder(&arcane)))),
+    };
+    reservation.update(Holder {
+        nonce: Some(nonce.clone()),
+        ..me
+    });
+    Ok(Ok(WorkspaceLock {
+        workspace: ws.canonical.clone(),
+        operation: options.operation.clone(),
+        nonce,
+        acquired_at,
+        held: Some(Held {
+            arcane,
+            sentinel,
+            record: stamp,
+            reservation,
+        }),
+        child: Mutex::new(None),
+    }))
+}
+
+fn unreachable_missing<T>(ws: &Workspace) -> Result<T, Error> {
+    Err(Error::io(
+        "open the lock sentinel",
+        ws.arcane_path(SENTINEL),
+        std::io::Error::from_raw_os_error(sys::ENOENT),
+    ))
+}
+
+/// The outcome of trying the advisory lock.
+pub(crate) enum Locked {
+    /// We hold it, on this descriptor.
+    Yes(OwnedFd),
+    /// Another open file description holds it.
+    No,
+    /// There is no sentinel (only when not creating).
+    Missing,
+}
+
+/// Opens the sentinel and tries `flock(LOCK_EX|LOCK_NB)`, then checks that the path
+/// still names the inode we locked; if a third party replaced the sentinel between our
+/// open and our lock, retries on the new file (lock-spec.md case 55, arti fslock-guard).
+pub(crate) fn lock_sentinel(
+    ws: &Workspace,
+    arcane: &OwnedFd,
+    create: bool,
+) -> Result<Locked, Error> {
+    let path = ws.arcane_path(SENTINEL);
+    for _ in 0..16 {
+        let fd = match sys::open_sentinel(arcane.as_fd(), SENTINEL, create) {
+            Ok(fd) => fd,
+            Err(e) if !create && sys::errno(&e) == sys::ENOENT => return Ok(Locked::Missing),
+            Err(e) => {
+                let kind = sys::stat_at(arcane.as_fd(), SENTINEL).map(|s| s.kind).ok();
+                return Err(classify(&path, e, kind, "open the lock sentinel"));
+            }
+        };
+        let ours = sys::stat_fd(fd.as_fd())
+            .map_err(|e| Error::io("inspect the lock sentinel", &path, e))?;
+        if ours.kind != Kind::Regular {
+            return Err(Error::policy(
+                &path,
+                PolicyReason::WrongKind {
+                    found: ours.kind.describe(),
+                },
+                None,
+            ));
+        }
+        match sys::try_lock_exclusive(fd.as_fd()).map_err(|e| Error::io("lock", &path, e))? {
+            TryLock::Locked => {}
+            TryLock::WouldBlock => return Ok(Locked::No),
+            TryLock::Unsupported(e) => {
+                return Err(Error::policy(
+                    &path,
+                    PolicyReason::UnsupportedFilesystem {
+                        filesystem: "flock unsupported".into(),
+                    },
+                    Some(e),
+                ))
+            }
+        }
+        match sys::stat_at(arcane.as_fd(), SENTINEL) {
+            Ok(at) if at.identity == ours.identity => return Ok(Locked::Yes(fd)),
+            // Replaced or removed behind us: our lock is on an orphan inode. Retry.
+            Ok(_) => continue,
+            Err(e) if sys::errno(&e) == sys::ENOENT => continue,
+            Err(e) => return Err(Error::io("inspect the lock sentinel", &path, e)),
+        }
+    }
+    Err(Error::Compromised {
+        path,
+        operation: String::new(),
+        what: "replaced repeatedly while being locked",
+    })
+}
+
+/// The bytes of an existing record.
+pub(crate) enum RecordBytes {
+    Bytes(Vec<u8>),
+    Oversized,
+}
+
+/// Reads the record without following links. `None` when there is none. A link,
+/// directory, FIFO or other non-file there is `ARCANE_POLICY_DENIED`.
+pub(crate) fn read_record(
+    ws: &Workspace,
+    arcane: &OwnedFd,
+) -> Result<Option<(RecordBytes, Stamp)>, Error> {
+    let path = ws.arcane_path(RECORD);
+    let fd = match sys::open_read_at(arcane.as_fd(), RECORD) {
+        Ok(fd) => fd,
+        Err(e) if sys::errno(&e) == sys::ENOENT => return Ok(None),
+        Err(e) => {
+            let kind = sys::stat_at(arcane.as_fd(), RECORD).map(|s| s.kind).ok();
+            return Err(classify(&path, e, kind, "read the lock record"));
+        }
+    };
+    let stamp =
+        sys::stat_fd(fd.as_fd()).map_err(|e| Error::io("inspect the lock record", &path, e))?;
+    if stamp.kind != Kind::Regular {
+        return Err(Error::policy(
+            &path,
+            PolicyReason::WrongKind {
+                found: stamp.kind.describe(),
+            },
+            None,
+        ));
+    }
+    let (bytes, oversized) = sys::read_limited(fd.as_fd(), record::MAX_RECORD_BYTES)
+        .map_err(|e| Error::io("read the lock record", &path, e))?;
+    Ok(Some((
+        if oversized {
+            RecordBytes::Oversized
+        } else {
+            RecordBytes::Bytes(bytes)
+        },
+        stamp,
+    )))
+}
+
+/// Best effort: who the record names (for busy messages).
+pub(crate) fn read_holder(arcane: &OwnedFd) -> Option<Holder> {
+    let fd = sys::open_read_at(arcane.as_fd(), RECORD).ok()?;
+    let stamp = sys::stat_fd(fd.as_fd()).ok()?;
+    if stamp.kind != Kind::Regular {
+        return None;
+    }
+    let (bytes, oversized) = sys::read_limited(fd.as_fd(), record::MAX_RECORD_BYTES).ok()?;
+    if oversized {
+        return None;
+    }
+    record::holder_hint(&bytes)
+}
+
+/// Moves a stale record aside, verifies it is the inode that was judged, reports it and
+/// removes it. `Ok(Err(holder))` when something else had taken its place (restored).
+pub(crate) fn remove_stale(
+    ws: &Workspace,
+    arcane: &OwnedFd,
+    judged: Stamp,
+    previous: &Holder,
+    why: &str,
+    events: &dyn EventSink,
+) -> Result<Result<(), Option<Holder>>, Error> {
+    let path = ws.arcane_path(RECORD);
+    match sys::rename_at(arcane.as_fd(), RECORD, STALE) {
+        Ok(()) => {}
+        // Gone already (an SDK process removed it): nothing to recover.
+        Err(e) if sys::errno(&e) == sys::ENOENT => return Ok(Ok(())),
+        Err(e) => return Err(Error::io("move the stale lock record aside", &path, e)),
+    }
+    let moved = sys::stat_at(arcane.as_fd(), STALE)
+        .map_err(|e| Error::io("inspect the stale lock record", &path, e))?;
+    if moved.identity != judged.identity || moved.size != judged.size || moved.mtime != judged.mtime
+    {
+        // Not what we judged: put it back without clobbering anything newer.
+        let holder = read_holder_at(arcane, STALE);
+        let _ = sys::rename_noreplace_at(arcane.as_fd(), STALE, RECORD);
+        return Ok(Err(holder));
+    }
+    events.emit(Event::new(
+        "workspace.operation.stale-recovered",
+        json!({
+            "workspaceRoot": ws.canonical,
+            "lockPath": path,
+            "previousOwner": {
+                "pid": previous.pid,
+                "hostname": previous.hostname,
+                "bootId": previous.boot_id,
+                "startTime": previous.start_time,
+                "command": previous.command,
+            },
+            "previousOperation": previous.operation,
+            "previousAcquiredAt": previous.since,
+            "previousAdvisoryLock": previous.advisory_lock,
+            "reason": why,
+        }),
+    ));
+    match sys::unlink_at(arcane.as_fd(), STALE) {
+        Ok(()) => Ok(Ok(())),
+        Err(e) if sys::errno(&e) == sys::ENOENT => Ok(Ok(())),
+        Err(e) => Err(Error::io(
+            "remove the stale lock record",
+            ws.arcane_path(STALE),
+            e,
+        )),
+    }
+}
+
+fn read_holder_at(arcane: &OwnedFd, name: &CStr) -> Option<Holder> {
+    let fd = sys::open_read_at(arcane.as_fd(), name).ok()?;
+    let (bytes, _) = sys::read_limited(fd.as_fd(), record::MAX_RECORD_BYTES).ok()?;
+    record::holder_hint(&bytes)
+}
+
+/// Writes the record to the temporary name, fsyncs it and renames it to the record
+/// name only if none exists (`RENAME_NOREPLACE`, or `link`+`unlink`). `Ok(None)` when a
+/// record appeared first (a JavaScript SDK process won the exclusive create).
+///
+/// The directory is not fsynced: after a power cut every holder is gone anyway, and the
+/// file's data is durable before its name appears, so the record is either absent or
+/// complete — never empty or partial (lock-spec.md W4).
+fn publish(ws: &Workspace, arcane: &OwnedFd, bytes: &[u8]) -> Result<Option<Stamp>, Error> {
+    let temporary = ws.arcane_path(TEMPORARY);
+    let fd = sys::create_truncate_at(arcane.as_fd(), TEMPORARY).map_err(|e| {
+        let kind = sys::stat_at(arcane.as_fd(), TEMPORARY).map(|s| s.kind).ok();
+        classify(&temporary, e, kind, "write the lock record")
+    })?;
+    let written = sys::write_all(fd.as_fd(), bytes)
+        .and_then(|()| sys::sync(fd.as_fd()))
+        .and_then(|()| sys::stat_fd(fd.as_fd()));
+    drop(fd);
+    let stamp = match written {
+        Ok(stamp) => stamp,
+        Err(e) => {
+            let _ = sys::unlink_at(arcane.as_fd(), TEMPORARY);
+            return Err(Error::io("write the lock record", &temporary, e));
+        }
+    };
+    match sys::rename_noreplace_at(arcane.as_fd(), TEMPORARY, RECORD) {
+        Ok(()) => Ok(Some(stamp)),
+        Err(e) if sys::errno(&e) == sys::EEXIST => {
+            let _ = sys::unlink_at(arcane.as_fd(), TEMPORARY);
+            Ok(None)
+        }
+        Err(e) => {
+            let _ = sys::unlink_at(arcane.as_fd(), TEMPORARY);
+            Err(Error::io(
+                "publish the lock record",
+                ws.arcane_path(RECORD),
+                e,
+            ))
+        }
+    }
+}
+
+fn busy_reason_text(reason: &BusyReason) -> String {
+    match reason {
+        BusyReason::Locked => "locked".into(),
+        BusyReason::SameProcess => "same-process".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Jittered exponential back-off: 1 ms doubling to 50 ms, ±25 % (git's lockfile.c uses
+/// quadratic back-off with ±25 % jitter).
+struct Backoff {
+    next: Duration,
+    state: u64,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        let seed = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_nanos() as u64
+            ^ ((sys::own_pid() as u64) << 32)
+            | 1;
+        Backoff {
+            next: Duration::from_millis(1),
+            state: seed,
+        }
+    }
+
+    fn next(&mut self) -> Duration {
+        // xorshift64
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        let base = self.next;
+        self.next = (self.next * 2).min(Duration::from_millis(50));
+        let permille = 750 + (self.state % 501); // 0.75 ..= 1.25
+        base * permille as u32 / 1000
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_names_follow_the_sdk_pattern() {
+        for ok in [
+            "build",
+            "a",
+            "0x",
+            "install.runtime",
+            "model_add",
+            "scaffold-create",
+        ] {
+            assert!(AcquireOptions::new(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "Build",
+            "-x",
+            ".x",
+            "_x",
+            "a b",
+            "a/b",
+            "é",
+            &"a".repeat(65),
+        ] {
+            assert!(
+                matches!(
+                    AcquireOptions::new(bad),
+                    Err(Error::InvalidOperation { .. })
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn backoff_grows_to_a_cap_with_jitter() {
+        let mut b = Backoff::new();
+        let delays: Vec<_> = (0..12).map(|_| b.next()).collect();
+        assert!(delays[0] <= Duration::from_micros(1250));
+        assert!(delays.iter().all(|d| *d <= Duration::from_micros(62_500)));
+        assert!(delays[11] >= Duration::from_micros(37_500));
+    }
+}

@@ -1,0 +1,9 @@
+//! Integration tests of `arcane-lock`: one module per area.
+
+mod support;
+
+mod basics;
+mod nested;
+mod paths;
+mod stale;
+mod wait;
