@@ -117,14 +117,26 @@ fn judge(ws: &Workspace, found: &RecordBytes) -> Verdict {
 
 /// What [`recover`] may do beyond removing a provably stale record.
 #[derive(Debug, Clone, Default)]
-#[non_exhaustive]
 pub struct RecoverOptions {
-    /// Move an unreadable or other-scope record aside (its bytes are kept under a
+    quarantine_unreadable: bool,
+    break_foreign_host: Option<String>,
+}
+
+impl RecoverOptions {
+    /// Also move an unreadable or other-scope record aside (its bytes are kept under a
     /// `workspace-operation.lock.json.quarantined-*` name) when no Arcane process holds
     /// the lock.
-    pub quarantine_unreadable: bool,
-    /// Break a record written on this named host (an explicit decision by a person).
-    pub break_foreign_host: Option<String>,
+    pub fn quarantine_unreadable(mut self, yes: bool) -> Self {
+        self.quarantine_unreadable = yes;
+        self
+    }
+
+    /// Also break a record written on the host named `hostname` (an explicit decision
+    /// by a person who knows that host no longer uses the workspace).
+    pub fn break_foreign_host(mut self, hostname: impl Into<String>) -> Self {
+        self.break_foreign_host = Some(hostname.into());
+        self
+    }
 }
 
 /// What [`recover`] did.

@@ -1,1 +1,172 @@
-//! (filled below)
+//! Waiting with a deadline, the `waiting` event, and cancellation.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use arcane_lock::{Error, WorkspaceLock};
+use arcane_report::{CancelToken, Collector, Event, EventSink, NullSink};
+
+use crate::support::*;
+
+/// Another process holding the advisory lock (a Python one-liner), killed on drop.
+struct ForeignHolder(Child);
+
+impl ForeignHolder {
+    fn start(ws: &std::path::Path) -> Self {
+        std::fs::create_dir_all(ws.join(".arcane")).unwrap();
+        let mut child = Command::new("python3")
+            .args([
+                "-c",
+                "import fcntl,os,sys,time\nfd=os.open(sys.argv[1],os.O_RDWR|os.O_CREAT,0o600)\nfcntl.flock(fd,fcntl.LOCK_EX)\nprint('locked',flush=True)\ntime.sleep(600)",
+            ])
+            .arg(ws.join(SENTINEL))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "locked");
+        ForeignHolder(child)
+    }
+}
+
+impl Drop for ForeignHolder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_wait_emits_one_waiting_event_and_gives_up_busy_at_the_deadline() {
+    let ws = workspace();
+    let holder = WorkspaceLock::acquire(ws.path(), &options("serve"), &NullSink).unwrap();
+    let sink = Collector::default();
+    let err = WorkspaceLock::acquire(
+        ws.path(),
+        &options("build").wait(Duration::from_millis(300)),
+        &sink,
+    )
+    .unwrap_err();
+    assert!(err.is_busy(), "{err}");
+    match &err {
+        Error::Busy { waited, .. } => assert!(waited.is_some()),
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().contains("gave up after waiting"), "{err}");
+    let types = sink.types();
+    assert_eq!(types, ["workspace.operation.waiting"]);
+    let data = &sink.events()[0].data;
+    assert_eq!(data["holder"]["pid"], std::process::id());
+    assert_eq!(data["holder"]["operation"], "serve");
+    assert!(data["holder"]["since"].is_string());
+    assert_eq!(data["waitMilliseconds"], 300);
+    drop(holder);
+}
+
+#[test]
+fn a_waiter_gets_the_lock_when_a_foreign_holder_exits() {
+    let ws = workspace();
+    let holder = ForeignHolder::start(ws.path());
+    let path = ws.path().to_path_buf();
+    let waiter = std::thread::spawn(move || {
+        let sink = Collector::default();
+        let lock = WorkspaceLock::acquire(
+            &path,
+            &options("build").wait(Duration::from_secs(120)),
+            &sink,
+        );
+        (lock.map(|l| l.release()), sink.types())
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    drop(holder);
+    let (result, types) = waiter.join().unwrap();
+    result.unwrap().unwrap();
+    assert_eq!(
+        types,
+        ["workspace.operation.waiting", "workspace.operation.locked"]
+    );
+}
+
+#[test]
+fn cancellation_stops_a_wait_promptly_and_touches_nothing() {
+    let ws = workspace();
+    let holder = WorkspaceLock::acquire(ws.path(), &options("serve"), &NullSink).unwrap();
+    let before = std::fs::read(record_path(ws.path())).unwrap();
+    let token = CancelToken::new();
+    let path = ws.path().to_path_buf();
+    let waiter_token = token.clone();
+    let waiter = std::thread::spawn(move || {
+        WorkspaceLock::acquire(
+            &path,
+            &options("build")
+                .wait(Duration::from_secs(600))
+                .cancel(waiter_token),
+            &NullSink,
+        )
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    token.cancel();
+    // A 600 s wait that returns at all was woken by the token.
+    let err = waiter.join().unwrap().unwrap_err();
+    assert!(err.is_cancelled(), "{err}");
+    assert_eq!(std::fs::read(record_path(ws.path())).unwrap(), before);
+    holder.release().unwrap();
+}
+
+#[test]
+fn a_token_fired_before_acquiring_creates_nothing() {
+    let ws = workspace();
+    let token = CancelToken::new();
+    token.cancel();
+    let err =
+        WorkspaceLock::acquire(ws.path(), &options("build").cancel(token), &NullSink).unwrap_err();
+    assert!(err.is_cancelled());
+    assert!(!ws.path().join(".arcane").exists());
+}
+
+/// Cancels its token when it sees `locked` (lock-spec.md case 36).
+struct CancelOnLocked(CancelToken, Collector);
+
+impl EventSink for CancelOnLocked {
+    fn emit(&self, event: Event) {
+        if event.kind == "workspace.operation.locked" {
+            self.0.cancel();
+        }
+        self.1.emit(event);
+    }
+}
+
+#[test]
+fn a_cancellation_inside_the_locked_event_gives_the_lock_back() {
+    let ws = workspace();
+    let token = CancelToken::new();
+    let sink = CancelOnLocked(token.clone(), Collector::default());
+    let err =
+        WorkspaceLock::acquire(ws.path(), &options("build").cancel(token), &sink).unwrap_err();
+    assert!(err.is_cancelled());
+    assert!(!record_path(ws.path()).exists());
+    assert_eq!(
+        sink.1.types(),
+        ["workspace.operation.locked", "workspace.operation.released"]
+    );
+    WorkspaceLock::acquire(ws.path(), &options("next"), &NullSink)
+        .unwrap()
+        .release()
+        .unwrap();
+}
+
+#[test]
+fn a_foreign_holder_without_a_record_is_busy_without_a_name() {
+    let ws = workspace();
+    let _holder = ForeignHolder::start(ws.path());
+    let err = WorkspaceLock::acquire(ws.path(), &options("build"), &NullSink).unwrap_err();
+    assert!(err.is_busy());
+    assert!(
+        err.to_string().contains("not published its record"),
+        "{err}"
+    );
+}
