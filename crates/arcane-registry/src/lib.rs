@@ -1,4 +1,84 @@
-//! The runtime and model registry of a workspace.
+//! The runtime and model registry of a workspace: which engine executables
+//! (`llama-server`, `ollama`) and which GGUF models Arcane may use, verified.
 //!
-//! (Being built; see the open issue for this crate.)
+//! # What it owns
+//!
+//! * `.arcane/registry.json`: the records ([`Runtime`], [`Model`]), written atomically
+//!   (temp name, fsync, rename, fsync of the directory);
+//! * `.arcane/runtimes/<engine>/<version>[-<backend>]/`: runtimes installed from release
+//!   archives;
+//! * `.arcane/models/<id>/<file>`: model files (hard links, copies or downloads).
+//!
+//! It does not start engines (that is the supervisor's job in `arcane-localai`) and
+//! does not resolve devices (`arcane-devices`); it only records a runtime's
+//! [`Backend`](arcane_devices::Backend).
+//!
+//! # Guarantees
+//!
+//! * Reads ([`Registry::runtimes`], [`Registry::model`], …) take no lock: the file is
+//!   only ever replaced by a rename, so a reader sees a whole registry.
+//! * Every mutation holds the workspace operation lock (`arcane-lock`) under its own
+//!   operation name (`runtime-add`, `runtime-install`, `runtime-remove`, `model-add`,
+//!   `model-remove`), re-reads the registry inside the lock, and either completes or
+//!   leaves nothing behind: work happens in `.staging-*` directories that are renamed
+//!   into place last and removed on error or cancellation (and swept by the next
+//!   operation after a crash). An earlier install or model is never overwritten.
+//! * Everything is verified: a runtime must run `--version` and print its engine's
+//!   version; a model must be GGUF v2/v3 with a readable header; an archive must match
+//!   its SHA-256 *before* extraction, and extraction refuses absolute paths, `..`,
+//!   special files and links leaving the install directory; a download must match its
+//!   `Content-Length` and SHA-256.
+//! * Ids match `[a-z0-9][a-z0-9._-]*`; every error has a stable code and names the
+//!   offending value (see [`Error`]).
+//!
+//! # Events
+//!
+//! Progress and outcomes go to an [`EventSink`](arcane_report::EventSink):
+//! `registry.hash.progress` `{path, action, done, total}`, `download.started|progress|finished`,
+//! `registry.runtime.probing|extracting|added|installed|removed`,
+//! `registry.model.added|removed`.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use arcane_registry::{AddModel, AddRuntime, Engine, Registry};
+//! use arcane_report::{CancelToken, NullSink};
+//!
+//! let registry = Registry::new("/srv/arcane".as_ref());
+//! let cancel = CancelToken::new();
+//! registry.add_runtime(&AddRuntime::new(Engine::LlamaCpp, "/opt/llama/llama-server"), &NullSink, &cancel)?;
+//! let model = registry.add_model(&AddModel::file("smollm2-135m", "SmolLM2.gguf"), &NullSink, &cancel)?;
+//! println!("{} {} {}", model.id, model.size, model.sha256);
+//! let server = registry.default_runtime(Engine::LlamaCpp)?;
+//! assert!(server.executable.is_absolute());
+//! # Ok::<(), arcane_registry::Error>(())
+//! ```
+//!
+//! # Benchmark
+//!
+//! `ARCANE_TEST_MODEL=path/to/model.gguf cargo bench -p arcane-registry --bench hash`
+//! prints the MB/s of [`sha256_file`] and of `sha256sum` on the same file, and their ratio.
 #![warn(missing_docs)]
+
+mod archive;
+mod download;
+mod error;
+mod gguf;
+mod hash;
+mod id;
+mod probe;
+mod progress;
+mod registry;
+mod store;
+mod types;
+
+pub use error::Error;
+#[doc(hidden)]
+pub use gguf::write_test_gguf;
+pub use gguf::{quantization_name, read_gguf, GgufInfo};
+pub use hash::{sha256_file, sha256_reader};
+pub use id::{is_valid_id, normalize_sha256, MAX_ID_LEN};
+pub use registry::{
+    AddModel, AddRuntime, InstallRuntime, LockSettings, Registry, DEFAULT_VERSION_TIMEOUT,
+};
+pub use types::{ArchiveOrigin, Engine, Model, Runtime, Source, Storage};

@@ -1,0 +1,521 @@
+//! A bounded reader for the GGUF header: magic, version, the metadata key/value section
+//! and the tensor descriptors. Only the header is read (never the tensor data), every
+//! length is checked against the file's size before anything is allocated, and large
+//! arrays (the tokenizer's vocabulary) are skipped without being kept.
+//!
+//! Reference: <https://github.com/ggml-org/ggml/blob/master/docs/gguf.md>.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+
+/// What a user cares about in a GGUF file's header.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GgufInfo {
+    /// The GGUF format version (2 or 3).
+    pub version: u32,
+    /// `general.architecture`, e.g. `llama`.
+    pub architecture: Option<String>,
+    /// `general.name`, e.g. `SmolLM2 135M Instruct`.
+    pub name: Option<String>,
+    /// `general.size_label`, e.g. `135M`.
+    pub size_label: Option<String>,
+    /// `general.parameter_count`, else the sum of the tensor element counts.
+    pub parameter_count: Option<u64>,
+    /// `<architecture>.context_length`: the context the model was trained for.
+    pub context_length: Option<u64>,
+    /// `general.file_type` as a quantization name (`Q4_1`, `Q8_0`, `F16`, …).
+    pub quantization: Option<String>,
+    /// `general.file_type` as stored.
+    pub file_type: Option<u32>,
+    /// The number of tensors.
+    pub tensor_count: u64,
+    /// The number of metadata keys.
+    pub metadata_count: u64,
+}
+
+/// The name of a llama.cpp `general.file_type` (`llama_ftype`) value.
+pub fn quantization_name(file_type: u32) -> Option<&'static str> {
+    Some(match file_type {
+        0 => "F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        4 => "Q4_1_SOME_F16",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K",
+        11 => "Q3_K_S",
+        12 => "Q3_K_M",
+        13 => "Q3_K_L",
+        14 => "Q4_K_S",
+        15 => "Q4_K_M",
+        16 => "Q5_K_S",
+        17 => "Q5_K_M",
+        18 => "Q6_K",
+        19 => "IQ2_XXS",
+        20 => "IQ2_XS",
+        21 => "Q2_K_S",
+        22 => "IQ3_XS",
+        23 => "IQ3_XXS",
+        24 => "IQ1_S",
+        25 => "IQ4_NL",
+        26 => "IQ3_S",
+        27 => "IQ3_M",
+        28 => "IQ2_S",
+        29 => "IQ2_M",
+        30 => "IQ4_XS",
+        31 => "IQ1_M",
+        32 => "BF16",
+        36 => "TQ1_0",
+        37 => "TQ2_0",
+        38 => "MXFP4_MOE",
+        _ => return None,
+    })
+}
+
+/// The four bytes every GGUF file starts with.
+pub const MAGIC: &[u8; 4] = b"GGUF";
+
+const MAX_KEYS: u64 = 1 << 20;
+const MAX_TENSORS: u64 = 1 << 24;
+const MAX_DIMS: u32 = 8;
+const MAX_KEEP_STRING: u64 = 1 << 16;
+
+/// Reads and checks the GGUF header of the file at `path`.
+///
+/// Fails with [`Error::ModelInvalid`] (naming the file, and for a wrong magic the bytes
+/// found) when the file is not GGUF, has an unsupported version (only 2 and 3 are
+/// read), or its header is truncated or malformed.
+pub fn read_gguf(path: &Path) -> Result<GgufInfo, Error> {
+    let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+    let size = file
+        .metadata()
+        .map_err(|e| Error::io("inspect", path, e))?
+        .len();
+    let mut reader = Reader {
+        inner: BufReader::with_capacity(1 << 16, file),
+        position: 0,
+        size,
+        path,
+    };
+    reader.header()
+}
+
+fn invalid(path: &Path, reason: impl Into<String>, found: Option<String>) -> Error {
+    Error::ModelInvalid {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+        found,
+    }
+}
+
+enum Value {
+    Unsigned(u64),
+    Signed(i64),
+    Text(String),
+    Other,
+}
+
+struct Reader<'a> {
+    inner: BufReader<File>,
+    position: u64,
+    size: u64,
+    path: &'a Path,
+}
+
+impl Reader<'_> {
+    fn header(&mut self) -> Result<GgufInfo, Error> {
+        let mut magic = [0u8; 4];
+        let got = self.read_up_to(&mut magic)?;
+        if got < 4 || &magic != MAGIC {
+            let found = hex::encode(&magic[..got]);
+            let shown = String::from_utf8_lossy(&magic[..got])
+                .escape_debug()
+                .to_string();
+            return Err(invalid(
+                self.path,
+                format!("expected the magic `GGUF`, found `{shown}` (hex {found})"),
+                Some(found),
+            ));
+        }
+        let version = self.u32()?;
+        if version != 2 && version != 3 {
+            return Err(invalid(
+                self.path,
+                format!("unsupported GGUF version {version} (supported: 2, 3)"),
+                Some(hex::encode(version.to_le_bytes())),
+            ));
+        }
+        let tensor_count = self.u64()?;
+        let metadata_count = self.u64()?;
+        if tensor_count > MAX_TENSORS || metadata_count > MAX_KEYS {
+            return Err(invalid(
+                self.path,
+                format!(
+                    "implausible header: {tensor_count} tensors, {metadata_count} metadata keys"
+                ),
+                None,
+            ));
+        }
+        let mut info = GgufInfo {
+            version,
+            architecture: None,
+            name: None,
+            size_label: None,
+            parameter_count: None,
+            context_length: None,
+            quantization: None,
+            file_type: None,
+            tensor_count,
+            metadata_count,
+        };
+        let mut context_lengths: HashMap<String, u64> = HashMap::new();
+        for _ in 0..metadata_count {
+            let key = self.string(MAX_KEEP_STRING)?;
+            let kind = self.u32()?;
+            let value = self.value(kind)?;
+            match (key.as_str(), value) {
+                ("general.architecture", Value::Text(s)) => info.architecture = Some(s),
+                ("general.name", Value::Text(s)) => info.name = Some(s),
+                ("general.size_label", Value::Text(s)) => info.size_label = Some(s),
+                ("general.parameter_count", Value::Unsigned(n)) => info.parameter_count = Some(n),
+                ("general.parameter_count", Value::Signed(n)) if n >= 0 => {
+                    info.parameter_count = Some(n as u64)
+                }
+                ("general.file_type", Value::Unsigned(n)) => info.file_type = u32::try_from(n).ok(),
+                ("general.file_type", Value::Signed(n)) => info.file_type = u32::try_from(n).ok(),
+                (key, Value::Unsigned(n)) if key.ends_with(".context_length") => {
+                    context_lengths.insert(key.to_string(), n);
+                }
+                (key, Value::Signed(n)) if key.ends_with(".context_length") && n >= 0 => {
+                    context_lengths.insert(key.to_string(), n as u64);
+                }
+                _ => {}
+            }
+        }
+        if let Some(arch) = &info.architecture {
+            info.context_length = context_lengths
+                .get(&format!("{arch}.context_length"))
+                .copied();
+        }
+        info.quantization = info
+            .file_type
+            .and_then(quantization_name)
+            .map(str::to_string);
+        let mut elements = 0u64;
+        for _ in 0..tensor_count {
+            self.skip_string()?;
+            let dims = self.u32()?;
+            if dims > MAX_DIMS {
+                return Err(invalid(
+                    self.path,
+                    format!("a tensor has {dims} dimensions"),
+                    None,
+                ));
+            }
+            let mut count = 1u64;
+            for _ in 0..dims {
+                count = count.saturating_mul(self.u64()?);
+            }
+            let _type = self.u32()?;
+            let _offset = self.u64()?;
+            elements = elements.saturating_add(count);
+        }
+        if info.parameter_count.is_none() && tensor_count > 0 {
+            info.parameter_count = Some(elements);
+        }
+        Ok(info)
+    }
+
+    fn truncated(&self) -> Error {
+        invalid(
+            self.path,
+            format!(
+                "the header is truncated or malformed near byte {}",
+                self.position
+            ),
+            None,
+        )
+    }
+
+    fn read_up_to(&mut self, buffer: &mut [u8]) -> Result<usize, Error> {
+        let mut got = 0;
+        while got < buffer.len() {
+            match self.inner.read(&mut buffer[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("read", self.path, e)),
+            }
+        }
+        self.position += got as u64;
+        Ok(got)
+    }
+
+    fn exact<const N: usize>(&mut self) -> Result<[u8; N], Error> {
+        let mut buffer = [0u8; N];
+        if self.read_up_to(&mut buffer)? < N {
+            return Err(self.truncated());
+        }
+        Ok(buffer)
+    }
+
+    fn u32(&mut self) -> Result<u32, Error> {
+        Ok(u32::from_le_bytes(self.exact()?))
+    }
+
+    fn u64(&mut self) -> Result<u64, Error> {
+        Ok(u64::from_le_bytes(self.exact()?))
+    }
+
+    /// Skips `n` bytes, failing if that would pass the end of the file.
+    fn skip(&mut self, n: u64) -> Result<(), Error> {
+        if n > self.size.saturating_sub(self.position) {
+            return Err(self.truncated());
+        }
+        let offset = i64::try_from(n).map_err(|_| self.truncated())?;
+        self.inner
+            .seek_relative(offset)
+            .map_err(|e| Error::io("read", self.path, e))?;
+        self.position += n;
+        Ok(())
+    }
+
+    fn length(&mut self) -> Result<u64, Error> {
+        let n = self.u64()?;
+        if n > self.size.saturating_sub(self.position) {
+            return Err(self.truncated());
+        }
+        Ok(n)
+    }
+
+    /// Reads a string, keeping at most `keep` bytes of it (the rest is skipped).
+    fn string(&mut self, keep: u64) -> Result<String, Error> {
+        let n = self.length()?;
+        let kept = n.min(keep);
+        let mut bytes = vec![0u8; kept as usize];
+        if self.read_up_to(&mut bytes)? < bytes.len() {
+            return Err(self.truncated());
+        }
+        self.skip(n - kept)?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    fn skip_string(&mut self) -> Result<(), Error> {
+        let n = self.length()?;
+        self.skip(n)
+    }
+
+    fn value(&mut self, kind: u32) -> Result<Value, Error> {
+        Ok(match kind {
+            0 => Value::Unsigned(u64::from(self.exact::<1>()?[0])),
+            1 => Value::Signed(i64::from(self.exact::<1>()?[0] as i8)),
+            2 => Value::Unsigned(u64::from(u16::from_le_bytes(self.exact()?))),
+            3 => Value::Signed(i64::from(i16::from_le_bytes(self.exact()?))),
+            4 => Value::Unsigned(u64::from(self.u32()?)),
+            5 => Value::Signed(i64::from(i32::from_le_bytes(self.exact()?))),
+            6 => {
+                self.skip(4)?;
+                Value::Other
+            }
+            7 => {
+                self.skip(1)?;
+                Value::Other
+            }
+            8 => Value::Text(self.string(MAX_KEEP_STRING)?),
+            9 => {
+                let element = self.u32()?;
+                let count = self.u64()?;
+                self.skip_array(element, count)?;
+                Value::Other
+            }
+            10 => Value::Unsigned(self.u64()?),
+            11 => Value::Signed(i64::from_le_bytes(self.exact()?)),
+            12 => {
+                self.skip(8)?;
+                Value::Other
+            }
+            other => {
+                return Err(invalid(
+                    self.path,
+                    format!(
+                        "unknown metadata value type {other} near byte {}",
+                        self.position
+                    ),
+                    None,
+                ))
+            }
+        })
+    }
+
+    fn skip_array(&mut self, element: u32, count: u64) -> Result<(), Error> {
+        let fixed = match element {
+            0 | 1 | 7 => Some(1u64),
+            2 | 3 => Some(2),
+            4..=6 => Some(4),
+            10..=12 => Some(8),
+            _ => None,
+        };
+        if let Some(width) = fixed {
+            return self.skip(count.checked_mul(width).ok_or_else(|| self.truncated())?);
+        }
+        // Strings and nested arrays: each element takes at least 8 bytes.
+        if count > self.size.saturating_sub(self.position) / 8 {
+            return Err(self.truncated());
+        }
+        for _ in 0..count {
+            match element {
+                8 => self.skip_string()?,
+                9 => {
+                    let inner = self.u32()?;
+                    let inner_count = self.u64()?;
+                    self.skip_array(inner, inner_count)?;
+                }
+                other => {
+                    return Err(invalid(
+                        self.path,
+                        format!(
+                            "unknown array element type {other} near byte {}",
+                            self.position
+                        ),
+                        None,
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes a minimal GGUF v3 file for tests: the given string and u32 metadata and one
+/// F32 tensor of `elements` elements (its data is not written).
+#[doc(hidden)]
+pub fn write_test_gguf(
+    path: &Path,
+    strings: &[(&str, &str)],
+    numbers: &[(&str, u32)],
+    elements: u64,
+) -> std::io::Result<()> {
+    let mut out = Vec::new();
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&3u32.to_le_bytes());
+    out.extend_from_slice(&1u64.to_le_bytes());
+    out.extend_from_slice(&((strings.len() + numbers.len() + 1) as u64).to_le_bytes());
+    let put_string = |out: &mut Vec<u8>, s: &str| {
+        out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        out.extend_from_slice(s.as_bytes());
+    };
+    for (key, value) in strings {
+        put_string(&mut out, key);
+        out.extend_from_slice(&8u32.to_le_bytes());
+        put_string(&mut out, value);
+    }
+    for (key, value) in numbers {
+        put_string(&mut out, key);
+        out.extend_from_slice(&4u32.to_le_bytes());
+        out.extend_from_slice(&value.to_le_bytes());
+    }
+    // A vocabulary-like array of strings, to exercise skipping.
+    put_string(&mut out, "tokenizer.ggml.tokens");
+    out.extend_from_slice(&9u32.to_le_bytes());
+    out.extend_from_slice(&8u32.to_le_bytes());
+    out.extend_from_slice(&3u64.to_le_bytes());
+    for token in ["<s>", "</s>", "hello"] {
+        put_string(&mut out, token);
+    }
+    put_string(&mut out, "token_embd.weight");
+    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&elements.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes());
+    out.resize(out.len() + 64, 0);
+    std::fs::write(path, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_metadata_that_matters() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        write_test_gguf(
+            &path,
+            &[
+                ("general.architecture", "llama"),
+                ("general.name", "Tiny"),
+                ("general.size_label", "1K"),
+            ],
+            &[
+                ("general.file_type", 3),
+                ("llama.context_length", 2048),
+                ("other.context_length", 7),
+            ],
+            1234,
+        )
+        .unwrap();
+        let info = read_gguf(&path).unwrap();
+        assert_eq!(info.version, 3);
+        assert_eq!(info.architecture.as_deref(), Some("llama"));
+        assert_eq!(info.name.as_deref(), Some("Tiny"));
+        assert_eq!(info.size_label.as_deref(), Some("1K"));
+        assert_eq!(info.context_length, Some(2048));
+        assert_eq!(info.quantization.as_deref(), Some("Q4_1"));
+        assert_eq!(info.parameter_count, Some(1234));
+        assert_eq!(info.tensor_count, 1);
+    }
+
+    #[test]
+    fn refuses_other_files_naming_the_bytes_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("elf");
+        std::fs::write(&path, b"\x7fELF\x02\x01\x01").unwrap();
+        match read_gguf(&path).unwrap_err() {
+            Error::ModelInvalid { found, reason, .. } => {
+                assert_eq!(found.as_deref(), Some("7f454c46"));
+                assert!(reason.contains("GGUF"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        std::fs::write(&path, b"GG").unwrap();
+        assert!(
+            matches!(read_gguf(&path).unwrap_err(), Error::ModelInvalid { found: Some(f), .. } if f == "4747")
+        );
+        std::fs::write(&path, b"GGUF\x01\x00\x00\x00").unwrap();
+        assert!(
+            matches!(read_gguf(&path).unwrap_err(), Error::ModelInvalid { reason, .. } if reason.contains("version 1"))
+        );
+    }
+
+    #[test]
+    fn refuses_truncated_headers_without_huge_allocations() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good.gguf");
+        write_test_gguf(&good, &[("general.architecture", "llama")], &[], 10).unwrap();
+        let bytes = std::fs::read(&good).unwrap();
+        // Every prefix that cuts into the header must be refused, never panic.
+        for cut in 0..bytes.len() - 64 {
+            let path = dir.path().join("cut.gguf");
+            std::fs::write(&path, &bytes[..cut]).unwrap();
+            assert!(
+                matches!(read_gguf(&path), Err(Error::ModelInvalid { .. })),
+                "cut at {cut}"
+            );
+        }
+        // A string length of 2^63 must be refused, not allocated.
+        let mut huge = bytes[..24].to_vec();
+        huge.extend_from_slice(&(1u64 << 63).to_le_bytes());
+        let path = dir.path().join("huge.gguf");
+        std::fs::write(&path, &huge).unwrap();
+        assert!(matches!(read_gguf(&path), Err(Error::ModelInvalid { .. })));
+    }
+}

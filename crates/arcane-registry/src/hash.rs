@@ -1,0 +1,179 @@
+//! Streaming SHA-256: the one hasher used to verify archives, models and (through
+//! [`sha256_file`]) bundles. Reads in 1 MiB chunks, checks the cancellation token
+//! between chunks and reports progress after each one.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::Path;
+
+use arcane_report::CancelToken;
+use sha2::{Digest, Sha256};
+
+use crate::Error;
+
+/// The chunk size of every streaming read (large enough to keep the hasher busy).
+pub(crate) const CHUNK: usize = 1 << 20;
+
+/// Hashes the file at `path`, returning its SHA-256 as 64 lowercase hex digits.
+///
+/// `progress(done, total)` is called after every chunk (`total` is the file's size when
+/// hashing started). Returns [`Error::Cancelled`] promptly when `cancel` fires.
+///
+/// ```no_run
+/// # use arcane_report::CancelToken;
+/// let digest = arcane_registry::sha256_file("model.gguf".as_ref(), &CancelToken::new(), &mut |_, _| {})?;
+/// assert_eq!(digest.len(), 64);
+/// # Ok::<(), arcane_registry::Error>(())
+/// ```
+pub fn sha256_file(
+    path: &Path,
+    cancel: &CancelToken,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<String, Error> {
+    let mut file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+    let total = file
+        .metadata()
+        .map_err(|e| Error::io("inspect", path, e))?
+        .len();
+    sha256_reader(&mut file, total, path, cancel, progress)
+}
+
+/// Hashes everything `reader` yields; `total` is only passed through to `progress`, and
+/// `path` only names the source in errors.
+pub fn sha256_reader(
+    reader: &mut dyn Read,
+    total: u64,
+    path: &Path,
+    cancel: &CancelToken,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<String, Error> {
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; CHUNK];
+    let mut done = 0u64;
+    loop {
+        if cancel.is_cancelled() {
+            return Err(Error::cancelled("hashing"));
+        }
+        let n = match reader.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("read", path, e)),
+        };
+        hasher.update(&buffer[..n]);
+        done += n as u64;
+        progress(done, total);
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// Copies `from` to the new file `to` (which must not exist), hashing the bytes on the
+/// way; fsyncs the copy. Returns `(bytes, sha256)`. On error or cancellation the
+/// partial copy is removed.
+pub(crate) fn copy_and_hash(
+    from: &Path,
+    to: &Path,
+    cancel: &CancelToken,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(u64, String), Error> {
+    let result = copy_and_hash_inner(from, to, cancel, progress);
+    if result.is_err() {
+        let _ = std::fs::remove_file(to);
+    }
+    result
+}
+
+fn copy_and_hash_inner(
+    from: &Path,
+    to: &Path,
+    cancel: &CancelToken,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(u64, String), Error> {
+    let mut source = File::open(from).map_err(|e| Error::io("open", from, e))?;
+    let total = source
+        .metadata()
+        .map_err(|e| Error::io("inspect", from, e))?
+        .len();
+    let mut target = File::options()
+        .write(true)
+        .create_new(true)
+        .open(to)
+        .map_err(|e| Error::io("create", to, e))?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; CHUNK];
+    let mut done = 0u64;
+    loop {
+        if cancel.is_cancelled() {
+            return Err(Error::cancelled("copying"));
+        }
+        let n = match source.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("read", from, e)),
+        };
+        hasher.update(&buffer[..n]);
+        target
+            .write_all(&buffer[..n])
+            .map_err(|e| Error::io("write", to, e))?;
+        done += n as u64;
+        progress(done, total);
+    }
+    target.sync_all().map_err(|e| Error::io("sync", to, e))?;
+    Ok((done, hex::encode(hasher.finalize())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_digests() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("abc");
+        std::fs::write(&path, b"abc").unwrap();
+        let mut calls = Vec::new();
+        let digest =
+            sha256_file(&path, &CancelToken::new(), &mut |d, t| calls.push((d, t))).unwrap();
+        assert_eq!(
+            digest,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(calls, vec![(3, 3)]);
+
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, b"").unwrap();
+        assert_eq!(
+            sha256_file(&empty, &CancelToken::new(), &mut |_, _| {}).unwrap(),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+
+    #[test]
+    fn copy_hashes_what_it_writes_and_cleans_up_on_cancel() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = dir.path().join("from");
+        let data: Vec<u8> = (0..(3 * CHUNK + 17)).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&from, &data).unwrap();
+        let to = dir.path().join("to");
+        let (bytes, digest) =
+            copy_and_hash(&from, &to, &CancelToken::new(), &mut |_, _| {}).unwrap();
+        assert_eq!(bytes, data.len() as u64);
+        assert_eq!(std::fs::read(&to).unwrap(), data);
+        assert_eq!(
+            digest,
+            sha256_file(&from, &CancelToken::new(), &mut |_, _| {}).unwrap()
+        );
+
+        let cancel = CancelToken::new();
+        let again = dir.path().join("again");
+        let error = copy_and_hash(&from, &again, &cancel, &mut |done, _| {
+            if done >= CHUNK as u64 {
+                cancel.cancel()
+            }
+        })
+        .unwrap_err();
+        assert!(error.is_cancelled());
+        assert!(!again.exists());
+    }
+}

@@ -1,0 +1,813 @@
+//! [`Registry`]: reading the registry, and the mutations (each under the workspace
+//! operation lock, each atomic).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use arcane_devices::Backend;
+use arcane_report::{CancelToken, Event, EventSink};
+use serde_json::json;
+
+use crate::id::{check_id, check_version, normalize_sha256};
+use crate::store::{self, Document, Staging};
+use crate::types::{is_under, safe_file_name};
+use crate::{archive, download, gguf, hash, probe, progress};
+use crate::{ArchiveOrigin, Engine, Error, Model, Runtime, Source, Storage};
+
+/// The default time limit for `<executable> --version`.
+pub const DEFAULT_VERSION_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Options of [`Registry::add_runtime`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct AddRuntime {
+    /// The engine the executable is.
+    pub engine: Engine,
+    /// The server executable (`llama-server` or `ollama`); made absolute.
+    pub executable: PathBuf,
+    /// The backend it was built for; `None` detects it from its libraries (llama.cpp)
+    /// or records `auto` (Ollama).
+    pub backend: Option<Backend>,
+    /// The id; `None` means the engine's name.
+    pub id: Option<String>,
+    /// The time limit for `--version`.
+    pub version_timeout: Duration,
+}
+
+impl AddRuntime {
+    /// Registers `executable` as `engine` with the defaults.
+    pub fn new(engine: Engine, executable: impl Into<PathBuf>) -> Self {
+        Self {
+            engine,
+            executable: executable.into(),
+            backend: None,
+            id: None,
+            version_timeout: DEFAULT_VERSION_TIMEOUT,
+        }
+    }
+
+    /// Sets the backend.
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// Sets the id.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+}
+
+/// Options of [`Registry::install_runtime`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct InstallRuntime {
+    /// The engine in the archive.
+    pub engine: Engine,
+    /// The archive: a local file or an `http(s)://` URL.
+    pub archive: Source,
+    /// The archive's expected SHA-256 (checked before anything is extracted).
+    pub sha256: String,
+    /// The version tag; `None` takes it from the executable's `--version`.
+    pub version: Option<String>,
+    /// The backend the archive was built for; `None` means `cpu` (`metal` on macOS),
+    /// and then the id and directory carry no backend suffix.
+    pub backend: Option<Backend>,
+    /// The id; `None` means `<engine>-<version>[-<backend>]`.
+    pub id: Option<String>,
+    /// The time limit for `--version`.
+    pub version_timeout: Duration,
+}
+
+impl InstallRuntime {
+    /// Installs `engine` from `archive`, which must hash to `sha256`.
+    pub fn new(engine: Engine, archive: Source, sha256: impl Into<String>) -> Self {
+        Self {
+            engine,
+            archive,
+            sha256: sha256.into(),
+            version: None,
+            backend: None,
+            id: None,
+            version_timeout: DEFAULT_VERSION_TIMEOUT,
+        }
+    }
+
+    /// Sets the version tag.
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = Some(version.into());
+        self
+    }
+
+    /// Sets the backend.
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// Sets the id.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+}
+
+/// Options of [`Registry::add_model`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct AddModel {
+    /// The id.
+    pub id: String,
+    /// A local GGUF file or an `http(s)://` URL.
+    pub source: Source,
+    /// The expected SHA-256: required for a URL, checked when given for a file.
+    pub sha256: Option<String>,
+}
+
+impl AddModel {
+    /// Adds the local file `path` as `id`.
+    pub fn file(id: impl Into<String>, path: impl Into<PathBuf>) -> Self {
+        Self {
+            id: id.into(),
+            source: Source::File(path.into()),
+            sha256: None,
+        }
+    }
+
+    /// Downloads `url` as `id`, verifying it against `sha256`.
+    pub fn url(id: impl Into<String>, url: impl Into<String>, sha256: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            source: Source::Url(url.into()),
+            sha256: Some(sha256.into()),
+        }
+    }
+
+    /// Sets the expected SHA-256.
+    pub fn sha256(mut self, sha256: impl Into<String>) -> Self {
+        self.sha256 = Some(sha256.into());
+        self
+    }
+}
+
+/// Options of the workspace lock the mutations take.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LockSettings {
+    /// How long to wait for another operation to release the lock.
+    pub wait: Duration,
+}
+
+impl Default for LockSettings {
+    fn default() -> Self {
+        Self {
+            wait: Duration::from_secs(600),
+        }
+    }
+}
+
+/// The runtime and model registry of one workspace (`<workspace>/.arcane/`).
+#[derive(Debug, Clone)]
+pub struct Registry {
+    workspace: PathBuf,
+    lock: LockSettings,
+}
+
+impl Registry {
+    /// The registry of `workspace` (the directory holding `.arcane/`). Does no I/O.
+    pub fn new(workspace: &Path) -> Registry {
+        Registry {
+            workspace: workspace.to_path_buf(),
+            lock: LockSettings::default(),
+        }
+    }
+
+    /// Changes how mutations wait for the workspace lock.
+    pub fn with_lock_settings(mut self, settings: LockSettings) -> Registry {
+        self.lock = settings;
+        self
+    }
+
+    /// The workspace root.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    /// `<workspace>/.arcane/registry.json`.
+    pub fn file(&self) -> PathBuf {
+        self.state_dir().join("registry.json")
+    }
+
+    /// `<workspace>/.arcane/runtimes`: installed runtimes, `<engine>/<version>[-<backend>]/`.
+    pub fn runtimes_dir(&self) -> PathBuf {
+        self.state_dir().join("runtimes")
+    }
+
+    /// `<workspace>/.arcane/models`: model files, `<id>/<file name>`.
+    pub fn models_dir(&self) -> PathBuf {
+        self.state_dir().join("models")
+    }
+
+    fn state_dir(&self) -> PathBuf {
+        self.workspace.join(".arcane")
+    }
+
+    fn load(&self) -> Result<Document, Error> {
+        store::load(&self.workspace, &self.file())
+    }
+
+    fn save(&self, document: &Document) -> Result<(), Error> {
+        store::save(&self.workspace, &self.file(), document)
+    }
+
+    /// Every registered runtime, in registration order.
+    pub fn runtimes(&self) -> Result<Vec<Runtime>, Error> {
+        Ok(self.load()?.runtimes)
+    }
+
+    /// The runtime `id`; [`Error::RuntimeNotFound`] names it and lists the known ids.
+    pub fn runtime(&self, id: &str) -> Result<Runtime, Error> {
+        let runtimes = self.runtimes()?;
+        find_runtime(&runtimes, id).cloned()
+    }
+
+    /// The runtime to use for `engine` when none is named: the one whose id is the
+    /// engine's name, else the only runtime of that engine.
+    pub fn default_runtime(&self, engine: Engine) -> Result<Runtime, Error> {
+        let runtimes = self.runtimes()?;
+        if let Some(runtime) = runtimes
+            .iter()
+            .find(|r| r.id == engine.as_str() && r.engine == engine)
+        {
+            return Ok(runtime.clone());
+        }
+        let candidates: Vec<&Runtime> = runtimes.iter().filter(|r| r.engine == engine).collect();
+        match candidates.as_slice() {
+            [] => Err(Error::NoRuntimeForEngine {
+                engine: engine.to_string(),
+            }),
+            [only] => Ok((*only).clone()),
+            many => Err(Error::AmbiguousRuntime {
+                engine: engine.to_string(),
+                candidates: many.iter().map(|r| r.id.clone()).collect(),
+            }),
+        }
+    }
+
+    /// Every registered model, in registration order.
+    pub fn models(&self) -> Result<Vec<Model>, Error> {
+        Ok(self.load()?.models)
+    }
+
+    /// The model `id`; [`Error::ModelNotFound`] names it and lists the known ids.
+    pub fn model(&self, id: &str) -> Result<Model, Error> {
+        let models = self.models()?;
+        models
+            .iter()
+            .find(|m| m.id == id)
+            .cloned()
+            .ok_or_else(|| Error::ModelNotFound {
+                id: id.to_string(),
+                known: models.iter().map(|m| m.id.clone()).collect(),
+            })
+    }
+
+    /// Runs `f` holding the workspace operation lock as `operation`, after removing
+    /// what crashed operations left behind.
+    fn locked<T>(
+        &self,
+        operation: &'static str,
+        events: &dyn EventSink,
+        cancel: &CancelToken,
+        f: impl FnOnce() -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let options = arcane_lock::AcquireOptions::new(operation)?
+            .wait(self.lock.wait)
+            .cancel(cancel.clone());
+        std::fs::create_dir_all(&self.workspace)
+            .map_err(|e| Error::io("create", &self.workspace, e))?;
+        let lock = arcane_lock::WorkspaceLock::acquire(&self.workspace, &options, events)?;
+        store::sweep(&self.models_dir());
+        store::sweep(&self.runtimes_dir());
+        let result = f();
+        let released = lock.release_with_events(events);
+        let value = result?;
+        released?;
+        Ok(value)
+    }
+
+    /// Registers an existing executable after checking it runs (`--version`), recording
+    /// its version, backend and library directories. Holds the lock as `runtime-add`.
+    ///
+    /// Emits `registry.runtime.probing` `{executable}` and `registry.runtime.added` `{runtime}`.
+    pub fn add_runtime(
+        &self,
+        options: &AddRuntime,
+        events: &dyn EventSink,
+        cancel: &CancelToken,
+    ) -> Result<Runtime, Error> {
+        let id = options
+            .id
+            .clone()
+            .unwrap_or_else(|| options.engine.as_str().to_string());
+        check_id("runtime", &id)?;
+        let executable = std::path::absolute(&options.executable)
+            .map_err(|e| Error::io("resolve", &options.executable, e))?;
+        let executable =
+            std::fs::canonicalize(&executable).map_err(|source| Error::ExecutableDoesNotRun {
+                executable: executable.clone(),
+                source,
+            })?;
+        if !executable.is_file() {
+            return Err(Error::ExecutableDoesNotRun {
+                executable,
+                source: std::io::Error::other("it is not a file"),
+            });
+        }
+        // Fail fast, before the lock, on an id that is plainly taken.
+        if self.runtimes()?.iter().any(|r| r.id == id) {
+            return Err(Error::RuntimeExists { id });
+        }
+        let library_dirs = archive::library_dirs(&executable);
+        events.emit(Event::new(
+            "registry.runtime.probing",
+            json!({"executable": executable}),
+        ));
+        let probed = probe::probe(
+            options.engine,
+            &executable,
+            &library_dirs,
+            options.version_timeout,
+            cancel,
+        )?;
+        let backend = options
+            .backend
+            .unwrap_or_else(|| detect_backend(options.engine, &library_dirs));
+        let runtime = Runtime {
+            id: id.clone(),
+            engine: options.engine,
+            version: probed.version,
+            build_info: Some(probed.build_info),
+            backend,
+            executable,
+            library_dirs,
+            installed: false,
+            root: None,
+            archive: None,
+            added_at: arcane_report::time::now_rfc3339(),
+        };
+        self.locked("runtime-add", events, cancel, || {
+            let mut document = self.load()?;
+            if document.runtimes.iter().any(|r| r.id == id) {
+                return Err(Error::RuntimeExists { id: id.clone() });
+            }
+            document.runtimes.push(runtime.clone());
+            self.save(&document)
+        })?;
+        events.emit(Event::new(
+            "registry.runtime.added",
+            json!({"runtime": runtime}),
+        ));
+        Ok(runtime)
+    }
+
+    /// Installs a release archive into `.arcane/runtimes/<engine>/<version>[-<backend>]/`
+    /// and registers it. Holds the lock as `runtime-install`.
+    ///
+    /// The archive's SHA-256 is checked before anything is extracted; extraction follows
+    /// the rules of the `archive` module; everything happens in a staging directory
+    /// inside `.arcane/runtimes/` that is renamed into place at the end, so a failed or
+    /// cancelled install leaves nothing behind and an earlier install is never
+    /// overwritten. Emits `download.*` events for a URL, `registry.hash.progress` for a
+    /// file, then `registry.runtime.extracting`, `registry.runtime.probing` and
+    /// `registry.runtime.installed` `{runtime}`.
+    pub fn install_runtime(
+        &self,
+        options: &InstallRuntime,
+        events: &dyn EventSink,
+        cancel: &CancelToken,
+    ) -> Result<Runtime, Error> {
+        let expected = normalize_sha256(&options.sha256)?;
+        if let Some(version) = &options.version {
+            check_version(version)?;
+        }
+        if let Some(id) = &options.id {
+            check_id("runtime", id)?;
+        }
+        let backend = options.backend.unwrap_or(if cfg!(target_os = "macos") {
+            Backend::Metal
+        } else {
+            Backend::Cpu
+        });
+        let label = options.archive.display();
+        let archive_source = match &options.archive {
+            Source::File(path) => {
+                Source::File(std::path::absolute(path).map_err(|e| Error::io("resolve", path, e))?)
+            }
+            url => url.clone(),
+        };
+        let names = |version: &str| {
+            let dir_name = match options.backend {
+                Some(b) => format!("{version}-{b}"),
+                None => version.to_string(),
+            };
+            let id = options
+                .id
+                .clone()
+                .unwrap_or_else(|| format!("{}-{dir_name}", options.engine.as_str()));
+            (dir_name, id)
+        };
+        let engine_dir = self.runtimes_dir().join(options.engine.as_str());
+        // Fail fast, before the lock and the download, when the version is known.
+        if let Some(version) = &options.version {
+            let (dir_name, id) = names(version);
+            check_id("runtime", &id)?;
+            if self.runtimes()?.iter().any(|r| r.id == id) {
+                return Err(Error::RuntimeExists { id });
+            }
+            if engine_dir.join(&dir_name).exists() {
+                return Err(Error::DestinationExists {
+                    path: engine_dir.join(dir_name),
+                });
+            }
+        }
+        let runtime = self.locked("runtime-install", events, cancel, || {
+            let staging = Staging::create(&self.runtimes_dir(), "install")?;
+            // 1. Get the archive's bytes and check their digest.
+            let (mut file, actual) = match &archive_source {
+                Source::Url(url) => {
+                    let path = staging.path().join("archive");
+                    let (_, actual) = download::download(url, &path, events, cancel)?;
+                    let file =
+                        std::fs::File::open(&path).map_err(|e| Error::io("open", &path, e))?;
+                    (file, actual)
+                }
+                Source::File(path) => {
+                    let mut file =
+                        std::fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
+                    let total = file
+                        .metadata()
+                        .map_err(|e| Error::io("inspect", path, e))?
+                        .len();
+                    let mut report = progress::hash_reporter(events, path, "verify");
+                    let actual = hash::sha256_reader(&mut file, total, path, cancel, &mut report)?;
+                    (file, actual)
+                }
+            };
+            if actual != expected {
+                return Err(Error::IntegrityFailed {
+                    subject: label.clone(),
+                    expected: expected.clone(),
+                    actual,
+                });
+            }
+            // 2. Extract it into the staging directory.
+            let root = staging.path().join("root");
+            std::fs::create_dir(&root).map_err(|e| Error::io("create", &root, e))?;
+            events.emit(Event::new(
+                "registry.runtime.extracting",
+                json!({"archive": label, "destination": root}),
+            ));
+            archive::extract(&mut file, &label, &root, cancel)?;
+            drop(file);
+            // 3. Find the server and check it runs.
+            let name = options.engine.executable_name();
+            let staged_executable = archive::find_executable(&root, name).ok_or_else(|| {
+                Error::ExecutableNotInArchive {
+                    archive: label.clone(),
+                    name: name.to_string(),
+                }
+            })?;
+            make_executable(&staged_executable)?;
+            let staged_libraries = archive::library_dirs(&staged_executable);
+            events.emit(Event::new(
+                "registry.runtime.probing",
+                json!({"executable": staged_executable}),
+            ));
+            let probed = probe::probe(
+                options.engine,
+                &staged_executable,
+                &staged_libraries,
+                options.version_timeout,
+                cancel,
+            )?;
+            let version = match &options.version {
+                Some(version) => version.clone(),
+                None => {
+                    check_version(&probed.version)?;
+                    probed.version.clone()
+                }
+            };
+            let (dir_name, id) = names(&version);
+            check_id("runtime", &id)?;
+            // 4. Move it into place, never over an earlier install.
+            let mut document = self.load()?;
+            if document.runtimes.iter().any(|r| r.id == id) {
+                return Err(Error::RuntimeExists { id });
+            }
+            let destination = engine_dir.join(&dir_name);
+            if std::fs::symlink_metadata(&destination).is_ok() {
+                return Err(Error::DestinationExists { path: destination });
+            }
+            std::fs::create_dir_all(&engine_dir)
+                .map_err(|e| Error::io("create", &engine_dir, e))?;
+            let relative_executable = staged_executable
+                .strip_prefix(&root)
+                .unwrap_or(&staged_executable)
+                .to_path_buf();
+            let relative_libraries: Vec<PathBuf> = staged_libraries
+                .iter()
+                .map(|d| {
+                    let canonical_root =
+                        std::fs::canonicalize(&root).unwrap_or_else(|_| root.clone());
+                    d.strip_prefix(&canonical_root).unwrap_or(d).to_path_buf()
+                })
+                .collect();
+            std::fs::rename(&root, &destination).map_err(|e| Error::io("rename", &root, e))?;
+            let runtime = Runtime {
+                id,
+                engine: options.engine,
+                version,
+                build_info: Some(probed.build_info),
+                backend,
+                executable: destination.join(relative_executable),
+                library_dirs: relative_libraries
+                    .iter()
+                    .map(|d| destination.join(d))
+                    .collect(),
+                installed: true,
+                root: Some(destination.clone()),
+                archive: Some(ArchiveOrigin {
+                    location: label.clone(),
+                    sha256: expected.clone(),
+                }),
+                added_at: arcane_report::time::now_rfc3339(),
+            };
+            document.runtimes.push(runtime.clone());
+            let saved = store::sync_dir(&engine_dir).and_then(|()| self.save(&document));
+            if let Err(error) = saved {
+                let _ = store::remove_tree(&destination);
+                return Err(error);
+            }
+            drop(staging);
+            Ok(runtime)
+        })?;
+        events.emit(Event::new(
+            "registry.runtime.installed",
+            json!({"runtime": runtime}),
+        ));
+        Ok(runtime)
+    }
+
+    /// Unregisters the runtime `id`; an installed runtime's directory is deleted too
+    /// (an external executable is left alone). Holds the lock as `runtime-remove`.
+    /// Emits `registry.runtime.removed` `{runtime}`.
+    pub fn remove_runtime(
+        &self,
+        id: &str,
+        events: &dyn EventSink,
+        cancel: &CancelToken,
+    ) -> Result<Runtime, Error> {
+        let runtime = self.locked("runtime-remove", events, cancel, || {
+            let mut document = self.load()?;
+            let runtime = find_runtime(&document.runtimes, id)?.clone();
+            document.runtimes.retain(|r| r.id != id);
+            let owned_root = runtime
+                .root
+                .clone()
+                .filter(|root| runtime.installed && is_under(root, &self.runtimes_dir()));
+            self.remove_with_record(owned_root.as_deref(), &self.runtimes_dir(), id, &document)?;
+            Ok(runtime)
+        })?;
+        events.emit(Event::new(
+            "registry.runtime.removed",
+            json!({"runtime": runtime}),
+        ));
+        Ok(runtime)
+    }
+
+    /// Moves `dir` (if any) to the trash, saves `document`, then deletes the trash; if
+    /// saving fails the directory is moved back.
+    fn remove_with_record(
+        &self,
+        dir: Option<&Path>,
+        trash_in: &Path,
+        label: &str,
+        document: &Document,
+    ) -> Result<(), Error> {
+        let trashed = match dir.filter(|d| std::fs::symlink_metadata(d).is_ok()) {
+            Some(dir) => {
+                let trash = store::trash_path(trash_in, label);
+                std::fs::rename(dir, &trash).map_err(|e| Error::io("move", dir, e))?;
+                Some((dir.to_path_buf(), trash))
+            }
+            None => None,
+        };
+        if let Err(error) = self.save(document) {
+            if let Some((dir, trash)) = &trashed {
+                let _ = std::fs::rename(trash, dir);
+            }
+            return Err(error);
+        }
+        if let Some((_, trash)) = trashed {
+            // A failure here leaves only a `.trash-*` entry, swept by the next operation.
+            let _ = store::remove_tree(&trash);
+        }
+        Ok(())
+    }
+
+    /// Adds a GGUF model: checks its magic, version and metadata, stores it in
+    /// `.arcane/models/<id>/` (hard link on the same file system, else a copy; or a
+    /// download verified against its SHA-256) and registers it with its size and
+    /// SHA-256. Holds the lock as `model-add`.
+    ///
+    /// Emits `registry.hash.progress` (file) or `download.*` (URL) events, then
+    /// `registry.model.added` `{model}`.
+    pub fn add_model(
+        &self,
+        options: &AddModel,
+        events: &dyn EventSink,
+        cancel: &CancelToken,
+    ) -> Result<Model, Error> {
+        check_id("model", &options.id)?;
+        let expected = options
+            .sha256
+            .as_deref()
+            .map(normalize_sha256)
+            .transpose()?;
+        let source = match &options.source {
+            Source::File(path) => {
+                let path = std::path::absolute(path).map_err(|e| Error::io("resolve", path, e))?;
+                // Refuse a non-GGUF file before anything else.
+                gguf::read_gguf(&path)?;
+                Source::File(path)
+            }
+            Source::Url(url) => {
+                if expected.is_none() {
+                    return Err(Error::MissingDigest { url: url.clone() });
+                }
+                Source::Url(url.clone())
+            }
+        };
+        let id = options.id.as_str();
+        if self.models()?.iter().any(|m| m.id == id) {
+            return Err(Error::ModelExists { id: id.to_string() });
+        }
+        let label = source.display();
+        let model = self.locked("model-add", events, cancel, || {
+            let mut document = self.load()?;
+            if document.models.iter().any(|m| m.id == id) {
+                return Err(Error::ModelExists { id: id.to_string() });
+            }
+            let destination = self.models_dir().join(id);
+            if std::fs::symlink_metadata(&destination).is_ok() {
+                return Err(Error::DestinationExists { path: destination });
+            }
+            let staging = Staging::create(&self.models_dir(), id)?;
+            let file_name = safe_file_name(source.file_name());
+            let staged = staging.path().join(&file_name);
+            let (storage, actual) = match &source {
+                Source::File(path) => match std::fs::hard_link(path, &staged) {
+                    Ok(()) => {
+                        let mut report = progress::hash_reporter(events, path, "hash");
+                        (
+                            Storage::HardLink,
+                            hash::sha256_file(&staged, cancel, &mut report)?,
+                        )
+                    }
+                    Err(_) => {
+                        let mut report = progress::hash_reporter(events, path, "copy");
+                        (
+                            Storage::Copy,
+                            hash::copy_and_hash(path, &staged, cancel, &mut report)?.1,
+                        )
+                    }
+                },
+                Source::Url(url) => (
+                    Storage::Download,
+                    download::download(url, &staged, events, cancel)?.1,
+                ),
+            };
+            if let Some(expected) = &expected {
+                if &actual != expected {
+                    return Err(Error::IntegrityFailed {
+                        subject: label.clone(),
+                        expected: expected.clone(),
+                        actual,
+                    });
+                }
+            }
+            let info = gguf::read_gguf(&staged).map_err(|error| match error {
+                // Name the source, not the staging file, in the error.
+                Error::ModelInvalid { reason, found, .. } => Error::ModelInvalid {
+                    path: PathBuf::from(&label),
+                    reason,
+                    found,
+                },
+                other => other,
+            })?;
+            let size = std::fs::metadata(&staged)
+                .map_err(|e| Error::io("inspect", &staged, e))?
+                .len();
+            std::fs::rename(staging.path(), &destination)
+                .map_err(|e| Error::io("rename", staging.path(), e))?;
+            staging.keep();
+            let model = Model {
+                id: id.to_string(),
+                path: destination.join(&file_name),
+                size,
+                sha256: actual,
+                gguf: info,
+                source: label.clone(),
+                storage,
+                added_at: arcane_report::time::now_rfc3339(),
+            };
+            document.models.push(model.clone());
+            let saved = store::sync_dir(&self.models_dir()).and_then(|()| self.save(&document));
+            if let Err(error) = saved {
+                let _ = store::remove_tree(&destination);
+                return Err(error);
+            }
+            Ok(model)
+        })?;
+        events.emit(Event::new("registry.model.added", json!({"model": model})));
+        Ok(model)
+    }
+
+    /// Unregisters the model `id` and deletes its directory under `.arcane/models/`.
+    /// Holds the lock as `model-remove`. Emits `registry.model.removed` `{model}`.
+    pub fn remove_model(
+        &self,
+        id: &str,
+        events: &dyn EventSink,
+        cancel: &CancelToken,
+    ) -> Result<Model, Error> {
+        let model = self.locked("model-remove", events, cancel, || {
+            let mut document = self.load()?;
+            let Some(model) = document.models.iter().find(|m| m.id == id).cloned() else {
+                return Err(Error::ModelNotFound {
+                    id: id.to_string(),
+                    known: document.models.iter().map(|m| m.id.clone()).collect(),
+                });
+            };
+            document.models.retain(|m| m.id != id);
+            let dir = model
+                .path
+                .parent()
+                .filter(|d| is_under(d, &self.models_dir()))
+                .map(Path::to_path_buf);
+            self.remove_with_record(dir.as_deref(), &self.models_dir(), id, &document)?;
+            Ok(model)
+        })?;
+        events.emit(Event::new(
+            "registry.model.removed",
+            json!({"model": model}),
+        ));
+        Ok(model)
+    }
+}
+
+fn find_runtime<'a>(runtimes: &'a [Runtime], id: &str) -> Result<&'a Runtime, Error> {
+    runtimes
+        .iter()
+        .find(|r| r.id == id)
+        .ok_or_else(|| Error::RuntimeNotFound {
+            id: id.to_string(),
+            known: runtimes.iter().map(|r| r.id.clone()).collect(),
+        })
+}
+
+/// The backend a llama.cpp build was made for, from the ggml backend libraries next to
+/// it (`libggml-cuda.so`, …); `cpu` when none is found. Ollama chooses its own: `auto`.
+fn detect_backend(engine: Engine, library_dirs: &[PathBuf]) -> Backend {
+    if engine == Engine::Ollama {
+        return Backend::Auto;
+    }
+    let names: Vec<String> = library_dirs
+        .iter()
+        .flat_map(|d| archive::library_names(d))
+        .collect();
+    let has = |needle: &str| names.iter().any(|n| n.contains(needle));
+    if has("ggml-cuda") {
+        Backend::Cuda
+    } else if has("ggml-vulkan") {
+        Backend::Vulkan
+    } else if has("ggml-metal") || cfg!(target_os = "macos") {
+        Backend::Metal
+    } else {
+        Backend::Cpu
+    }
+}
+
+#[cfg(unix)]
+fn make_executable(path: &Path) -> Result<(), Error> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| Error::io("set permissions of", path, e))
+}
+
+#[cfg(not(unix))]
+fn make_executable(_path: &Path) -> Result<(), Error> {
+    Ok(())
+}

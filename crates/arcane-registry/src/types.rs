@@ -1,0 +1,314 @@
+//! The records the registry keeps: [`Runtime`], [`Model`] and their parts. They are
+//! serialized (camelCase) both in `.arcane/registry.json` and in `--output json`.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use arcane_devices::Backend;
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, GgufInfo};
+
+/// An inference engine Arcane can run. Serialized as `"llama.cpp"` or `"ollama"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Engine {
+    /// llama.cpp's `llama-server`.
+    #[serde(rename = "llama.cpp")]
+    LlamaCpp,
+    /// Ollama's `ollama serve`.
+    #[serde(rename = "ollama")]
+    Ollama,
+}
+
+impl Engine {
+    /// Both engines.
+    pub const ALL: [Engine; 2] = [Engine::LlamaCpp, Engine::Ollama];
+
+    /// The engine's name, also the default runtime id: `llama.cpp` or `ollama`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::LlamaCpp => "llama.cpp",
+            Engine::Ollama => "ollama",
+        }
+    }
+
+    /// The file name of the engine's server executable in an archive.
+    pub fn executable_name(self) -> &'static str {
+        match self {
+            Engine::LlamaCpp => "llama-server",
+            Engine::Ollama => "ollama",
+        }
+    }
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Engine {
+    type Err = Error;
+
+    /// Parses `llama.cpp` (also `llama-cpp`, `llamacpp`) or `ollama`; the error names the value.
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "llama.cpp" | "llama-cpp" | "llamacpp" => Ok(Engine::LlamaCpp),
+            "ollama" => Ok(Engine::Ollama),
+            _ => Err(Error::UnknownEngine {
+                value: value.to_string(),
+            }),
+        }
+    }
+}
+
+/// Where an installed runtime's archive came from, and the digest it was checked against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveOrigin {
+    /// The archive's path or URL, as given.
+    pub location: String,
+    /// The archive's SHA-256 (verified before extraction).
+    pub sha256: String,
+}
+
+/// A registered engine runtime: an executable Arcane can start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Runtime {
+    /// The registry id (`llama.cpp`, `ollama`, `llama.cpp-b4500-cuda`, …).
+    pub id: String,
+    /// Which engine it is.
+    pub engine: Engine,
+    /// The engine version: `b<build>` for llama.cpp (its release tag), the release for
+    /// Ollama, or the `--version` given at install.
+    pub version: String,
+    /// The line of `--version` output the version came from (e.g. `version: 4500 (adef0123)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_info: Option<String>,
+    /// The compute backend the runtime was built for (`auto` when unknown, as for Ollama).
+    pub backend: Backend,
+    /// The server executable (absolute).
+    pub executable: PathBuf,
+    /// Directories holding the runtime's shared libraries (prepend to `LD_LIBRARY_PATH`).
+    #[serde(default)]
+    pub library_dirs: Vec<PathBuf>,
+    /// Whether Arcane installed it under `.arcane/runtimes/` (and removes it with the record).
+    pub installed: bool,
+    /// The install directory, for installed runtimes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<PathBuf>,
+    /// The verified archive it was installed from, for installed runtimes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<ArchiveOrigin>,
+    /// When it was registered (RFC 3339 UTC).
+    pub added_at: String,
+}
+
+impl Runtime {
+    /// The value for `LD_LIBRARY_PATH` (`DYLD_LIBRARY_PATH` on macOS) that lets the
+    /// executable find its libraries, with `inherited` (the caller's current value)
+    /// appended; `None` when the runtime has no library directories.
+    pub fn library_path(&self, inherited: Option<&std::ffi::OsStr>) -> Option<OsString> {
+        library_path(&self.library_dirs, inherited)
+    }
+
+    /// The name of the dynamic loader's search-path variable on this platform.
+    pub fn library_path_variable() -> &'static str {
+        if cfg!(target_os = "macos") {
+            "DYLD_LIBRARY_PATH"
+        } else {
+            "LD_LIBRARY_PATH"
+        }
+    }
+}
+
+pub(crate) fn library_path(
+    dirs: &[PathBuf],
+    inherited: Option<&std::ffi::OsStr>,
+) -> Option<OsString> {
+    if dirs.is_empty() {
+        return None;
+    }
+    let mut parts: Vec<PathBuf> = dirs.to_vec();
+    if let Some(inherited) = inherited.filter(|v| !v.is_empty()) {
+        parts.extend(std::env::split_paths(inherited));
+    }
+    std::env::join_paths(parts).ok()
+}
+
+/// How a model's file came into `.arcane/models/<id>/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Storage {
+    /// A hard link to the source file (same file system; no extra space used).
+    HardLink,
+    /// A copy of the source file.
+    Copy,
+    /// Downloaded from a URL and verified against its SHA-256.
+    Download,
+}
+
+/// A registered GGUF model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Model {
+    /// The registry id (`smollm2-135m`, …).
+    pub id: String,
+    /// The model file (absolute), `<workspace>/.arcane/models/<id>/<file name>`.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its SHA-256, 64 lowercase hex digits.
+    pub sha256: String,
+    /// What its GGUF header says.
+    pub gguf: GgufInfo,
+    /// The path or URL it was added from.
+    pub source: String,
+    /// How the file was stored.
+    pub storage: Storage,
+    /// When it was registered (RFC 3339 UTC).
+    pub added_at: String,
+}
+
+impl Model {
+    /// The model file's name.
+    pub fn file_name(&self) -> Option<&str> {
+        self.path.file_name().and_then(|n| n.to_str())
+    }
+}
+
+/// A file on this machine or an `http(s)://` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A local file.
+    File(PathBuf),
+    /// An `http://` or `https://` URL.
+    Url(String),
+}
+
+impl Source {
+    /// `http://…` and `https://…` are URLs; any other `scheme://` is refused; the rest is a path.
+    pub fn parse(value: &str) -> Result<Source, Error> {
+        let lower = value.to_ascii_lowercase();
+        if lower.starts_with("http://") || lower.starts_with("https://") {
+            Ok(Source::Url(value.to_string()))
+        } else if lower.contains("://") {
+            Err(Error::InvalidUrl {
+                url: value.to_string(),
+            })
+        } else {
+            Ok(Source::File(PathBuf::from(value)))
+        }
+    }
+
+    /// The path or URL as text.
+    pub fn display(&self) -> String {
+        match self {
+            Source::File(path) => path.display().to_string(),
+            Source::Url(url) => url.clone(),
+        }
+    }
+
+    /// The last path segment (a file name) of the path or URL, if any.
+    pub(crate) fn file_name(&self) -> Option<String> {
+        match self {
+            Source::File(path) => path.file_name().map(|n| n.to_string_lossy().into_owned()),
+            Source::Url(url) => {
+                let path = url.split(['?', '#']).next().unwrap_or("");
+                let after_scheme = path.split_once("://").map(|(_, rest)| rest).unwrap_or(path);
+                let (_, path) = after_scheme.split_once('/')?;
+                path.rsplit('/')
+                    .next()
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+            }
+        }
+    }
+}
+
+/// Makes a file name safe for `.arcane/models/<id>/`: keeps `[A-Za-z0-9._-]`, replaces
+/// anything else with `_`, never starts with `.`; falls back to `model.gguf`.
+pub(crate) fn safe_file_name(name: Option<String>) -> String {
+    let cleaned: String = name
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let cleaned = cleaned.trim_start_matches('.').to_string();
+    if cleaned.is_empty() {
+        "model.gguf".to_string()
+    } else {
+        cleaned
+    }
+}
+
+/// Whether `path` lies under `dir` (lexically).
+pub(crate) fn is_under(path: &Path, dir: &Path) -> bool {
+    path.starts_with(dir) && path != dir
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engines_parse_and_serialize_by_name() {
+        assert_eq!("llama.cpp".parse::<Engine>().unwrap(), Engine::LlamaCpp);
+        assert_eq!("Ollama".parse::<Engine>().unwrap(), Engine::Ollama);
+        assert!(
+            matches!("vllm".parse::<Engine>(), Err(Error::UnknownEngine { value }) if value == "vllm")
+        );
+        assert_eq!(
+            serde_json::to_string(&Engine::LlamaCpp).unwrap(),
+            "\"llama.cpp\""
+        );
+        assert_eq!(
+            serde_json::from_str::<Engine>("\"ollama\"").unwrap(),
+            Engine::Ollama
+        );
+        for engine in Engine::ALL {
+            assert_eq!(engine.to_string().parse::<Engine>().unwrap(), engine);
+        }
+    }
+
+    #[test]
+    fn sources_and_file_names() {
+        assert_eq!(
+            Source::parse("https://h/x/m.gguf?d=1")
+                .unwrap()
+                .file_name()
+                .as_deref(),
+            Some("m.gguf")
+        );
+        assert_eq!(Source::parse("http://h").unwrap().file_name(), None);
+        assert_eq!(
+            Source::parse("/a/b.gguf").unwrap(),
+            Source::File("/a/b.gguf".into())
+        );
+        assert!(matches!(
+            Source::parse("ftp://h/x"),
+            Err(Error::InvalidUrl { .. })
+        ));
+        assert_eq!(
+            safe_file_name(Some("..evil name?.gguf".into())),
+            "evil_name_.gguf"
+        );
+        assert_eq!(safe_file_name(None), "model.gguf");
+    }
+
+    #[test]
+    fn library_path_prepends_the_runtime_dirs() {
+        let joined = library_path(&["/r/lib".into()], Some("/usr/lib".as_ref())).unwrap();
+        assert_eq!(joined, OsString::from("/r/lib:/usr/lib"));
+        assert_eq!(library_path(&[], Some("/usr/lib".as_ref())), None);
+    }
+}
