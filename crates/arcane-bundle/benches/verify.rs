@@ -15,7 +15,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use arcane_bundle::manifest::{AppInfo, Builder, FileEntry, LaunchDefaults, Manifest, Target, MANIFEST_NAME};
+use arcane_bundle::manifest::{
+    AppInfo, Builder, FileEntry, LaunchDefaults, Manifest, Target, MANIFEST_NAME,
+};
 use arcane_bundle::{verify, VerifyOptions};
 use arcane_report::{CancelToken, NullSink};
 use sha2::{Digest, Sha256};
@@ -28,7 +30,14 @@ fn main() {
     let dir = tempfile::tempdir().expect("temporary directory");
     let root = dir.path().join("bundle");
     let paths = write_bundle(&root);
-    let total: u64 = paths.iter().map(|p| std::fs::metadata(root.join(p)).map(|m| m.len()).unwrap_or(0)).sum();
+    let total: u64 = paths
+        .iter()
+        .map(|p| {
+            std::fs::metadata(root.join(p))
+                .map(|m| m.len())
+                .unwrap_or(0)
+        })
+        .sum();
 
     // Warm the page cache so both sides read from memory.
     sha256sum(&root, &paths);
@@ -36,12 +45,32 @@ fn main() {
     let baseline = best(|| sha256sum(&root, &paths));
     let one = best(|| run_verify(&root, 1));
     let all = best(|| run_verify(&root, 0));
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let rate = |d: Duration| total as f64 / d.as_secs_f64() / (1 << 20) as f64;
-    println!("bundle verify benchmark: {} files, {} MiB, {cores} cores", paths.len(), total >> 20);
-    println!("  sha256sum            {:>8.1} ms  {:>8.1} MiB/s", baseline.as_secs_f64() * 1e3, rate(baseline));
-    println!("  verify (1 thread)    {:>8.1} ms  {:>8.1} MiB/s  ratio {:.2}x", one.as_secs_f64() * 1e3, rate(one), baseline.as_secs_f64() / one.as_secs_f64());
-    println!("  verify (all cores)   {:>8.1} ms  {:>8.1} MiB/s  ratio {:.2}x (target >= 1.5x)", all.as_secs_f64() * 1e3, rate(all), baseline.as_secs_f64() / all.as_secs_f64());
+    println!(
+        "bundle verify benchmark: {} files, {} MiB, {cores} cores",
+        paths.len(),
+        total >> 20
+    );
+    println!(
+        "  sha256sum            {:>8.1} ms  {:>8.1} MiB/s",
+        baseline.as_secs_f64() * 1e3,
+        rate(baseline)
+    );
+    println!(
+        "  verify (1 thread)    {:>8.1} ms  {:>8.1} MiB/s  ratio {:.2}x",
+        one.as_secs_f64() * 1e3,
+        rate(one),
+        baseline.as_secs_f64() / one.as_secs_f64()
+    );
+    println!(
+        "  verify (all cores)   {:>8.1} ms  {:>8.1} MiB/s  ratio {:.2}x (target >= 1.5x)",
+        all.as_secs_f64() * 1e3,
+        rate(all),
+        baseline.as_secs_f64() / all.as_secs_f64()
+    );
 }
 
 fn best(mut f: impl FnMut()) -> Duration {
@@ -65,7 +94,12 @@ fn run_verify(root: &Path, threads: usize) {
 }
 
 fn sha256sum(root: &Path, paths: &[String]) {
-    let status = Command::new("sha256sum").current_dir(root).args(paths).stdout(std::process::Stdio::null()).status().expect("run sha256sum");
+    let status = Command::new("sha256sum")
+        .current_dir(root)
+        .args(paths)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run sha256sum");
     assert!(status.success());
 }
 
@@ -75,8 +109,17 @@ fn write_bundle(root: &Path) -> Vec<String> {
         let full = root.join(path);
         std::fs::create_dir_all(full.parent().expect("parent")).expect("create directory");
         std::fs::write(&full, content).expect("write file");
-        std::fs::set_permissions(&full, std::fs::Permissions::from_mode(if exec { 0o755 } else { 0o644 })).expect("chmod");
-        entries.push(FileEntry { path: path.to_string(), size: content.len() as u64, sha256: hex::encode(Sha256::digest(content)), exec });
+        std::fs::set_permissions(
+            &full,
+            std::fs::Permissions::from_mode(if exec { 0o755 } else { 0o644 }),
+        )
+        .expect("chmod");
+        entries.push(FileEntry {
+            path: path.to_string(),
+            size: content.len() as u64,
+            sha256: hex::encode(Sha256::digest(content)),
+            exec,
+        });
     };
     write("bin/arcane", b"#!/bin/sh\n", true);
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
@@ -97,8 +140,16 @@ fn write_bundle(root: &Path) -> Vec<String> {
         schema_version: 1,
         kind: "arcane-bundle".into(),
         bundle_id: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9".into(),
-        builder: Builder { name: "arcane".into(), version: "bench".into() },
-        app: AppInfo { id: "bench".into(), name: "bench".into(), version: "0".into(), start: None },
+        builder: Builder {
+            name: "arcane".into(),
+            version: "bench".into(),
+        },
+        app: AppInfo {
+            id: "bench".into(),
+            name: "bench".into(),
+            version: "0".into(),
+            start: None,
+        },
         target: Target::host(),
         runtimes: Vec::new(),
         models: Vec::new(),

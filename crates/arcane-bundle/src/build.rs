@@ -35,7 +35,10 @@ use sha2::{Digest, Sha256};
 
 use crate::error::Error;
 use crate::hash::Progress;
-use crate::manifest::{self, AppInfo, Builder, FileEntry, LaunchDefaults, Manifest, ModelEntry, RuntimeEntry, Target, LAUNCHER_PATH, MANIFEST_NAME};
+use crate::manifest::{
+    self, AppInfo, Builder, FileEntry, LaunchDefaults, Manifest, ModelEntry, RuntimeEntry, Target,
+    LAUNCHER_PATH, MANIFEST_NAME,
+};
 use crate::path::{check_path, check_path_set};
 
 /// The optional app descriptor read from the app directory (`arcane-app.json`):
@@ -58,9 +61,17 @@ impl RuntimeRequest {
             Some((engine, id)) => (engine, Some(id.to_string())),
             None => (text, None),
         };
-        let engine = engine.parse().map_err(|_| Error::input(format!("unknown engine `{engine}` in `--runtime {text}`"), json!({"runtime": text})))?;
+        let engine = engine.parse().map_err(|_| {
+            Error::input(
+                format!("unknown engine `{engine}` in `--runtime {text}`"),
+                json!({"runtime": text}),
+            )
+        })?;
         if id.as_deref() == Some("") {
-            return Err(Error::input(format!("empty runtime id in `--runtime {text}`"), json!({"runtime": text})));
+            return Err(Error::input(
+                format!("empty runtime id in `--runtime {text}`"),
+                json!({"runtime": text}),
+            ));
         }
         Ok(Self { engine, id })
     }
@@ -150,33 +161,57 @@ struct Planned {
 /// Builds a bundle (see the module docs). Emits `bundle.build.started`,
 /// `bundle.build.resolved`, `bundle.build.progress` and `bundle.build.finished`, and
 /// the lock's `workspace.operation.*` events.
-pub fn build(request: &BuildRequest, events: &dyn EventSink, cancel: &CancelToken) -> Result<BuildOutcome, Error> {
+pub fn build(
+    request: &BuildRequest,
+    events: &dyn EventSink,
+    cancel: &CancelToken,
+) -> Result<BuildOutcome, Error> {
     // 1. Validate.
-    let out = std::path::absolute(&request.out).map_err(|e| Error::io("resolve", &request.out, e))?;
+    let out =
+        std::path::absolute(&request.out).map_err(|e| Error::io("resolve", &request.out, e))?;
     if out.symlink_metadata().is_ok() {
         return Err(Error::OutputExists { path: out });
     }
     let (Some(parent), Some(out_name)) = (out.parent(), out.file_name()) else {
-        return Err(Error::input(format!("`--out {}` has no parent directory", out.display()), json!({"out": out})));
+        return Err(Error::input(
+            format!("`--out {}` has no parent directory", out.display()),
+            json!({"out": out}),
+        ));
     };
-    let parent = std::fs::canonicalize(parent).map_err(|e| Error::io("open the parent of `--out`", parent, e))?;
-    let app_dir = std::fs::canonicalize(&request.app_dir).map_err(|e| Error::io("open app directory", &request.app_dir, e))?;
+    let parent = std::fs::canonicalize(parent)
+        .map_err(|e| Error::io("open the parent of `--out`", parent, e))?;
+    let app_dir = std::fs::canonicalize(&request.app_dir)
+        .map_err(|e| Error::io("open app directory", &request.app_dir, e))?;
     if !app_dir.is_dir() {
-        return Err(Error::input(format!("app directory `{}` is not a directory", app_dir.display()), json!({"app": app_dir})));
+        return Err(Error::input(
+            format!("app directory `{}` is not a directory", app_dir.display()),
+            json!({"app": app_dir}),
+        ));
     }
     if parent.starts_with(&app_dir) {
         return Err(Error::input(
-            format!("`--out {}` lies inside the app directory `{}`", out.display(), app_dir.display()),
+            format!(
+                "`--out {}` lies inside the app directory `{}`",
+                out.display(),
+                app_dir.display()
+            ),
             json!({"out": out, "app": app_dir}),
         ));
     }
     let out = parent.join(out_name);
-    events.emit(Event::new("bundle.build.started", json!({"out": out, "app": app_dir})));
-    let mut plan: Vec<Planned> = vec![Planned { destination: LAUNCHER_PATH.into(), source: request.launcher.clone(), exec: true }];
+    events.emit(Event::new(
+        "bundle.build.started",
+        json!({"out": out, "app": app_dir}),
+    ));
+    let mut plan: Vec<Planned> = vec![Planned {
+        destination: LAUNCHER_PATH.into(),
+        source: request.launcher.clone(),
+        exec: true,
+    }];
     let app = plan_app(&app_dir, &request.app, &mut plan)?;
 
     // 2. Resolve runtimes and models under the workspace lock.
-    let (runtimes, models) = resolve(request, events)?;
+    let (runtimes, models) = resolve(request, events, cancel)?;
     let host = Target::host();
     let mut runtime_entries = Vec::new();
     for runtime in &runtimes {
@@ -184,21 +219,40 @@ pub fn build(request: &BuildRequest, events: &dyn EventSink, cancel: &CancelToke
     }
     let mut model_entries = Vec::new();
     for model in &models {
-        let file_name = model.file_name().filter(|n| check_path(n).is_ok()).unwrap_or("model.gguf").to_string();
+        let file_name = model
+            .file_name()
+            .filter(|n| check_path(n).is_ok())
+            .unwrap_or("model.gguf")
+            .to_string();
         let destination = format!("models/{}/{file_name}", model.id);
-        plan.push(Planned { destination: destination.clone(), source: model.path.clone(), exec: false });
-        model_entries.push(ModelEntry { id: model.id.clone(), engine: "llama.cpp".into(), path: destination, sha256: model.sha256.clone(), format: "gguf".into() });
+        plan.push(Planned {
+            destination: destination.clone(),
+            source: model.path.clone(),
+            exec: false,
+        });
+        model_entries.push(ModelEntry {
+            id: model.id.clone(),
+            engine: "llama.cpp".into(),
+            path: destination,
+            sha256: model.sha256.clone(),
+            format: "gguf".into(),
+        });
     }
     let conflicts = check_path_set(plan.iter().map(|p| p.destination.as_str()));
     if let Some(conflict) = conflicts.first() {
         return Err(Error::input(
-            format!("bundle paths `{}` and `{}` collide ({})", conflict.path, conflict.other, conflict.reason),
+            format!(
+                "bundle paths `{}` and `{}` collide ({})",
+                conflict.path, conflict.other, conflict.reason
+            ),
             json!({"path": conflict.path, "other": conflict.other, "reason": conflict.reason}),
         ));
     }
     let mut sizes = 0u64;
     for planned in &plan {
-        sizes += std::fs::metadata(&planned.source).map_err(|e| Error::io("inspect", &planned.source, e))?.len();
+        sizes += std::fs::metadata(&planned.source)
+            .map_err(|e| Error::io("inspect", &planned.source, e))?
+            .len();
     }
     events.emit(Event::new(
         "bundle.build.resolved",
@@ -206,25 +260,38 @@ pub fn build(request: &BuildRequest, events: &dyn EventSink, cancel: &CancelToke
     ));
 
     // 3. Assemble in a temporary sibling.
-    let temporary = parent.join(format!(".{}.partial-{}", out_name.to_string_lossy(), random_hex(8)));
+    let temporary = parent.join(format!(
+        ".{}.partial-{}",
+        out_name.to_string_lossy(),
+        random_hex(8)
+    ));
     std::fs::create_dir(&temporary).map_err(|e| Error::io("create", &temporary, e))?;
     let mut guard = RemoveOnDrop(Some(temporary.clone()));
     let manifest_skeleton = Manifest {
         schema_version: manifest::SCHEMA_VERSION,
         kind: manifest::KIND.into(),
         bundle_id: uuid_v4(),
-        builder: Builder { name: "arcane".into(), version: request.builder_version.clone() },
+        builder: Builder {
+            name: "arcane".into(),
+            version: request.builder_version.clone(),
+        },
         app,
         target: host,
         runtimes: runtime_entries,
         models: model_entries,
-        launch: LaunchDefaults { runtime: None, model: None, execution_target: request.execution_target.clone() },
+        launch: LaunchDefaults {
+            runtime: None,
+            model: None,
+            execution_target: request.execution_target.clone(),
+        },
         files: Vec::new(),
     };
-    match assemble(&temporary, &plan, manifest_skeleton, sizes, events, cancel).and_then(|manifest| {
-        commit(&temporary, &out)?;
-        Ok(manifest)
-    }) {
+    match assemble(&temporary, &plan, manifest_skeleton, sizes, events, cancel).and_then(
+        |manifest| {
+            commit(&temporary, &out)?;
+            Ok(manifest)
+        },
+    ) {
         Ok(manifest) => {
             guard.0 = None;
             let bytes = manifest.files.iter().map(|f| f.size).sum();
@@ -232,14 +299,22 @@ pub fn build(request: &BuildRequest, events: &dyn EventSink, cancel: &CancelToke
                 "bundle.build.finished",
                 json!({"root": out, "bundleId": manifest.bundle_id, "files": manifest.files.len(), "bytes": bytes}),
             ));
-            Ok(BuildOutcome { root: out, manifest, bytes })
+            Ok(BuildOutcome {
+                root: out,
+                manifest,
+                bytes,
+            })
         }
         Err(error) => {
             guard.0 = None;
             match std::fs::remove_dir_all(&temporary) {
                 Ok(()) => Err(error),
                 Err(source) if source.kind() == std::io::ErrorKind::NotFound => Err(error),
-                Err(source) => Err(Error::Cleanup { original: Box::new(error), leftover: temporary, source }),
+                Err(source) => Err(Error::Cleanup {
+                    original: Box::new(error),
+                    leftover: temporary,
+                    source,
+                }),
             }
         }
     }
@@ -256,10 +331,26 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-fn resolve(request: &BuildRequest, events: &dyn EventSink) -> Result<(Vec<arcane_registry::Runtime>, Vec<arcane_registry::Model>), Error> {
+fn resolve(
+    request: &BuildRequest,
+    events: &dyn EventSink,
+    cancel: &CancelToken,
+) -> Result<(Vec<arcane_registry::Runtime>, Vec<arcane_registry::Model>), Error> {
     let workspace = &request.workspace;
-    let options = arcane_lock::AcquireOptions::new("bundle-build").map_err(|source| Error::Lock { workspace: workspace.clone(), source })?;
-    let lock = arcane_lock::WorkspaceLock::acquire(workspace, &options, events).map_err(|source| Error::Lock { workspace: workspace.clone(), source })?;
+    let options = arcane_lock::AcquireOptions::new("bundle-build")
+        .map_err(|source| Error::Lock {
+            workspace: workspace.clone(),
+            source: Box::new(source),
+        })?
+        .wait(std::time::Duration::from_secs(30))
+        .cancel(cancel.clone());
+    let lock =
+        arcane_lock::WorkspaceLock::acquire(workspace, &options, events).map_err(|source| {
+            Error::Lock {
+                workspace: workspace.clone(),
+                source: Box::new(source),
+            }
+        })?;
     let result = (|| {
         let registry = arcane_registry::Registry::new(workspace);
         let mut runtimes = Vec::new();
@@ -268,49 +359,92 @@ fn resolve(request: &BuildRequest, events: &dyn EventSink) -> Result<(Vec<arcane
                 Some(id) => registry.runtime(id),
                 None => registry.default_runtime(wanted.engine),
             }
-            .map_err(|source| Error::Registry { workspace: workspace.clone(), source })?;
+            .map_err(|source| Error::Registry {
+                workspace: workspace.clone(),
+                source: Box::new(source),
+            })?;
             if runtime.engine != wanted.engine {
                 return Err(Error::input(
-                    format!("runtime `{}` is a {} runtime, not {}", runtime.id, runtime.engine, wanted.engine),
+                    format!(
+                        "runtime `{}` is a {} runtime, not {}",
+                        runtime.id, runtime.engine, wanted.engine
+                    ),
                     json!({"runtime": runtime.id, "engine": runtime.engine, "requested": wanted.engine}),
                 ));
             }
-            if !runtimes.iter().any(|r: &arcane_registry::Runtime| r.id == runtime.id) {
+            if !runtimes
+                .iter()
+                .any(|r: &arcane_registry::Runtime| r.id == runtime.id)
+            {
                 runtimes.push(runtime);
             }
         }
         let mut models = Vec::new();
         for id in &request.models {
-            let model = registry.model(id).map_err(|source| Error::Registry { workspace: workspace.clone(), source })?;
-            if !models.iter().any(|m: &arcane_registry::Model| m.id == model.id) {
+            let model = registry.model(id).map_err(|source| Error::Registry {
+                workspace: workspace.clone(),
+                source: Box::new(source),
+            })?;
+            if !models
+                .iter()
+                .any(|m: &arcane_registry::Model| m.id == model.id)
+            {
                 models.push(model);
             }
         }
         Ok((runtimes, models))
     })();
-    let released = lock.release().map_err(|source| Error::Lock { workspace: workspace.clone(), source });
+    let released = lock
+        .release_with_events(events)
+        .map_err(|source| Error::Lock {
+            workspace: workspace.clone(),
+            source: Box::new(source),
+        });
     let resolved = result?;
     released?;
     Ok(resolved)
 }
 
 /// Reads `arcane-app.json` (optional), applies overrides, and plans `app/**`.
-fn plan_app(app_dir: &Path, overrides: &AppOverrides, plan: &mut Vec<Planned>) -> Result<AppInfo, Error> {
+fn plan_app(
+    app_dir: &Path,
+    overrides: &AppOverrides,
+    plan: &mut Vec<Planned>,
+) -> Result<AppInfo, Error> {
     let descriptor_path = app_dir.join(APP_DESCRIPTOR);
-    let descriptor: serde_json::Map<String, serde_json::Value> = match std::fs::read(&descriptor_path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|e| Error::input(format!("`{}` is not a JSON object ({e})", descriptor_path.display()), json!({"path": descriptor_path})))?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::Map::new(),
-        Err(e) => return Err(Error::io("read", descriptor_path, e)),
+    let descriptor: serde_json::Map<String, serde_json::Value> =
+        match std::fs::read(&descriptor_path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                Error::input(
+                    format!("`{}` is not a JSON object ({e})", descriptor_path.display()),
+                    json!({"path": descriptor_path}),
+                )
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::Map::new(),
+            Err(e) => return Err(Error::io("read", descriptor_path, e)),
+        };
+    let field = |name: &str| {
+        descriptor
+            .get(name)
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
     };
-    let field = |name: &str| descriptor.get(name).and_then(|v| v.as_str()).map(str::to_string);
-    let id = overrides.id.clone().or_else(|| field("id")).ok_or_else(|| Error::InvalidInput {
-        message: "the app has no id".into(),
-        details: json!({"app": app_dir}),
-        hint: Some(format!("pass `--app-id ID` or add `\"id\"` to `{APP_DESCRIPTOR}` in the app directory")),
-    })?;
+    let id = overrides
+        .id
+        .clone()
+        .or_else(|| field("id"))
+        .ok_or_else(|| Error::InvalidInput {
+            message: "the app has no id".into(),
+            details: json!({"app": app_dir}),
+            hint: Some(format!(
+                "pass `--app-id ID` or add `\"id\"` to `{APP_DESCRIPTOR}` in the app directory"
+            )),
+        })?;
     if !manifest::is_app_id(&id) {
-        return Err(Error::input(format!("app id `{id}` does not match `[a-z0-9][a-z0-9.-]{{0,63}}`"), json!({"id": id})));
+        return Err(Error::input(
+            format!("app id `{id}` does not match `[a-z0-9][a-z0-9.-]{{0,63}}`"),
+            json!({"id": id}),
+        ));
     }
     let mut files = Vec::new();
     collect_app(app_dir, "", &mut files)?;
@@ -319,20 +453,42 @@ fn plan_app(app_dir: &Path, overrides: &AppOverrides, plan: &mut Vec<Planned>) -
         Some(start) => {
             let start = start.trim_start_matches("./").to_string();
             if !files.contains(&start) {
-                return Err(Error::input(format!("app start file `{start}` is not a file of the app directory"), json!({"start": start})));
+                return Err(Error::input(
+                    format!("app start file `{start}` is not a file of the app directory"),
+                    json!({"start": start}),
+                ));
             }
             Some(format!("app/{start}"))
         }
-        None => files.iter().any(|f| f == "index.html").then(|| "app/index.html".to_string()),
+        None => files
+            .iter()
+            .any(|f| f == "index.html")
+            .then(|| "app/index.html".to_string()),
     };
     for relative in files {
-        let source = relative.split('/').fold(app_dir.to_path_buf(), |p, s| p.join(s));
-        let exec = std::fs::symlink_metadata(&source).map(|m| m.permissions().mode() & 0o111 != 0).unwrap_or(false);
-        plan.push(Planned { destination: format!("app/{relative}"), source, exec });
+        let source = relative
+            .split('/')
+            .fold(app_dir.to_path_buf(), |p, s| p.join(s));
+        let exec = std::fs::symlink_metadata(&source)
+            .map(|m| m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false);
+        plan.push(Planned {
+            destination: format!("app/{relative}"),
+            source,
+            exec,
+        });
     }
     Ok(AppInfo {
-        name: overrides.name.clone().or_else(|| field("name")).unwrap_or_else(|| id.clone()),
-        version: overrides.version.clone().or_else(|| field("version")).unwrap_or_else(|| "0.0.0".into()),
+        name: overrides
+            .name
+            .clone()
+            .or_else(|| field("name"))
+            .unwrap_or_else(|| id.clone()),
+        version: overrides
+            .version
+            .clone()
+            .or_else(|| field("version"))
+            .unwrap_or_else(|| "0.0.0".into()),
         id,
         start,
     })
@@ -344,13 +500,25 @@ fn collect_app(dir: &Path, prefix: &str, files: &mut Vec<String>) -> Result<(), 
         let entry = entry.map_err(|e| Error::io("read directory", dir, e))?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else {
-            return Err(Error::input(format!("app file name `{}` is not UTF-8", entry.path().display()), json!({"path": entry.path()})));
+            return Err(Error::input(
+                format!("app file name `{}` is not UTF-8", entry.path().display()),
+                json!({"path": entry.path()}),
+            ));
         };
-        let relative = if prefix.is_empty() { name.to_string() } else { format!("{prefix}/{name}") };
+        let relative = if prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{prefix}/{name}")
+        };
         if let Err(problem) = check_path(&format!("app/{relative}")) {
-            return Err(Error::input(format!("app path `{relative}` {}", problem.describe()), json!({"path": relative, "reason": problem.reason()})));
+            return Err(Error::input(
+                format!("app path `{relative}` {}", problem.describe()),
+                json!({"path": relative, "reason": problem.reason()}),
+            ));
         }
-        let kind = entry.file_type().map_err(|e| Error::io("inspect", entry.path(), e))?;
+        let kind = entry
+            .file_type()
+            .map_err(|e| Error::io("inspect", entry.path(), e))?;
         if kind.is_dir() {
             collect_app(&entry.path(), &relative, files)?;
         } else if kind.is_file() {
@@ -367,15 +535,34 @@ fn collect_app(dir: &Path, prefix: &str, files: &mut Vec<String>) -> Result<(), 
 }
 
 /// Plans a runtime's directory and returns its manifest entry.
-fn plan_runtime(runtime: &arcane_registry::Runtime, host: &Target, plan: &mut Vec<Planned>) -> Result<RuntimeEntry, Error> {
+fn plan_runtime(
+    runtime: &arcane_registry::Runtime,
+    host: &Target,
+    plan: &mut Vec<Planned>,
+) -> Result<RuntimeEntry, Error> {
     if !manifest::is_segment_id(&runtime.id) {
-        return Err(Error::input(format!("runtime id `{}` cannot name a bundle directory", runtime.id), json!({"runtime": runtime.id})));
+        return Err(Error::input(
+            format!("runtime id `{}` cannot name a bundle directory", runtime.id),
+            json!({"runtime": runtime.id}),
+        ));
     }
     let backend = runtime.backend.to_string();
-    let dir = format!("runtimes/{}/{}-{}-{backend}", runtime.id, host.os, host.arch);
-    let executable_name = runtime.executable.file_name().and_then(|n| n.to_str()).unwrap_or("llama-server").to_string();
+    let dir = format!(
+        "runtimes/{}/{}-{}-{backend}",
+        runtime.id, host.os, host.arch
+    );
+    let executable_name = runtime
+        .executable
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("llama-server")
+        .to_string();
     let executable = format!("{dir}/{executable_name}");
-    plan.push(Planned { destination: executable.clone(), source: runtime.executable.clone(), exec: true });
+    plan.push(Planned {
+        destination: executable.clone(),
+        source: runtime.executable.clone(),
+        exec: true,
+    });
 
     let mut search: Vec<PathBuf> = Vec::new();
     if let Some(parent) = runtime.executable.parent() {
@@ -412,18 +599,31 @@ fn plan_runtime(runtime: &arcane_registry::Runtime, host: &Target, plan: &mut Ve
         }
     }
     // Libraries loaded at run time (ggml backends) are regular files beside the
-    // executable or in a library directory; symlinks that nothing needs are aliases.
+    // executable or in a library directory; symlinks that nothing needs are aliases,
+    // and other tools' libraries (`libllama-bench-impl.so`) are not the server's.
     for dir in &search {
-        let Ok(entries) = std::fs::read_dir(dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
         for entry in entries.flatten() {
-            let Some(name) = entry.file_name().to_str().map(str::to_string) else { continue };
-            if !is_shared_library(&name) || libraries.contains_key(&name) || check_path(&name).is_err() {
+            let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            if !is_shared_library(&name)
+                || libraries.contains_key(&name)
+                || check_path(&name).is_err()
+            {
                 continue;
             }
-            let Ok(kind) = entry.file_type() else { continue };
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
             let is_alias = kind.is_symlink();
             let real = std::fs::canonicalize(entry.path()).unwrap_or_else(|_| entry.path());
-            if (is_alias && parsed_all) || !real.is_file() || resolved_targets.contains(&real) {
+            // With the `DT_NEEDED` closure known, only ggml's dynamically loaded backends
+            // (`libggml-*`) are added; without it, every library is.
+            let wanted = !parsed_all || (!is_alias && name.starts_with("libggml"));
+            if !wanted || !real.is_file() || resolved_targets.contains(&real) {
                 continue;
             }
             libraries.insert(name, entry.path());
@@ -433,8 +633,14 @@ fn plan_runtime(runtime: &arcane_registry::Runtime, host: &Target, plan: &mut Ve
         if name == executable_name {
             continue;
         }
-        let exec = std::fs::metadata(&source).map(|m| m.permissions().mode() & 0o111 != 0).unwrap_or(false);
-        plan.push(Planned { destination: format!("{dir}/{name}"), source, exec });
+        let exec = std::fs::metadata(&source)
+            .map(|m| m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false);
+        plan.push(Planned {
+            destination: format!("{dir}/{name}"),
+            source,
+            exec,
+        });
     }
     Ok(RuntimeEntry {
         id: runtime.id.clone(),
@@ -447,30 +653,57 @@ fn plan_runtime(runtime: &arcane_registry::Runtime, host: &Target, plan: &mut Ve
 }
 
 fn is_shared_library(name: &str) -> bool {
-    name.ends_with(".so") || name.contains(".so.") || name.ends_with(".dylib") || name.ends_with(".dll")
+    name.ends_with(".so")
+        || name.contains(".so.")
+        || name.ends_with(".dylib")
+        || name.ends_with(".dll")
 }
 
 /// Copies every planned file into `root`, hashing as it goes, then writes the manifest.
-fn assemble(root: &Path, plan: &[Planned], mut manifest: Manifest, total: u64, events: &dyn EventSink, cancel: &CancelToken) -> Result<Manifest, Error> {
+fn assemble(
+    root: &Path,
+    plan: &[Planned],
+    mut manifest: Manifest,
+    total: u64,
+    events: &dyn EventSink,
+    cancel: &CancelToken,
+) -> Result<Manifest, Error> {
     let progress = Progress::new("bundle.build.progress", events, plan.len() as u64, total);
     let mut files = Vec::with_capacity(plan.len());
     let mut buffer = vec![0u8; 1 << 20];
     let mut created_dirs: HashSet<PathBuf> = HashSet::new();
     for planned in plan {
-        let destination = planned.destination.split('/').fold(root.to_path_buf(), |p, s| p.join(s));
+        let destination = planned
+            .destination
+            .split('/')
+            .fold(root.to_path_buf(), |p, s| p.join(s));
         if let Some(parent) = destination.parent() {
             if created_dirs.insert(parent.to_path_buf()) {
                 std::fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
             }
         }
-        let (size, sha256) = copy_hashing(&planned.source, &destination, planned.exec, &mut buffer, &progress, cancel)?;
+        let (size, sha256) = copy_hashing(
+            &planned.source,
+            &destination,
+            planned.exec,
+            &mut buffer,
+            &progress,
+            cancel,
+        )?;
         progress.file_done();
-        files.push(FileEntry { path: planned.destination.clone(), size, sha256, exec: planned.exec });
+        files.push(FileEntry {
+            path: planned.destination.clone(),
+            size,
+            sha256,
+            exec: planned.exec,
+        });
     }
     progress.finish();
     files.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
     for model in &manifest.models {
-        let Some(entry) = files.iter().find(|f| f.path == model.path) else { continue };
+        let Some(entry) = files.iter().find(|f| f.path == model.path) else {
+            continue;
+        };
         if entry.sha256 != model.sha256 {
             return Err(Error::input(
                 format!("model `{}` changed since it was registered: its SHA-256 is `{}`, the registry recorded `{}`", model.id, entry.sha256, model.sha256),
@@ -481,27 +714,52 @@ fn assemble(root: &Path, plan: &[Planned], mut manifest: Manifest, total: u64, e
     manifest.files = files;
     let failures = manifest.check();
     if !failures.is_empty() {
-        return Err(Error::Integrity { root: root.to_path_buf(), failures });
+        return Err(Error::Integrity {
+            root: root.to_path_buf(),
+            failures,
+        });
     }
     let temporary = root.join(format!("{MANIFEST_NAME}.tmp"));
     write_synced(&temporary, &manifest.to_bytes())?;
-    std::fs::rename(&temporary, root.join(MANIFEST_NAME)).map_err(|e| Error::io("rename", &temporary, e))?;
+    std::fs::rename(&temporary, root.join(MANIFEST_NAME))
+        .map_err(|e| Error::io("rename", &temporary, e))?;
     sync_tree_dirs(root)?;
     Ok(manifest)
 }
 
-fn copy_hashing(source: &Path, destination: &Path, exec: bool, buffer: &mut [u8], progress: &Progress<'_>, cancel: &CancelToken) -> Result<(u64, String), Error> {
+fn copy_hashing(
+    source: &Path,
+    destination: &Path,
+    exec: bool,
+    buffer: &mut [u8],
+    progress: &Progress<'_>,
+    cancel: &CancelToken,
+) -> Result<(u64, String), Error> {
     let mut input = File::open(source).map_err(|e| Error::io("open", source, e))?;
-    if !input.metadata().map_err(|e| Error::io("inspect", source, e))?.is_file() {
-        return Err(Error::input(format!("`{}` is not a regular file", source.display()), json!({"path": source})));
+    if !input
+        .metadata()
+        .map_err(|e| Error::io("inspect", source, e))?
+        .is_file()
+    {
+        return Err(Error::input(
+            format!("`{}` is not a regular file", source.display()),
+            json!({"path": source}),
+        ));
     }
     let mode = if exec { 0o755 } else { 0o644 };
-    let mut output = File::options().write(true).create_new(true).mode(mode).open(destination).map_err(|e| Error::io("create", destination, e))?;
+    let mut output = File::options()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(destination)
+        .map_err(|e| Error::io("create", destination, e))?;
     let mut hasher = Sha256::new();
     let mut size = 0u64;
     loop {
         if cancel.is_cancelled() {
-            return Err(Error::Cancelled { operation: "bundle build" });
+            return Err(Error::Cancelled {
+                operation: "bundle build",
+            });
         }
         let read = match input.read(buffer) {
             Ok(0) => break,
@@ -510,50 +768,83 @@ fn copy_hashing(source: &Path, destination: &Path, exec: bool, buffer: &mut [u8]
             Err(e) => return Err(Error::io("read", source, e)),
         };
         hasher.update(&buffer[..read]);
-        output.write_all(&buffer[..read]).map_err(|e| Error::io("write", destination, e))?;
+        output
+            .write_all(&buffer[..read])
+            .map_err(|e| Error::io("write", destination, e))?;
         size += read as u64;
         progress.add_bytes(read as u64);
     }
     // The umask may have cleared bits; set the normalised mode explicitly.
-    output.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(|e| Error::io("chmod", destination, e))?;
-    output.sync_all().map_err(|e| Error::io("fsync", destination, e))?;
+    output
+        .set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io("chmod", destination, e))?;
+    output
+        .sync_all()
+        .map_err(|e| Error::io("fsync", destination, e))?;
     Ok((size, hex::encode(hasher.finalize())))
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let mut file = File::options().write(true).create_new(true).mode(0o644).open(path).map_err(|e| Error::io("create", path, e))?;
-    file.write_all(bytes).map_err(|e| Error::io("write", path, e))?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o644)).map_err(|e| Error::io("chmod", path, e))?;
+    let mut file = File::options()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path)
+        .map_err(|e| Error::io("create", path, e))?;
+    file.write_all(bytes)
+        .map_err(|e| Error::io("write", path, e))?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| Error::io("chmod", path, e))?;
     file.sync_all().map_err(|e| Error::io("fsync", path, e))
 }
 
 /// fsyncs every directory of the tree, so the renamed bundle is durable.
 fn sync_tree_dirs(dir: &Path) -> Result<(), Error> {
-    for entry in std::fs::read_dir(dir).map_err(|e| Error::io("read directory", dir, e))?.flatten() {
+    for entry in std::fs::read_dir(dir)
+        .map_err(|e| Error::io("read directory", dir, e))?
+        .flatten()
+    {
         if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
             sync_tree_dirs(&entry.path())?;
         }
     }
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(|e| Error::io("chmod", dir, e))?;
-    File::open(dir).and_then(|f| f.sync_all()).map_err(|e| Error::io("fsync", dir, e))
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| Error::io("chmod", dir, e))?;
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io("fsync", dir, e))
 }
 
 /// Renames `temporary` to `out` without ever replacing an existing `out`.
 fn commit(temporary: &Path, out: &Path) -> Result<(), Error> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
-        let result = rustix::fs::renameat_with(rustix::fs::CWD, temporary, rustix::fs::CWD, out, rustix::fs::RenameFlags::NOREPLACE);
+        let result = rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            temporary,
+            rustix::fs::CWD,
+            out,
+            rustix::fs::RenameFlags::NOREPLACE,
+        );
         match result {
             Ok(()) => {}
-            Err(rustix::io::Errno::EXIST) | Err(rustix::io::Errno::NOTEMPTY) => return Err(Error::OutputExists { path: out.to_path_buf() }),
-            Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOSYS) => rename_checked(temporary, out)?,
+            Err(rustix::io::Errno::EXIST) | Err(rustix::io::Errno::NOTEMPTY) => {
+                return Err(Error::OutputExists {
+                    path: out.to_path_buf(),
+                })
+            }
+            Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOSYS) => {
+                rename_checked(temporary, out)?
+            }
             Err(error) => return Err(Error::io("rename into place", out, error.into())),
         }
     }
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     rename_checked(temporary, out)?;
     if let Some(parent) = out.parent() {
-        File::open(parent).and_then(|f| f.sync_all()).map_err(|e| Error::io("fsync", parent, e))?;
+        File::open(parent)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io("fsync", parent, e))?;
     }
     Ok(())
 }
@@ -561,21 +852,30 @@ fn commit(temporary: &Path, out: &Path) -> Result<(), Error> {
 /// A best-effort no-replace rename for file systems without `RENAME_NOREPLACE`.
 fn rename_checked(temporary: &Path, out: &Path) -> Result<(), Error> {
     if out.symlink_metadata().is_ok() {
-        return Err(Error::OutputExists { path: out.to_path_buf() });
+        return Err(Error::OutputExists {
+            path: out.to_path_buf(),
+        });
     }
     std::fs::rename(temporary, out).map_err(|e| Error::io("rename into place", out, e))
 }
 
 fn random_bytes<const N: usize>() -> [u8; N] {
     let mut bytes = [0u8; N];
-    let filled = File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).is_ok();
+    let filled = File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_ok();
     if !filled {
         // Fall back to the process's randomized hasher seeds and the clock.
         use std::hash::{BuildHasher, Hasher};
         for (i, chunk) in bytes.chunks_mut(8).enumerate() {
             let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
             hasher.write_usize(i);
-            hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+            hasher.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0),
+            );
             let value = hasher.finish().to_le_bytes();
             chunk.copy_from_slice(&value[..chunk.len()]);
         }
@@ -594,7 +894,14 @@ fn uuid_v4() -> String {
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h = hex::encode(b);
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 #[cfg(test)]
@@ -622,7 +929,13 @@ mod tests {
 
     #[test]
     fn shared_library_names() {
-        for yes in ["libllama.so", "libllama.so.0", "libllama.so.0.6.0", "x.dylib", "x.dll"] {
+        for yes in [
+            "libllama.so",
+            "libllama.so.0",
+            "libllama.so.0.6.0",
+            "x.dylib",
+            "x.dll",
+        ] {
             assert!(is_shared_library(yes), "{yes}");
         }
         for no in ["llama-server", "libfoo.a", "README.md"] {

@@ -7,15 +7,21 @@
 //! anything else returns `None` and the builder falls back to copying every library.
 
 fn u16_at(bytes: &[u8], offset: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(bytes.get(offset..offset + 2)?.try_into().ok()?))
+    Some(u16::from_le_bytes(
+        bytes.get(offset..offset + 2)?.try_into().ok()?,
+    ))
 }
 
 fn u32_at(bytes: &[u8], offset: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(bytes.get(offset..offset + 4)?.try_into().ok()?))
+    Some(u32::from_le_bytes(
+        bytes.get(offset..offset + 4)?.try_into().ok()?,
+    ))
 }
 
 fn u64_at(bytes: &[u8], offset: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(bytes.get(offset..offset + 8)?.try_into().ok()?))
+    Some(u64::from_le_bytes(
+        bytes.get(offset..offset + 8)?.try_into().ok()?,
+    ))
 }
 
 /// The `DT_NEEDED` entries of a 64-bit little-endian ELF image, in order; `None` when
@@ -75,7 +81,10 @@ mod tests {
     fn reads_the_needed_libraries_of_this_test_binary() {
         let bytes = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         let needed = needed_libraries(&bytes).expect("the test binary is a 64-bit ELF");
-        assert!(needed.iter().any(|n| n.starts_with("libc.so")), "{needed:?}");
+        assert!(
+            needed.iter().any(|n| n.starts_with("libc.so")),
+            "{needed:?}"
+        );
     }
 
     #[test]

@@ -68,6 +68,24 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The workspace registry refused a lookup.
+    #[error("cannot read the registry of workspace `{}`", workspace.display())]
+    Registry {
+        /// The workspace.
+        workspace: PathBuf,
+        /// The registry's error.
+        #[source]
+        source: Box<arcane_registry::Error>,
+    },
+    /// The workspace lock could not be taken or released.
+    #[error("cannot lock workspace `{}` for `bundle build`", workspace.display())]
+    Lock {
+        /// The workspace.
+        workspace: PathBuf,
+        /// The lock's error.
+        #[source]
+        source: Box<arcane_lock::Error>,
+    },
     /// A failed build could not remove what it created; both problems are reported.
     #[error("{original}; and the partial output `{}` could not be removed", leftover.display())]
     Cleanup {
@@ -140,6 +158,8 @@ impl Diagnostic for Error {
             Error::InvalidInput { .. } => codes::ARCANE_USAGE,
             Error::Usage { .. } => codes::ARCANE_USAGE,
             Error::AppEntryEscapes { .. } => codes::BUNDLE_PATH_INVALID,
+            Error::Registry { source, .. } => source.code(),
+            Error::Lock { source, .. } => source.code(),
             Error::Cleanup { original, .. } => original.code(),
         }
     }
@@ -155,6 +175,12 @@ impl Diagnostic for Error {
             Error::InvalidInput { details, .. } => details.clone(),
             Error::Usage { details, .. } => details.clone(),
             Error::AppEntryEscapes { entry, reason } => json!({"entry": entry, "reason": reason}),
+            Error::Registry { workspace, source } => {
+                json!({"workspace": workspace, "registry": source.details()})
+            }
+            Error::Lock { workspace, source } => {
+                json!({"workspace": workspace, "lock": source.details()})
+            }
             Error::Cleanup {
                 original, leftover, ..
             } => {
@@ -168,6 +194,8 @@ impl Diagnostic for Error {
             Error::OutputExists { .. } => vec!["choose a new `--out` directory; bundles never overwrite an earlier build".into()],
             Error::Integrity { .. } => vec!["rebuild the bundle or copy it again from a trusted source; run `arcane bundle verify DIR` for the full list".into()],
             Error::InvalidInput { hint: Some(hint), .. } => vec![hint.clone()],
+            Error::Registry { source, .. } => source.hints(),
+            Error::Lock { source, .. } => source.hints(),
             Error::Cleanup { leftover, .. } => vec![format!("remove `{}` by hand", leftover.display())],
             _ => Vec::new(),
         }

@@ -50,6 +50,8 @@
 //! `cargo bench -p arcane-bundle --bench verify`.
 #![warn(missing_docs)]
 
+mod build;
+mod elf;
 mod error;
 mod failure;
 mod hash;
@@ -57,6 +59,7 @@ pub mod manifest;
 pub mod path;
 mod verify;
 
+pub use build::{build, AppOverrides, BuildOutcome, BuildRequest, RuntimeRequest, APP_DESCRIPTOR};
 pub use error::Error;
 pub use failure::Failure;
 pub use manifest::Manifest;

@@ -1,4 +1,5 @@
 //! Integration tests of `arcane-bundle`: real directories, real files, real tampering.
 
+mod build;
 mod fixture;
 mod verify;
