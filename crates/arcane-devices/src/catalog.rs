@@ -105,6 +105,10 @@ pub struct Device {
     /// PCI identifiers, when the device is a PCI function.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pci_ids: Option<PciIds>,
+    /// NVIDIA: MIG mode is enabled, so CUDA exposes only the GPU's MIG instances and
+    /// the whole-GPU UUID selects nothing. Omitted when `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mig_enabled: bool,
 }
 
 impl Device {
@@ -118,7 +122,9 @@ impl Device {
     pub fn exact_selection_supported(&self) -> bool {
         match self.kind {
             DeviceKind::Cpu => true,
-            DeviceKind::Gpu => self.vendor == Vendor::Nvidia && self.addresses.uuid.is_some(),
+            DeviceKind::Gpu => {
+                self.vendor == Vendor::Nvidia && self.addresses.uuid.is_some() && !self.mig_enabled
+            }
             DeviceKind::Npu => false,
         }
     }

@@ -12,7 +12,7 @@
 //! | NVIDIA GPU | requested `auto`/`cuda`, runtime `cuda` | `--device CUDA0 --split-mode none --main-gpu 0 --gpu-layers all` | `CUDA_VISIBLE_DEVICES=<UUID>`, `CUDA_DEVICE_ORDER=PCI_BUS_ID`, other backends hidden; `GGML_CUDA_DEVICES` removed | `matched` |
 //! | NVIDIA GPU | requested `cpu`, or runtime not `cuda` | – | – | `…_UNSUPPORTED` (`backend-mismatch`) |
 //! | NVIDIA GPU without a usable UUID | | – | – | `…_UNSUPPORTED` (`identity-unresolved`) |
-//! | AMD/Intel GPU, NPU | | – | – | `…_UNSUPPORTED` (`selection-unsupported`) |
+//! | AMD/Intel GPU, NPU, NVIDIA GPU in MIG mode | | – | – | `…_UNSUPPORTED` (`selection-unsupported`) |
 //! | id not matched | | – | – | see [`resolve_target`]: `…_UNAVAILABLE` (`device-not-present`) or `…_UNSUPPORTED` (`inventory-unavailable`, `identity-unresolved`) |
 //!
 //! "Every GPU hidden" sets `CUDA_VISIBLE_DEVICES`, `HIP_VISIBLE_DEVICES`,
@@ -538,6 +538,14 @@ pub fn resolve_with(
                         "exact llama.cpp selection of {} GPUs is not supported yet; only NVIDIA GPUs through CUDA are",
                         vendor_name(device.vendor)
                     ),
+                ));
+            }
+            if device.mig_enabled {
+                return Err(unsupported(
+                    execution,
+                    Reason::SelectionUnsupported,
+                    "MIG mode is enabled on this GPU; selecting MIG instances is not supported"
+                        .to_string(),
                 ));
             }
             if !matches!(requested, Backend::Auto | Backend::Cuda) {

@@ -134,6 +134,7 @@ pub(crate) fn probe(proc_root: &Path) -> (Device, Vec<CatalogIssue>) {
         logical_processors: logical,
         memory_mib,
         pci_ids: None,
+        mig_enabled: false,
     };
     (device, issues)
 }

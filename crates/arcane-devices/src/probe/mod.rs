@@ -163,6 +163,19 @@ pub fn assemble(cpu: Device, adapters: Vec<PciAdapter>, listing: NvmlListing) ->
     let nvml_pci: Vec<Option<String>> = gpus.iter().map(|gpu| gpu.pci.clone()).collect();
     for gpu in gpus {
         let device_id = nvidia_device_id(&gpu.uuid);
+        if gpu.mig_enabled {
+            issues.push(
+                CatalogIssue::new(
+                    IssueSource::Gpu,
+                    IssueCode::PropertyUnavailable,
+                    format!(
+                        "MIG mode is enabled on `{}`: CUDA exposes only its MIG instances, which exact selection does not support",
+                        gpu.uuid
+                    ),
+                )
+                .for_device(device_id.clone()),
+            );
+        }
         devices.push(Device {
             device_id: Some(device_id),
             identity_source: Some(IdentitySource::NvmlUuid),
@@ -180,6 +193,7 @@ pub fn assemble(cpu: Device, adapters: Vec<PciAdapter>, listing: NvmlListing) ->
             logical_processors: None,
             memory_mib: None,
             pci_ids: None,
+            mig_enabled: gpu.mig_enabled,
         });
     }
     let mut unmatched_nvidia = 0usize;
@@ -236,6 +250,7 @@ pub fn assemble(cpu: Device, adapters: Vec<PciAdapter>, listing: NvmlListing) ->
             logical_processors: None,
             memory_mib: None,
             pci_ids: None,
+            mig_enabled: false,
         });
     }
     Catalog::new(std::env::consts::OS, devices, issues)
@@ -269,6 +284,7 @@ impl PciAdapter {
                 subsystem_vendor: self.subsystem_vendor.map(|id| format!("0x{id:04x}")),
                 subsystem_device: self.subsystem_device.map(|id| format!("0x{id:04x}")),
             }),
+            mig_enabled: false,
         }
     }
 }

@@ -27,6 +27,8 @@ pub struct NvidiaGpu {
     pub memory_mib: Option<u64>,
     /// The driver version.
     pub driver_version: Option<String>,
+    /// MIG mode is enabled.
+    pub mig_enabled: bool,
 }
 
 impl NvidiaGpu {
@@ -38,7 +40,14 @@ impl NvidiaGpu {
             pci: None,
             memory_mib: None,
             driver_version: None,
+            mig_enabled: false,
         }
+    }
+
+    /// The same GPU with MIG mode enabled.
+    pub fn with_mig(mut self) -> Self {
+        self.mig_enabled = true;
+        self
     }
 
     /// The same GPU at PCI address `pci`.
@@ -187,6 +196,8 @@ fn list_with(nvml: &Nvml) -> NvmlListing {
                 .unwrap_or_else(|_| format!("NVIDIA GPU {index}")),
             memory_mib: device.memory_info().ok().map(|m| m.total / (1024 * 1024)),
             driver_version: driver_version.clone(),
+            // NVML_DEVICE_MIG_ENABLE is 1; GPUs without MIG support answer NotSupported.
+            mig_enabled: device.mig_mode().is_ok_and(|mode| mode.current == 1),
             pci,
             uuid,
         });

@@ -238,3 +238,36 @@ fn an_nvml_gpu_seen_in_sysfs_is_listed_once() {
     assert_eq!(gpus[0].identity_source, Some(IdentitySource::NvmlUuid));
     assert_eq!(catalog.state, CatalogState::Ready, "{:#?}", catalog.issues);
 }
+
+#[test]
+fn a_gpu_in_mig_mode_is_listed_with_an_issue_and_refused() {
+    let uuid = "GPU-5e1b7c2a-93d4-4f0e-a1b2-c3d4e5f60718";
+    let catalog = assemble(
+        cpu(),
+        Vec::new(),
+        NvmlListing::Listed {
+            gpus: vec![NvidiaGpu::new(uuid, "NVIDIA H200").with_mig()],
+            unreadable: Vec::new(),
+        },
+    );
+    let id = "nvidia-gpu-5e1b7c2a-93d4-4f0e-a1b2-c3d4e5f60718";
+    assert!(catalog
+        .device(id)
+        .is_some_and(|d| d.mig_enabled && !d.exact_selection_supported()));
+    assert!(catalog
+        .issues
+        .iter()
+        .any(|i| i.device_id.as_deref() == Some(id) && i.message.contains("MIG")));
+    let json = catalog.to_json_pretty();
+    assert!(json.contains("\"migEnabled\": true"), "{json}");
+    let error = resolve(
+        &ResolveRequest {
+            target: Some(id.into()),
+            runtime_backend: Backend::Cuda,
+            requested_backend: Backend::Auto,
+        },
+        &catalog,
+    )
+    .expect_err("MIG refused");
+    assert_eq!(error.reason(), Some(Reason::SelectionUnsupported));
+}
