@@ -107,7 +107,6 @@ fn summary(failures: &[Failure]) -> String {
     }
 }
 
-#[allow(dead_code)] // `input` and `usage` serve build and launch.
 impl Error {
     pub(crate) fn io(
         operation: &'static str,

@@ -27,7 +27,7 @@
 //! * [`build()`] never overwrites: it assembles a temporary sibling of `--out`, writes
 //!   the manifest last and renames the directory into place with `RENAME_NOREPLACE`;
 //!   a failure or cancellation removes only that temporary directory.
-//! * [`launch`] resolves the launch context without letting a launch file redirect a
+//! * [`launch`](crate::launch) resolves the launch context without letting a launch file redirect a
 //!   bundle-owned path, and resolves `--arcane-app-entry` only to a listed executable
 //!   under `app/`.
 //!
@@ -55,6 +55,7 @@ mod elf;
 mod error;
 mod failure;
 mod hash;
+pub mod launch;
 pub mod manifest;
 pub mod path;
 mod verify;
@@ -62,6 +63,10 @@ mod verify;
 pub use build::{build, AppOverrides, BuildOutcome, BuildRequest, RuntimeRequest, APP_DESCRIPTOR};
 pub use error::Error;
 pub use failure::Failure;
+pub use launch::{
+    bundle_root_from_launcher, default_state_root, resolve_app_entry, resolve_context, HostDirs,
+    LaunchContext, LaunchModel, LaunchRuntime,
+};
 pub use manifest::Manifest;
 pub use verify::{
     verify, verify_strict, VerifiedBundle, VerifyOptions, VerifyReport, MAX_FAILURES,
