@@ -33,8 +33,11 @@ pub(crate) enum Format {
     TarGz,
 }
 
-/// Recognizes the format from the first bytes of `file` (and rewinds it).
+/// Recognizes the format from the first bytes of `file` (read from its start; the file
+/// is rewound afterwards).
 pub(crate) fn detect(file: &mut File, label: &str) -> Result<Format, Error> {
+    file.seek(SeekFrom::Start(0))
+        .map_err(|e| invalid(label, "cannot rewind it", Some(Box::new(e))))?;
     let mut magic = [0u8; 4];
     let mut got = 0;
     while got < 4 {

@@ -2,7 +2,9 @@
 //! what it prints, proving the executable really starts on this machine (its shared
 //! libraries resolve, it is built for this CPU and OS) before it is registered.
 //!
-//! llama-server prints `version: 4500 (adef0123)` (on stderr in most builds); Ollama
+//! llama-server prints `version: 4500 (adef0123)` for release builds (recorded as the
+//! release tag `b4500`) or `version: 0.6.0-dev (build 0, …)` for packaged builds
+//! (recorded as `0.6.0-dev`), on stderr in most builds; Ollama
 //! prints `ollama version is 0.5.7`, or `Warning: client version is 0.5.7` when no
 //! Ollama server is running. Both streams are read.
 
@@ -136,13 +138,16 @@ pub(crate) fn parse_version(engine: Engine, output: &str) -> Option<Probed> {
     match engine {
         Engine::LlamaCpp => output.lines().find_map(|line| {
             let line = line.trim();
-            let rest = line.strip_prefix("version:")?.trim();
-            let build: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-            if build.is_empty() {
-                return None;
-            }
-            Some(Probed {
-                version: format!("b{build}"),
+            let token = line.strip_prefix("version:")?.split_whitespace().next()?;
+            let version = if token.bytes().all(|b| b.is_ascii_digit()) {
+                // Release builds print their build number, which is the release tag `b<N>`.
+                format!("b{token}")
+            } else {
+                // Packaged builds print a semantic version (`0.6.0-dev (build 0, …)`).
+                token.trim_start_matches('v').to_ascii_lowercase()
+            };
+            crate::id::is_valid_id(&version).then(|| Probed {
+                version,
                 build_info: line.to_string(),
             })
         }),
@@ -175,7 +180,13 @@ mod tests {
         let probed = parse_version(Engine::LlamaCpp, llama).unwrap();
         assert_eq!(probed.version, "b4500");
         assert_eq!(probed.build_info, "version: 4500 (adef0123)");
-        assert_eq!(parse_version(Engine::LlamaCpp, "version: unknown"), None);
+        let packaged = "version: 0.6.0-dev (build 0, commit unknown)\nbuilt with GNU 12.2.0 for Linux x86_64\n";
+        assert_eq!(
+            parse_version(Engine::LlamaCpp, packaged).unwrap().version,
+            "0.6.0-dev"
+        );
+        assert_eq!(parse_version(Engine::LlamaCpp, "version:"), None);
+        assert_eq!(parse_version(Engine::LlamaCpp, "version: ???"), None);
         assert_eq!(
             parse_version(Engine::LlamaCpp, "echo (GNU coreutils) 9.1"),
             None

@@ -82,8 +82,9 @@ pub struct Runtime {
     pub id: String,
     /// Which engine it is.
     pub engine: Engine,
-    /// The engine version: `b<build>` for llama.cpp (its release tag), the release for
-    /// Ollama, or the `--version` given at install.
+    /// The engine version: `b<build>` for llama.cpp release builds (the release tag) or
+    /// the version a packaged build prints (`0.6.0-dev`), the release for Ollama, or the
+    /// `--version` given at install.
     pub version: String,
     /// The line of `--version` output the version came from (e.g. `version: 4500 (adef0123)`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

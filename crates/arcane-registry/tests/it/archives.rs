@@ -1,1 +1,318 @@
-//! archives tests.
+//! Installing runtimes from local archives: a good archive installs, and every unsafe
+//! or wrong archive fails with its code and leaves no partial install.
+
+use arcane_registry::{Engine, Error, InstallRuntime, Registry, Source};
+use arcane_report::{codes, CancelToken, Collector, Diagnostic, NullSink};
+
+use crate::support::*;
+
+fn install(
+    workspace: &std::path::Path,
+    archive: &[u8],
+    options: impl FnOnce(InstallRuntime) -> InstallRuntime,
+) -> Result<arcane_registry::Runtime, Error> {
+    let file = workspace
+        .parent()
+        .unwrap()
+        .join(format!("archive-{}.bin", sha256(archive)));
+    std::fs::write(&file, archive).unwrap();
+    let registry = Registry::new(workspace);
+    let request = options(InstallRuntime::new(
+        Engine::LlamaCpp,
+        Source::File(file),
+        sha256(archive),
+    ));
+    registry.install_runtime(&request, &NullSink, &CancelToken::new())
+}
+
+fn workspace_in(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    workspace
+}
+
+#[test]
+fn a_good_tar_gz_installs_under_its_version_and_registers() {
+    let dir = tempdir();
+    let workspace = workspace_in(&dir);
+    let archive = tar_gz(&release_entries(4500));
+    let events = Collector::default();
+    let file = dir.path().join("llama-b4500-bin-ubuntu-x64.tar.gz");
+    std::fs::write(&file, &archive).unwrap();
+    let registry = Registry::new(&workspace);
+    let runtime = registry
+        .install_runtime(
+            &InstallRuntime::new(
+                Engine::LlamaCpp,
+                Source::File(file.clone()),
+                sha256(&archive).to_uppercase(),
+            ),
+            &events,
+            &CancelToken::new(),
+        )
+        .unwrap();
+    // The version comes from the executable's `--version`, the id and directory from it.
+    assert_eq!(runtime.id, "llama.cpp-b4500");
+    assert_eq!(runtime.version, "b4500");
+    assert!(runtime.installed);
+    let root = workspace.join(".arcane/runtimes/llama.cpp/b4500");
+    assert_eq!(runtime.root.as_deref(), Some(root.as_path()));
+    assert_eq!(runtime.executable, root.join("build/bin/llama-server"));
+    assert_eq!(
+        runtime.library_dirs,
+        vec![std::fs::canonicalize(root.join("build/bin")).unwrap()]
+    );
+    assert_eq!(runtime.archive.as_ref().unwrap().sha256, sha256(&archive));
+    assert_eq!(
+        std::fs::read_link(root.join("build/bin/libllama.so"))
+            .unwrap()
+            .to_str(),
+        Some("libllama.so.0.0.1")
+    );
+    assert_eq!(
+        tree(&root),
+        [
+            "LICENSE",
+            "build/",
+            "build/bin/",
+            "build/bin/libllama.so",
+            "build/bin/libllama.so.0.0.1",
+            "build/bin/llama-server"
+        ]
+    );
+    // Nothing else is left in `.arcane/runtimes` (no staging directory, no archive copy).
+    assert_eq!(
+        tree(&workspace.join(".arcane/runtimes")),
+        ["llama.cpp/", "llama.cpp/b4500/"]
+            .into_iter()
+            .map(String::from)
+            .chain(
+                tree(&root)
+                    .into_iter()
+                    .map(|p| format!("llama.cpp/b4500/{p}"))
+            )
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(registry.runtime("llama.cpp-b4500").unwrap(), runtime);
+    let types = events.types();
+    for expected in [
+        "workspace.operation.locked",
+        "registry.hash.progress",
+        "registry.runtime.extracting",
+        "registry.runtime.probing",
+        "workspace.operation.released",
+        "registry.runtime.installed",
+    ] {
+        assert!(
+            types.iter().any(|t| t == expected),
+            "missing {expected} in {types:?}"
+        );
+    }
+    let locked = events
+        .events()
+        .into_iter()
+        .find(|e| e.kind == "workspace.operation.locked")
+        .unwrap();
+    assert_eq!(locked.data["operation"], "runtime-install");
+}
+
+#[test]
+fn a_good_zip_installs_with_explicit_version_and_backend() {
+    let dir = tempdir();
+    let workspace = workspace_in(&dir);
+    let archive = zip(&[
+        Entry::exe("llama-server", fake_llama_server_script(7)),
+        Entry::file("libggml-cuda.so", "x"),
+    ]);
+    let runtime = install(&workspace, &archive, |o| {
+        o.version("b7").backend(arcane_devices::Backend::Cuda)
+    })
+    .unwrap();
+    assert_eq!(runtime.id, "llama.cpp-b7-cuda");
+    assert_eq!(runtime.backend, arcane_devices::Backend::Cuda);
+    assert_eq!(
+        runtime.executable,
+        workspace.join(".arcane/runtimes/llama.cpp/b7-cuda/llama-server")
+    );
+    // The executable bit survives the zip.
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&runtime.executable)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o111,
+        0o111
+    );
+}
+
+#[test]
+fn a_wrong_checksum_is_refused_before_anything_is_extracted() {
+    let dir = tempdir();
+    let workspace = workspace_in(&dir);
+    let archive = tar_gz(&release_entries(1));
+    let file = dir.path().join("a.tar.gz");
+    std::fs::write(&file, &archive).unwrap();
+    let wrong = "0".repeat(64);
+    let error = Registry::new(&workspace)
+        .install_runtime(
+            &InstallRuntime::new(Engine::LlamaCpp, Source::File(file), wrong.clone()),
+            &NullSink,
+            &CancelToken::new(),
+        )
+        .unwrap_err();
+    assert_eq!(error.code(), codes::ARCANE_INTEGRITY_FAILED);
+    assert_eq!(error.details()["expected"], wrong);
+    assert_eq!(error.details()["actual"], sha256(&archive));
+    assert_clean(&workspace);
+    assert!(Registry::new(&workspace).runtimes().unwrap().is_empty());
+}
+
+fn assert_refused(archive: Vec<u8>, entry: &str) {
+    let dir = tempdir();
+    let workspace = workspace_in(&dir);
+    let error = install(&workspace, &archive, |o| o.version("b1")).unwrap_err();
+    assert_eq!(error.code(), codes::ARCANE_POLICY_DENIED, "{error}");
+    assert_eq!(error.details()["entry"], entry, "{error}");
+    assert_clean(&workspace);
+    // Nothing escaped next to the workspace either.
+    assert!(!dir.path().join("escaped").exists());
+    assert!(!dir.path().join("ws/escaped").exists());
+    assert!(Registry::new(&workspace).runtimes().unwrap().is_empty());
+}
+
+#[test]
+fn a_parent_directory_entry_is_refused() {
+    let mut entries = release_entries(1);
+    entries.push(Entry::file("build/../../escaped", "pwned"));
+    assert_refused(tar_gz(&entries), "build/../../escaped");
+    assert_refused(zip(&entries), "build/../../escaped");
+}
+
+#[test]
+fn an_absolute_entry_is_refused() {
+    let dir = tempdir();
+    let target = dir.path().join("escaped");
+    let name = target.to_str().unwrap().to_string();
+    let mut entries = release_entries(1);
+    entries.push(Entry::file(&name, "pwned"));
+    assert_refused(tar_gz(&entries), &name);
+    assert!(!target.exists());
+    assert_refused(zip(&entries), &name);
+    assert!(!target.exists());
+}
+
+#[test]
+fn a_symlink_escaping_the_directory_is_refused() {
+    // `build/bin/../../..` is one level above the install directory.
+    for link in ["../../../escaped", "/tmp"] {
+        let mut entries = release_entries(1);
+        entries.push(Entry::symlink("build/bin/evil", link));
+        assert_refused(tar_gz(&entries), "build/bin/evil");
+        assert_refused(zip(&entries), "build/bin/evil");
+    }
+}
+
+#[test]
+fn writing_through_an_extracted_symlink_is_refused() {
+    // `lib` points inside (allowed), but a later entry must not be written through it.
+    let mut entries = release_entries(1);
+    entries.push(Entry::symlink("lib", "build"));
+    entries.push(Entry::file("lib/extra", "x"));
+    assert_refused(tar_gz(&entries), "lib/extra");
+}
+
+#[test]
+fn an_archive_without_the_server_is_refused() {
+    let dir = tempdir();
+    let workspace = workspace_in(&dir);
+    let archive = tar_gz(&[Entry::exe("bin/llama-cli", fake_llama_server_script(1))]);
+    let error = install(&workspace, &archive, |o| o).unwrap_err();
+    assert_eq!(error.code(), codes::LOCAL_AI_RUNTIME_INVALID);
+    assert_eq!(error.details()["executable"], "llama-server");
+    assert_clean(&workspace);
+}
+
+#[test]
+fn a_server_that_does_not_run_is_refused() {
+    let dir = tempdir();
+    let workspace = workspace_in(&dir);
+    let archive = tar_gz(&[Entry::exe(
+        "llama-server",
+        "#!/bin/sh\necho 'error while loading shared libraries' >&2\nexit 127\n",
+    )]);
+    let error = install(&workspace, &archive, |o| o.version("b1")).unwrap_err();
+    assert_eq!(error.code(), codes::LOCAL_AI_RUNTIME_INVALID);
+    assert!(error.details()["output"]
+        .as_str()
+        .unwrap()
+        .contains("shared libraries"));
+    assert_clean(&workspace);
+}
+
+#[test]
+fn something_that_is_not_an_archive_is_refused() {
+    let dir = tempdir();
+    let workspace = workspace_in(&dir);
+    let error = install(&workspace, b"just text", |o| o.version("b1")).unwrap_err();
+    assert_eq!(error.code(), codes::ARCANE_OPERATION_FAILED);
+    assert_clean(&workspace);
+}
+
+#[test]
+fn an_earlier_install_is_never_overwritten() {
+    let dir = tempdir();
+    let workspace = workspace_in(&dir);
+    let first = install(&workspace, &tar_gz(&release_entries(9)), |o| o).unwrap();
+    let before = tree(&workspace.join(".arcane/runtimes"));
+    let marker = std::fs::read(&first.executable).unwrap();
+    // Same version, different content: refused, the first install is untouched.
+    let mut entries = release_entries(9);
+    entries.push(Entry::file("NEW", "new"));
+    let error = install(&workspace, &tar_gz(&entries), |o| o.version("b9")).unwrap_err();
+    assert_eq!(error.code(), codes::ARCANE_ALREADY_EXISTS, "{error}");
+    // Without `--version` the conflict is found after extraction, and still refused.
+    let error = install(&workspace, &tar_gz(&entries), |o| o).unwrap_err();
+    assert_eq!(error.code(), codes::ARCANE_ALREADY_EXISTS, "{error}");
+    assert_eq!(tree(&workspace.join(".arcane/runtimes")), before);
+    assert_eq!(std::fs::read(&first.executable).unwrap(), marker);
+    assert_eq!(Registry::new(&workspace).runtimes().unwrap(), vec![first]);
+}
+
+#[test]
+fn removing_an_installed_runtime_deletes_its_directory() {
+    let dir = tempdir();
+    let workspace = workspace_in(&dir);
+    let runtime = install(&workspace, &tar_gz(&release_entries(3)), |o| o).unwrap();
+    let registry = Registry::new(&workspace);
+    let removed = registry
+        .remove_runtime(&runtime.id, &NullSink, &CancelToken::new())
+        .unwrap();
+    assert_eq!(removed, runtime);
+    assert!(!runtime.root.unwrap().exists());
+    assert!(registry.runtimes().unwrap().is_empty());
+    assert_eq!(tree(&workspace.join(".arcane/runtimes")), ["llama.cpp/"]);
+    let error = registry
+        .remove_runtime(&runtime.id, &NullSink, &CancelToken::new())
+        .unwrap_err();
+    assert_eq!(error.code(), codes::ARCANE_NOT_FOUND);
+}
+
+#[test]
+fn bad_inputs_are_refused_before_any_side_effect() {
+    let dir = tempdir();
+    let workspace = workspace_in(&dir);
+    let registry = Registry::new(&workspace);
+    let file = Source::File(dir.path().join("missing.tar.gz"));
+    let bad_digest = InstallRuntime::new(Engine::LlamaCpp, file.clone(), "xyz");
+    assert!(
+        matches!(registry.install_runtime(&bad_digest, &NullSink, &CancelToken::new()), Err(Error::InvalidDigest { value }) if value == "xyz")
+    );
+    let bad_version = InstallRuntime::new(Engine::LlamaCpp, file, "0".repeat(64)).version("B 1/..");
+    let error = registry
+        .install_runtime(&bad_version, &NullSink, &CancelToken::new())
+        .unwrap_err();
+    assert_eq!(error.code(), codes::ARCANE_USAGE);
+    assert_eq!(error.details()["version"], "B 1/..");
+    assert!(tree(&workspace).is_empty());
+}

@@ -1,1 +1,308 @@
-//! models tests.
+//! `add_model` / `remove_model` with local files: GGUF checks, storage, digests, ids,
+//! concurrency; and the real SmolLM2 file.
+
+use std::sync::Arc;
+
+use arcane_registry::{AddModel, Error, Registry, Storage};
+use arcane_report::{codes, CancelToken, Collector, Diagnostic, NullSink};
+
+use crate::support::*;
+
+#[test]
+fn the_real_smollm2_is_added_with_its_metadata_and_digest() {
+    let model_file = smollm2();
+    let dir = tempdir();
+    let registry = Registry::new(dir.path());
+    let events = Collector::default();
+    let model = registry
+        .add_model(
+            &AddModel::file("smollm2-135m", &model_file),
+            &events,
+            &CancelToken::new(),
+        )
+        .unwrap();
+    assert_eq!(
+        model.sha256,
+        sha256sum(&model_file),
+        "digest must match an independent sha256sum"
+    );
+    assert_eq!(model.size, std::fs::metadata(&model_file).unwrap().len());
+    assert_eq!(
+        model.path,
+        dir.path()
+            .join(".arcane/models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf")
+    );
+    assert_eq!(sha256sum(&model.path), model.sha256);
+    assert_eq!(model.gguf.architecture.as_deref(), Some("llama"));
+    assert_eq!(model.gguf.quantization.as_deref(), Some("Q4_1"));
+    assert_eq!(model.gguf.context_length, Some(8192));
+    let parameters = model.gguf.parameter_count.unwrap();
+    assert!(
+        (100_000_000..200_000_000).contains(&parameters),
+        "{parameters}"
+    );
+    assert!(matches!(model.gguf.version, 2 | 3));
+    assert!(events.types().iter().any(|t| t == "registry.hash.progress"));
+    assert_eq!(registry.model("smollm2-135m").unwrap(), model);
+}
+
+#[test]
+fn a_file_is_hard_linked_on_the_same_file_system() {
+    let dir = tempdir();
+    let source = dir.path().join("tiny.gguf");
+    write_gguf(&source, "Tiny");
+    let workspace = dir.path().join("ws");
+    let model = Registry::new(&workspace)
+        .add_model(
+            &AddModel::file("tiny", &source),
+            &NullSink,
+            &CancelToken::new(),
+        )
+        .unwrap();
+    assert_eq!(model.storage, Storage::HardLink);
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        std::fs::metadata(&model.path).unwrap().ino(),
+        std::fs::metadata(&source).unwrap().ino()
+    );
+    assert_eq!(model.sha256, sha256sum(&source));
+    assert_eq!(model.gguf.architecture.as_deref(), Some("llama"));
+    assert_eq!(model.gguf.context_length, Some(2048));
+    assert_eq!(model.gguf.parameter_count, Some(4096));
+    assert_eq!(model.source, source.display().to_string());
+}
+
+#[test]
+fn a_file_on_another_file_system_is_copied() {
+    // /dev/shm is a tmpfs on Linux; the workspace is on the temp dir's file system.
+    let shm = std::path::Path::new("/dev/shm");
+    assert!(shm.is_dir(), "this test needs /dev/shm");
+    let source_dir = tempfile::Builder::new()
+        .prefix("arcane-registry-")
+        .tempdir_in(shm)
+        .unwrap();
+    let source = source_dir.path().join("tiny.gguf");
+    write_gguf(&source, "Tiny");
+    let dir = tempdir();
+    use std::os::unix::fs::MetadataExt;
+    if std::fs::metadata(dir.path()).unwrap().dev()
+        == std::fs::metadata(source_dir.path()).unwrap().dev()
+    {
+        panic!("/dev/shm and the temp dir share a file system; cannot test the copy path here");
+    }
+    let model = Registry::new(dir.path())
+        .add_model(
+            &AddModel::file("tiny", &source),
+            &NullSink,
+            &CancelToken::new(),
+        )
+        .unwrap();
+    assert_eq!(model.storage, Storage::Copy);
+    assert_eq!(
+        std::fs::read(&model.path).unwrap(),
+        std::fs::read(&source).unwrap()
+    );
+    assert_eq!(model.sha256, sha256sum(&source));
+}
+
+#[test]
+fn a_file_that_is_not_gguf_is_refused_naming_it_and_its_bytes() {
+    let dir = tempdir();
+    let source = dir.path().join("llama-server.bin");
+    std::fs::write(&source, b"\x7fELF\x02\x01\x01\x00rest").unwrap();
+    let error = Registry::new(dir.path())
+        .add_model(
+            &AddModel::file("x", &source),
+            &NullSink,
+            &CancelToken::new(),
+        )
+        .unwrap_err();
+    assert_eq!(error.code(), codes::LOCAL_AI_MODEL_INVALID);
+    assert_eq!(error.details()["path"], source.display().to_string());
+    assert_eq!(error.details()["found"], "7f454c46");
+    assert!(error.to_string().contains("llama-server.bin"), "{error}");
+    assert!(
+        !dir.path().join(".arcane").exists(),
+        "nothing is created for a refused file"
+    );
+}
+
+#[test]
+fn a_file_checked_against_a_wrong_digest_is_refused() {
+    let dir = tempdir();
+    let source = dir.path().join("tiny.gguf");
+    write_gguf(&source, "Tiny");
+    let workspace = dir.path().join("ws");
+    let error = Registry::new(&workspace)
+        .add_model(
+            &AddModel::file("tiny", &source).sha256("ab".repeat(32)),
+            &NullSink,
+            &CancelToken::new(),
+        )
+        .unwrap_err();
+    assert_eq!(error.code(), codes::ARCANE_INTEGRITY_FAILED);
+    assert_eq!(error.details()["actual"], sha256sum(&source));
+    assert_clean(&workspace);
+    assert!(source.is_file(), "the source is never touched");
+}
+
+#[test]
+fn ids_are_validated_and_unique() {
+    let dir = tempdir();
+    let source = dir.path().join("tiny.gguf");
+    write_gguf(&source, "Tiny");
+    let workspace = dir.path().join("ws");
+    let registry = Registry::new(&workspace);
+    for bad in ["Tiny", "../x", "a/b", "-x", ""] {
+        let error = registry
+            .add_model(
+                &AddModel::file(bad, &source),
+                &NullSink,
+                &CancelToken::new(),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&error, Error::InvalidId { value, kind: "model" } if value == bad),
+            "{error:?}"
+        );
+        assert_eq!(error.code(), codes::ARCANE_USAGE);
+    }
+    assert!(!workspace.exists());
+    registry
+        .add_model(
+            &AddModel::file("tiny", &source),
+            &NullSink,
+            &CancelToken::new(),
+        )
+        .unwrap();
+    let error = registry
+        .add_model(
+            &AddModel::file("tiny", &source),
+            &NullSink,
+            &CancelToken::new(),
+        )
+        .unwrap_err();
+    assert_eq!(error.code(), codes::ARCANE_ALREADY_EXISTS);
+    assert_eq!(registry.models().unwrap().len(), 1);
+}
+
+#[test]
+fn unknown_ids_are_not_found_with_the_known_ones_listed() {
+    let dir = tempdir();
+    let source = dir.path().join("tiny.gguf");
+    write_gguf(&source, "Tiny");
+    let registry = Registry::new(dir.path());
+    registry
+        .add_model(
+            &AddModel::file("tiny", &source),
+            &NullSink,
+            &CancelToken::new(),
+        )
+        .unwrap();
+    let error = registry.model("huge").unwrap_err();
+    assert_eq!(error.code(), codes::ARCANE_NOT_FOUND);
+    assert_eq!(error.details()["id"], "huge");
+    assert_eq!(error.details()["known"], serde_json::json!(["tiny"]));
+    let error = registry.runtime("llama.cpp").unwrap_err();
+    assert_eq!(error.code(), codes::ARCANE_NOT_FOUND);
+    assert!(error.to_string().contains("`llama.cpp`"));
+}
+
+#[test]
+fn remove_deletes_the_stored_file_but_never_the_source() {
+    let dir = tempdir();
+    let source = dir.path().join("tiny.gguf");
+    write_gguf(&source, "Tiny");
+    let workspace = dir.path().join("ws");
+    let registry = Registry::new(&workspace);
+    let model = registry
+        .add_model(
+            &AddModel::file("tiny", &source),
+            &NullSink,
+            &CancelToken::new(),
+        )
+        .unwrap();
+    let events = Collector::default();
+    let removed = registry
+        .remove_model("tiny", &events, &CancelToken::new())
+        .unwrap();
+    assert_eq!(removed, model);
+    assert!(!model.path.exists());
+    assert!(source.is_file());
+    assert!(registry.models().unwrap().is_empty());
+    assert_eq!(
+        tree(&workspace.join(".arcane/models")),
+        Vec::<String>::new()
+    );
+    let locked = events
+        .events()
+        .into_iter()
+        .find(|e| e.kind == "workspace.operation.locked")
+        .unwrap();
+    assert_eq!(locked.data["operation"], "model-remove");
+    // The same id can be added again.
+    registry
+        .add_model(
+            &AddModel::file("tiny", &source),
+            &NullSink,
+            &CancelToken::new(),
+        )
+        .unwrap();
+}
+
+#[test]
+fn concurrent_adds_in_one_process_keep_every_model() {
+    let dir = tempdir();
+    let workspace = Arc::new(dir.path().join("ws"));
+    let mut threads = Vec::new();
+    for i in 0..6 {
+        let source = dir.path().join(format!("m{i}.gguf"));
+        write_gguf(&source, &format!("M{i}"));
+        let workspace = workspace.clone();
+        threads.push(std::thread::spawn(move || {
+            Registry::new(&workspace).add_model(
+                &AddModel::file(format!("m{i}"), &source),
+                &NullSink,
+                &CancelToken::new(),
+            )
+        }));
+    }
+    for thread in threads {
+        thread.join().unwrap().unwrap();
+    }
+    let mut ids: Vec<String> = Registry::new(&workspace)
+        .models()
+        .unwrap()
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["m0", "m1", "m2", "m3", "m4", "m5"]);
+}
+
+#[test]
+fn a_corrupt_registry_file_is_reported_not_overwritten() {
+    let dir = tempdir();
+    std::fs::create_dir_all(dir.path().join(".arcane")).unwrap();
+    std::fs::write(
+        dir.path().join(".arcane/registry.json"),
+        b"{\"version\": 1, \"models\": [",
+    )
+    .unwrap();
+    let registry = Registry::new(dir.path());
+    let error = registry.models().unwrap_err();
+    assert_eq!(error.code(), codes::ARCANE_OPERATION_FAILED);
+    let source = dir.path().join("tiny.gguf");
+    write_gguf(&source, "Tiny");
+    assert!(registry
+        .add_model(
+            &AddModel::file("tiny", &source),
+            &NullSink,
+            &CancelToken::new()
+        )
+        .is_err());
+    assert_eq!(
+        std::fs::read(dir.path().join(".arcane/registry.json")).unwrap(),
+        b"{\"version\": 1, \"models\": ["
+    );
+}
