@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # GPU check for `arcane-devices`, for a machine with an NVIDIA GPU and driver.
 #
-# 1. builds `arcane` (or uses $ARCANE_BIN), prints the real catalog;
+# 1. builds `arcane` (or uses $ARCANE_BIN, e.g. a binary carried to a machine without
+#    cargo), prints the real catalog;
 # 2. checks the first NVIDIA device against `nvidia-smi` (same UUID);
 # 3. resolves it with a CUDA runtime and checks the plan pins exactly that UUID;
-# 4. checks that an unknown id and a CPU-only runtime are refused (exit 1);
+# 4. checks that an unknown id and a CPU-only runtime are refused (exit 1), and runs
+#    `cargo test -p arcane-devices` against the real driver (when building with cargo);
 # 5. when $LLAMA_SERVER_CUDA (a CUDA build of llama-server) and $ARCANE_TEST_MODEL
 #    (a GGUF) are set: starts the server with the plan's args and environment on
 #    127.0.0.1, waits for /health, and runs `arcane devices check-placement`.
@@ -33,7 +35,7 @@ ws="$OUT/workspace"; mkdir -p "$ws"
 a() { "$arcane" --workspace "$ws" "$@"; }
 json_get() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
-nvidia-smi -L 2>&1 | tee "$OUT/nvidia-smi-L.txt" || echo "(nvidia-smi unavailable)"
+if command -v nvidia-smi >/dev/null; then nvidia-smi -L | tee "$OUT/nvidia-smi-L.txt"; else echo "(no nvidia-smi)"; fi
 
 # 1. The real catalog.
 a devices | tee "$OUT/catalog.txt"
@@ -61,6 +63,12 @@ a devices resolve nvidia-gpu-00000000-0000-0000-0000-000000000000 --runtime-back
 [[ $rc -eq 1 ]] && pass "unknown id refused" || fail "unknown id: exit $rc"
 a devices resolve "$id" --runtime-backend cpu >/dev/null 2>&1; rc=$?
 [[ $rc -eq 1 ]] && pass "CPU-only runtime refused" || fail "CPU-only runtime: exit $rc"
+
+# The library's own tests against the real driver (the probe lists NVML GPUs; the
+# placement check of a process without a GPU context changes nothing).
+if [[ -z "${ARCANE_BIN:-}" ]]; then
+  timeout 300 cargo test -q -p arcane-devices --test it >"$OUT/cargo-test.log" 2>&1 && pass "cargo test -p arcane-devices" || { tail -30 "$OUT/cargo-test.log"; fail "cargo test -p arcane-devices"; }
+fi
 
 # 5. A real CUDA engine on the plan, then the placement check.
 if [[ -n "${LLAMA_SERVER_CUDA:-}" && -n "${ARCANE_TEST_MODEL:-}" ]]; then
