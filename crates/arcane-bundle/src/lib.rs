@@ -64,8 +64,8 @@ pub use build::{build, AppOverrides, BuildOutcome, BuildRequest, RuntimeRequest,
 pub use error::Error;
 pub use failure::Failure;
 pub use launch::{
-    bundle_root_from_launcher, default_state_root, resolve_app_entry, resolve_context, HostDirs,
-    LaunchContext, LaunchModel, LaunchRuntime,
+    bundle_root_from_launcher, default_state_root, prepare_state_root, resolve_app_entry,
+    resolve_context, HostDirs, LaunchContext, LaunchModel, LaunchRuntime,
 };
 pub use manifest::Manifest;
 pub use verify::{

@@ -1,21 +1,353 @@
-//! `arcane launch`. (Being built; see the open issue for this command.)
+//! `<bundle>/bin/arcane launch`: verify the bundle this binary belongs to, then run the
+//! Core host on the bundle's runtime and model, or an app program against it.
+//!
+//! **Core mode** (`launch [--state-root DIR] [--launch-config FILE]`): the bundle
+//! root is `current_exe()/../..`. The whole bundle is verified first; after any
+//! failure nothing starts (exit 2, every failure listed). The launch context is
+//! resolved (manifest defaults < `--state-root` < launch file; per-OS default state
+//! root `~/.local/share/Arcane/<appId>` on Linux), the state root is prepared (its
+//! registry's `llama.cpp` runtime is the bundle's own executable) and this process
+//! becomes `<bundle>/bin/arcane --workspace <state-root> serve --runtime llama.cpp
+//! --model <bundle model> [--device TARGET] [--port PORT]` through `exec`, so
+//! signals reach the Core host directly. Nothing is written inside the bundle.
+//!
+//! **App-entry mode** (`launch --arcane-app-entry REL [ARGS…]`, which must come last):
+//! after the same verification, `app/REL` must be a listed `exec` file (escapes and
+//! absolute paths are refused with `BUNDLE_PATH_INVALID`). "The running Core" is the
+//! Core host whose endpoint file `<state-root>/.arcane/core.json` names a live
+//! process. If there is none, launch starts one in the background (the Core mode
+//! above, as a child in its own process group), waits until its endpoint file
+//! appears, runs the app program with `ARCANE_CORE_ENDPOINT=<endpoint file>`,
+//! `ARCANE_STATE_ROOT` and `ARCANE_BUNDLE_ROOT` in its environment, and stops the Core
+//! host it started (SIGTERM, then SIGKILL after 15 s) when the program exits. A Core
+//! host that was already running is used and left running. The exit code is the
+//! program's (128 + signal when it was killed).
 
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use arcane_bundle::{LaunchContext, VerifyOptions};
 use arcane_report::{codes, Event};
 use serde_json::json;
 
-use crate::config::Context;
+use crate::config::{env_path, Context};
 use crate::error::{CliError, CommandError};
+
+/// How long app-entry mode waits for a Core host it started to publish its endpoint.
+const CORE_START_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a Core host started for an app entry may drain after SIGTERM.
+const CORE_STOP_GRACE: Duration = Duration::from_secs(15);
 
 /// Arguments of `arcane launch`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Where all mutable state goes (the Core host's workspace). Default:
+    /// `$XDG_DATA_HOME/Arcane/<appId>` (absolute only), else `~/.local/share/Arcane/<appId>`.
+    #[arg(long, value_name = "DIR")]
+    pub state_root: Option<PathBuf>,
 
-/// Runs `arcane launch`.
-pub fn run(_context: &Context, _args: Args) -> Result<u8, CliError> {
-    Err(CommandError::new(codes::ARCANE_OPERATION_FAILED, "`arcane launch` is not available in this build yet", json!({"command": "launch"})).into())
+    /// A JSON object of launch options: `stateRoot`, `port`, `executionTarget`. Keys
+    /// that would redirect bundle-owned paths (`appRoot`, `runtimes`, `model`, …) are refused.
+    #[arg(long, value_name = "FILE")]
+    pub launch_config: Option<PathBuf>,
+
+    /// Run the app program `app/REL` (a listed executable) with the running Core's
+    /// endpoint file in `ARCANE_CORE_ENDPOINT`, instead of the Core host. Everything
+    /// after `REL` is passed to the program; this option must come last.
+    #[arg(long = "arcane-app-entry", value_name = "REL [ARGS]", num_args = 1.., allow_hyphen_values = true)]
+    pub app_entry: Option<Vec<String>>,
 }
 
-/// The human line for one of this command's events.
-pub fn human_event(_event: &Event, _verbose: u8) -> Option<String> {
-    None
+/// Runs `arcane launch`.
+pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
+    let launcher = std::env::current_exe().map_err(|e| {
+        CommandError::new(
+            codes::ARCANE_IO,
+            "cannot locate the running `arcane` binary",
+            json!({}),
+        )
+        .caused_by(e)
+    })?;
+    let root = arcane_bundle::bundle_root_from_launcher(&launcher)?;
+    let sink = crate::cmd::bundle::ProgressSink::new(&context.output, "verifying");
+    let report = arcane_bundle::verify(&root, &VerifyOptions::default(), &sink, &context.cancel);
+    sink.finish();
+    let report = report?;
+    if !report.is_clean() {
+        crate::cmd::bundle::render_report(&context.output, &report);
+        let code = crate::cmd::bundle::report_exit_code(&report);
+        context.output.note("nothing was started");
+        return Ok(code);
+    }
+    let bundle = report.into_verified()?;
+    context.output.event(&Event::new(
+        "bundle.launch.verified",
+        json!({"bundle": bundle.root}),
+    ));
+    let dirs = arcane_bundle::HostDirs::new(
+        env_path("HOME"),
+        env_path("XDG_DATA_HOME"),
+        env_path("LOCALAPPDATA"),
+    );
+    let launch = arcane_bundle::resolve_context(
+        bundle,
+        args.state_root.as_deref(),
+        args.launch_config.as_deref(),
+        &dirs,
+    )?;
+    match args.app_entry {
+        Some(ref entry) => app_entry(context, &launch, &args, entry),
+        None => core(context, &launch),
+    }
+}
+
+/// The `serve` command line that runs the Core host for `launch`.
+fn serve_command(launch: &LaunchContext) -> Result<Command, CliError> {
+    let launcher = launch
+        .bundle
+        .resolve(arcane_bundle::manifest::LAUNCHER_PATH);
+    let mut command = Command::new(launcher);
+    command
+        .arg("--workspace")
+        .arg(&launch.state_root)
+        .arg("serve");
+    if let Some(runtime) = &launch.runtime {
+        command.arg("--runtime").arg(&runtime.engine);
+    }
+    if let Some(model) = &launch.model {
+        command.arg("--model").arg(&model.path);
+    }
+    if let Some(target) = &launch.execution_target {
+        command.arg("--device").arg(target);
+    }
+    if let Some(port) = launch.port {
+        command.arg("--port").arg(port.to_string());
+    }
+    command
+        .env("ARCANE_BUNDLE_ROOT", &launch.bundle.root)
+        .env("ARCANE_STATE_ROOT", &launch.state_root);
+    Ok(command)
+}
+
+fn core(context: &Context, launch: &LaunchContext) -> Result<u8, CliError> {
+    arcane_bundle::prepare_state_root(launch, &context.output, &context.cancel)?;
+    context
+        .output
+        .event(&Event::new("bundle.launch.core", launch.summary()));
+    let mut command = serve_command(launch)?;
+    // Pass the output mode through so the Core host prints what the caller asked for.
+    command.arg("--output").arg(match context.output.mode {
+        crate::cli::OutputMode::Human => "human",
+        crate::cli::OutputMode::Json => "json",
+        crate::cli::OutputMode::Ndjson => "ndjson",
+    });
+    let error = command.exec();
+    Err(CommandError::new(
+        codes::ARCANE_IO,
+        "cannot start the Core host",
+        json!({"command": format!("{command:?}")}),
+    )
+    .caused_by(error)
+    .into())
+}
+
+/// The pid in a live endpoint file, if a Core host runs for this state root.
+fn running_core(endpoint: &Path) -> Option<u32> {
+    let bytes = std::fs::read(endpoint).ok()?;
+    let record: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let pid = u32::try_from(record["pid"].as_u64()?).ok()?;
+    let pid_t = libc::pid_t::try_from(pid).ok()?;
+    // SAFETY: kill with signal 0 only checks whether the process exists.
+    let alive = unsafe { libc::kill(pid_t, 0) } == 0
+        || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    alive.then_some(pid)
+}
+
+/// A Core host this launch started; stopped (group SIGTERM, grace, SIGKILL) on drop.
+struct StartedCore {
+    child: Child,
+}
+
+impl StartedCore {
+    fn signal(&self, signal: libc::c_int) {
+        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+            // SAFETY: signals the process group this launch created for the child.
+            unsafe {
+                libc::kill(-pid, signal);
+            }
+        }
+    }
+
+    fn stop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        self.signal(libc::SIGTERM);
+        let deadline = Instant::now() + CORE_STOP_GRACE;
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.signal(libc::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for StartedCore {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn app_entry(
+    context: &Context,
+    launch: &LaunchContext,
+    args: &Args,
+    entry: &[String],
+) -> Result<u8, CliError> {
+    let Some((relative, program_args)) = entry.split_first() else {
+        return Err(CommandError::usage(
+            "`--arcane-app-entry` needs an app-relative path",
+            json!({}),
+        )
+        .into());
+    };
+    let program = arcane_bundle::resolve_app_entry(&launch.bundle, relative)?;
+    let endpoint = launch.endpoint_file();
+    let mut started = None;
+    if running_core(&endpoint).is_none() {
+        // Start the Core host in the background: this same launcher in Core mode.
+        let launcher = launch
+            .bundle
+            .resolve(arcane_bundle::manifest::LAUNCHER_PATH);
+        let mut command = Command::new(launcher);
+        command
+            .arg("launch")
+            .arg("--state-root")
+            .arg(&launch.state_root)
+            .arg("--output")
+            .arg("ndjson");
+        if let Some(file) = &args.launch_config {
+            command.arg("--launch-config").arg(file);
+        }
+        let log_dir = launch.state_root.join("logs");
+        std::fs::create_dir_all(&log_dir).map_err(|e| {
+            CommandError::new(
+                codes::ARCANE_IO,
+                format!("cannot create `{}`", log_dir.display()),
+                json!({}),
+            )
+            .caused_by(e)
+        })?;
+        let log_path = log_dir.join("core.log");
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| {
+                CommandError::new(
+                    codes::ARCANE_IO,
+                    format!("cannot open `{}`", log_path.display()),
+                    json!({}),
+                )
+                .caused_by(e)
+            })?;
+        let log_err = log.try_clone().map_err(|e| {
+            CommandError::new(
+                codes::ARCANE_IO,
+                "cannot duplicate the log handle",
+                json!({}),
+            )
+            .caused_by(e)
+        })?;
+        command
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .process_group(0);
+        let child = command.spawn().map_err(|e| {
+            CommandError::new(codes::ARCANE_IO, "cannot start the Core host", json!({}))
+                .caused_by(e)
+        })?;
+        let mut core = StartedCore { child };
+        context.output.event(&Event::new(
+            "bundle.launch.core-started",
+            json!({"pid": core.child.id(), "log": log_path}),
+        ));
+        let deadline = Instant::now() + CORE_START_TIMEOUT;
+        loop {
+            if running_core(&endpoint).is_some() {
+                break;
+            }
+            if let Ok(Some(status)) = core.child.try_wait() {
+                return Err(CommandError::new(
+                    codes::ARCANE_OPERATION_FAILED,
+                    format!(
+                        "the Core host exited ({status}) before publishing `{}`",
+                        endpoint.display()
+                    ),
+                    json!({"status": status.code(), "log": log_path}),
+                )
+                .hint(format!("see `{}`", log_path.display()))
+                .into());
+            }
+            if Instant::now() > deadline || context.cancel.wait_timeout(Duration::from_millis(100))
+            {
+                core.stop();
+                let cancelled = context.cancel.is_cancelled();
+                return Err(CommandError::new(
+                    if cancelled {
+                        codes::ARCANE_CANCELLED
+                    } else {
+                        codes::ARCANE_OPERATION_FAILED
+                    },
+                    if cancelled {
+                        "launch was cancelled while the Core host started".to_string()
+                    } else {
+                        format!(
+                            "the Core host did not publish `{}` in time",
+                            endpoint.display()
+                        )
+                    },
+                    json!({"log": log_path}),
+                )
+                .into());
+            }
+        }
+        started = Some(core);
+    }
+    context.output.event(&Event::new(
+        "bundle.launch.app-entry",
+        json!({"entry": relative, "program": program, "endpointFile": endpoint}),
+    ));
+    let status = Command::new(&program)
+        .args(program_args)
+        .env("ARCANE_CORE_ENDPOINT", &endpoint)
+        .env("ARCANE_STATE_ROOT", &launch.state_root)
+        .env("ARCANE_BUNDLE_ROOT", &launch.bundle.root)
+        .status()
+        .map_err(|e| {
+            CommandError::new(
+                codes::ARCANE_IO,
+                format!("cannot run app entry `{}`", program.display()),
+                json!({"program": program}),
+            )
+            .caused_by(e)
+        })?;
+    drop(started);
+    Ok(match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
+        _ => 1,
+    })
+}
+
+/// The human line for one of this command's events (launch events are `bundle.launch.*`,
+/// rendered by `bundle::human_event`).
+pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
+    crate::cmd::bundle::human_event(event, verbose)
 }
