@@ -1,21 +1,223 @@
-//! `arcane model`. (Being built; see the open issue for this command.)
+//! `arcane model`: add (verified), list and remove GGUF models. The rules live in
+//! `arcane-registry`; this module parses, calls and renders (its events are rendered
+//! by `cmd::runtime`).
 
-use arcane_report::{codes, Event};
+use std::path::PathBuf;
+
+use arcane_registry::{AddModel, Model, Registry, Source};
+use arcane_report::Event;
 use serde_json::json;
 
+use crate::cmd::runtime::{human_bytes, table, ProgressSink};
 use crate::config::Context;
-use crate::error::{CliError, CommandError};
+use crate::error::CliError;
 
 /// Arguments of `arcane model`.
+///
+/// Models are GGUF files kept in the workspace under `.arcane/models/<id>/` and
+/// recorded (size, SHA-256, architecture, parameters, context length, quantization) in
+/// `.arcane/registry.json`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
-
-/// Runs `arcane model`.
-pub fn run(_context: &Context, _args: Args) -> Result<u8, CliError> {
-    Err(CommandError::new(codes::ARCANE_OPERATION_FAILED, "`arcane model` is not available in this build yet", json!({"command": "model"})).into())
+pub struct Args {
+    #[command(subcommand)]
+    command: ModelCommand,
 }
 
-/// The human line for one of this command's events.
-pub fn human_event(_event: &Event, _verbose: u8) -> Option<String> {
-    None
+#[derive(Debug, clap::Subcommand)]
+enum ModelCommand {
+    /// Check a GGUF model (magic, version, metadata), store it in the workspace and
+    /// register it with its size and SHA-256.
+    ///
+    /// `--file` hard-links the file when it is on the same file system as the
+    /// workspace (no extra space) and copies it otherwise; `--url` downloads it and
+    /// verifies it against `--sha256`.
+    ///
+    /// Example: `arcane model add smollm2-135m --file SmolLM2-135M-Instruct.Q4_1.gguf`
+    Add(AddArgs),
+    /// List the registered models (id, size, digest, architecture, parameters,
+    /// quantization, context length, file).
+    List,
+    /// Unregister a model and delete its file from `.arcane/models/` (the file it was
+    /// added from is never touched).
+    Remove(RemoveArgs),
+}
+
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["file", "url"])))]
+struct AddArgs {
+    /// The model's id (`[a-z0-9][a-z0-9._-]*`), e.g. `smollm2-135m`.
+    #[arg(value_name = "ID")]
+    id: String,
+
+    /// A GGUF file on this machine.
+    #[arg(long, value_name = "PATH")]
+    file: Option<PathBuf>,
+
+    /// An `http(s)://` URL of a GGUF file; needs `--sha256`.
+    #[arg(long, value_name = "URL", requires = "sha256")]
+    url: Option<String>,
+
+    /// The expected SHA-256 (64 hex digits): required with `--url`, checked when
+    /// given with `--file`.
+    #[arg(long, value_name = "HEX")]
+    sha256: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+struct RemoveArgs {
+    /// The model's id (see `arcane model list`).
+    #[arg(value_name = "ID")]
+    id: String,
+}
+
+/// Runs `arcane model`.
+pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
+    let registry = Registry::new(&context.workspace);
+    match args.command {
+        ModelCommand::Add(add) => {
+            let mut options = match (add.file, add.url) {
+                (Some(file), _) => AddModel::file(add.id, file),
+                // clap's required group guarantees `--url` when `--file` is absent.
+                (None, url) => {
+                    let url = url.unwrap_or_default();
+                    let url = match Source::parse(&url)? {
+                        Source::Url(url) => url,
+                        Source::File(_) => {
+                            return Err(arcane_registry::Error::InvalidUrl { url }.into());
+                        }
+                    };
+                    AddModel::url(add.id, url, "")
+                }
+            };
+            options.sha256 = add.sha256;
+            let sink = ProgressSink::new(&context.output);
+            let model = registry.add_model(&options, &sink, &context.cancel)?;
+            drop(sink);
+            context.output.result(
+                &format!(
+                    "added model `{}`: {}, sha256 {}\n  {}\n  stored at {} ({})",
+                    model.id,
+                    human_bytes(model.size),
+                    model.sha256,
+                    describe(&model),
+                    model.path.display(),
+                    storage(&model),
+                ),
+                &json!({"model": model}),
+            );
+        }
+        ModelCommand::List => {
+            let models = registry.models()?;
+            context.output.result(
+                &list_text(&models, context.output.verbose > 0),
+                &json!({"models": models}),
+            );
+        }
+        ModelCommand::Remove(remove) => {
+            let model = registry.remove_model(&remove.id, &context.output, &context.cancel)?;
+            context.output.result(
+                &format!(
+                    "removed model `{}` (deleted {})",
+                    model.id,
+                    model.path.display()
+                ),
+                &json!({"model": model}),
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn storage(model: &Model) -> &'static str {
+    match model.storage {
+        arcane_registry::Storage::HardLink => "hard link",
+        arcane_registry::Storage::Copy => "copy",
+        arcane_registry::Storage::Download => "downloaded",
+    }
+}
+
+/// `llama, 135M parameters, Q4_1, context 8192`.
+fn describe(model: &Model) -> String {
+    let info = &model.gguf;
+    let mut parts = vec![info
+        .architecture
+        .clone()
+        .unwrap_or_else(|| "unknown architecture".into())];
+    if let Some(count) = info.parameter_count {
+        parts.push(format!("{} parameters", parameters(count)));
+    }
+    if let Some(quantization) = &info.quantization {
+        parts.push(quantization.clone());
+    }
+    if let Some(context) = info.context_length {
+        parts.push(format!("context {context}"));
+    }
+    parts.push(format!("GGUF v{}", info.version));
+    parts.join(", ")
+}
+
+/// `135M`, `7.2B`, `950K`.
+fn parameters(count: u64) -> String {
+    match count {
+        n if n >= 1_000_000_000 => format!("{:.1}B", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{}M", (n as f64 / 1e6).round()),
+        n if n >= 1_000 => format!("{}K", (n as f64 / 1e3).round()),
+        n => n.to_string(),
+    }
+}
+
+fn list_text(models: &[Model], full_digest: bool) -> String {
+    if models.is_empty() {
+        return "no models registered; add one with `arcane model add ID --file PATH`".to_string();
+    }
+    let rows: Vec<[String; 8]> = models
+        .iter()
+        .map(|m| {
+            let digest = if full_digest {
+                m.sha256.clone()
+            } else {
+                m.sha256.chars().take(12).collect()
+            };
+            [
+                m.id.clone(),
+                human_bytes(m.size),
+                digest,
+                m.gguf.architecture.clone().unwrap_or_else(|| "-".into()),
+                m.gguf
+                    .parameter_count
+                    .map(parameters)
+                    .unwrap_or_else(|| "-".into()),
+                m.gguf.quantization.clone().unwrap_or_else(|| "-".into()),
+                m.gguf
+                    .context_length
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                m.path.display().to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID", "SIZE", "SHA-256", "ARCH", "PARAMS", "QUANT", "CONTEXT", "FILE",
+        ],
+        &rows,
+    )
+}
+
+/// The human line for one of this command's events (model events are rendered by
+/// `cmd::runtime::human_event`, which owns `registry.*` and `download.*`).
+pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
+    crate::cmd::runtime::human_event(event, verbose)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameter_counts_read_like_model_names() {
+        assert_eq!(parameters(134_515_008), "135M");
+        assert_eq!(parameters(7_241_732_096), "7.2B");
+        assert_eq!(parameters(4096), "4K");
+    }
 }

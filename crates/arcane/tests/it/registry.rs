@@ -1,1 +1,475 @@
-//! Tests of `arcane registry`.
+//! Tests of `arcane runtime` and `arcane model` through the real binary: the real
+//! llama-server and SmolLM2, archives served on loopback, concurrent processes, exit
+//! codes and cancellation.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+fn sha256sum(path: &Path) -> String {
+    let output = Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .expect("run sha256sum");
+    assert!(output.status.success());
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Kills and reaps a child process when dropped (also on panic).
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Serves `body` to every request on 127.0.0.1; when `stall_after` is set, sends only
+/// that many bytes of it and keeps the connection open (silent) until the test ends.
+fn serve(body: Vec<u8>, stall_after: Option<usize>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let mut request = Vec::new();
+            let mut buffer = [0u8; 1024];
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buffer) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buffer[..n]),
+                }
+            }
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let sent = stall_after.unwrap_or(body.len());
+            let _ = stream.write_all(&body[..sent]);
+            let _ = stream.flush();
+            if stall_after.is_some() {
+                open.push(stream);
+            }
+        }
+    });
+    format!("http://{address}")
+}
+
+/// A release-style `tar.gz` of the real llama-server and its libraries
+/// (`build/bin/...`, symlinks kept), written under `dir`.
+fn real_release_archive(dir: &Path) -> PathBuf {
+    let server = llama_server();
+    let staging = dir.join("release");
+    std::fs::create_dir_all(staging.join("build")).unwrap();
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(server.parent().unwrap())
+        .arg(staging.join("build/bin"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let archive = dir.join("llama-bin-ubuntu-x64.tar.gz");
+    let status = Command::new("tar")
+        .arg("-czf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&staging)
+        .arg("build")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    archive
+}
+
+/// Every path under `root`, relative and sorted.
+fn tree(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            out.push(path.strip_prefix(root).unwrap().display().to_string());
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn error_of(output: &std::process::Output) -> serde_json::Value {
+    json(output)["error"].clone()
+}
+
+#[test]
+fn the_real_runtime_and_model_register_and_list_with_version_size_and_digest() {
+    let server = llama_server();
+    let model_file = smollm2();
+    let ws = TestWorkspace::new();
+
+    // Exactly the invocations scripts/run.sh uses.
+    let added = run(ws
+        .arcane()
+        .args(["runtime", "add", "llama.cpp", "--executable"])
+        .arg(&server)
+        .args(["--backend", "cpu"]));
+    assert!(added.status.success(), "{}", stderr(&added));
+    assert!(
+        stdout(&added).contains("registered runtime `llama.cpp`"),
+        "{}",
+        stdout(&added)
+    );
+    let added = run(ws
+        .arcane()
+        .args(["model", "add", "smollm2-135m", "--file"])
+        .arg(&model_file));
+    assert!(added.status.success(), "{}", stderr(&added));
+
+    let listed = run(ws.arcane().args(["runtime", "list", "--output", "json"]));
+    assert!(listed.status.success());
+    assert!(
+        stdout(&listed).contains("\"id\": \"llama.cpp\""),
+        "scripts/run.sh greps for this: {}",
+        stdout(&listed)
+    );
+    let runtime = json(&listed)["runtimes"][0].clone();
+    assert_eq!(runtime["engine"], "llama.cpp");
+    assert_eq!(runtime["backend"], "cpu");
+    assert_eq!(
+        runtime["executable"],
+        std::fs::canonicalize(&server)
+            .unwrap()
+            .display()
+            .to_string()
+    );
+    let version = runtime["version"].as_str().unwrap().to_string();
+    let printed = Command::new(&server).arg("--version").output().unwrap();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&printed.stdout),
+        String::from_utf8_lossy(&printed.stderr)
+    );
+    assert!(
+        printed.contains(version.trim_start_matches('b')),
+        "version {version} not in {printed}"
+    );
+
+    let listed = run(ws.arcane().args(["model", "list", "--output", "json"]));
+    assert!(
+        stdout(&listed).contains("\"id\": \"smollm2-135m\""),
+        "scripts/run.sh greps for this: {}",
+        stdout(&listed)
+    );
+    let model = json(&listed)["models"][0].clone();
+    let digest = sha256sum(&model_file);
+    assert_eq!(
+        model["sha256"], digest,
+        "digest must equal an independent sha256sum"
+    );
+    assert_eq!(model["size"], std::fs::metadata(&model_file).unwrap().len());
+    assert_eq!(model["gguf"]["quantization"], "Q4_1");
+    assert_eq!(model["gguf"]["architecture"], "llama");
+    assert!(Path::new(model["path"].as_str().unwrap())
+        .starts_with(ws.path().join(".arcane/models/smollm2-135m")));
+
+    // Human lists: version and backend; size and digest prefix.
+    let human = stdout(&run(ws.arcane().args(["runtime", "list"])));
+    let row = human
+        .lines()
+        .find(|l| l.starts_with("llama.cpp "))
+        .unwrap_or_else(|| panic!("{human}"));
+    assert!(row.contains(&version) && row.contains("cpu"), "{row}");
+    let human = stdout(&run(ws.arcane().args(["model", "list"])));
+    let row = human
+        .lines()
+        .find(|l| l.starts_with("smollm2-135m "))
+        .unwrap_or_else(|| panic!("{human}"));
+    assert!(row.contains(&digest[..12]), "{row}");
+    assert!(row.contains(" MB"), "{row}");
+    assert!(row.contains("Q4_1"), "{row}");
+}
+
+#[test]
+fn two_processes_adding_models_at_once_leave_a_valid_registry_with_both() {
+    let model_file = smollm2();
+    let ws = TestWorkspace::new();
+    let ids = ["first", "second", "third", "fourth"];
+    let children: Vec<ChildGuard> = ids
+        .iter()
+        .map(|id| {
+            ChildGuard(
+                ws.arcane()
+                    .args(["model", "add", id, "--file"])
+                    .arg(&model_file)
+                    .args(["--output", "json"])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    for mut child in children {
+        let mut out = String::new();
+        child
+            .0
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        let status = child.0.wait().unwrap();
+        assert!(status.success(), "{out}");
+    }
+    let text = std::fs::read_to_string(ws.path().join(".arcane/registry.json")).unwrap();
+    let registry: serde_json::Value =
+        serde_json::from_str(&text).expect("the registry file is valid JSON");
+    let mut listed: Vec<String> = registry["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    listed.sort();
+    let mut expected: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    expected.sort();
+    assert_eq!(listed, expected);
+    for id in ids {
+        assert!(ws
+            .path()
+            .join(".arcane/models")
+            .join(id)
+            .join("SmolLM2-135M-Instruct.Q4_1.gguf")
+            .is_file());
+    }
+    // No staging directories are left.
+    assert!(tree(&ws.path().join(".arcane/models"))
+        .iter()
+        .all(|p| !p.contains(".staging")));
+}
+
+#[test]
+fn bad_input_exits_with_stable_codes_naming_the_value() {
+    let ws = TestWorkspace::new();
+    let not_gguf = ws.path().join("notes.txt");
+    std::fs::write(&not_gguf, "hello world").unwrap();
+
+    let out = run(ws
+        .arcane()
+        .args(["model", "add", "notes", "--file"])
+        .arg(&not_gguf)
+        .args(["--output", "json"]));
+    assert_eq!(out.status.code(), Some(1));
+    let error = error_of(&out);
+    assert_eq!(error["code"], "LOCAL_AI_MODEL_INVALID");
+    assert_eq!(error["details"]["path"], not_gguf.display().to_string());
+    assert_eq!(error["details"]["found"], "68656c6c");
+
+    let out = run(ws
+        .arcane()
+        .args(["model", "add", "Bad/Id", "--file"])
+        .arg(&not_gguf)
+        .args(["--output", "json"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(error_of(&out)["code"], "ARCANE_USAGE");
+    assert_eq!(error_of(&out)["details"]["id"], "Bad/Id");
+
+    let out = run(ws
+        .arcane()
+        .args(["runtime", "remove", "nope", "--output", "json"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(error_of(&out)["code"], "ARCANE_NOT_FOUND");
+    assert_eq!(error_of(&out)["details"]["id"], "nope");
+
+    let fake = ws.path().join("fake-server");
+    std::fs::write(&fake, "#!/bin/sh\necho 'I am not llama-server'\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = run(ws
+        .arcane()
+        .args(["runtime", "add", "llama.cpp", "--executable"])
+        .arg(&fake));
+    assert_eq!(out.status.code(), Some(1));
+    let text = stderr(&out);
+    assert!(
+        text.contains("error:") && text.contains("fake-server"),
+        "{text}"
+    );
+    assert!(text.contains("hint:"), "{text}");
+    let out = run(ws
+        .arcane()
+        .args([
+            "runtime",
+            "add",
+            "llama.cpp",
+            "--output",
+            "json",
+            "--executable",
+        ])
+        .arg(&fake));
+    assert_eq!(error_of(&out)["code"], "LOCAL_AI_RUNTIME_INVALID");
+
+    let out = run(ws
+        .arcane()
+        .args(["runtime", "add", "vllm", "--executable"])
+        .arg(&fake));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "unknown engine is a usage error"
+    );
+
+    let archive = ws.path().join("a.tar.gz");
+    std::fs::write(&archive, b"\x1f\x8bnot really").unwrap();
+    let wrong = "1".repeat(64);
+    let out = run(ws
+        .arcane()
+        .args(["runtime", "install", "llama.cpp", "--archive"])
+        .arg(&archive)
+        .args(["--sha256", &wrong, "--output", "json"]));
+    assert_eq!(out.status.code(), Some(1));
+    let error = error_of(&out);
+    assert_eq!(error["code"], "ARCANE_INTEGRITY_FAILED");
+    assert_eq!(error["details"]["expected"], wrong);
+    assert_eq!(error["details"]["actual"], sha256sum(&archive));
+
+    // Nothing was registered by any of these.
+    assert_eq!(
+        json(&run(ws
+            .arcane()
+            .args(["runtime", "list", "--output", "json"])))["runtimes"],
+        serde_json::json!([])
+    );
+    assert_eq!(
+        json(&run(ws
+            .arcane()
+            .args(["model", "list", "--output", "json"])))["models"],
+        serde_json::json!([])
+    );
+}
+
+#[test]
+fn the_real_server_installs_from_a_loopback_url_runs_and_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = real_release_archive(dir.path());
+    let digest = sha256sum(&archive);
+    let base = serve(std::fs::read(&archive).unwrap(), None);
+    let ws = TestWorkspace::new();
+    let url = format!("{base}/llama-bin-ubuntu-x64.tar.gz");
+    let out = run(ws.arcane().args([
+        "runtime",
+        "install",
+        "llama.cpp",
+        "--archive",
+        &url,
+        "--sha256",
+        &digest,
+        "--output",
+        "ndjson",
+    ]));
+    assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
+    let lines: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["type"] == "download.progress"),
+        "progress events are streamed"
+    );
+    let runtime = lines.last().unwrap()["runtime"].clone();
+    let id = runtime["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("llama.cpp-"), "{id}");
+    assert_eq!(runtime["installed"], true);
+    let root = PathBuf::from(runtime["root"].as_str().unwrap());
+    assert!(root.starts_with(ws.path().join(".arcane/runtimes/llama.cpp")));
+    // The installed copy really runs, with its own libraries.
+    let executable = PathBuf::from(runtime["executable"].as_str().unwrap());
+    assert_eq!(executable, root.join("build/bin/llama-server"));
+    let version = Command::new(&executable)
+        .arg("--version")
+        .env("LD_LIBRARY_PATH", root.join("build/bin"))
+        .output()
+        .unwrap();
+    assert!(version.status.success());
+
+    let out = run(ws.arcane().args(["runtime", "remove", &id]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!root.exists());
+    assert_eq!(
+        json(&run(ws
+            .arcane()
+            .args(["runtime", "list", "--output", "json"])))["runtimes"],
+        serde_json::json!([])
+    );
+}
+
+#[test]
+fn ctrl_c_during_a_download_exits_130_and_leaves_no_partial_install() {
+    let ws = TestWorkspace::new();
+    let body: Vec<u8> = (0..5_000_000u32).map(|i| (i % 251) as u8).collect();
+    let base = serve(body, Some(200_000));
+    let url = format!("{base}/llama-b1-bin-ubuntu-x64.tar.gz");
+    let mut child = ChildGuard(
+        ws.arcane()
+            .args([
+                "runtime",
+                "install",
+                "llama.cpp",
+                "--archive",
+                &url,
+                "--sha256",
+                &"2".repeat(64),
+                "--output",
+                "ndjson",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
+    let started = Instant::now();
+    loop {
+        let line = lines
+            .next()
+            .expect("the install ended before reporting progress")
+            .unwrap();
+        if line.contains("\"download.progress\"") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no progress event"
+        );
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &child.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.0.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{rest:?}");
+    let last: serde_json::Value = serde_json::from_str(rest.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["code"], "ARCANE_CANCELLED");
+    let left: Vec<String> = tree(&ws.path().join(".arcane"))
+        .into_iter()
+        .filter(|p| p != "workspace-operation.lock" && p != "runtimes")
+        .collect();
+    assert!(left.is_empty(), "a cancelled install left {left:?}");
+}
