@@ -24,6 +24,9 @@
 //! (ggml's virtual-device emulation) is removed so that nothing changes what `CUDA0`
 //! means.
 //!
+//! Every refusal is an [`Error`] carrying the [`ExecutionRecord`]: `resolution` is
+//! `unavailable` or `unsupported` with its `reason`, and `resolvedDevice` names the
+//! device when it was found but cannot be used (an AMD GPU, a CPU-only runtime).
 //! A [`LaunchPlan`] has private fields and only [`resolve`] builds one, so a caller
 //! cannot launch with a target that did not match.
 
@@ -479,7 +482,11 @@ pub fn resolve_with(
         observed_target: None,
         fallback: false,
     };
-    let unsupported = |execution: ExecutionRecord, reason: Reason, explanation: String| {
+    // A refusal after matching still records the device, but never as `matched`: the
+    // record says `unsupported` and why, exactly as a refusal before matching does.
+    let unsupported = |mut execution: ExecutionRecord, reason: Reason, explanation: String| {
+        execution.resolution = Resolution::Unsupported;
+        execution.reason = Some(reason);
         Error::TargetUnsupported {
             target: target.to_string(),
             reason,

@@ -177,8 +177,11 @@ fn amd_and_intel_adapters_are_listed_but_not_selectable() {
             "{id}"
         );
         assert_eq!(error.reason(), Some(Reason::SelectionUnsupported), "{id}");
-        // Matched (the device is there), but unsupported: the record says both.
+        // The device is there, but unsupported: the record names it and says why.
         let record = error.execution().expect("record");
+        assert_eq!(record.resolution, Resolution::Unsupported);
+        assert_eq!(record.reason, Some(Reason::SelectionUnsupported));
+        assert!(record.configured_target.is_none());
         assert_eq!(
             record
                 .resolved_device
@@ -207,6 +210,8 @@ fn a_cpu_only_runtime_cannot_take_a_gpu_target() {
         );
         assert_eq!(error.reason(), Some(Reason::BackendMismatch));
         assert_eq!(error.details()["runtimeBackend"], runtime.as_str());
+        assert_eq!(error.details()["execution"]["resolution"], "unsupported");
+        assert_eq!(error.details()["execution"]["reason"], "backend-mismatch");
     }
 }
 
