@@ -547,12 +547,19 @@ impl Manifest {
     }
 
     /// The paths of `files[]` that passed [`Manifest::check`]'s path rules, mapped to
-    /// their entries: the only ones verification may open.
+    /// their entries: the only ones verification may open. Both sides of a case-fold or
+    /// prefix conflict are excluded: neither entry is trusted.
     pub(crate) fn openable(&self, failures: &[Failure]) -> HashMap<String, FileEntry> {
         let bad: HashSet<&str> = failures
             .iter()
             .filter(|f| f.code == codes::BUNDLE_PATH_INVALID)
-            .filter_map(|f| f.path.as_deref())
+            .flat_map(|f| {
+                [
+                    f.path.as_deref(),
+                    f.details.get("other").and_then(|o| o.as_str()),
+                ]
+            })
+            .flatten()
             .collect();
         self.files
             .iter()

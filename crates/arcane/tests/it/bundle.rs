@@ -1,1 +1,679 @@
-//! Tests of `arcane bundle`.
+//! Tests of `arcane bundle build|verify` and `<bundle>/bin/arcane launch`, on a real
+//! bundle: the real `llama-server` and SmolLM2 registered through `arcane runtime add`
+//! and `arcane model add`, built with `arcane bundle build`, moved, renamed and made
+//! read-only before use.
+//!
+//! Tests run as root, for whom `chmod -R a-w` does not stop writes; so read-only-ness
+//! is checked the honest way: a full listing of the bundle (path, size, mode, mtime,
+//! content digest of the manifest) is taken before and compared after.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::{self, TestWorkspace};
+
+/// A workspace with the real runtime and model registered, an app, and a built bundle
+/// moved to `<tmp>/moved/<renamed>`.
+struct RealBundle {
+    workspace: TestWorkspace,
+    dir: tempfile::TempDir,
+    bundle: PathBuf,
+}
+
+const SHOW_ENDPOINT: &str = "#!/bin/sh\nprintf 'endpoint=%s\\n' \"$ARCANE_CORE_ENDPOINT\"\nprintf 'args=%s\\n' \"$*\"\ncat \"$ARCANE_CORE_ENDPOINT\"\n";
+
+impl RealBundle {
+    fn new() -> Self {
+        let workspace = TestWorkspace::new();
+        let dir = tempfile::Builder::new()
+            .prefix("arcane-bundle-cli-")
+            .tempdir()
+            .unwrap();
+        let output = support::run(
+            workspace
+                .arcane()
+                .args(["runtime", "add", "llama.cpp", "--executable"])
+                .arg(support::llama_server()),
+        );
+        assert!(
+            output.status.success(),
+            "runtime add: {}",
+            support::stderr(&output)
+        );
+        let output = support::run(
+            workspace
+                .arcane()
+                .args(["model", "add", "smollm2", "--file"])
+                .arg(support::smollm2()),
+        );
+        assert!(
+            output.status.success(),
+            "model add: {}",
+            support::stderr(&output)
+        );
+
+        let app = dir.path().join("app");
+        std::fs::create_dir_all(app.join("tools")).unwrap();
+        std::fs::write(
+            app.join("index.html"),
+            b"<!doctype html><title>demo</title>",
+        )
+        .unwrap();
+        std::fs::write(app.join("data.txt"), b"not a program").unwrap();
+        std::fs::write(
+            app.join("arcane-app.json"),
+            br#"{"id": "demo-app", "name": "Demo", "version": "1.0.0"}"#,
+        )
+        .unwrap();
+        std::fs::write(app.join("tools/show-endpoint"), SHOW_ENDPOINT).unwrap();
+        std::fs::set_permissions(
+            app.join("tools/show-endpoint"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+
+        let out = dir.path().join("built");
+        let output = support::run(
+            workspace
+                .arcane()
+                .args(["--output", "json", "bundle", "build", "--app"])
+                .arg(&app)
+                .args([
+                    "--runtime",
+                    "llama.cpp",
+                    "--model",
+                    "smollm2",
+                    "--execution-target",
+                    "cpu",
+                    "--out",
+                ])
+                .arg(&out),
+        );
+        assert!(
+            output.status.success(),
+            "bundle build: {}\n{}",
+            support::stdout(&output),
+            support::stderr(&output)
+        );
+        let result = support::json(&output);
+        assert_eq!(result["manifest"]["app"]["id"], "demo-app");
+
+        // Move and rename: nothing in the bundle may depend on where it was built.
+        std::fs::create_dir(dir.path().join("moved")).unwrap();
+        let bundle = dir.path().join("moved").join("Demo App (copy)");
+        std::fs::rename(&out, &bundle).unwrap();
+        Self {
+            workspace,
+            dir,
+            bundle,
+        }
+    }
+
+    fn launcher(&self) -> PathBuf {
+        self.bundle.join("bin/arcane")
+    }
+
+    /// `<bundle>/bin/arcane` with a clean environment.
+    fn launch(&self) -> Command {
+        let mut command = Command::new(self.launcher());
+        command.env_remove("ARCANE_WORKSPACE").env("NO_COLOR", "1");
+        command
+    }
+
+    fn verify_json(&self) -> (i32, Value) {
+        let output = support::run(
+            self.workspace
+                .arcane()
+                .args(["bundle", "verify"])
+                .arg(&self.bundle)
+                .arg("--json"),
+        );
+        (output.status.code().unwrap_or(-1), support::json(&output))
+    }
+
+    fn manifest(&self) -> Value {
+        serde_json::from_slice(&std::fs::read(self.bundle.join("arcane-bundle.json")).unwrap())
+            .unwrap()
+    }
+
+    fn runtime_executable(&self) -> String {
+        self.manifest()["runtimes"][0]["executable"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    fn model_path(&self) -> String {
+        self.manifest()["models"][0]["path"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        self.bundle.join(relative)
+    }
+}
+
+/// Every entry under `root`: path, type, size, mode, mtime (and for the manifest, its bytes).
+fn snapshot(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let metadata = entry.path().symlink_metadata().unwrap();
+            if metadata.is_dir() {
+                stack.push(entry.path());
+            }
+            out.push(format!(
+                "{} {:o} {} {}.{}",
+                entry.path().strip_prefix(root).unwrap().display(),
+                metadata.mode(),
+                metadata.len(),
+                metadata.mtime(),
+                metadata.mtime_nsec()
+            ));
+        }
+    }
+    out.sort();
+    out
+}
+
+fn set_read_only(root: &Path, read_only: bool) {
+    let status = Command::new("chmod")
+        .arg("-R")
+        .arg(if read_only { "a-w" } else { "u+w" })
+        .arg(root)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// The (code, path) pairs of a verify report.
+fn failures(report: &Value) -> Vec<(String, Option<String>)> {
+    report["failures"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no failures in {report}"))
+        .iter()
+        .map(|f| {
+            (
+                f["code"].as_str().unwrap().to_string(),
+                f["path"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+fn flip_byte(path: &Path, offset: u64) {
+    let mut file = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut byte = [0u8];
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(offset)).unwrap();
+    file.read_exact(&mut byte).unwrap();
+    byte[0] ^= 0x20;
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(offset)).unwrap();
+    file.write_all(&byte).unwrap();
+}
+
+#[test]
+fn a_moved_renamed_read_only_bundle_verifies_and_verification_writes_nothing() {
+    let real = RealBundle::new();
+    set_read_only(&real.bundle, true);
+    let before = snapshot(&real.bundle);
+    let (code, report) = real.verify_json();
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["ok"], true);
+    assert!(report["filesHashed"].as_u64().unwrap() >= 8, "{report:#}");
+    // The bundle's own launcher verifies it too, with the global `--output json`.
+    let output = support::run(
+        real.launch()
+            .args(["--output", "json", "bundle", "verify"])
+            .arg(&real.bundle),
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        support::stderr(&output)
+    );
+    assert_eq!(support::json(&output)["ok"], true);
+    assert_eq!(
+        snapshot(&real.bundle),
+        before,
+        "verification wrote inside the bundle"
+    );
+    // The manifest holds no absolute path: the bundle never knew where it was built.
+    let text = std::fs::read_to_string(real.bundle.join("arcane-bundle.json")).unwrap();
+    assert!(!text.contains(real.dir.path().to_str().unwrap()));
+    assert!(!text.contains(real.workspace.path().to_str().unwrap()));
+    set_read_only(&real.bundle, false);
+}
+
+#[test]
+fn an_existing_out_directory_is_refused_and_left_untouched() {
+    let workspace = TestWorkspace::new();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("app")).unwrap();
+    std::fs::create_dir(dir.path().join("out")).unwrap();
+    std::fs::write(dir.path().join("out/keep"), b"earlier build").unwrap();
+    let output = support::run(
+        workspace
+            .arcane()
+            .args([
+                "--output", "json", "bundle", "build", "--app-id", "demo", "--model", "smollm2",
+                "--app",
+            ])
+            .arg(dir.path().join("app"))
+            .arg("--out")
+            .arg(dir.path().join("out")),
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}",
+        support::stdout(&output)
+    );
+    assert_eq!(
+        support::json(&output)["error"]["code"],
+        "ARCANE_ALREADY_EXISTS"
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("out/keep")).unwrap(),
+        b"earlier build"
+    );
+}
+
+#[test]
+fn each_tampering_fails_with_its_code_naming_the_path_and_launch_starts_nothing() {
+    let real = RealBundle::new();
+    let runtime = real.runtime_executable();
+    let model = real.model_path();
+    let library = format!("{}/libllama.so.0", runtime.rsplit_once('/').unwrap().0);
+    let state_root = real.dir.path().join("state");
+
+    let expect = |what: &str, code: &str, path: Option<&str>| {
+        let (exit, report) = real.verify_json();
+        assert_eq!(exit, 2, "{what}: {report:#}");
+        let found = failures(&report);
+        assert!(
+            found.contains(&(code.to_string(), path.map(str::to_string))),
+            "{what}: expected {code} at {path:?}, found {found:?}"
+        );
+    };
+    let expect_launch_refused = |what: &str| {
+        let output = support::run(
+            real.launch()
+                .arg("launch")
+                .arg("--state-root")
+                .arg(&state_root),
+        );
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{what}: {}",
+            support::stderr(&output)
+        );
+        assert!(
+            support::stderr(&output).contains("nothing was started"),
+            "{what}: {}",
+            support::stderr(&output)
+        );
+        assert!(
+            !state_root.exists(),
+            "{what}: launch created the state root after a failed verification"
+        );
+    };
+    let clean = |what: &str| {
+        let (exit, report) = real.verify_json();
+        assert_eq!(exit, 0, "after restoring {what}: {report:#}");
+    };
+
+    // One flipped byte in the runtime, then in the model.
+    flip_byte(&real.path(&runtime), 4096);
+    expect("runtime byte", "BUNDLE_HASH_MISMATCH", Some(&runtime));
+    expect_launch_refused("runtime byte");
+    flip_byte(&real.path(&runtime), 4096);
+    clean("runtime byte");
+    flip_byte(&real.path(&model), 1_000_000);
+    expect("model byte", "BUNDLE_HASH_MISMATCH", Some(&model));
+    flip_byte(&real.path(&model), 1_000_000);
+
+    // A truncated file.
+    let original = std::fs::read(real.path(&library)).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(real.path(&library))
+        .unwrap()
+        .set_len(original.len() as u64 - 1)
+        .unwrap();
+    expect("truncated library", "BUNDLE_SIZE_MISMATCH", Some(&library));
+    std::fs::write(real.path(&library), &original).unwrap();
+
+    // A deleted file.
+    std::fs::rename(
+        real.path("app/index.html"),
+        real.dir.path().join("index.html"),
+    )
+    .unwrap();
+    expect("deleted file", "BUNDLE_MISSING", Some("app/index.html"));
+    std::fs::rename(
+        real.dir.path().join("index.html"),
+        real.path("app/index.html"),
+    )
+    .unwrap();
+
+    // An added file.
+    std::fs::write(real.path("app/evil.js"), b"alert(1)").unwrap();
+    expect("added file", "BUNDLE_UNLISTED", Some("app/evil.js"));
+    expect_launch_refused("added file");
+    std::fs::remove_file(real.path("app/evil.js")).unwrap();
+
+    // A symlink swapped in for a shared library.
+    let saved = real.dir.path().join("saved-library");
+    std::fs::rename(real.path(&library), &saved).unwrap();
+    std::os::unix::fs::symlink(&saved, real.path(&library)).unwrap();
+    expect("symlink", "BUNDLE_SYMLINK", Some(&library));
+    expect_launch_refused("symlink");
+    std::fs::remove_file(real.path(&library)).unwrap();
+    std::fs::rename(&saved, real.path(&library)).unwrap();
+
+    // A hard link to the model.
+    let second = real.dir.path().join("second-name.gguf");
+    std::fs::hard_link(real.path(&model), &second).unwrap();
+    expect("hard link", "BUNDLE_HARDLINK", Some(&model));
+    std::fs::remove_file(&second).unwrap();
+    clean("everything");
+
+    // Manifest entries: `../`, an absolute path, a device name, a case-fold collision.
+    let manifest_bytes = std::fs::read(real.path("arcane-bundle.json")).unwrap();
+    for (entry, reason) in [
+        ("../outside.txt", "parent-segment"),
+        ("/etc/passwd", "absolute"),
+        ("app/CON.txt", "device-name"),
+        ("app/INDEX.html", "case-fold-duplicate"),
+    ] {
+        let mut manifest: Value = serde_json::from_slice(&manifest_bytes).unwrap();
+        let files = manifest["files"].as_array_mut().unwrap();
+        files.push(
+            serde_json::json!({"path": entry, "size": 1, "sha256": "0".repeat(64), "exec": false}),
+        );
+        files.sort_by(|a, b| {
+            a["path"]
+                .as_str()
+                .unwrap()
+                .as_bytes()
+                .cmp(b["path"].as_str().unwrap().as_bytes())
+        });
+        std::fs::write(
+            real.path("arcane-bundle.json"),
+            serde_json::to_vec_pretty(&manifest).unwrap(),
+        )
+        .unwrap();
+        let (exit, report) = real.verify_json();
+        assert_eq!(exit, 2, "{entry}: {report:#}");
+        let failure = report["failures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["code"] == "BUNDLE_PATH_INVALID")
+            .unwrap_or_else(|| panic!("{entry}: {report:#}"));
+        assert_eq!(failure["details"]["reason"], reason, "{entry}: {report:#}");
+        if entry != "app/INDEX.html" {
+            assert_eq!(failure["path"], entry);
+        }
+        // Nothing outside the bundle was opened: the bad entry is not reported missing.
+        assert!(
+            !failures(&report)
+                .iter()
+                .any(|(code, path)| code == "BUNDLE_MISSING" && path.as_deref() == Some(entry)),
+            "{report:#}"
+        );
+    }
+    std::fs::write(real.path("arcane-bundle.json"), &manifest_bytes).unwrap();
+    clean("the manifest");
+}
+
+#[test]
+fn launch_files_may_not_redirect_bundle_paths_and_the_launcher_must_live_in_a_bundle() {
+    let real = RealBundle::new();
+    let state_root = real.dir.path().join("state");
+    let config = real.dir.path().join("launch.json");
+    std::fs::write(
+        &config,
+        br#"{"stateRoot": "elsewhere", "appRoot": "/tmp/evil"}"#,
+    )
+    .unwrap();
+    let output = support::run(
+        real.launch()
+            .args(["--output", "json", "launch", "--state-root"])
+            .arg(&state_root)
+            .arg("--launch-config")
+            .arg(&config),
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{}",
+        support::stderr(&output)
+    );
+    let error = support::json(&output)["error"].clone();
+    assert_eq!(error["code"], "ARCANE_USAGE");
+    assert_eq!(error["details"]["key"], "appRoot");
+    assert!(!state_root.exists() && !real.dir.path().join("elsewhere").exists());
+
+    std::fs::write(&config, b"[]").unwrap();
+    let output = support::run(
+        real.launch()
+            .args(["--output", "json", "launch", "--launch-config"])
+            .arg(&config),
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(support::json(&output)["error"]["code"], "ARCANE_USAGE");
+
+    // The development binary is not inside a bundle.
+    let output = support::run(real.workspace.arcane().args(["--output", "json", "launch"]));
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(support::json(&output)["error"]["code"], "ARCANE_USAGE");
+}
+
+#[test]
+fn an_app_entry_runs_a_listed_program_with_the_running_core_endpoint_and_escapes_are_refused() {
+    let real = RealBundle::new();
+    set_read_only(&real.bundle, true);
+    let before = snapshot(&real.bundle);
+    let state_root = real.dir.path().join("state");
+
+    for (entry, code) in [
+        ("../bin/arcane", "BUNDLE_PATH_INVALID"),
+        ("/usr/bin/env", "BUNDLE_PATH_INVALID"),
+        ("tools\\show-endpoint", "BUNDLE_PATH_INVALID"),
+        ("data.txt", "ARCANE_USAGE"),
+        ("tools/missing", "ARCANE_USAGE"),
+    ] {
+        let output = support::run(
+            real.launch()
+                .args(["--output", "json", "launch", "--state-root"])
+                .arg(&state_root)
+                .args(["--arcane-app-entry", entry]),
+        );
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{entry}: {}",
+            support::stderr(&output)
+        );
+        assert_eq!(support::json(&output)["error"]["code"], code, "{entry}");
+    }
+
+    // A Core host is running for this state root: its endpoint file names a live process
+    // (this test's own pid stands in for the host, which this test does not exercise).
+    std::fs::create_dir_all(state_root.join(".arcane")).unwrap();
+    let endpoint = state_root.join(".arcane/core.json");
+    let record = serde_json::json!({"protocol": "arcane/1", "url": "http://127.0.0.1:9", "host": "127.0.0.1", "port": 9, "pid": std::process::id(), "token": "t0ken", "startedAt": "2026-11-29T00:00:00.000Z"});
+    std::fs::write(&endpoint, serde_json::to_vec(&record).unwrap()).unwrap();
+    let output = support::run(
+        real.launch()
+            .arg("launch")
+            .arg("--state-root")
+            .arg(&state_root)
+            .args([
+                "--arcane-app-entry",
+                "tools/show-endpoint",
+                "--flag",
+                "value",
+            ]),
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        support::stderr(&output)
+    );
+    let stdout = support::stdout(&output);
+    assert!(
+        stdout.contains(&format!("endpoint={}", endpoint.display())),
+        "{stdout}"
+    );
+    assert!(stdout.contains("args=--flag value"), "{stdout}");
+    assert!(
+        stdout.contains("t0ken"),
+        "the program could not read the endpoint file: {stdout}"
+    );
+    assert_eq!(
+        snapshot(&real.bundle),
+        before,
+        "launch wrote inside the bundle"
+    );
+    set_read_only(&real.bundle, false);
+}
+
+/// Kills a process group on drop (the launched Core host and its engine).
+struct GroupGuard(Child);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        let pid = self.0.id() as i32;
+        // SAFETY: signals the process group the test created for the child.
+        unsafe {
+            libc::kill(-pid, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+        let _ = self.0.wait();
+    }
+}
+
+/// One HTTP/1.1 request over loopback; returns (status, body).
+fn http(url: &str, method: &str, path: &str, token: &str, body: &str) -> (u16, String) {
+    let address = url.trim_start_matches("http://").trim_end_matches('/');
+    assert!(
+        address.starts_with("127.0.0.1:")
+            || address.starts_with("[::1]:")
+            || address.starts_with("localhost:"),
+        "not loopback: {url}"
+    );
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).unwrap();
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn a_launched_read_only_bundle_answers_a_chat_completion_and_writes_only_its_state_root() {
+    let real = RealBundle::new();
+    set_read_only(&real.bundle, true);
+    let before = snapshot(&real.bundle);
+    let state_root = real.dir.path().join("state");
+    let mut command = real.launch();
+    command
+        .arg("launch")
+        .arg("--state-root")
+        .arg(&state_root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(real.dir.path().join("launch.log")).unwrap());
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut guard = GroupGuard(command.spawn().unwrap());
+    let endpoint = state_root.join(".arcane/core.json");
+    let log = || std::fs::read_to_string(real.dir.path().join("launch.log")).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let record: Value = loop {
+        if let Some(record) = std::fs::read(&endpoint)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        {
+            break record;
+        }
+        if let Ok(Some(status)) = guard.0.try_wait() {
+            panic!("launch exited ({status}): {}", log());
+        }
+        assert!(Instant::now() < deadline, "no endpoint file: {}", log());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let url = record["url"].as_str().unwrap();
+    let token = record["token"].as_str().unwrap();
+    let body = r#"{"messages":[{"role":"user","content":"Say hello."}],"max_tokens":8}"#;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (status, answer) = loop {
+        let (status, answer) = http(url, "POST", "/v1/chat/completions", token, body);
+        if status != 503 || Instant::now() > deadline {
+            break (status, answer);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(status, 200, "{answer}");
+    let completion: Value =
+        serde_json::from_str(answer.trim()).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    assert!(
+        completion["choices"][0]["message"]["content"].is_string(),
+        "{completion:#}"
+    );
+    // Stop the Core host (SIGTERM to its group), then compare: nothing was written.
+    drop(guard);
+    assert_eq!(
+        snapshot(&real.bundle),
+        before,
+        "launch wrote inside the bundle"
+    );
+    assert!(
+        state_root.join(".arcane").is_dir(),
+        "the state went elsewhere"
+    );
+    set_read_only(&real.bundle, false);
+}
