@@ -258,3 +258,102 @@ fn an_unknown_backend_is_a_usage_error_naming_it() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("rocm"), "{}", stderr(&out));
 }
+
+#[test]
+fn check_placement_of_a_process_without_a_gpu_is_not_a_mismatch() {
+    let ws = TestWorkspace::new();
+    let out = run(ws.arcane().args([
+        "devices",
+        "check-placement",
+        "cpu",
+        "--pid",
+        &std::process::id().to_string(),
+        "--output",
+        "json",
+    ]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let value = json(&out);
+    // No NVML here: not observed. With NVML: this test process is on no GPU.
+    assert!(
+        value["placement"] == "not-observed" || value["placement"] == "no-gpu",
+        "{value:#}"
+    );
+    assert_eq!(
+        value["execution"]["observedTarget"],
+        serde_json::Value::Null
+    );
+}
+
+/// Kills and reaps the child when dropped, also on panic.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn health_status(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    stream
+        .write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response.lines().next().map(str::to_string)
+}
+
+#[test]
+fn the_real_llama_server_accepts_the_cpu_plan() {
+    let server = crate::support::llama_server();
+    let model = crate::support::smollm2();
+    let ws = TestWorkspace::new();
+    let out = run(ws
+        .arcane()
+        .args(["devices", "resolve", "cpu", "--output", "json"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plan = json(&out);
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port");
+    let log = ws.path().join("llama-server.log");
+    let mut command = std::process::Command::new(&server);
+    command
+        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "-m"])
+        .arg(&model)
+        .stdout(std::fs::File::create(&log).expect("log"))
+        .stderr(std::fs::File::create(ws.path().join("llama-server.err")).expect("log"));
+    for arg in plan["args"].as_array().expect("args") {
+        command.arg(arg.as_str().expect("string arg"));
+    }
+    for (name, value) in plan["env"].as_object().expect("env") {
+        command.env(name, value.as_str().expect("string value"));
+    }
+    let mut child = KillOnDrop(command.spawn().expect("spawn llama-server"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        if health_status(port).is_some_and(|line| line.contains(" 200")) {
+            break;
+        }
+        if let Ok(Some(status)) = child.0.try_wait() {
+            panic!(
+                "llama-server exited with {status} on the CPU plan:\n{}",
+                std::fs::read_to_string(ws.path().join("llama-server.err")).unwrap_or_default()
+            );
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "llama-server did not become ready on the CPU plan"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // Ready means llama.cpp accepted `--device none --gpu-layers 0` (an unknown device
+    // or a bad layer count makes it exit at once) under the GPU-hiding environment.
+}
