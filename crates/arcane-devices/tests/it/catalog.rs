@@ -113,3 +113,14 @@ fn new_derives_the_state() {
         CatalogState::Unavailable
     );
 }
+
+#[test]
+fn an_unknown_vendor_reads_as_other() {
+    let catalog = Catalog::from_json(
+        r#"{"schemaVersion": 1, "platform": "linux", "state": "ready", "devices": [
+            {"deviceId": "cpu", "identitySource": "host-cpu", "kind": "cpu", "vendor": "qualcomm", "name": "x", "present": true}]}"#,
+    )
+    .expect("valid");
+    assert_eq!(catalog.devices[0].vendor, Vendor::Other);
+    assert!(catalog.issues.is_empty());
+}
