@@ -11,7 +11,7 @@ use arcane_registry::{AddModel, AddRuntime, Engine, Registry};
 use arcane_report::{codes, CancelToken, Collector, Diagnostic, NullSink};
 
 #[allow(clippy::disallowed_methods)]
-fn real(var: &str) -> PathBuf {
+pub(crate) fn real(var: &str) -> PathBuf {
     let value = std::env::var_os(var).unwrap_or_else(|| panic!("{var} is not set: run the tests through `./scripts/test.sh` (it provisions llama-server and SmolLM2)"));
     let path = PathBuf::from(value);
     assert!(path.is_file(), "{var}={} does not exist", path.display());
@@ -19,12 +19,12 @@ fn real(var: &str) -> PathBuf {
 }
 
 /// A workspace with the real runtime and model registered, and an app directory.
-struct Setup {
-    dir: tempfile::TempDir,
+pub(crate) struct Setup {
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Setup {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let dir = tempfile::Builder::new()
             .prefix("arcane-bundle-build-")
             .tempdir()
@@ -71,7 +71,7 @@ impl Setup {
         self.dir.path().join("workspace")
     }
 
-    fn request(&self, out: &Path) -> BuildRequest {
+    pub(crate) fn request(&self, out: &Path) -> BuildRequest {
         let mut request = BuildRequest::new(
             self.workspace(),
             self.dir.path().join("app"),

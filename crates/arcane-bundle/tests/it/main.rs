@@ -2,4 +2,5 @@
 
 mod build;
 mod fixture;
+mod launch;
 mod verify;

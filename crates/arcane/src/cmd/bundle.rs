@@ -371,22 +371,9 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
             (verbose > 0).then(|| format!("verifying bundle `{}`", text("root")))
         }
         "bundle.verify.finished" => None,
-        "bundle.launch.verified" => {
-            (verbose > 0).then(|| format!("bundle `{}` verified", text("bundle")))
+        kind if kind.starts_with("bundle.launch.") => {
+            crate::cmd::launch::human_event(event, verbose)
         }
-        "bundle.launch.core" => Some(format!(
-            "starting the Core host with state under `{}`",
-            text("stateRoot")
-        )),
-        "bundle.launch.app-entry" => Some(format!(
-            "running app entry `{}` against `{}`",
-            text("entry"),
-            text("endpointFile")
-        )),
-        "bundle.launch.core-started" => Some(format!(
-            "the Core host started in the background (pid {}); it stops when the app entry exits",
-            data["pid"]
-        )),
         _ => None,
     }
 }

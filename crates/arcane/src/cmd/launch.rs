@@ -346,8 +346,28 @@ fn app_entry(
     })
 }
 
-/// The human line for one of this command's events (launch events are `bundle.launch.*`,
-/// rendered by `bundle::human_event`).
+/// The human line for one of this command's events (`bundle.launch.*`, routed here by
+/// `bundle::human_event`).
 pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
-    crate::cmd::bundle::human_event(event, verbose)
+    let data = &event.data;
+    let text = |key: &str| data[key].as_str().unwrap_or("?").to_string();
+    match event.kind.as_str() {
+        "bundle.launch.verified" => {
+            (verbose > 0).then(|| format!("bundle `{}` verified", text("bundle")))
+        }
+        "bundle.launch.core" => Some(format!(
+            "starting the Core host with state under `{}`",
+            text("stateRoot")
+        )),
+        "bundle.launch.app-entry" => Some(format!(
+            "running app entry `{}` against `{}`",
+            text("entry"),
+            text("endpointFile")
+        )),
+        "bundle.launch.core-started" => Some(format!(
+            "the Core host started in the background (pid {}); it stops when the app entry exits",
+            data["pid"]
+        )),
+        _ => None,
+    }
 }

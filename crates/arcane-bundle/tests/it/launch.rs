@@ -1,0 +1,121 @@
+//! Launch preparation on a real built bundle: the context resolves to paths inside the
+//! bundle wherever it lives, the state root's registry follows the bundle when it
+//! moves, app entries stay inside `app/`.
+
+use arcane_bundle::{
+    build, prepare_state_root, resolve_app_entry, resolve_context, verify_strict, HostDirs,
+    VerifyOptions,
+};
+use arcane_registry::Registry;
+use arcane_report::{codes, CancelToken, Diagnostic, NullSink};
+
+use crate::build::Setup;
+
+#[test]
+fn the_state_root_registry_follows_a_moved_bundle_and_nothing_is_written_inside_it() {
+    let setup = Setup::new();
+    let out = setup.dir.path().join("out");
+    build(&setup.request(&out), &NullSink, &CancelToken::new()).expect("build");
+    let state_root = setup.dir.path().join("state");
+    let dirs = HostDirs::new(Some(setup.dir.path().join("home")), None, None);
+
+    for location in ["first", "second place"] {
+        let parent = setup.dir.path().join(location);
+        std::fs::create_dir(&parent).unwrap();
+        let bundle = parent.join("bundle");
+        let from = if location == "first" {
+            out.clone()
+        } else {
+            setup.dir.path().join("first/bundle")
+        };
+        std::fs::rename(&from, &bundle).unwrap();
+
+        let verified = verify_strict(
+            &bundle,
+            &VerifyOptions::default(),
+            &NullSink,
+            &CancelToken::new(),
+        )
+        .expect("verify");
+        let context = resolve_context(verified, Some(&state_root), None, &dirs).expect("context");
+        let runtime = context.runtime.clone().expect("a runtime");
+        let model = context.model.clone().expect("a model");
+        let root = bundle.canonicalize().unwrap();
+        assert!(
+            runtime.executable.starts_with(&root),
+            "{}",
+            runtime.executable.display()
+        );
+        assert!(model.path.starts_with(&root), "{}", model.path.display());
+        assert_eq!(context.execution_target, None);
+        assert_eq!(
+            context.endpoint_file(),
+            state_root.join(".arcane/core.json")
+        );
+
+        prepare_state_root(&context, &NullSink, &CancelToken::new()).expect("prepare");
+        let registered = Registry::new(&state_root)
+            .runtime("llama.cpp")
+            .expect("registered");
+        assert_eq!(
+            registered.executable,
+            runtime.executable.canonicalize().unwrap()
+        );
+        // Preparing again with nothing moved changes nothing.
+        prepare_state_root(&context, &NullSink, &CancelToken::new()).expect("prepare again");
+        assert_eq!(Registry::new(&state_root).runtimes().unwrap().len(), 1);
+
+        let report = arcane_bundle::verify(
+            &bundle,
+            &VerifyOptions::default(),
+            &NullSink,
+            &CancelToken::new(),
+        )
+        .unwrap();
+        assert!(
+            report.is_clean(),
+            "preparing wrote inside the bundle: {:#?}",
+            report.failures
+        );
+    }
+
+    // Without `--state-root`, the state goes to the per-OS default for the app id.
+    let verified = verify_strict(
+        &setup.dir.path().join("second place/bundle"),
+        &VerifyOptions::default(),
+        &NullSink,
+        &CancelToken::new(),
+    )
+    .unwrap();
+    let context = resolve_context(verified.clone(), None, None, &dirs).unwrap();
+    assert_eq!(
+        context.state_root,
+        setup.dir.path().join("home/.local/share/Arcane/demo")
+    );
+    // A state root inside the bundle is refused.
+    let inside = verified.root.join("app/state");
+    assert_eq!(
+        resolve_context(verified.clone(), Some(&inside), None, &dirs)
+            .unwrap_err()
+            .code(),
+        codes::ARCANE_USAGE
+    );
+
+    // App entries: a listed executable resolves; escapes and non-executables do not.
+    let program = resolve_app_entry(&verified, "tools/hello").unwrap();
+    assert_eq!(program, verified.root.join("app/tools/hello"));
+    for (entry, code) in [
+        ("../bin/arcane", codes::BUNDLE_PATH_INVALID),
+        ("/bin/sh", codes::BUNDLE_PATH_INVALID),
+        ("tools/../../bin/arcane", codes::BUNDLE_PATH_INVALID),
+        ("index.html", codes::ARCANE_USAGE),
+        ("nope", codes::ARCANE_USAGE),
+        ("", codes::ARCANE_USAGE),
+    ] {
+        assert_eq!(
+            resolve_app_entry(&verified, entry).unwrap_err().code(),
+            code,
+            "{entry:?}"
+        );
+    }
+}
