@@ -1,2 +1,188 @@
-//! Benchmark (placeholder).
-fn main() {}
+//! Benchmark: the cost of one acquire+release of the workspace lock against the raw
+//! syscall floor, and acquisition latency under contention.
+//!
+//! Run: `cargo bench -p arcane-lock --bench lock` (a few seconds).
+//!
+//! * **Floor**: what any exclusive lock file with an advisory lock must do at least —
+//!   `open(O_CREAT|O_EXCL)`, `flock(LOCK_EX|LOCK_NB)`, `write` the same record bytes,
+//!   `fsync` (the same fsync policy as the lock: one data fsync, no directory fsync),
+//!   `unlink`, `close`.
+//! * **Lock**: `WorkspaceLock::acquire` + `release` (path checks, registry, sentinel
+//!   `flock` + inode recheck, filesystem check, record publish with `RENAME_NOREPLACE`,
+//!   identity-checked removal).
+//!
+//! Both run in the same process on the same filesystem, interleaved in rounds, and the
+//! ratio of their medians is printed. Then 8 copies of this binary contend for one
+//! workspace (each acquiring with a wait, holding for a moment, releasing) and the
+//! p50/p99 acquisition latency is printed.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use arcane_lock::{AcquireOptions, WorkspaceLock};
+use arcane_report::NullSink;
+use rustix::fs::{FlockOperation, Mode, OFlags};
+
+const ROUNDS: usize = 5;
+const PER_ROUND: usize = 100;
+const CONTENDERS: usize = 8;
+const PER_CONTENDER: usize = 60;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--child") {
+        child(
+            Path::new(&args[i + 1]),
+            args[i + 2].parse().unwrap_or(1),
+            Path::new(&args[i + 3]),
+        );
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("arcane-lock-bench-")
+        .tempdir()
+        .expect("temp dir");
+    single(dir.path());
+    contended(dir.path());
+}
+
+fn single(root: &Path) {
+    let ws = root.join("single");
+    std::fs::create_dir_all(&ws).expect("workspace");
+    let options = AcquireOptions::new("bench").expect("name");
+    // A record of the same size as the lock's own.
+    let probe = WorkspaceLock::acquire(&ws, &options, &NullSink).expect("acquire");
+    let bytes = std::fs::read(ws.join(".arcane/workspace-operation.lock.json")).expect("record");
+    probe.release().expect("release");
+    let floor_path = root.join("floor.lock");
+
+    let mut lock_samples = Vec::new();
+    let mut floor_samples = Vec::new();
+    for _ in 0..ROUNDS {
+        for _ in 0..PER_ROUND {
+            let t = Instant::now();
+            floor_once(&floor_path, &bytes);
+            floor_samples.push(t.elapsed());
+        }
+        for _ in 0..PER_ROUND {
+            let t = Instant::now();
+            let lock = WorkspaceLock::acquire(&ws, &options, &NullSink).expect("acquire");
+            lock.release().expect("release");
+            lock_samples.push(t.elapsed());
+        }
+    }
+    let floor = median(&mut floor_samples);
+    let lock = median(&mut lock_samples);
+    println!(
+        "acquire+release, single process ({} samples each, median):",
+        ROUNDS * PER_ROUND
+    );
+    println!("  raw syscall floor   {:>9.1} µs", micros(floor));
+    println!("  arcane-lock         {:>9.1} µs", micros(lock));
+    println!(
+        "  ratio               {:>9.2}× (target ≤ 1.30×)",
+        lock.as_secs_f64() / floor.as_secs_f64()
+    );
+    println!(
+        "  means: floor {:.1} µs, lock {:.1} µs",
+        micros(mean(&floor_samples)),
+        micros(mean(&lock_samples))
+    );
+}
+
+fn floor_once(path: &Path, bytes: &[u8]) {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::from_raw_mode(0o600),
+    )
+    .expect("create");
+    rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).expect("flock");
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let n = rustix::io::write(&fd, rest).expect("write");
+        rest = &rest[n..];
+    }
+    rustix::fs::fsync(&fd).expect("fsync");
+    rustix::fs::unlink(path).expect("unlink");
+    drop(fd);
+}
+
+fn contended(root: &Path) {
+    let ws = root.join("contended");
+    std::fs::create_dir_all(&ws).expect("workspace");
+    let exe = std::env::current_exe().expect("own path");
+    let started = Instant::now();
+    let children: Vec<(std::process::Child, PathBuf)> = (0..CONTENDERS)
+        .map(|i| {
+            let out = root.join(format!("latencies-{i}.txt"));
+            let child = std::process::Command::new(&exe)
+                .arg("--child")
+                .arg(&ws)
+                .arg(PER_CONTENDER.to_string())
+                .arg(&out)
+                .spawn()
+                .expect("spawn contender");
+            (child, out)
+        })
+        .collect();
+    let mut samples = Vec::new();
+    for (mut child, out) in children {
+        let status = child.wait().expect("wait");
+        assert!(status.success(), "a contender failed");
+        let text = std::fs::read_to_string(out).expect("latencies");
+        samples.extend(
+            text.lines()
+                .filter_map(|l| l.parse::<u64>().ok())
+                .map(Duration::from_nanos),
+        );
+    }
+    let total = started.elapsed();
+    samples.sort();
+    let pick = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
+    println!(
+        "acquisition latency, {CONTENDERS} contending processes × {PER_CONTENDER} (hold ≈ 200 µs, {} samples):",
+        samples.len()
+    );
+    println!("  p50 {:>9.1} µs", micros(pick(0.50)));
+    println!("  p99 {:>9.1} µs", micros(pick(0.99)));
+    println!("  max {:>9.1} µs", micros(pick(1.0)));
+    println!(
+        "  throughput {:.0} acquisitions/s",
+        samples.len() as f64 / total.as_secs_f64()
+    );
+}
+
+fn child(ws: &Path, count: usize, out: &Path) {
+    let options = AcquireOptions::new("bench.contended")
+        .expect("name")
+        .wait(Duration::from_secs(120));
+    let mut lines = String::new();
+    for _ in 0..count {
+        let t = Instant::now();
+        let lock = WorkspaceLock::acquire(ws, &options, &NullSink).expect("acquire");
+        let waited = t.elapsed();
+        // A short critical section.
+        let until = Instant::now() + Duration::from_micros(200);
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        lock.release().expect("release");
+        lines.push_str(&format!("{}\n", waited.as_nanos()));
+    }
+    std::fs::write(out, lines).expect("write latencies");
+}
+
+fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn mean(samples: &[Duration]) -> Duration {
+    samples.iter().sum::<Duration>() / samples.len().max(1) as u32
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}

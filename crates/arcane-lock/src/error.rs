@@ -52,7 +52,9 @@ pub enum BusyReason {
 }
 
 impl BusyReason {
-    fn as_str(&self) -> &'static str {
+    /// A stable kebab-case name (`locked`, `owner-alive`, `foreign-host`, …), as in the
+    /// error's `details.reason`.
+    pub fn name(&self) -> &'static str {
         match self {
             BusyReason::Locked => "locked",
             BusyReason::SameProcess => "same-process",
@@ -131,14 +133,14 @@ pub enum Error {
     },
 
     /// Another operation holds the workspace, or the lock could not be judged safely.
-    #[error("workspace `{}` is busy: {}", workspace.display(), busy_text(.reason, .holder.as_ref(), *.waited))]
+    #[error("workspace `{}` is busy: {}", workspace.display(), busy_text(.reason, .holder.as_deref(), *.waited))]
     Busy {
         /// The canonical workspace root.
         workspace: PathBuf,
         /// Why it counts as busy.
         reason: BusyReason,
-        /// Who holds it, as far as the record tells.
-        holder: Option<Holder>,
+        /// Who holds it, as far as the record tells (boxed: it is large).
+        holder: Option<Box<Holder>>,
         /// How long we waited before giving up (`None`: failed fast).
         waited: Option<Duration>,
     },
@@ -253,8 +255,8 @@ impl Diagnostic for Error {
             } => {
                 let mut details = json!({
                     "workspace": workspace,
-                    "reason": reason.as_str(),
-                    "holder": holder.as_ref().map(Holder::to_json),
+                    "reason": reason.name(),
+                    "holder": holder.as_deref().map(Holder::to_json),
                     "waitedMilliseconds": waited.map(|w| w.as_millis() as u64),
                 });
                 match reason {
@@ -326,6 +328,19 @@ impl Diagnostic for Error {
 }
 
 impl Error {
+    pub(crate) fn busy(
+        workspace: impl Into<PathBuf>,
+        reason: BusyReason,
+        holder: Option<Holder>,
+    ) -> Self {
+        Error::Busy {
+            workspace: workspace.into(),
+            reason,
+            holder: holder.map(Box::new),
+            waited: None,
+        }
+    }
+
     pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
         Error::Io {
             action,

@@ -87,14 +87,14 @@ pub(crate) fn human_duration(d: Duration) -> String {
         format!("{ms} ms")
     } else if ms < 60_000 {
         let tenths = ms / 100;
-        if tenths % 10 == 0 {
+        if tenths.is_multiple_of(10) {
             format!("{} s", tenths / 10)
         } else {
             format!("{}.{} s", tenths / 10, tenths % 10)
         }
     } else {
         let secs = d.as_secs();
-        if secs % 60 == 0 {
+        if secs.is_multiple_of(60) {
             format!("{} min", secs / 60)
         } else {
             format!("{} min {} s", secs / 60, secs % 60)

@@ -54,21 +54,11 @@ impl LockStatus {
             LockStatus::Held { holder, reason } => json!({
                 "state": "held",
                 "holder": holder.as_ref().map(Holder::to_json),
-                "reason": reason_name(reason),
+                "reason": reason.name(),
             }),
             LockStatus::Stale { holder } => json!({"state": "stale", "holder": holder.to_json()}),
         }
     }
-}
-
-fn reason_name(reason: &BusyReason) -> Value {
-    let details = crate::error::Error::Busy {
-        workspace: PathBuf::new(),
-        reason: reason.clone(),
-        holder: None,
-        waited: None,
-    };
-    arcane_report::Diagnostic::details(&details)["reason"].clone()
 }
 
 /// Reports whether the workspace's lock is free, held or stale. Creates nothing: a
@@ -178,12 +168,7 @@ pub fn recover(
             if let Some(holder) = holder.as_mut() {
                 holder.alive = Some(true);
             }
-            return Err(Error::Busy {
-                workspace: ws.canonical.clone(),
-                reason: BusyReason::Locked,
-                holder,
-                waited: None,
-            });
+            return Err(Error::busy(&ws.canonical, BusyReason::Locked, holder));
         }
     };
     // Debris of a crashed holder: only a lock holder writes these names.
@@ -208,12 +193,7 @@ fn recover_locked(
     let Some((found, stamp)) = read_record(ws, arcane)? else {
         return Ok(Recovered::Nothing);
     };
-    let busy = |reason, holder| Error::Busy {
-        workspace: ws.canonical.clone(),
-        reason,
-        holder,
-        waited: None,
-    };
+    let busy = |reason, holder| Error::busy(&ws.canonical, reason, holder);
     let (previous, why) = match judge(ws, &found) {
         Verdict::Stale { previous, why } => (previous, why),
         Verdict::Busy {

@@ -207,7 +207,9 @@ impl WorkspaceLock {
             if !announced {
                 announced = true;
                 let (holder, reason) = match &busy {
-                    Error::Busy { holder, reason, .. } => (holder.clone(), reason.clone()),
+                    Error::Busy { holder, reason, .. } => {
+                        (holder.as_deref().cloned(), reason.clone())
+                    }
                     _ => (None, BusyReason::Locked),
                 };
                 events.emit(Event::new(
@@ -217,7 +219,7 @@ impl WorkspaceLock {
                         "operation": options.operation,
                         "lockPath": ws.arcane_path(RECORD),
                         "holder": holder.as_ref().map(Holder::to_json),
-                        "reason": busy_reason_text(&reason),
+                        "reason": reason.name(),
                         "waitMilliseconds": options.wait.map(|w| w.as_millis() as u64),
                         "wait": options.wait.map(human_duration),
                     }),
@@ -417,15 +419,14 @@ impl<'parent> NestedLease<'parent> {
         validate_operation(operation)?;
         let mut active = slot.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(active) = active.as_ref() {
-            return Err(Error::Busy {
-                workspace: workspace.to_path_buf(),
-                reason: BusyReason::NestedActive {
+            return Err(Error::busy(
+                workspace,
+                BusyReason::NestedActive {
                     parent: parent_operation.to_string(),
                     active: active.clone(),
                 },
-                holder: None,
-                waited: None,
-            });
+                None,
+            ));
         }
         *active = Some(operation.to_string());
         Ok(NestedLease {
@@ -514,12 +515,7 @@ fn try_once(
     options: &AcquireOptions,
     events: &dyn EventSink,
 ) -> Result<Result<WorkspaceLock, Error>, Error> {
-    let busy = |reason, holder| Error::Busy {
-        workspace: ws.canonical.clone(),
-        reason,
-        holder,
-        waited: None,
-    };
+    let busy = |reason, holder| Error::busy(&ws.canonical, reason, holder);
     let acquired = SystemTime::now();
     let acquired_at = arcane_report::time::format_rfc3339(acquired);
     let me = Holder {
@@ -534,7 +530,7 @@ fn try_once(
     };
     let reservation = match registry::reserve(ws.identity, me.clone()) {
         Ok(reservation) => reservation,
-        Err(holder) => return Ok(Err(busy(BusyReason::SameProcess, Some(holder)))),
+        Err(holder) => return Ok(Err(busy(BusyReason::SameProcess, Some(*holder)))),
     };
     let Some(arcane) = ws.open_arcane(true)? else {
         return Err(Error::io(
@@ -848,14 +844,6 @@ fn publish(ws: &Workspace, arcane: &OwnedFd, bytes: &[u8]) -> Result<Option<Stam
                 e,
             ))
         }
-    }
-}
-
-fn busy_reason_text(reason: &BusyReason) -> String {
-    match reason {
-        BusyReason::Locked => "locked".into(),
-        BusyReason::SameProcess => "same-process".into(),
-        other => format!("{other:?}"),
     }
 }
 

@@ -29,10 +29,10 @@ pub(crate) struct Reservation {
 }
 
 /// Reserves `identity` for `holder`, or returns the current holder.
-pub(crate) fn reserve(identity: Identity, holder: Holder) -> Result<Reservation, Holder> {
+pub(crate) fn reserve(identity: Identity, holder: Holder) -> Result<Reservation, Box<Holder>> {
     let mut table = table();
     if let Some(existing) = table.get(&identity) {
-        return Err(existing.clone());
+        return Err(Box::new(existing.clone()));
     }
     table.insert(identity, holder);
     Ok(Reservation { identity })
