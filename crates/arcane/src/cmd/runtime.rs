@@ -43,6 +43,8 @@ enum RuntimeCommand {
     /// install (Ctrl-C) leaves nothing behind and never replaces an earlier one.
     ///
     /// Example: `arcane runtime install llama.cpp --archive llama-b4500-bin-ubuntu-x64.zip --sha256 4f…`
+    // `--version` names the runtime's version here, not Arcane's.
+    #[command(disable_version_flag = true)]
     Install(InstallArgs),
     /// List the registered runtimes (id, engine, version, backend, executable).
     List,
