@@ -1,11 +1,10 @@
 //! `arcane model`: add (verified), list and remove GGUF models. The rules live in
-//! `arcane-registry`; this module parses, calls and renders (its events are rendered
-//! by `cmd::runtime`).
+//! `arcane-registry`; this module parses, calls and renders. Its events (`registry.*`,
+//! `download.*`) are rendered by `cmd::runtime::human_event`.
 
 use std::path::PathBuf;
 
 use arcane_registry::{AddModel, Model, Registry, Source};
-use arcane_report::Event;
 use serde_json::json;
 
 use crate::cmd::runtime::{human_bytes, table, ProgressSink};
@@ -202,12 +201,6 @@ fn list_text(models: &[Model], full_digest: bool) -> String {
         ],
         &rows,
     )
-}
-
-/// The human line for one of this command's events (model events are rendered by
-/// `cmd::runtime::human_event`, which owns `registry.*` and `download.*`).
-pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
-    crate::cmd::runtime::human_event(event, verbose)
 }
 
 #[cfg(test)]
