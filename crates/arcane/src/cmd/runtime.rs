@@ -361,9 +361,9 @@ impl<'a> ProgressSink<'a> {
                 None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
             };
             let template = if total.is_some() {
-                "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}"
+                "{msg} [{bar:30}] {decimal_bytes}/{decimal_total_bytes} {decimal_bytes_per_sec} eta {eta}"
             } else {
-                "{msg} {spinner} {bytes} {bytes_per_sec}"
+                "{msg} {spinner} {decimal_bytes} {decimal_bytes_per_sec}"
             };
             if let Ok(style) = ProgressStyle::with_template(template) {
                 bar.set_style(style.progress_chars("=> "));
