@@ -1,4 +1,61 @@
-//! The Arcane Core host: services, the arcane/1 protocol over stdio and loopback HTTP, events, OpenAI-compatible passthrough.
+//! The Arcane Core host: the one process an application talks to.
 //!
-//! (Being built; see the open issue for this crate.)
+//! This crate owns the service registry and lifecycle, the `arcane/1` protocol, its
+//! transports (stdio `Content-Length` framing and authenticated loopback HTTP with a
+//! Server-Sent-Events stream), the OpenAI-compatible passthrough to the ready
+//! llama.cpp engine, and the built-in local-AI services (`localai.*`, `llama.*`,
+//! `ollama.*`). It does not supervise processes itself (that is `arcane-localai`) and
+//! never prints, exits or reads the environment.
+//!
+//! # Main types
+//!
+//! * [`Host`] / [`HostBuilder`]: services with states
+//!   (`registered|starting|ready|failed|draining|closed`), dispatch, connections with
+//!   their own request-id spaces, event routing, replay, the draining shutdown.
+//! * [`Service`]: what plugs into the host (name, methods with a [`Lifetime`],
+//!   `start`, `call`, `drain`, `dispose`, `replay`).
+//! * [`protocol`]: the frames, documented on their types; [`framing`]: stdio framing.
+//! * [`stdio::serve`], [`http::serve`]: the transports; [`endpoint`]: `core.json`, the
+//!   stable port and the one-owner-per-workspace lock; [`client`]: a small client for
+//!   the CLI's `arcane status` and `arcane chat`.
+//!
+//! The full protocol reference is below (from `docs/protocol.md`).
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use arcane_core::{AppInfo, Host, protocol::Request};
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let host = Host::builder(AppInfo::default()).build();
+//! host.start();
+//! let connection = host.connect("example");
+//! let response = connection
+//!     .dispatch(Request { id: "1".into(), method: "system.ping".into(), parameters: serde_json::json!({}) })
+//!     .await;
+//! assert!(response.is_ok());
+//! host.close().await.unwrap();
+//! # });
+//! ```
+//!
+//! Benchmark: `cargo bench -p arcane-core --bench host` (with `LLAMA_SERVER` and
+//! `ARCANE_TEST_MODEL` set for the passthrough part).
 #![warn(missing_docs)]
+#![doc = include_str!("../../../docs/protocol.md")]
+
+pub mod client;
+pub mod endpoint;
+mod error;
+pub mod framing;
+pub mod host;
+pub mod http;
+pub mod localai;
+pub mod protocol;
+pub mod selection;
+pub mod service;
+pub mod stdio;
+
+pub use error::{Error, FrameProblem};
+pub use host::{AppInfo, Connection, Host, HostBuilder, HostState, Prepared, ShutdownHandle};
+pub use service::{BoxError, BoxFuture, Lifetime, MethodResult, MethodSpec, RequestContext, Service, ServiceContext, ServiceState};

@@ -1,0 +1,149 @@
+//! A small client of a running Core host, for the CLI's `arcane status` and
+//! `arcane chat` (and tests): reads `core.json`, authenticates with its token, calls
+//! `arcane/1` methods and streams chat completions through the OpenAI passthrough.
+
+use std::path::Path;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::{Method, Request};
+use serde_json::{json, Value};
+
+use crate::endpoint::{running_endpoint, EndpointRecord};
+use crate::error::Error;
+use crate::http::{engine_client, full, EngineClient};
+use crate::protocol::PROTOCOL;
+
+/// A connection to a running Core host.
+pub struct CoreClient {
+    record: EndpointRecord,
+    client: EngineClient,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+impl CoreClient {
+    /// Connects to the host recorded in `workspace`'s `core.json` (its process must be
+    /// alive); fails with `CORE_NOT_RUNNING` otherwise.
+    pub fn from_workspace(workspace: &Path) -> Result<Self, Error> {
+        Ok(Self::new(running_endpoint(workspace)?))
+    }
+
+    /// A client for `record`.
+    pub fn new(record: EndpointRecord) -> Self {
+        Self {
+            record,
+            client: engine_client(),
+            next_id: std::sync::atomic::AtomicU64::new(1),
+        }
+    }
+
+    /// The host's endpoint record.
+    pub fn endpoint(&self) -> &EndpointRecord {
+        &self.record
+    }
+
+    async fn send(&self, method: Method, path: &str, body: Option<Value>) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
+        let url = format!("{}{}", self.record.url, path);
+        let mut request = Request::builder()
+            .method(method)
+            .uri(&url)
+            .header(hyper::header::AUTHORIZATION, format!("Bearer {}", self.record.token));
+        if body.is_some() {
+            request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+        }
+        let body = body.map(|b| full(b.to_string())).unwrap_or_else(|| full(Bytes::new()));
+        let request = request.body(body).map_err(|e| Error::Http {
+            url: url.clone(),
+            source: Box::new(e),
+        })?;
+        self.client.request(request).await.map_err(|e| Error::Http { url, source: Box::new(e) })
+    }
+
+    async fn json(&self, method: Method, path: &str, body: Option<Value>) -> Result<(u16, Value), Error> {
+        let url = format!("{}{}", self.record.url, path);
+        let response = self.send(method, path, body).await?;
+        let status = response.status().as_u16();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| Error::Http {
+                url: url.clone(),
+                source: Box::new(e),
+            })?
+            .to_bytes();
+        let value = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        Ok((status, value))
+    }
+
+    /// `GET /v1/health`.
+    pub async fn health(&self) -> Result<Value, Error> {
+        let (status, value) = self.json(Method::GET, "/v1/health", None).await?;
+        if status != 200 {
+            return Err(remote(&value["error"], status));
+        }
+        Ok(value)
+    }
+
+    /// Calls `method` and returns its result (an `ok:false` answer becomes
+    /// [`Error::Remote`] with the host's code).
+    pub async fn call(&self, method: &str, parameters: Value) -> Result<Value, Error> {
+        let id = format!("cli-{}", self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let frame = json!({"protocol": PROTOCOL, "type": "request", "id": id, "method": method, "parameters": parameters});
+        let (status, value) = self.json(Method::POST, "/v1/rpc", Some(frame)).await?;
+        if value["ok"].as_bool() == Some(true) {
+            return Ok(value["result"].clone());
+        }
+        let error = if value["error"].is_object() { &value["error"] } else { &value };
+        Err(remote(error, status))
+    }
+
+    /// Sends a chat completion through the OpenAI passthrough with `stream: true`,
+    /// calling `on_delta` with each piece of content as it arrives; returns the whole
+    /// answer.
+    pub async fn chat(&self, mut payload: Value, mut on_delta: impl FnMut(&str)) -> Result<String, Error> {
+        payload["stream"] = json!(true);
+        let path = "/v1/chat/completions";
+        let url = format!("{}{}", self.record.url, path);
+        let response = self.send(Method::POST, path, Some(payload)).await?;
+        let status = response.status().as_u16();
+        if status != 200 {
+            let bytes = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            return Err(remote(&value["error"], status));
+        }
+        let mut body = response.into_body();
+        let mut buffer: Vec<u8> = Vec::new();
+        let mut answer = String::new();
+        'frames: while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| Error::Http {
+                url: url.clone(),
+                source: Box::new(e),
+            })?;
+            let Ok(data) = frame.into_data() else { continue };
+            buffer.extend_from_slice(&data);
+            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                let raw: Vec<u8> = buffer.drain(..=end).collect();
+                let line = String::from_utf8_lossy(&raw);
+                let Some(data) = line.trim().strip_prefix("data:").map(str::trim) else { continue };
+                if data == "[DONE]" {
+                    break 'frames;
+                }
+                let Ok(chunk) = serde_json::from_str::<Value>(data) else { continue };
+                if let Some(delta) = chunk["choices"][0]["delta"]["content"].as_str() {
+                    answer.push_str(delta);
+                    on_delta(delta);
+                }
+            }
+        }
+        Ok(answer)
+    }
+}
+
+fn remote(error: &Value, status: u16) -> Error {
+    Error::Remote {
+        code: error["code"].as_str().unwrap_or("ARCANE_OPERATION_FAILED").to_string(),
+        message: error["message"].as_str().map(str::to_string).unwrap_or_else(|| format!("the Core host answered HTTP {status}")),
+        details: error.get("details").cloned().unwrap_or(Value::Null),
+    }
+}

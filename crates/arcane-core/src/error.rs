@@ -1,0 +1,381 @@
+//! The crate's one error type. Every variant maps to a stable code with no `_` arm, so a
+//! new variant forces a choice of code.
+
+use std::path::PathBuf;
+
+use arcane_report::{codes, Diagnostic};
+use serde_json::{json, Value};
+
+/// Why a stdio frame could not be decoded (the SDK's `IPC_*` reasons).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FrameProblem {
+    /// The header block has no `Content-Length` line (`IPC_LENGTH_MISSING`).
+    LengthMissing,
+    /// The `Content-Length` value is not a decimal number, or appears twice with
+    /// different values (`IPC_LENGTH_INVALID`).
+    LengthInvalid,
+    /// The input ended in the middle of a frame (`IPC_FRAME_INCOMPLETE`).
+    Incomplete,
+    /// The frame (or its header block) is larger than the configured limit.
+    TooLarge,
+    /// The body is not valid UTF-8.
+    InvalidUtf8,
+    /// The body is not valid JSON, or not a JSON object.
+    InvalidJson,
+}
+
+impl FrameProblem {
+    /// The SDK-compatible reason string carried in `details.reason`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::LengthMissing => "IPC_LENGTH_MISSING",
+            Self::LengthInvalid => "IPC_LENGTH_INVALID",
+            Self::Incomplete => "IPC_FRAME_INCOMPLETE",
+            Self::TooLarge => "IPC_FRAME_TOO_LARGE",
+            Self::InvalidUtf8 => "IPC_INVALID_UTF8",
+            Self::InvalidJson => "IPC_INVALID_JSON",
+        }
+    }
+}
+
+/// Everything that can go wrong in the Core host.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A host option or runtime selection is invalid (e.g. a runtime Arcane does not
+    /// support yet).
+    #[error("{message}")]
+    Usage {
+        /// What is wrong.
+        message: String,
+        /// The offending values.
+        details: Value,
+    },
+
+    /// A frame could not be decoded; the transport that read it closes.
+    #[error("invalid frame: {detail}")]
+    Frame {
+        /// Which rule the frame broke.
+        problem: FrameProblem,
+        /// A short description naming the offending value.
+        detail: String,
+    },
+
+    /// A decoded JSON frame is not a valid `arcane/1` request or control.
+    #[error("invalid `arcane/1` frame: {reason}")]
+    InvalidFrame {
+        /// What is missing or wrong.
+        reason: String,
+        /// The request id, when one could be read.
+        id: Option<String>,
+    },
+
+    /// The request id is already active on this connection.
+    #[error("request id `{id}` is already active on this connection")]
+    RequestIdActive {
+        /// The reused id.
+        id: String,
+    },
+
+    /// No service provides the method.
+    #[error("method `{method}` is not available")]
+    MethodNotAllowed {
+        /// The requested method.
+        method: String,
+        /// Its first dotted part.
+        namespace: String,
+        /// `core-namespace-unavailable` or `core-method-unavailable`.
+        reason: &'static str,
+    },
+
+    /// Two services (or a service and a built-in) claim the same name or method.
+    #[error("a service or method named `{name}` is already registered")]
+    ServiceExists {
+        /// The duplicate name.
+        name: String,
+    },
+
+    /// The service owning a method failed to start or is closing.
+    #[error("service `{service}` is {state}")]
+    ServiceUnavailable {
+        /// The service name.
+        service: String,
+        /// Its state (`failed`, `draining`, `closed`).
+        state: String,
+        /// Why it failed, as serialized by `error_json`.
+        error: Option<Value>,
+    },
+
+    /// A service's `drain` or `dispose` failed during shutdown (the host closed anyway).
+    #[error("{} shutdown step(s) failed", failures.len())]
+    Shutdown {
+        /// `{service, step, error}` for each failure.
+        failures: Vec<Value>,
+    },
+
+    /// The host is draining and refuses new requests.
+    #[error("the Core host is shutting down")]
+    ShuttingDown,
+
+    /// The request was cancelled (`request.cancel`, `requests.cancelAll`, a disconnect
+    /// or shutdown).
+    #[error("request `{id}` was cancelled")]
+    Cancelled {
+        /// The client's request id.
+        id: String,
+    },
+
+    /// Another Core host owns this workspace.
+    #[error("a Core host already serves this workspace at {url} (pid {pid})")]
+    AlreadyRunning {
+        /// Its URL.
+        url: String,
+        /// Its process id.
+        pid: u32,
+        /// Its endpoint file.
+        endpoint_file: PathBuf,
+    },
+
+    /// The saved port is taken; the host never moves to another port.
+    #[error("port {port} on `{host}` is already in use")]
+    PortInUse {
+        /// The loopback address.
+        host: String,
+        /// The saved port.
+        port: u16,
+        /// The file that saved it.
+        saved_in: PathBuf,
+        /// The bind error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A file or socket operation failed.
+    #[error("cannot {operation} `{path}`")]
+    Io {
+        /// What was being done (`write`, `read`, `bind`, …).
+        operation: &'static str,
+        /// The path or address involved.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A file Arcane wrote earlier (`core.json`, the saved port) is malformed.
+    #[error("`{path}` is not a valid {what}")]
+    InvalidRecord {
+        /// The file.
+        path: PathBuf,
+        /// What it should hold.
+        what: &'static str,
+        /// The parse error.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// No Core host is running for this workspace (client commands).
+    #[error("no Core host is running for workspace `{workspace}`")]
+    NotRunning {
+        /// The workspace root.
+        workspace: PathBuf,
+        /// Why the recorded one is not usable, if a record existed.
+        reason: String,
+    },
+
+    /// The engine a request needs is not ready.
+    #[error("engine `{runtime}` is {state}")]
+    EngineNotReady {
+        /// `llama.cpp` or `ollama`.
+        runtime: String,
+        /// Its state.
+        state: String,
+        /// Seconds after which a retry may succeed (loading engines).
+        retry_after: Option<u64>,
+    },
+
+    /// An HTTP exchange with an engine or the Core host failed.
+    #[error("request to `{url}` failed")]
+    Http {
+        /// The URL.
+        url: String,
+        /// The transport error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    /// An engine answered a request with an error status.
+    #[error("`{url}` answered HTTP {status}")]
+    Upstream {
+        /// The URL.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// The body (truncated), parsed as JSON when possible.
+        body: Value,
+    },
+
+    /// The Core host answered a client with an error frame.
+    #[error("{message}")]
+    Remote {
+        /// The code it sent.
+        code: String,
+        /// Its message.
+        message: String,
+        /// Its details.
+        details: Value,
+    },
+
+    /// A library the host drives (devices, supervisor, registry) failed; its code,
+    /// details and hints are kept.
+    #[error("{context}")]
+    Library {
+        /// What the host was doing.
+        context: String,
+        /// The library's code.
+        code: &'static str,
+        /// The library's details.
+        details: Value,
+        /// The library's hints.
+        hints: Vec<String>,
+        /// The library's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl Error {
+    /// A usage error.
+    pub fn usage(message: impl Into<String>, details: Value) -> Self {
+        Self::Usage {
+            message: message.into(),
+            details,
+        }
+    }
+
+    /// A frame error.
+    pub fn frame(problem: FrameProblem, detail: impl Into<String>) -> Self {
+        Self::Frame {
+            problem,
+            detail: detail.into(),
+        }
+    }
+
+    /// Wraps another library's diagnostic, keeping its code.
+    pub fn library(context: impl Into<String>, source: impl Diagnostic) -> Self {
+        Self::Library {
+            context: context.into(),
+            code: source.code(),
+            details: source.details(),
+            hints: source.hints(),
+            source: Box::new(source),
+        }
+    }
+
+    /// The HTTP status this error maps to when it reaches an HTTP client directly.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            Self::Usage { .. } | Self::InvalidFrame { .. } | Self::Frame { .. } => 400,
+            Self::RequestIdActive { .. } | Self::ServiceExists { .. } | Self::AlreadyRunning { .. } => 409,
+            Self::MethodNotAllowed { .. } | Self::NotRunning { .. } => 404,
+            Self::ServiceUnavailable { .. } | Self::ShuttingDown | Self::EngineNotReady { .. } => 503,
+            Self::Shutdown { .. } => 500,
+            Self::Cancelled { .. } => 499,
+            Self::Http { .. } | Self::Upstream { .. } | Self::Remote { .. } => 502,
+            Self::PortInUse { .. } | Self::Io { .. } | Self::InvalidRecord { .. } | Self::Library { .. } => 500,
+        }
+    }
+}
+
+impl Diagnostic for Error {
+    fn code(&self) -> &'static str {
+        match self {
+            Self::Usage { .. } => codes::ARCANE_USAGE,
+            Self::Frame { .. } | Self::InvalidFrame { .. } => codes::RPC_FRAME_INVALID,
+            Self::RequestIdActive { .. } => codes::RPC_REQUEST_ID_ACTIVE,
+            Self::MethodNotAllowed { .. } => codes::METHOD_NOT_ALLOWED,
+            Self::ServiceExists { .. } => codes::ARCANE_ALREADY_EXISTS,
+            Self::ServiceUnavailable { .. } => codes::CORE_SERVICE_UNAVAILABLE,
+            Self::ShuttingDown => codes::CORE_SHUTTING_DOWN,
+            Self::Shutdown { .. } => codes::ARCANE_OPERATION_FAILED,
+            Self::Cancelled { .. } => codes::ARCANE_CANCELLED,
+            Self::AlreadyRunning { .. } => codes::CORE_ALREADY_RUNNING,
+            Self::PortInUse { .. } => codes::CORE_PORT_IN_USE,
+            Self::Io { .. } => codes::ARCANE_IO,
+            Self::InvalidRecord { .. } => codes::ARCANE_OPERATION_FAILED,
+            Self::NotRunning { .. } => codes::CORE_NOT_RUNNING,
+            Self::EngineNotReady { .. } => codes::LOCAL_AI_SERVER_NOT_READY,
+            Self::Http { .. } => codes::ARCANE_OPERATION_FAILED,
+            Self::Upstream { .. } => codes::LOCAL_AI_REQUEST_FAILED,
+            Self::Remote { .. } => codes::ARCANE_OPERATION_FAILED,
+            Self::Library { code, .. } => code,
+        }
+    }
+
+    fn details(&self) -> Value {
+        match self {
+            Self::Usage { details, .. } => details.clone(),
+            Self::Frame { problem, .. } => json!({"reason": problem.reason()}),
+            Self::InvalidFrame { reason, id } => json!({"reason": reason, "id": id}),
+            Self::RequestIdActive { id } => json!({"id": id}),
+            Self::MethodNotAllowed {
+                method,
+                namespace,
+                reason,
+            } => json!({"method": method, "namespace": namespace, "reason": reason}),
+            Self::ServiceExists { name } => json!({"name": name}),
+            Self::ServiceUnavailable { service, state, error } => {
+                json!({"service": service, "state": state, "error": error})
+            }
+            Self::ShuttingDown => json!({"reason": "CORE_CLOSING"}),
+            Self::Shutdown { failures } => json!({"failures": failures}),
+            Self::Cancelled { id } => json!({"id": id, "reason": "REQUEST_ABORTED"}),
+            Self::AlreadyRunning {
+                url,
+                pid,
+                endpoint_file,
+            } => json!({"url": url, "pid": pid, "endpointFile": endpoint_file}),
+            Self::PortInUse { host, port, saved_in, .. } => {
+                json!({"host": host, "port": port, "savedIn": saved_in})
+            }
+            Self::Io { operation, path, .. } => json!({"operation": operation, "path": path}),
+            Self::InvalidRecord { path, what, .. } => json!({"path": path, "what": what}),
+            Self::NotRunning { workspace, reason } => json!({"workspace": workspace, "reason": reason}),
+            Self::EngineNotReady {
+                runtime,
+                state,
+                retry_after,
+            } => json!({"runtime": runtime, "state": state, "retryAfter": retry_after}),
+            Self::Http { url, .. } => json!({"url": url}),
+            Self::Upstream { url, status, body } => json!({"url": url, "status": status, "body": body}),
+            Self::Remote { code, details, .. } => json!({"code": code, "details": details}),
+            Self::Library { details, .. } => details.clone(),
+        }
+    }
+
+    fn hints(&self) -> Vec<String> {
+        match self {
+            Self::AlreadyRunning { .. } => vec![
+                "talk to the running host (`arcane status`, `arcane chat`), or stop it before starting another".into(),
+            ],
+            Self::PortInUse { saved_in, .. } => vec![format!(
+                "stop whatever listens on that port, or pass `--port` (the saved port lives in `{}`)",
+                saved_in.display()
+            )],
+            Self::NotRunning { .. } => vec!["start one with `arcane serve`".into()],
+            Self::EngineNotReady {
+                retry_after: Some(_),
+                ..
+            } => vec!["the engine is loading its model; retry in a few seconds".into()],
+            Self::Library { hints, .. } => hints.clone(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl From<Error> for Box<dyn Diagnostic> {
+    fn from(error: Error) -> Self {
+        Box::new(error)
+    }
+}

@@ -1,0 +1,549 @@
+//! The loopback HTTP transport: `arcane/1` endpoints, the SSE event stream and the
+//! OpenAI-compatible passthrough, all behind one bearer token.
+//!
+//! # Admission (every endpoint, before anything runs)
+//!
+//! 1. `Host` must name the listener on a loopback name (`127.0.0.1:<port>`,
+//!    `localhost:<port>`, `[::1]:<port>`), else **421** (defeats DNS rebinding).
+//! 2. An `Origin` header, if present, must be the listener's own origin, else **403**.
+//! 3. `Authorization: Bearer <token>` must match `core.json`'s token (compared in
+//!    constant time), else **401** with `WWW-Authenticate: Bearer`. `GET /v1/events`
+//!    also accepts `?token=` because `EventSource` cannot send headers.
+//!
+//! Each refusal has one fixed body, whatever was wrong with the token.
+//!
+//! # Endpoints
+//!
+//! | method and path | content |
+//! |---|---|
+//! | `GET /v1/health` | `{protocol, state, pid, services[]}` |
+//! | `POST /v1/rpc` | one request frame → its response frame (HTTP 200 even when `ok:false`; 400 for a malformed frame, 413 over the body limit, 503 while shutting down). `X-Arcane-Client: <id>` selects the client's id space and SSE stream; without it every POST gets a fresh id space. |
+//! | `POST /v1/control` | one control frame for the client named by `X-Arcane-Client` → `{ok, result}` |
+//! | `GET /v1/events?client=<id>` | SSE (`data: <frame>` per message): the replay first, then events; the client's request events and a copy of its responses |
+//! | `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings`, `GET /v1/models` | forwarded unchanged to the ready llama.cpp engine, streamed chunk by chunk; 503 with `Retry-After` while the engine is starting or loading |
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use arcane_report::{codes, error_json, Diagnostic};
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Body, Frame, Incoming};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use crate::endpoint::constant_time_eq;
+use crate::error::Error;
+use crate::host::{Connection, Host, HostState};
+use crate::protocol::{parse_incoming, Incoming as Frame_, Response as RpcResponse, PROTOCOL};
+
+/// The response body type of every endpoint.
+pub type HttpBody = BoxBody<Bytes, hyper::Error>;
+
+/// The HTTP client the host uses to reach engines.
+pub type EngineClient = Client<HttpConnector, HttpBody>;
+
+/// A fresh client for engine requests (HTTP/1, pooled).
+pub fn engine_client() -> EngineClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).build(connector)
+}
+
+/// A body from bytes.
+pub fn full(bytes: impl Into<Bytes>) -> HttpBody {
+    Full::new(bytes.into()).map_err(|never: Infallible| match never {}).boxed()
+}
+
+/// Where the OpenAI-compatible passthrough sends requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamTarget {
+    /// The engine is ready at this base URL (e.g. `http://127.0.0.1:8080`).
+    Ready {
+        /// The engine's base URL.
+        url: String,
+    },
+    /// Not ready; a retry may succeed after `retry_after` seconds (`None`: it will
+    /// not by itself, e.g. failed or not selected).
+    Unavailable {
+        /// The runtime id.
+        runtime: String,
+        /// Its state.
+        state: String,
+        /// Seconds until a retry makes sense.
+        retry_after: Option<u64>,
+    },
+}
+
+/// Supplies the passthrough's target (implemented by the local-AI service).
+pub trait Upstream: Send + Sync {
+    /// The current target.
+    fn openai_target(&self) -> UpstreamTarget;
+}
+
+/// Options of the HTTP transport.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct HttpOptions {
+    /// The bearer token every request must present.
+    pub token: String,
+    /// The largest accepted request body (RPC and control frames), in bytes.
+    pub max_body: usize,
+    /// The passthrough target, if any engine is selected.
+    pub upstream: Option<Arc<dyn Upstream>>,
+    /// How long to wait for open HTTP exchanges after the host closed.
+    pub grace: Duration,
+}
+
+impl HttpOptions {
+    /// Options with `token` and defaults (8 MiB bodies, no upstream, 5 s grace).
+    pub fn new(token: impl Into<String>) -> Self {
+        Self {
+            token: token.into(),
+            max_body: crate::framing::DEFAULT_MAX_FRAME,
+            upstream: None,
+            grace: Duration::from_secs(5),
+        }
+    }
+
+    /// Sets the passthrough target.
+    pub fn upstream(mut self, upstream: Arc<dyn Upstream>) -> Self {
+        self.upstream = Some(upstream);
+        self
+    }
+}
+
+/// Binds `address` (loopback), mapping "address in use" to [`Error::PortInUse`].
+pub async fn bind(address: SocketAddr, saved_in: &std::path::Path) -> Result<TcpListener, Error> {
+    TcpListener::bind(address).await.map_err(|source| {
+        if source.kind() == std::io::ErrorKind::AddrInUse {
+            Error::PortInUse {
+                host: address.ip().to_string(),
+                port: address.port(),
+                saved_in: saved_in.to_path_buf(),
+                source,
+            }
+        } else {
+            Error::Io {
+                operation: "bind",
+                path: address.to_string().into(),
+                source,
+            }
+        }
+    })
+}
+
+struct Shared {
+    host: Host,
+    options: HttpOptions,
+    hosts: Vec<String>,
+    origins: Vec<String>,
+    client: EngineClient,
+}
+
+/// Serves HTTP on `listener` until the host closes, then waits up to the grace period
+/// for open exchanges.
+pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> Result<(), Error> {
+    let address = listener.local_addr().map_err(|source| Error::Io {
+        operation: "inspect",
+        path: "the listener".into(),
+        source,
+    })?;
+    let port = address.port();
+    let mut hosts = vec![format!("localhost:{port}")];
+    let mut origins = vec![format!("http://localhost:{port}")];
+    match address {
+        SocketAddr::V4(v4) => {
+            hosts.push(format!("{}:{port}", v4.ip()));
+            origins.push(format!("http://{}:{port}", v4.ip()));
+        }
+        SocketAddr::V6(v6) => {
+            hosts.push(format!("[{}]:{port}", v6.ip()));
+            origins.push(format!("http://[{}]:{port}", v6.ip()));
+        }
+    }
+    let shared = Arc::new(Shared {
+        host: host.clone(),
+        options,
+        hosts,
+        origins,
+        client: engine_client(),
+    });
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = host.closed() => break,
+        };
+        let Ok((stream, _peer)) = accepted else { continue };
+        let _ = stream.set_nodelay(true);
+        let shared = Arc::clone(&shared);
+        let service = hyper::service::service_fn(move |request| {
+            let shared = Arc::clone(&shared);
+            async move { Ok::<_, Infallible>(handle(shared, request).await) }
+        });
+        let connection = hyper::server::conn::http1::Builder::new()
+            .keep_alive(true)
+            .serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+    }
+    drop(listener);
+    let grace = shared.options.grace;
+    let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
+    Ok(())
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response<HttpBody> {
+    let mut response = Response::new(full(value.to_string()));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn error_response(status: StatusCode, error: &dyn Diagnostic) -> Response<HttpBody> {
+    json_response(status, &json!({"error": error_json(error)}))
+}
+
+fn refusal(status: StatusCode, message: &'static str) -> Response<HttpBody> {
+    let mut response = json_response(
+        status,
+        &json!({"error": {"code": codes::CORE_UNAUTHORIZED, "message": message, "details": {}}}),
+    );
+    if status == StatusCode::UNAUTHORIZED {
+        response
+            .headers_mut()
+            .insert(hyper::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    response
+}
+
+fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
+    query?.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (key == name).then_some(value)
+    })
+}
+
+/// Admission: Host, then Origin, then token. `None` means admitted.
+fn admit(shared: &Shared, request: &Request<Incoming>) -> Option<Response<HttpBody>> {
+    let headers = request.headers();
+    let host_ok = headers
+        .get(hyper::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .is_some_and(|h| shared.hosts.iter().any(|allowed| allowed.eq_ignore_ascii_case(h)));
+    if !host_ok {
+        return Some(refusal(StatusCode::MISDIRECTED_REQUEST, "the `Host` header must name the loopback listener"));
+    }
+    if let Some(origin) = headers.get(hyper::header::ORIGIN) {
+        let allowed = origin
+            .to_str()
+            .is_ok_and(|o| shared.origins.iter().any(|allowed| allowed.eq_ignore_ascii_case(o)));
+        if !allowed {
+            return Some(refusal(StatusCode::FORBIDDEN, "cross-origin requests are refused"));
+        }
+    }
+    let expected = shared.options.token.as_bytes();
+    let from_header = headers
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let from_query = (request.method() == Method::GET && request.uri().path() == "/v1/events")
+        .then(|| query_param(request.uri().query(), "token"))
+        .flatten();
+    let presented = from_header.or(from_query).unwrap_or("");
+    if !constant_time_eq(presented.as_bytes(), expected) || expected.is_empty() {
+        return Some(refusal(StatusCode::UNAUTHORIZED, "a valid bearer token is required"));
+    }
+    None
+}
+
+async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<HttpBody> {
+    if let Some(refused) = admit(&shared, &request) {
+        return refused;
+    }
+    let path = request.uri().path().to_string();
+    match (request.method().clone(), path.as_str()) {
+        (Method::GET, "/v1/health") => {
+            let snapshot = shared.host.snapshot();
+            json_response(
+                StatusCode::OK,
+                &json!({
+                    "protocol": PROTOCOL,
+                    "state": snapshot["state"],
+                    "pid": std::process::id(),
+                    "version": snapshot["version"],
+                    "services": snapshot["services"],
+                }),
+            )
+        }
+        (Method::POST, "/v1/rpc") => rpc(&shared, request).await,
+        (Method::POST, "/v1/control") => control(&shared, request).await,
+        (Method::GET, "/v1/events") => events(&shared, &request),
+        (Method::POST, "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings") | (Method::GET, "/v1/models") => {
+            passthrough(&shared, request).await
+        }
+        (_, "/v1/health" | "/v1/rpc" | "/v1/control" | "/v1/events" | "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/v1/models") => {
+            json_response(
+                StatusCode::METHOD_NOT_ALLOWED,
+                &json!({"error": {"code": codes::METHOD_NOT_ALLOWED, "message": format!("`{}` does not accept this HTTP method", path), "details": {"path": path}}}),
+            )
+        }
+        _ => json_response(
+            StatusCode::NOT_FOUND,
+            &json!({"error": {"code": codes::ARCANE_NOT_FOUND, "message": format!("no endpoint `{path}`"), "details": {"path": path}}}),
+        ),
+    }
+}
+
+fn client_name(request: &Request<Incoming>) -> Option<String> {
+    request
+        .headers()
+        .get("x-arcane-client")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| query_param(request.uri().query(), "client").map(str::to_string))
+        .filter(|c| !c.is_empty() && c.len() <= 200)
+}
+
+async fn read_frame(shared: &Shared, request: Request<Incoming>) -> Result<Value, Response<HttpBody>> {
+    let limit = shared.options.max_body;
+    let collected = Limited::new(request.into_body(), limit).collect().await;
+    let bytes = match collected {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) if error.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+            let error = Error::frame(crate::error::FrameProblem::TooLarge, format!("the body exceeds the {limit}-byte limit"));
+            return Err(error_response(StatusCode::PAYLOAD_TOO_LARGE, &error));
+        }
+        Err(_) => {
+            let error = Error::frame(crate::error::FrameProblem::Incomplete, "the body could not be read");
+            return Err(error_response(StatusCode::BAD_REQUEST, &error));
+        }
+    };
+    let text = std::str::from_utf8(&bytes).map_err(|_| {
+        error_response(StatusCode::BAD_REQUEST, &Error::frame(crate::error::FrameProblem::InvalidUtf8, "the body is not UTF-8"))
+    })?;
+    serde_json::from_str(text).map_err(|_| {
+        error_response(StatusCode::BAD_REQUEST, &Error::frame(crate::error::FrameProblem::InvalidJson, "the body is not JSON"))
+    })
+}
+
+async fn rpc(shared: &Shared, request: Request<Incoming>) -> Response<HttpBody> {
+    let client = client_name(&request);
+    let value = match read_frame(shared, request).await {
+        Ok(value) => value,
+        Err(response) => return response,
+    };
+    let request = match parse_incoming(value) {
+        Ok(Frame_::Request(request)) => request,
+        Ok(Frame_::Control(_)) => {
+            let error = Error::InvalidFrame {
+                reason: "controls go to `/v1/control`".into(),
+                id: None,
+            };
+            return error_response(StatusCode::BAD_REQUEST, &error);
+        }
+        Err(error) => {
+            let id = match &error {
+                Error::InvalidFrame { id, .. } => id.clone(),
+                _ => None,
+            };
+            return json_response(StatusCode::BAD_REQUEST, &RpcResponse::error(id, &error).to_frame());
+        }
+    };
+    if shared.host.state() != HostState::Ready {
+        let response = RpcResponse::error(Some(request.id), &Error::ShuttingDown);
+        return json_response(StatusCode::SERVICE_UNAVAILABLE, &response.to_frame());
+    }
+    let connection = match &client {
+        Some(name) => shared.host.named_connection(name),
+        None => shared.host.connect("http"),
+    };
+    let response = connection.dispatch(request).await.to_frame();
+    if client.is_some() {
+        connection.deliver(&response);
+    }
+    json_response(StatusCode::OK, &response)
+}
+
+async fn control(shared: &Shared, request: Request<Incoming>) -> Response<HttpBody> {
+    let Some(client) = client_name(&request) else {
+        let error = Error::InvalidFrame {
+            reason: "controls need the `X-Arcane-Client` header naming the client they apply to".into(),
+            id: None,
+        };
+        return error_response(StatusCode::BAD_REQUEST, &error);
+    };
+    let value = match read_frame(shared, request).await {
+        Ok(value) => value,
+        Err(response) => return response,
+    };
+    match parse_incoming(value) {
+        Ok(Frame_::Control(control)) => {
+            let result = shared.host.named_connection(&client).control(control);
+            json_response(StatusCode::OK, &json!({"protocol": PROTOCOL, "ok": true, "result": result}))
+        }
+        Ok(Frame_::Request(_)) => error_response(
+            StatusCode::BAD_REQUEST,
+            &Error::InvalidFrame {
+                reason: "requests go to `/v1/rpc`".into(),
+                id: None,
+            },
+        ),
+        Err(error) => error_response(StatusCode::BAD_REQUEST, &error),
+    }
+}
+
+/// An SSE body fed by a host subscription; ends when the host closes.
+struct SseBody {
+    receiver: mpsc::UnboundedReceiver<Arc<str>>,
+    _connection: Connection,
+}
+
+impl Body for SseBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.receiver.poll_recv(cx) {
+            Poll::Ready(Some(first)) => {
+                let mut text = format!("data: {first}\n\n");
+                // Coalesce what is already queued into one write.
+                while text.len() < 64 * 1024 {
+                    match self.receiver.try_recv() {
+                        Ok(next) => {
+                            text.push_str("data: ");
+                            text.push_str(&next);
+                            text.push_str("\n\n");
+                        }
+                        Err(_) => break,
+                    }
+                }
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from(text)))))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+fn events(shared: &Shared, request: &Request<Incoming>) -> Response<HttpBody> {
+    let connection = match client_name(request) {
+        Some(name) => shared.host.named_connection(&name),
+        None => shared.host.connect("sse"),
+    };
+    let receiver = connection.subscribe();
+    let body = SseBody {
+        receiver,
+        _connection: connection,
+    };
+    let mut response = Response::new(body.boxed());
+    let headers = response.headers_mut();
+    headers.insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(hyper::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "authorization",
+    "origin",
+];
+
+fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
+    for (name, value) in from {
+        if !HOP_BY_HOP.contains(&name.as_str()) {
+            to.append(HeaderName::clone(name), value.clone());
+        }
+    }
+}
+
+async fn passthrough(shared: &Shared, request: Request<Incoming>) -> Response<HttpBody> {
+    if shared.host.state() != HostState::Ready {
+        return error_response(StatusCode::SERVICE_UNAVAILABLE, &Error::ShuttingDown);
+    }
+    let target = match &shared.options.upstream {
+        Some(upstream) => upstream.openai_target(),
+        None => UpstreamTarget::Unavailable {
+            runtime: "llama.cpp".into(),
+            state: "not selected".into(),
+            retry_after: None,
+        },
+    };
+    let base = match target {
+        UpstreamTarget::Ready { url } => url,
+        UpstreamTarget::Unavailable {
+            runtime,
+            state,
+            retry_after,
+        } => {
+            let error = Error::EngineNotReady {
+                runtime,
+                state,
+                retry_after,
+            };
+            let mut response = error_response(StatusCode::SERVICE_UNAVAILABLE, &error);
+            if let Some(seconds) = retry_after {
+                response.headers_mut().insert(hyper::header::RETRY_AFTER, HeaderValue::from(seconds));
+            }
+            return response;
+        }
+    };
+    let path_and_query = request.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_default();
+    let url = format!("{}{}", base.trim_end_matches('/'), path_and_query);
+    let (parts, body) = request.into_parts();
+    let mut forwarded = Request::new(body.boxed());
+    *forwarded.method_mut() = parts.method;
+    *forwarded.uri_mut() = match url.parse() {
+        Ok(uri) => uri,
+        Err(_) => {
+            let error = Error::EngineNotReady {
+                runtime: "llama.cpp".into(),
+                state: format!("unreachable at `{base}`"),
+                retry_after: None,
+            };
+            return error_response(StatusCode::BAD_GATEWAY, &error);
+        }
+    };
+    copy_headers(&parts.headers, forwarded.headers_mut());
+    match shared.client.request(forwarded).await {
+        Ok(upstream) => {
+            let (parts, body) = upstream.into_parts();
+            let mut response = Response::new(body.boxed());
+            *response.status_mut() = parts.status;
+            copy_headers(&parts.headers, response.headers_mut());
+            response
+        }
+        Err(source) => error_response(
+            StatusCode::BAD_GATEWAY,
+            &Error::Http {
+                url,
+                source: Box::new(source),
+            },
+        ),
+    }
+}

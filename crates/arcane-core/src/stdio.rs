@@ -1,0 +1,142 @@
+//! The stdio transport: `arcane/1` over `Content-Length` framing on a byte stream pair.
+//!
+//! One peer, one [`Connection`](crate::host::Connection). On connect the peer gets the
+//! replay. Requests are dispatched concurrently; responses and the request's events
+//! share one ordered channel, so a stream's chunks always precede its response.
+//! End of input (or a decode error, which is reported as a `core.error` event first)
+//! closes the transport and, as in the SDK, the host: new requests are refused,
+//! request-lifetime work is cancelled, accepted responses are written, services drain,
+//! `closed` is published and queued output is flushed before [`serve`] returns.
+
+use std::sync::Arc;
+
+use arcane_report::error_json;
+use serde_json::json;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use crate::error::Error;
+use crate::framing::{encode, Decoder};
+use crate::host::Host;
+use crate::protocol::{parse_incoming, EventFrame, Incoming, Response};
+
+/// Options of the stdio transport.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct StdioOptions {
+    /// The largest accepted frame body, in bytes.
+    pub max_frame: usize,
+}
+
+impl Default for StdioOptions {
+    fn default() -> Self {
+        Self {
+            max_frame: crate::framing::DEFAULT_MAX_FRAME,
+        }
+    }
+}
+
+/// Serves one peer on `reader`/`writer` until end of input, a decode error or host
+/// shutdown, then closes the host and flushes. Returns the decode error, if any, or
+/// the host's shutdown failure.
+pub async fn serve<R, W>(host: &Host, mut reader: R, writer: W, options: StdioOptions) -> Result<(), Error>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, mut receiver) = mpsc::unbounded_channel::<Arc<str>>();
+    let connection = Arc::new(host.connect("stdio"));
+    connection.subscribe_with(sender.clone());
+    let writer_task = tokio::spawn(async move {
+        let mut writer = writer;
+        while let Some(frame) = receiver.recv().await {
+            if writer.write_all(&encode(frame.as_bytes())).await.is_err() {
+                break;
+            }
+            // Flush per frame only when nothing else is queued (keeps streams prompt).
+            if receiver.is_empty() && writer.flush().await.is_err() {
+                break;
+            }
+        }
+        let _ = writer.flush().await;
+    });
+
+    let mut decoder = Decoder::new(options.max_frame);
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut buffer = vec![0u8; 64 * 1024];
+    let mut failure: Option<Error> = None;
+    'read: loop {
+        let read = tokio::select! {
+            read = reader.read(&mut buffer) => read,
+            _ = host.closed() => break 'read,
+        };
+        let n = match read {
+            Ok(0) => {
+                if let Err(error) = decoder.finish() {
+                    failure = Some(error);
+                }
+                break;
+            }
+            Ok(n) => n,
+            Err(source) => {
+                failure = Some(Error::Io {
+                    operation: "read",
+                    path: "stdin".into(),
+                    source,
+                });
+                break;
+            }
+        };
+        decoder.push(&buffer[..n]);
+        loop {
+            match decoder.next_frame() {
+                Ok(None) => break,
+                Ok(Some(value)) => match parse_incoming(value) {
+                    Ok(Incoming::Request(request)) => {
+                        let prepared = connection.prepare(request);
+                        let connection = Arc::clone(&connection);
+                        let sender = sender.clone();
+                        tasks.spawn(async move {
+                            let response = connection.finish(prepared).await;
+                            let _ = sender.send(Arc::from(response.to_frame().to_string()));
+                        });
+                    }
+                    Ok(Incoming::Control(control)) => {
+                        connection.control(control);
+                    }
+                    Err(error) => {
+                        let id = match &error {
+                            Error::InvalidFrame { id, .. } => id.clone(),
+                            _ => None,
+                        };
+                        let response = Response::error(id, &error);
+                        let _ = sender.send(Arc::from(response.to_frame().to_string()));
+                    }
+                },
+                Err(error) => {
+                    failure = Some(error);
+                    break 'read;
+                }
+            }
+        }
+        while tasks.try_join_next().is_some() {}
+    }
+    if let Some(error) = &failure {
+        let frame = EventFrame {
+            event: "core.error".into(),
+            data: json!({"transport": "stdio", "error": error_json(error)}),
+            request_id: None,
+            time: arcane_report::time::now_rfc3339(),
+        };
+        let _ = sender.send(Arc::from(frame.to_frame().to_string()));
+    }
+    let closed = host.close().await;
+    while tasks.join_next().await.is_some() {}
+    drop(sender);
+    drop(connection);
+    let _ = writer_task.await;
+    match failure {
+        Some(error) => Err(error),
+        None => closed,
+    }
+}

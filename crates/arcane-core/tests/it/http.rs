@@ -1,0 +1,254 @@
+//! The HTTP transport: admission (token, Host, Origin), RPC, control, SSE, limits and
+//! the passthrough's not-ready answer.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arcane_core::http::{HttpOptions, Upstream, UpstreamTarget};
+use arcane_core::{AppInfo, Host};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::support::{dechunk, raw_http, TestService};
+
+#[allow(dead_code)]
+pub struct Served {
+    pub host: Host,
+    pub address: SocketAddr,
+    pub token: String,
+    pub service: Arc<TestService>,
+    pub task: tokio::task::JoinHandle<Result<(), arcane_core::Error>>,
+}
+
+pub async fn serve(upstream: Option<Arc<dyn Upstream>>) -> Served {
+    let service = TestService::new("t", "test");
+    let host = Host::builder(AppInfo::default()).service(service.clone()).unwrap().build();
+    host.start();
+    host.service_settled("t").await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let token = arcane_core::endpoint::new_token().unwrap();
+    let mut options = HttpOptions::new(token.clone());
+    options.max_body = 64 * 1024;
+    if let Some(upstream) = upstream {
+        options = options.upstream(upstream);
+    }
+    let task = tokio::spawn(arcane_core::http::serve(host.clone(), listener, options));
+    Served {
+        host,
+        address,
+        token,
+        service,
+        task,
+    }
+}
+
+fn rpc_head(served: &Served, auth: Option<&str>, host: Option<String>, origin: Option<&str>) -> String {
+    let mut head = "POST /v1/rpc HTTP/1.1\r\n".to_string();
+    head.push_str(&format!("Host: {}\r\n", host.unwrap_or_else(|| served.address.to_string())));
+    if let Some(auth) = auth {
+        head.push_str(&format!("Authorization: {auth}\r\n"));
+    }
+    if let Some(origin) = origin {
+        head.push_str(&format!("Origin: {origin}\r\n"));
+    }
+    head.push_str("Content-Type: application/json\r\n");
+    head
+}
+
+fn echo_frame() -> String {
+    json!({"protocol": "arcane/1", "type": "request", "id": "1", "method": "test.echo", "parameters": {"x": 1}}).to_string()
+}
+
+#[tokio::test]
+async fn bad_credentials_are_refused_before_anything_runs() {
+    let served = serve(None).await;
+    let good = format!("Bearer {}", served.token);
+    let wrong = format!("Bearer {}x", &served.token[..served.token.len() - 1]);
+    let port = served.address.port();
+    let cases: Vec<(Option<&str>, Option<String>, Option<&str>, u16)> = vec![
+        (None, None, None, 401),
+        (Some(wrong.as_str()), None, None, 401),
+        (Some("Bearer "), None, None, 401),
+        (Some(served.token.as_str()), None, None, 401), // no `Bearer ` scheme
+        (Some(good.as_str()), Some(format!("evil.example:{port}")), None, 421),
+        (Some(good.as_str()), Some("127.0.0.1:1".into()), None, 421),
+        (Some(good.as_str()), None, Some("http://evil.example"), 403),
+        (Some(good.as_str()), None, Some("null"), 403),
+    ];
+    let mut bodies_401 = Vec::new();
+    for (auth, host, origin, expected) in cases {
+        let (status, head, body) = raw_http(served.address, &rpc_head(&served, auth, host.clone(), origin), &echo_frame()).await;
+        assert_eq!(status, expected, "auth {auth:?} host {host:?} origin {origin:?}: {body}");
+        let body: Value = serde_json::from_str(&dechunk(&head, &body)).unwrap();
+        assert_eq!(body["error"]["code"], "CORE_UNAUTHORIZED");
+        if expected == 401 {
+            assert!(head.contains("www-authenticate: bearer"));
+            bodies_401.push(body);
+        }
+    }
+    assert!(bodies_401.windows(2).all(|w| w[0] == w[1]), "every bad token gets the identical body");
+    assert_eq!(served.service.calls(), 0, "nothing was executed");
+    // Every endpoint is guarded, health and events included.
+    for path in ["GET /v1/health", "GET /v1/events", "GET /v1/models", "POST /v1/control"] {
+        let head = format!("{path} HTTP/1.1\r\nHost: {}\r\n", served.address);
+        assert_eq!(raw_http(served.address, &head, "").await.0, 401, "{path}");
+    }
+    // The good request, same origin, works.
+    let origin = format!("http://127.0.0.1:{port}");
+    let (status, head, body) = raw_http(served.address, &rpc_head(&served, Some(&good), None, Some(&origin)), &echo_frame()).await;
+    assert_eq!(status, 200);
+    let frame: Value = serde_json::from_str(&dechunk(&head, &body)).unwrap();
+    assert_eq!(frame["ok"], true);
+    assert_eq!(frame["result"], json!({"x": 1}));
+    assert_eq!(served.service.calls(), 1);
+    // `localhost:<port>` is a loopback name too.
+    let (status, _, _) = raw_http(served.address, &rpc_head(&served, Some(&good), Some(format!("localhost:{port}")), None), &echo_frame()).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn malformed_and_oversized_bodies() {
+    let served = serve(None).await;
+    let good = format!("Bearer {}", served.token);
+    let (status, head, body) = raw_http(served.address, &rpc_head(&served, Some(&good), None, None), "{nope").await;
+    assert_eq!(status, 400);
+    assert_eq!(serde_json::from_str::<Value>(&dechunk(&head, &body)).unwrap()["error"]["code"], "RPC_FRAME_INVALID");
+    let big = format!(r#"{{"protocol":"arcane/1","type":"request","id":"1","method":"test.echo","parameters":{{"p":"{}"}}}}"#, "x".repeat(100_000));
+    let (status, _, _) = raw_http(served.address, &rpc_head(&served, Some(&good), None, None), &big).await;
+    assert_eq!(status, 413);
+    assert_eq!(served.service.calls(), 0);
+    // Still healthy afterwards.
+    let head = format!("GET /v1/health HTTP/1.1\r\nHost: {}\r\nAuthorization: {good}\r\n", served.address);
+    let (status, head, body) = raw_http(served.address, &head, "").await;
+    assert_eq!(status, 200);
+    let health: Value = serde_json::from_str(&dechunk(&head, &body)).unwrap();
+    assert_eq!(health["protocol"], "arcane/1");
+    assert_eq!(health["state"], "ready");
+}
+
+/// Opens `/v1/events` and returns a line reader positioned after the head.
+async fn open_events(served: &Served, client: &str) -> BufReader<tokio::net::TcpStream> {
+    let mut stream = tokio::net::TcpStream::connect(served.address).await.unwrap();
+    let head = format!(
+        "GET /v1/events?client={client} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n",
+        served.address, served.token
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).await.unwrap();
+        if line == "\r\n" {
+            return reader;
+        }
+    }
+}
+
+/// The next SSE `data:` frame.
+async fn next_event(reader: &mut BufReader<tokio::net::TcpStream>) -> Value {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = tokio::time::timeout(Duration::from_secs(30), reader.read_line(&mut line)).await.expect("event in time").unwrap();
+        assert!(n > 0, "event stream ended");
+        if let Some(data) = line.trim().strip_prefix("data: ") {
+            return serde_json::from_str(data).unwrap();
+        }
+    }
+}
+
+async fn post(served: &Served, path: &str, client: Option<&str>, frame: Value) -> (u16, Value) {
+    let mut head = format!("POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n", served.address, served.token);
+    if let Some(client) = client {
+        head.push_str(&format!("X-Arcane-Client: {client}\r\n"));
+    }
+    let (status, head, body) = raw_http(served.address, &head, &frame.to_string()).await;
+    (status, serde_json::from_str(&dechunk(&head, &body)).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn sse_replays_then_streams_only_the_clients_own_request_events() {
+    let served = serve(None).await;
+    let mut alice = open_events(&served, "alice").await;
+    let mut bob = open_events(&served, "bob").await;
+    for reader in [&mut alice, &mut bob] {
+        let first: Vec<_> = [next_event(reader).await, next_event(reader).await, next_event(reader).await]
+            .iter()
+            .map(|f| f["event"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(first, vec!["core.ready", "core.state", "core.service.state"]);
+        assert_eq!(next_event(reader).await["event"], "test.state");
+    }
+    let frame = json!({"protocol": "arcane/1", "type": "request", "id": "r1", "method": "test.stream", "parameters": {"count": 2}});
+    let (status, response) = post(&served, "/v1/rpc", Some("alice"), frame.clone()).await;
+    assert_eq!((status, &response["result"]), (200, &json!({"chunks": 2})));
+    // Alice sees her chunks, then the copy of her response.
+    let mut seen = Vec::new();
+    loop {
+        let event = next_event(&mut alice).await;
+        let done = event["type"] == "response";
+        seen.push(event);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(seen.iter().filter(|f| f["event"] == "test.chunk" && f["requestId"] == "r1").count(), 2);
+    // Bob's stream got nothing of it: his next event is the answer to his own request.
+    let (_, response) = post(&served, "/v1/rpc", Some("bob"), frame).await;
+    assert_eq!(response["ok"], true);
+    let event = next_event(&mut bob).await;
+    assert_eq!(event["event"], "test.chunk");
+    assert_eq!(event["data"]["index"], 0);
+    // Controls reach the named client: replay goes to Bob's stream.
+    let (status, control) = post(&served, "/v1/control", Some("bob"), json!({"protocol": "arcane/1", "type": "control", "control": "runtime.replay"})).await;
+    assert_eq!(status, 200);
+    assert_eq!(control["result"]["replayed"], 4);
+}
+
+#[tokio::test]
+async fn shutdown_rpc_closes_the_host_and_ends_event_streams() {
+    let served = serve(None).await;
+    let mut events = open_events(&served, "c").await;
+    let (status, response) = post(&served, "/v1/rpc", None, json!({"protocol": "arcane/1", "type": "request", "id": "s", "method": "core.host.shutdown"})).await;
+    assert_eq!(status, 200);
+    assert_eq!(response["result"], json!({"state": "closed"}));
+    assert_eq!(served.service.disposed.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // The stream carried `closed`, then ended.
+    loop {
+        let event = next_event(&mut events).await;
+        if event["event"] == "core.state" && event["data"]["state"] == "closed" {
+            break;
+        }
+    }
+    tokio::time::timeout(Duration::from_secs(30), served.task).await.unwrap().unwrap().unwrap();
+}
+
+struct Loading;
+
+impl Upstream for Loading {
+    fn openai_target(&self) -> UpstreamTarget {
+        UpstreamTarget::Unavailable {
+            runtime: "llama.cpp".into(),
+            state: "loading".into(),
+            retry_after: Some(2),
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_passthrough_answers_503_with_retry_after_while_the_engine_loads() {
+    let served = serve(Some(Arc::new(Loading))).await;
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\n",
+        served.address, served.token
+    );
+    let (status, head, body) = raw_http(served.address, &head, r#"{"messages":[]}"#).await;
+    assert_eq!(status, 503);
+    assert!(head.contains("retry-after: 2"), "{head}");
+    let body: Value = serde_json::from_str(&dechunk(&head, &body)).unwrap();
+    assert_eq!(body["error"]["code"], "LOCAL_AI_SERVER_NOT_READY");
+    assert_eq!(body["error"]["details"]["state"], "loading");
+}

@@ -1,0 +1,1 @@
+//! The local-AI service with the real `llama-server` and SmolLM2.
