@@ -148,9 +148,15 @@ fn fetch(url: &str, cancel: &CancelToken, sender: &std::sync::mpsc::SyncSender<M
             return;
         }
     };
+    // A content-encoded body is decoded on the fly, so its length is not the
+    // announced one; the SHA-256 still checks every byte.
+    let encoded = response
+        .header("Content-Encoding")
+        .is_some_and(|v| !v.trim().eq_ignore_ascii_case("identity"));
     let total = response
         .header("Content-Length")
-        .and_then(|v| v.trim().parse::<u64>().ok());
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|_| !encoded);
     if sender.send(Message::Started(total)).is_err() {
         return;
     }

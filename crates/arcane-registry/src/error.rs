@@ -24,6 +24,12 @@ pub enum Error {
         /// The rejected version.
         value: String,
     },
+    /// An install without the run check has no version to go by.
+    #[error("the version of `{archive}` is unknown: it is not in the archive's name and the executable was not run")]
+    VersionRequired {
+        /// The archive (path or URL).
+        archive: String,
+    },
     /// A SHA-256 digest is not 64 hexadecimal digits.
     #[error("invalid SHA-256 digest `{value}`: expected 64 hexadecimal digits")]
     InvalidDigest {
@@ -294,6 +300,7 @@ impl Diagnostic for Error {
         match self {
             Error::InvalidId { .. }
             | Error::InvalidVersion { .. }
+            | Error::VersionRequired { .. }
             | Error::InvalidDigest { .. }
             | Error::MissingDigest { .. }
             | Error::UnknownEngine { .. }
@@ -330,6 +337,7 @@ impl Diagnostic for Error {
         match self {
             Error::InvalidId { kind, value } => json!({"kind": kind, "id": value}),
             Error::InvalidVersion { value } => json!({"version": value}),
+            Error::VersionRequired { archive } => json!({"archive": archive}),
             Error::InvalidDigest { value } => json!({"sha256": value}),
             Error::MissingDigest { url } => json!({"url": url}),
             Error::UnknownEngine { value } => json!({"engine": value}),
@@ -416,6 +424,9 @@ impl Diagnostic for Error {
         match self {
             Error::InvalidId { .. } => {
                 vec!["ids look like `smollm2-135m` or `llama.cpp-b4500`".into()]
+            }
+            Error::VersionRequired { .. } => {
+                vec!["pass `--version TAG` (e.g. `--version b4500`)".into()]
             }
             Error::RuntimeNotFound { .. } => {
                 vec!["list runtimes with `arcane runtime list`; register one with `arcane runtime add`".into()]

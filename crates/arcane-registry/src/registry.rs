@@ -69,7 +69,8 @@ pub struct InstallRuntime {
     pub archive: Source,
     /// The archive's expected SHA-256 (checked before anything is extracted).
     pub sha256: String,
-    /// The version tag; `None` takes it from the executable's `--version`.
+    /// The version tag; `None` takes it from the executable's `--version` (or, without
+    /// the run check, from the archive's name).
     pub version: Option<String>,
     /// The backend the archive was built for; `None` means `cpu` (`metal` on macOS),
     /// and then the id and directory carry no backend suffix.
@@ -78,6 +79,11 @@ pub struct InstallRuntime {
     pub id: Option<String>,
     /// The time limit for `--version`.
     pub version_timeout: Duration,
+    /// Whether to check that the installed executable runs here (`--version`). Turn it
+    /// off only to install a build for another machine (a CUDA build on a host without
+    /// a GPU, say); the version must then be given or be in the archive's name
+    /// (`llama-b4500-bin-…`).
+    pub check_runs: bool,
 }
 
 impl InstallRuntime {
@@ -91,7 +97,14 @@ impl InstallRuntime {
             backend: None,
             id: None,
             version_timeout: DEFAULT_VERSION_TIMEOUT,
+            check_runs: true,
         }
+    }
+
+    /// Skips (`false`) or keeps the check that the executable runs here.
+    pub fn check_runs(mut self, check: bool) -> Self {
+        self.check_runs = check;
+        self
     }
 
     /// Sets the version tag.
@@ -481,22 +494,31 @@ impl Registry {
             })?;
             make_executable(&staged_executable)?;
             let staged_libraries = archive::library_dirs(&staged_executable);
-            events.emit(Event::new(
-                "registry.runtime.probing",
-                json!({"executable": staged_executable}),
-            ));
-            let probed = probe::probe(
-                options.engine,
-                &staged_executable,
-                &staged_libraries,
-                options.version_timeout,
-                cancel,
-            )?;
-            let version = match &options.version {
-                Some(version) => version.clone(),
-                None => {
+            let probed = if options.check_runs {
+                events.emit(Event::new(
+                    "registry.runtime.probing",
+                    json!({"executable": staged_executable}),
+                ));
+                Some(probe::probe(
+                    options.engine,
+                    &staged_executable,
+                    &staged_libraries,
+                    options.version_timeout,
+                    cancel,
+                )?)
+            } else {
+                None
+            };
+            let version = match (&options.version, &probed) {
+                (Some(version), _) => version.clone(),
+                (None, Some(probed)) => {
                     check_version(&probed.version)?;
                     probed.version.clone()
+                }
+                (None, None) => {
+                    version_from_name(&archive_source).ok_or_else(|| Error::VersionRequired {
+                        archive: label.clone(),
+                    })?
                 }
             };
             let (dir_name, id) = names(&version);
@@ -529,7 +551,7 @@ impl Registry {
                 id,
                 engine: options.engine,
                 version,
-                build_info: Some(probed.build_info),
+                build_info: probed.map(|p| p.build_info),
                 backend,
                 executable: destination.join(relative_executable),
                 library_dirs: relative_libraries
@@ -768,6 +790,16 @@ impl Registry {
     }
 }
 
+/// `b4500` from a release archive named `llama-b4500-bin-ubuntu-x64.zip`.
+fn version_from_name(source: &Source) -> Option<String> {
+    let name = source.file_name()?;
+    let rest = name.strip_prefix("llama-")?;
+    let tag = rest.split('-').next()?;
+    let valid =
+        tag.len() > 1 && tag.starts_with('b') && tag[1..].bytes().all(|b| b.is_ascii_digit());
+    valid.then(|| tag.to_string())
+}
+
 fn find_runtime<'a>(runtimes: &'a [Runtime], id: &str) -> Result<&'a Runtime, Error> {
     runtimes
         .iter()
@@ -810,4 +842,24 @@ fn make_executable(path: &Path) -> Result<(), Error> {
 #[cfg(not(unix))]
 fn make_executable(_path: &Path) -> Result<(), Error> {
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_archive_names_carry_their_tag() {
+        let named = |s: &str| version_from_name(&Source::parse(s).unwrap());
+        assert_eq!(
+            named("https://x/download/b4500/llama-b4500-bin-ubuntu-x64.zip").as_deref(),
+            Some("b4500")
+        );
+        assert_eq!(
+            named("/tmp/llama-b12-bin-macos-arm64.tar.gz").as_deref(),
+            Some("b12")
+        );
+        assert_eq!(named("/tmp/llama-server.tar.gz"), None);
+        assert_eq!(named("/tmp/ollama-linux-amd64.tgz"), None);
+    }
 }

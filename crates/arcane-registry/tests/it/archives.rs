@@ -316,3 +316,38 @@ fn bad_inputs_are_refused_before_any_side_effect() {
     assert_eq!(error.details()["version"], "B 1/..");
     assert!(tree(&workspace).is_empty());
 }
+
+#[test]
+fn a_build_for_another_machine_installs_without_the_run_check() {
+    let dir = tempdir();
+    let workspace = workspace_in(&dir);
+    // This "server" cannot run here (as a CUDA build on a host without a GPU would not).
+    let archive = zip(&[Entry::exe("llama-server", "#!/bin/sh\nexit 127\n")]);
+    let named = dir.path().join("llama-b77-bin-win-cuda-x64.zip");
+    std::fs::write(&named, &archive).unwrap();
+    let registry = Registry::new(&workspace);
+    let request = InstallRuntime::new(Engine::LlamaCpp, Source::File(named), sha256(&archive));
+    let error = registry
+        .install_runtime(&request, &NullSink, &CancelToken::new())
+        .unwrap_err();
+    assert_eq!(
+        error.code(),
+        codes::LOCAL_AI_RUNTIME_INVALID,
+        "checked by default"
+    );
+    let runtime = registry
+        .install_runtime(&request.check_runs(false), &NullSink, &CancelToken::new())
+        .unwrap();
+    assert_eq!(
+        (
+            runtime.id.as_str(),
+            runtime.version.as_str(),
+            runtime.build_info.as_deref()
+        ),
+        ("llama.cpp-b77", "b77", None)
+    );
+    // Without a version in the name, one must be given.
+    let error = install(&workspace, &archive, |o| o.check_runs(false)).unwrap_err();
+    assert!(matches!(error, Error::VersionRequired { .. }), "{error:?}");
+    assert_eq!(error.code(), codes::ARCANE_USAGE);
+}

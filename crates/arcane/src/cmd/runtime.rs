@@ -128,6 +128,12 @@ struct InstallArgs {
     /// The runtime's id. Default: `<engine>-<version>[-<backend>]`.
     #[arg(long, value_name = "ID")]
     id: Option<String>,
+
+    /// Do not check that the installed server runs on this machine (`--version`); for
+    /// a build meant for another machine, such as a CUDA build on a host without a GPU.
+    /// The version then comes from `--version` or the archive's name.
+    #[arg(long)]
+    skip_run_check: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -173,6 +179,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
             if let Some(id) = install.id {
                 options = options.id(id);
             }
+            options = options.check_runs(!install.skip_run_check);
             let sink = ProgressSink::new(&context.output);
             let runtime = registry.install_runtime(&options, &sink, &context.cancel)?;
             drop(sink);
