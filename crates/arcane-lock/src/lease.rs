@@ -847,11 +847,14 @@ fn publish(ws: &Workspace, arcane: &OwnedFd, bytes: &[u8]) -> Result<Option<Stam
     }
 }
 
-/// Jittered exponential back-off: 1 ms doubling to 50 ms, ±25 % (git's lockfile.c uses
-/// quadratic back-off with ±25 % jitter).
+/// Jittered back-off: 1 ms doubling to 8 ms, ±25 % (git's lockfile.c jitters by ±25 %
+/// too). The cap stays small during the first 10 s of a wait because exponential
+/// back-off is unfair: fresh waiters poll often and starve old ones; after that it grows
+/// to 100 ms so a long wait costs little.
 struct Backoff {
     next: Duration,
     state: u64,
+    started: Instant,
 }
 
 impl Backoff {
@@ -865,6 +868,7 @@ impl Backoff {
         Backoff {
             next: Duration::from_millis(1),
             state: seed,
+            started: Instant::now(),
         }
     }
 
@@ -874,7 +878,12 @@ impl Backoff {
         self.state ^= self.state >> 7;
         self.state ^= self.state << 17;
         let base = self.next;
-        self.next = (self.next * 2).min(Duration::from_millis(50));
+        let cap = if self.started.elapsed() < Duration::from_secs(10) {
+            Duration::from_millis(8)
+        } else {
+            Duration::from_millis(100)
+        };
+        self.next = (self.next * 2).min(cap);
         let permille = 750 + (self.state % 501); // 0.75 ..= 1.25
         base * permille as u32 / 1000
     }
@@ -922,7 +931,7 @@ mod tests {
         let mut b = Backoff::new();
         let delays: Vec<_> = (0..12).map(|_| b.next()).collect();
         assert!(delays[0] <= Duration::from_micros(1250));
-        assert!(delays.iter().all(|d| *d <= Duration::from_micros(62_500)));
-        assert!(delays[11] >= Duration::from_micros(37_500));
+        assert!(delays.iter().all(|d| *d <= Duration::from_micros(10_000)));
+        assert!(delays[11] >= Duration::from_micros(6_000));
     }
 }

@@ -1,21 +1,455 @@
-//! `arcane lock`. (Being built; see the open issue for this command.)
+//! `arcane lock`: hold the workspace operation lock around a command, inspect it, or
+//! recover a stale one. The rules live in `arcane-lock`; this module parses, calls and
+//! renders.
 
+use std::ffi::OsString;
+use std::process::{Command, ExitStatus};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use arcane_lock::{AcquireOptions, LockStatus, RecoverOptions, Recovered, WorkspaceLock};
 use arcane_report::{codes, Event};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::config::Context;
 use crate::error::{CliError, CommandError};
 
 /// Arguments of `arcane lock`.
+///
+/// The lock is `.arcane/workspace-operation.lock` (an advisory `flock` held for the
+/// whole operation) plus the record `.arcane/workspace-operation.lock.json` naming the
+/// holder. A lock whose holder died (even by `kill -9`) is recovered by the next
+/// acquirer at once; a lock from another host never is.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    #[command(subcommand)]
+    command: LockCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum LockCommand {
+    /// Hold the workspace lock while CMD runs, then release it; exits with CMD's exit
+    /// code. A busy workspace exits 75 (`ARCANE_WORKSPACE_BUSY`) unless `--wait` is given.
+    ///
+    /// Example: `arcane --workspace ~/w lock run --operation model.add --wait 30s -- cp a b`
+    Run(RunArgs),
+    /// Show whether the workspace lock is free, held (pid, host, operation, since,
+    /// alive) or stale. Creates nothing.
+    Status,
+    /// Remove the lock record only when its owner is provably gone; otherwise say why
+    /// not and exit non-zero (75).
+    Recover(RecoverArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// The operation's name, recorded in the lock (`[a-z0-9][a-z0-9._-]*`).
+    #[arg(long, value_name = "NAME")]
+    operation: String,
+
+    /// Wait up to DURATION for a busy workspace (`500ms`, `30s`, `2m`, `1h`; a bare
+    /// number is seconds) instead of failing at once. Ctrl-C stops the wait.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    wait: Option<Duration>,
+
+    /// The command to run while holding the lock, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+#[derive(Debug, clap::Args)]
+struct RecoverArgs {
+    /// Also move an unreadable, empty, oversized or other-workspace record aside (kept as
+    /// `.arcane/workspace-operation.lock.json.quarantined-*`) when no Arcane process holds
+    /// the lock. Such a record may belong to a JavaScript SDK process that is starting.
+    #[arg(long)]
+    quarantine_unreadable: bool,
+
+    /// Also break a lock taken on the host HOST. Only do this when you know that host no
+    /// longer uses this workspace.
+    #[arg(long, value_name = "HOST")]
+    break_foreign_host: Option<String>,
+}
 
 /// Runs `arcane lock`.
-pub fn run(_context: &Context, _args: Args) -> Result<u8, CliError> {
-    Err(CommandError::new(codes::ARCANE_OPERATION_FAILED, "`arcane lock` is not available in this build yet", json!({"command": "lock"})).into())
+pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
+    match args.command {
+        LockCommand::Run(run) => run_command(context, run),
+        LockCommand::Status => status(context),
+        LockCommand::Recover(recover) => recover_command(context, recover),
+    }
+}
+
+/// Parses `500ms`, `30s`, `2m`, `1h` or a bare number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration (try `500ms`, `30s`, `2m`)"))?;
+    let seconds = match unit.trim() {
+        "ms" => value / 1000.0,
+        "" | "s" | "sec" | "secs" => value,
+        "m" | "min" | "mins" => value * 60.0,
+        "h" => value * 3600.0,
+        other => {
+            return Err(format!(
+                "unknown duration unit `{other}` (use `ms`, `s`, `m` or `h`)"
+            ))
+        }
+    };
+    if !seconds.is_finite() || !(0.0..=604_800.0).contains(&seconds) {
+        return Err(format!("`{text}` is out of range (at most a week)"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+fn run_command(context: &Context, args: RunArgs) -> Result<u8, CliError> {
+    let mut options = AcquireOptions::new(&args.operation)?.cancel(context.cancel.clone());
+    if let Some(wait) = args.wait {
+        options = options.wait(wait);
+    }
+    let Some((program, rest)) = args.command.split_first() else {
+        return Err(CommandError::usage("no command to run after `--`", json!({})).into());
+    };
+    let lock = WorkspaceLock::acquire(&context.workspace, &options, &context.output)?;
+    let mut child = match Command::new(program).args(rest).spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            let code = if error.kind() == std::io::ErrorKind::NotFound {
+                codes::ARCANE_PREREQUISITE_MISSING
+            } else {
+                codes::ARCANE_OPERATION_FAILED
+            };
+            let _ = lock.release_with_events(&context.output);
+            return Err(CommandError::new(
+                code,
+                format!("cannot run `{}`", program.to_string_lossy()),
+                json!({"command": program.to_string_lossy()}),
+            )
+            .caused_by(error)
+            .into());
+        }
+    };
+    let outcome = supervise(context, &lock, &mut child);
+    let status = child.wait();
+    let released = lock.release_with_events(&context.output);
+    let compromised = outcome.err();
+    let status = status.map_err(|e| {
+        CommandError::new(codes::ARCANE_IO, "cannot wait for the command", json!({})).caused_by(e)
+    })?;
+    let exit = exit_code(status);
+    if let Some(error) = compromised {
+        if let Err(release_error) = released {
+            context.output.note(&format!("warning: {release_error}"));
+        }
+        return Err(error.into());
+    }
+    match released {
+        Ok(()) => {}
+        Err(error) if exit == 0 => return Err(error.into()),
+        Err(error) => context.output.note(&format!(
+            "warning: releasing the workspace lock failed: {error}"
+        )),
+    }
+    context.output.result(
+        "",
+        &json!({
+            "workspace": lock_workspace(context),
+            "operation": args.operation,
+            "exitCode": exit,
+        }),
+    );
+    Ok(exit)
+}
+
+fn lock_workspace(context: &Context) -> Value {
+    json!(std::fs::canonicalize(&context.workspace).unwrap_or_else(|_| context.workspace.clone()))
+}
+
+/// Waits for the child without reaping it (so its pid cannot be reused while we may
+/// still signal it), forwarding cancellation as SIGTERM and checking once a second that
+/// the lock is intact; a compromised lock stops the command.
+fn supervise(
+    context: &Context,
+    lock: &WorkspaceLock,
+    child: &mut std::process::Child,
+) -> Result<(), arcane_lock::Error> {
+    let pid = child.id() as libc::pid_t;
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        // SAFETY: `info` is a plain C struct that waitid fills; WNOWAIT leaves the child
+        // unreaped, so the pid stays ours until `Child::wait` reaps it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        loop {
+            // SAFETY: valid pointer to `info`; `pid` is our own child.
+            let rc = unsafe {
+                libc::waitid(
+                    libc::P_PID,
+                    pid as libc::id_t,
+                    &mut info,
+                    libc::WEXITED | libc::WNOWAIT,
+                )
+            };
+            if rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                break;
+            }
+        }
+        let _ = sender.send(());
+    });
+    let mut signalled = false;
+    let mut last_check = Instant::now();
+    loop {
+        match receiver.recv_timeout(Duration::from_millis(100)) {
+            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if context.cancel.is_cancelled() && !signalled {
+            signalled = true;
+            terminate(pid);
+        }
+        if last_check.elapsed() >= Duration::from_secs(1) {
+            last_check = Instant::now();
+            if let Err(error) = lock.check() {
+                terminate(pid);
+                let _ = receiver.recv();
+                return Err(error);
+            }
+        }
+    }
+}
+
+fn terminate(pid: libc::pid_t) {
+    // SAFETY: `pid` is our unreaped child (see `supervise`), so it names no other process.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+}
+
+fn exit_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code.clamp(0, 255) as u8,
+        (None, Some(signal)) => (128 + signal).clamp(0, 255) as u8,
+        (None, None) => 1,
+    }
+}
+
+fn status(context: &Context) -> Result<u8, CliError> {
+    let status = arcane_lock::status(&context.workspace)?;
+    let mut value = status.to_json();
+    value["workspace"] = lock_workspace(context);
+    let workspace = context.workspace.display();
+    let human = match &status {
+        LockStatus::Free => format!("free: no operation holds `{workspace}`"),
+        LockStatus::Held {
+            holder: Some(holder),
+            reason,
+        } => {
+            let alive = match holder.alive {
+                Some(true) => ", alive",
+                Some(false) => ", gone",
+                None => "",
+            };
+            let note = match reason {
+                arcane_lock::BusyReason::Locked | arcane_lock::BusyReason::SameProcess => {
+                    String::new()
+                }
+                other => format!("\n  ({})", busy_note(other)),
+            };
+            format!("held: {holder}{alive}{note}")
+        }
+        LockStatus::Held {
+            holder: None,
+            reason,
+        } => format!("held: {}", busy_note(reason)),
+        LockStatus::Stale { holder } => format!(
+            "stale: {holder} is gone; the next operation replaces it, or run `arcane lock recover`"
+        ),
+        _ => status.state().to_string(),
+    };
+    context.output.result(&human, &value);
+    Ok(0)
+}
+
+fn busy_note(reason: &arcane_lock::BusyReason) -> String {
+    use arcane_lock::BusyReason as R;
+    match reason {
+        R::Locked => "by a process that has not written its record yet".into(),
+        R::OwnerAlive => "written by the JavaScript SDK; its owner is alive".into(),
+        R::OwnerAliveWithoutLock => "its owner is alive but holds no advisory lock".into(),
+        R::OwnerUndeterminable => "whether its owner is alive cannot be determined".into(),
+        R::ForeignHost { hostname } => format!("taken on another host, `{hostname}`"),
+        R::UnreadableRecord { problem } => format!("the record is {problem}"),
+        R::OtherScope { scope } => format!("the record belongs to `{scope}`"),
+        other => format!("{other:?}"),
+    }
+}
+
+fn recover_command(context: &Context, args: RecoverArgs) -> Result<u8, CliError> {
+    let mut options = RecoverOptions::default().quarantine_unreadable(args.quarantine_unreadable);
+    if let Some(host) = args.break_foreign_host {
+        options = options.break_foreign_host(host);
+    }
+    let recovered = arcane_lock::recover(&context.workspace, &options, &context.output)?;
+    let workspace = context.workspace.display();
+    let (human, value) = match &recovered {
+        Recovered::Nothing => (
+            format!("nothing to recover: the lock on `{workspace}` is free"),
+            json!({"recovered": "nothing"}),
+        ),
+        Recovered::Removed { previous } => (
+            format!("removed the stale lock of {previous}"),
+            json!({"recovered": "removed", "previous": previous.to_json()}),
+        ),
+        Recovered::Quarantined { path, problem } => (
+            format!(
+                "moved the lock record ({problem}) aside to `{}`; its bytes are kept",
+                path.display()
+            ),
+            json!({"recovered": "quarantined", "path": path, "problem": problem}),
+        ),
+        _ => (String::new(), json!({})),
+    };
+    context.output.result(&human, &value);
+    Ok(0)
 }
 
 /// The human line for one of this command's events.
-pub fn human_event(_event: &Event, _verbose: u8) -> Option<String> {
-    None
+pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
+    let data = &event.data;
+    let text = |key: &str| data[key].as_str().unwrap_or("?").to_string();
+    let path = |line: String| {
+        if verbose > 0 {
+            format!("{line} [{}]", data["lockPath"].as_str().unwrap_or(""))
+        } else {
+            line
+        }
+    };
+    match event.kind.as_str() {
+        "workspace.operation.waiting" => {
+            let holder = describe_holder(&data["holder"]);
+            let limit = data["wait"]
+                .as_str()
+                .map(|w| format!("; waiting up to {w}"))
+                .unwrap_or_default();
+            Some(path(format!(
+                "waiting for the workspace lock held by {holder}{limit}"
+            )))
+        }
+        "workspace.operation.stale-recovered" => {
+            let owner = &data["previousOwner"];
+            let mut who = match owner["pid"].as_i64() {
+                Some(pid) => format!("pid {pid}"),
+                None => "an unknown process".into(),
+            };
+            if let Some(host) = owner["hostname"].as_str() {
+                who.push_str(&format!(" on host `{host}`"));
+            }
+            let why = match data["reason"].as_str() {
+                Some("pid-reused") => "its pid now belongs to another process",
+                Some("rebooted") => "it was taken before a reboot",
+                Some("foreign-host-broken") => "broken on request",
+                _ => "its owner exited",
+            };
+            Some(path(format!(
+                "recovered a stale workspace lock left by {who} (operation `{}`): {why}",
+                text("previousOperation")
+            )))
+        }
+        "workspace.operation.stale-quarantined" => Some(format!(
+            "moved the unreadable lock record aside to `{}`",
+            text("quarantinePath")
+        )),
+        "workspace.operation.release-failed" => Some(format!(
+            "warning: releasing the workspace lock failed: {}",
+            data["error"]["message"].as_str().unwrap_or("?")
+        )),
+        "workspace.operation.locked" if verbose > 0 => Some(path(format!(
+            "locked workspace `{}` for `{}`",
+            text("workspaceRoot"),
+            text("operation")
+        ))),
+        "workspace.operation.released" if verbose > 0 => Some(format!(
+            "released workspace `{}` after `{}`",
+            text("workspaceRoot"),
+            text("operation")
+        )),
+        _ => None,
+    }
+}
+
+fn describe_holder(holder: &Value) -> String {
+    if holder.is_null() {
+        return "another process (its record is not written yet)".into();
+    }
+    let mut text = match holder["pid"].as_i64() {
+        Some(pid) => format!("pid {pid}"),
+        None => "an unknown process".into(),
+    };
+    if let Some(command) = holder["command"].as_str() {
+        text.push_str(&format!(" (`{command}`)"));
+    }
+    if let Some(host) = holder["hostname"].as_str() {
+        text.push_str(&format!(" on host `{host}`"));
+    }
+    if let Some(since) = holder["since"].as_str() {
+        let short = since
+            .get(11..19)
+            .map(|t| format!("{t}Z"))
+            .unwrap_or_else(|| since.to_string());
+        text.push_str(&format!(" since {short}"));
+    }
+    if let Some(operation) = holder["operation"].as_str() {
+        text.push_str(&format!(", operation `{operation}`"));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        for bad in ["", "s", "10x", "-1s", "99999999h"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_waiting_line_names_the_holder_and_the_limit() {
+        let event = Event::new(
+            "workspace.operation.waiting",
+            json!({
+                "holder": {"pid": 412, "command": "arcane serve", "hostname": "h", "since": "2026-11-29T10:02:11.000Z", "operation": "serve"},
+                "wait": "30 s",
+                "lockPath": "/w/.arcane/workspace-operation.lock.json"
+            }),
+        );
+        assert_eq!(
+            human_event(&event, 0).unwrap(),
+            "waiting for the workspace lock held by pid 412 (`arcane serve`) on host `h` since 10:02:11Z, operation `serve`; waiting up to 30 s"
+        );
+        assert!(human_event(&event, 1).unwrap().contains("/w/.arcane"));
+    }
+
+    #[test]
+    fn locked_and_released_are_quiet_unless_verbose() {
+        let event = Event::new(
+            "workspace.operation.locked",
+            json!({"workspaceRoot": "/w", "operation": "x"}),
+        );
+        assert_eq!(human_event(&event, 0), None);
+        assert!(human_event(&event, 1).is_some());
+    }
 }

@@ -1,1 +1,789 @@
-//! Tests of `arcane lock`.
+//! Tests of `arcane lock` with real processes: exclusion across many processes,
+//! `kill -9` recovery, crash states, racing recoverers, PID reuse, JavaScript-SDK
+//! records and every adversarial path of the lock's safety rules.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{json, run, stderr, stdout, TestWorkspace};
+
+const RECORD: &str = ".arcane/workspace-operation.lock.json";
+const SENTINEL: &str = ".arcane/workspace-operation.lock";
+
+/// Processes a test started, killed (SIGKILL) and reaped on drop, even on panic.
+#[derive(Default)]
+struct Reaper {
+    children: Vec<Child>,
+    pids: Vec<u32>,
+}
+
+impl Reaper {
+    fn adopt(&mut self, child: Child) -> u32 {
+        let pid = child.id();
+        self.children.push(child);
+        pid
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for pid in &self.pids {
+            // Grandchildren we know by pid (the `sleep` under a killed `arcane`).
+            let _ = Command::new("kill")
+                .arg("-9")
+                .arg(pid.to_string())
+                .stderr(Stdio::null())
+                .status();
+        }
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn record(ws: &TestWorkspace) -> PathBuf {
+    ws.path().join(RECORD)
+}
+
+/// Starts `arcane lock run --operation OP -- sh -c 'echo $$ > PIDFILE; exec sleep 600'`
+/// and waits until it holds the lock. Returns (arcane pid, sleep pid).
+fn start_holder(ws: &TestWorkspace, operation: &str, reaper: &mut Reaper) -> (u32, u32) {
+    let pidfile = ws.path().join(format!("holder-{operation}.pid"));
+    let child = ws
+        .arcane()
+        .args([
+            "lock",
+            "run",
+            "--operation",
+            operation,
+            "--",
+            "sh",
+            "-c",
+            "echo $$ > \"$1\"; exec sleep 600",
+            "sh",
+        ])
+        .arg(&pidfile)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn holder");
+    let arcane_pid = reaper.adopt(child);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&pidfile) {
+            if let Ok(pid) = text.trim().parse::<u32>() {
+                reaper.pids.push(pid);
+                assert!(
+                    record(ws).is_file(),
+                    "the record exists while the command runs"
+                );
+                return (arcane_pid, pid);
+            }
+        }
+        assert!(Instant::now() < deadline, "holder did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn start_time(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &text[text.rfind(')').unwrap() + 1..];
+    after
+        .split_ascii_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn dead_pid() -> u32 {
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+fn canonical(ws: &TestWorkspace) -> String {
+    std::fs::canonicalize(ws.path())
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn arcane_record(ws: &TestWorkspace, pid: u32, start: u64, operation: &str) -> Vec<u8> {
+    serde_json::to_vec_pretty(&serde_json::json!({
+        "schemaVersion": 1, "kind": "arcane-workspace-operation-lock", "operation": operation,
+        "owner": {"pid": pid, "hostname": hostname(), "bootId": boot_id(), "startTime": start, "command": "arcane serve"},
+        "scope": canonical(ws), "nonce": "00000000-0000-4000-8000-000000000001",
+        "acquiredAt": "2026-11-29T10:02:11.000Z", "expiresAt": "2026-11-29T16:02:11.000Z",
+        "ttlMilliseconds": 21600000, "advisoryLock": {"kind": "flock", "sentinel": "workspace-operation.lock"}
+    }))
+    .unwrap()
+}
+
+fn sdk_record(ws: &TestWorkspace, pid: u32) -> Vec<u8> {
+    serde_json::to_vec_pretty(&serde_json::json!({
+        "schemaVersion": 1, "kind": "arcane-workspace-operation-lock", "operation": "package",
+        "owner": {"pid": pid}, "scope": canonical(ws), "nonce": "5b0c6a52-8d8e-4c1e-9a51-0a7d1c2e3f40",
+        "acquiredAt": "2026-11-29T10:00:00.000Z", "expiresAt": "2026-11-29T16:00:00.000Z",
+        "ttlMilliseconds": 21600000,
+        "releaseProcedure": "The owning Arcane process removes this cooperative lock after the operation settles.",
+        "staleRecovery": "After expiresAt, confirm the recorded owner process is absent."
+    }))
+    .unwrap()
+}
+
+fn plant(ws: &TestWorkspace, bytes: &[u8]) {
+    std::fs::create_dir_all(ws.path().join(".arcane")).unwrap();
+    std::fs::write(record(ws), bytes).unwrap();
+}
+
+/// The NDJSON events of an `--output ndjson` run, by type.
+fn events_of(output: &std::process::Output, kind: &str) -> Vec<serde_json::Value> {
+    stdout(output)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["type"] == kind)
+        .collect()
+}
+
+#[test]
+fn run_holds_the_lock_while_the_command_runs_and_exits_with_its_code() {
+    let ws = TestWorkspace::new();
+    let out = run(ws
+        .arcane()
+        .args([
+            "lock",
+            "run",
+            "--operation",
+            "demo",
+            "--",
+            "sh",
+            "-c",
+            "test -f \"$1\" && exit 7",
+            "sh",
+        ])
+        .arg(record(&ws)));
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    assert!(!record(&ws).exists(), "released after the command");
+    assert!(ws.path().join(SENTINEL).is_file(), "the sentinel stays");
+    let out = run(ws
+        .arcane()
+        .args(["lock", "run", "--operation", "demo", "--", "true"]));
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn run_rejects_bad_operation_names_as_usage_errors() {
+    let ws = TestWorkspace::new();
+    let out = run(ws
+        .arcane()
+        .args(["lock", "run", "--operation", "Build", "--", "true"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(!ws.path().join(".arcane").exists());
+    let out = run(ws.arcane().args([
+        "lock",
+        "run",
+        "--operation",
+        "x",
+        "--wait",
+        "soon",
+        "--",
+        "true",
+    ]));
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_busy_workspace_exits_75_and_names_the_holder() {
+    let ws = TestWorkspace::new();
+    let mut reaper = Reaper::default();
+    let (holder, _) = start_holder(&ws, "serve", &mut reaper);
+    let before = std::fs::read(record(&ws)).unwrap();
+
+    let out = run(ws
+        .arcane()
+        .args(["lock", "run", "--operation", "build", "--", "true"]));
+    assert_eq!(out.status.code(), Some(75));
+    let err = stderr(&out);
+    assert!(err.contains("is busy"), "{err}");
+    assert!(err.contains(&format!("held by pid {holder}")), "{err}");
+    assert!(err.contains("operation `serve`"), "{err}");
+    assert!(err.contains(&format!("host `{}`", hostname())), "{err}");
+    assert!(err.contains("--wait"), "hint names the flag: {err}");
+
+    let out = run(ws.arcane().args([
+        "--output",
+        "json",
+        "lock",
+        "run",
+        "--operation",
+        "build",
+        "--",
+        "true",
+    ]));
+    assert_eq!(out.status.code(), Some(75));
+    let v = json(&out);
+    assert_eq!(v["error"]["code"], "ARCANE_WORKSPACE_BUSY");
+    assert_eq!(v["error"]["details"]["holder"]["pid"], holder);
+    assert_eq!(v["error"]["details"]["holder"]["operation"], "serve");
+    assert_eq!(
+        std::fs::read(record(&ws)).unwrap(),
+        before,
+        "the holder's record is untouched"
+    );
+
+    let out = run(ws.arcane().args(["--output", "json", "lock", "status"]));
+    let v = json(&out);
+    assert_eq!(v["state"], "held");
+    assert_eq!(v["holder"]["pid"], holder);
+    assert_eq!(v["holder"]["alive"], true);
+    let out = run(ws.arcane().args(["lock", "recover"]));
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "a live holder is never removed"
+    );
+    assert!(record(&ws).exists());
+}
+
+#[test]
+fn a_wait_reports_the_holder_and_ends_busy_at_the_deadline_or_locked_when_it_leaves() {
+    let ws = TestWorkspace::new();
+    let mut reaper = Reaper::default();
+    let (holder, _) = start_holder(&ws, "serve", &mut reaper);
+    let out = run(ws.arcane().args([
+        "lock",
+        "run",
+        "--operation",
+        "build",
+        "--wait",
+        "300ms",
+        "--",
+        "true",
+    ]));
+    assert_eq!(out.status.code(), Some(75));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "waiting for the workspace lock held by pid {holder}"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("waiting up to 300 ms"), "{err}");
+    assert!(err.contains("gave up after waiting"), "{err}");
+
+    let waiter = ws
+        .arcane()
+        .args([
+            "--output",
+            "ndjson",
+            "lock",
+            "run",
+            "--operation",
+            "build",
+            "--wait",
+            "120s",
+            "--",
+            "true",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // The holder finishes normally: SIGTERM to `arcane lock run` stops its command.
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(holder.to_string())
+        .status();
+    let out = waiter.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(events_of(&out, "workspace.operation.waiting").len(), 1);
+    assert_eq!(events_of(&out, "workspace.operation.locked").len(), 1);
+    assert!(
+        events_of(&out, "workspace.operation.stale-recovered").is_empty(),
+        "a clean release leaves nothing stale"
+    );
+}
+
+#[test]
+fn ctrl_c_stops_a_wait_promptly_and_touches_nothing() {
+    let ws = TestWorkspace::new();
+    let mut reaper = Reaper::default();
+    start_holder(&ws, "serve", &mut reaper);
+    let before = std::fs::read(record(&ws)).unwrap();
+    let mut waiter = ws
+        .arcane()
+        .args([
+            "lock",
+            "run",
+            "--operation",
+            "build",
+            "--wait",
+            "10m",
+            "--",
+            "true",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until it reports waiting, then interrupt it.
+    let mut line = String::new();
+    BufReader::new(waiter.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("waiting for the workspace lock"), "{line}");
+    let _ = Command::new("kill")
+        .arg("-INT")
+        .arg(waiter.id().to_string())
+        .status();
+    let status = waiter.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert_eq!(std::fs::read(record(&ws)).unwrap(), before);
+}
+
+#[test]
+fn a_holder_killed_with_sigkill_is_recovered_at_once_by_the_next_acquirer() {
+    let ws = TestWorkspace::new();
+    let mut reaper = Reaper::default();
+    let (holder, _sleep) = start_holder(&ws, "serve", &mut reaper);
+    let _ = Command::new("kill")
+        .arg("-KILL")
+        .arg(holder.to_string())
+        .status();
+    for child in &mut reaper.children {
+        let _ = child.wait();
+    }
+    assert!(record(&ws).exists(), "kill -9 leaves the record behind");
+    let out = run(ws.arcane().args(["--output", "json", "lock", "status"]));
+    assert_eq!(json(&out)["state"], "stale");
+
+    let out = run(ws.arcane().args([
+        "--output",
+        "ndjson",
+        "lock",
+        "run",
+        "--operation",
+        "build",
+        "--",
+        "true",
+    ]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let recovered = events_of(&out, "workspace.operation.stale-recovered");
+    assert_eq!(recovered.len(), 1);
+    assert_eq!(recovered[0]["data"]["previousOwner"]["pid"], holder);
+    assert_eq!(recovered[0]["data"]["previousOperation"], "serve");
+    // The human line names the previous owner too.
+    let ws2 = TestWorkspace::new();
+    plant(&ws2, &arcane_record(&ws2, dead_pid(), 1, "serve"));
+    let out = run(ws2
+        .arcane()
+        .args(["lock", "run", "--operation", "build", "--", "true"]));
+    assert!(
+        stderr(&out).contains("recovered a stale workspace lock left by pid"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_crash_between_create_and_write_does_not_block_the_next_acquirer() {
+    // Arcane creates and writes its record under a temporary name while holding the
+    // sentinel's lock; a crash there leaves exactly this on disk.
+    let ws = TestWorkspace::new();
+    std::fs::create_dir(ws.path().join(".arcane")).unwrap();
+    std::fs::write(ws.path().join(SENTINEL), b"").unwrap();
+    std::fs::write(
+        ws.path().join(".arcane/.workspace-operation.lock.json.tmp"),
+        b"{\n  \"sche",
+    )
+    .unwrap();
+    let out = run(ws
+        .arcane()
+        .args(["lock", "run", "--operation", "build", "--", "true"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!record(&ws).exists());
+}
+
+#[test]
+fn an_empty_record_from_an_sdk_crash_is_busy_until_quarantined_on_request() {
+    // The JavaScript SDK creates its record with O_EXCL and then writes it: a crash in
+    // between leaves an empty record, which may equally be an SDK process about to write.
+    let ws = TestWorkspace::new();
+    plant(&ws, b"");
+    let out = run(ws
+        .arcane()
+        .args(["lock", "run", "--operation", "build", "--", "true"]));
+    assert_eq!(out.status.code(), Some(75));
+    assert!(stderr(&out).contains("empty"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(record(&ws)).unwrap(), b"");
+    let out = run(ws.arcane().args(["lock", "recover"]));
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "recover refuses without the flag"
+    );
+    let out = run(ws.arcane().args([
+        "--output",
+        "json",
+        "lock",
+        "recover",
+        "--quarantine-unreadable",
+    ]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let kept = PathBuf::from(json(&out)["path"].as_str().unwrap().to_string());
+    assert_eq!(std::fs::read(kept).unwrap(), b"");
+    let out = run(ws
+        .arcane()
+        .args(["lock", "run", "--operation", "build", "--", "true"]));
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn two_simultaneous_recoverers_cannot_both_win() {
+    for _ in 0..8 {
+        let ws = TestWorkspace::new();
+        plant(&ws, &arcane_record(&ws, dead_pid(), 1, "serve"));
+        let children: Vec<_> = (0..2)
+            .map(|_| {
+                ws.arcane()
+                    .args(["--output", "json", "lock", "recover"])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let outputs: Vec<_> = children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect();
+        let removed = outputs
+            .iter()
+            .filter(|o| o.status.success() && json(o)["recovered"] == "removed")
+            .count();
+        assert_eq!(removed, 1);
+        for o in &outputs {
+            assert!(matches!(o.status.code(), Some(0 | 75)), "{}", stderr(o));
+        }
+        assert!(!record(&ws).exists());
+    }
+}
+
+#[test]
+fn two_simultaneous_acquirers_of_a_stale_lock_recover_it_once() {
+    for _ in 0..5 {
+        let ws = TestWorkspace::new();
+        plant(&ws, &arcane_record(&ws, dead_pid(), 1, "serve"));
+        let children: Vec<_> = (0..2)
+            .map(|_| {
+                ws.arcane()
+                    .args([
+                        "--output",
+                        "ndjson",
+                        "lock",
+                        "run",
+                        "--operation",
+                        "build",
+                        "--wait",
+                        "60s",
+                        "--",
+                        "true",
+                    ])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let outputs: Vec<_> = children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect();
+        let recovered: usize = outputs
+            .iter()
+            .map(|o| events_of(o, "workspace.operation.stale-recovered").len())
+            .sum();
+        assert_eq!(recovered, 1);
+        assert!(outputs.iter().all(|o| o.status.success()));
+    }
+}
+
+#[test]
+fn a_reused_pid_with_another_start_time_is_recovered() {
+    let ws = TestWorkspace::new();
+    let mut reaper = Reaper::default();
+    let unrelated = reaper.adopt(Command::new("sleep").arg("600").spawn().unwrap());
+    plant(
+        &ws,
+        &arcane_record(&ws, unrelated, start_time(unrelated) + 100, "serve"),
+    );
+    let out = run(ws.arcane().args([
+        "--output",
+        "ndjson",
+        "lock",
+        "run",
+        "--operation",
+        "build",
+        "--",
+        "true",
+    ]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let recovered = events_of(&out, "workspace.operation.stale-recovered");
+    assert_eq!(recovered[0]["data"]["reason"], "pid-reused");
+    assert_eq!(recovered[0]["data"]["previousOwner"]["pid"], unrelated);
+}
+
+#[test]
+fn javascript_sdk_records_follow_the_sdk_rule() {
+    // Live pid: busy, untouched.
+    let ws = TestWorkspace::new();
+    let mut reaper = Reaper::default();
+    let owner = reaper.adopt(Command::new("sleep").arg("600").spawn().unwrap());
+    let bytes = sdk_record(&ws, owner);
+    plant(&ws, &bytes);
+    let out = run(ws
+        .arcane()
+        .args(["lock", "run", "--operation", "build", "--", "true"]));
+    assert_eq!(out.status.code(), Some(75));
+    assert!(
+        stderr(&out).contains(&format!("pid {owner}")),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read(record(&ws)).unwrap(), bytes);
+    // Dead pid: recovered at once (no 6-hour wait, expiry ignored).
+    let ws = TestWorkspace::new();
+    let dead = dead_pid();
+    plant(&ws, &sdk_record(&ws, dead));
+    let out = run(ws.arcane().args([
+        "--output",
+        "ndjson",
+        "lock",
+        "run",
+        "--operation",
+        "build",
+        "--",
+        "true",
+    ]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        events_of(&out, "workspace.operation.stale-recovered")[0]["data"]["previousOwner"]["pid"],
+        dead
+    );
+}
+
+fn policy_denied(ws_path: &Path) -> serde_json::Value {
+    let out = run(Command::new(crate::support::arcane_bin())
+        .args(["--output", "json", "--workspace"])
+        .arg(ws_path)
+        .args(["lock", "run", "--operation", "build", "--", "true"]));
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let v = json(&out);
+    assert_eq!(v["error"]["code"], "ARCANE_POLICY_DENIED", "{v}");
+    v
+}
+
+#[test]
+fn adversarial_paths_are_denied_and_left_untouched() {
+    // The workspace itself is a symlink: its target gets no `.arcane`.
+    let target = TestWorkspace::new();
+    let links = TestWorkspace::new();
+    let link = links.path().join("ws");
+    symlink(target.path(), &link).unwrap();
+    policy_denied(&link);
+    assert!(!target.path().join(".arcane").exists());
+
+    // `.arcane` is a symlink to an outside directory.
+    let ws = TestWorkspace::new();
+    let outside = TestWorkspace::new();
+    symlink(outside.path(), ws.path().join(".arcane")).unwrap();
+    policy_denied(ws.path());
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+
+    // `.arcane` is a regular file.
+    let ws = TestWorkspace::new();
+    std::fs::write(ws.path().join(".arcane"), b"file").unwrap();
+    policy_denied(ws.path());
+    assert_eq!(std::fs::read(ws.path().join(".arcane")).unwrap(), b"file");
+
+    // The lock paths are symlinks (dangling and not), directories or FIFOs.
+    for name in [RECORD, SENTINEL] {
+        for dangling in [true, false] {
+            let ws = TestWorkspace::new();
+            let outside = TestWorkspace::new();
+            std::fs::create_dir(ws.path().join(".arcane")).unwrap();
+            let target = outside.path().join("t");
+            if !dangling {
+                std::fs::write(&target, b"precious").unwrap();
+            }
+            symlink(&target, ws.path().join(name)).unwrap();
+            let v = policy_denied(ws.path());
+            assert_eq!(v["error"]["details"]["reason"], "symbolic-link");
+            if dangling {
+                assert!(!target.exists(), "{name}: the dangling target was created");
+            } else {
+                assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+            }
+        }
+        let ws = TestWorkspace::new();
+        std::fs::create_dir_all(ws.path().join(name).join("inner")).unwrap();
+        policy_denied(ws.path());
+        assert!(ws.path().join(name).join("inner").is_dir());
+
+        let ws = TestWorkspace::new();
+        std::fs::create_dir(ws.path().join(".arcane")).unwrap();
+        assert!(Command::new("mkfifo")
+            .arg(ws.path().join(name))
+            .status()
+            .unwrap()
+            .success());
+        policy_denied(ws.path());
+    }
+}
+
+#[test]
+fn unreadable_and_foreign_records_are_busy_and_byte_identical() {
+    let other = TestWorkspace::new();
+    let mut oversized = b"{\"schemaVersion\": 1".to_vec();
+    oversized.extend(std::iter::repeat_n(b' ', 65 * 1024));
+    oversized.extend_from_slice(b"}\n");
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("garbage", b"not json at all \x00\x01".to_vec()),
+        ("empty", Vec::new()),
+        ("oversized", oversized),
+        ("other-scope", sdk_record(&other, dead_pid())),
+    ];
+    for (name, bytes) in cases {
+        let ws = TestWorkspace::new();
+        plant(&ws, &bytes);
+        let out = run(ws.arcane().args([
+            "--output",
+            "json",
+            "lock",
+            "run",
+            "--operation",
+            "build",
+            "--",
+            "true",
+        ]));
+        assert_eq!(out.status.code(), Some(75), "{name}");
+        assert_eq!(json(&out)["error"]["code"], "ARCANE_WORKSPACE_BUSY");
+        assert_eq!(
+            std::fs::read(record(&ws)).unwrap(),
+            bytes,
+            "{name}: bytes changed"
+        );
+        let out = run(ws.arcane().args(["lock", "recover"]));
+        assert_eq!(out.status.code(), Some(75), "{name}");
+        assert_eq!(
+            std::fs::read(record(&ws)).unwrap(),
+            bytes,
+            "{name}: recover changed bytes"
+        );
+    }
+}
+
+#[test]
+fn status_and_recover_describe_a_stale_lock_and_remove_it() {
+    let ws = TestWorkspace::new();
+    let out = run(ws.arcane().args(["--output", "json", "lock", "status"]));
+    assert_eq!(json(&out)["state"], "free");
+    let dead = dead_pid();
+    plant(&ws, &arcane_record(&ws, dead, 1, "serve"));
+    let out = run(ws.arcane().args(["lock", "status"]));
+    let text = stdout(&out);
+    assert!(text.starts_with("stale:"), "{text}");
+    assert!(text.contains(&format!("pid {dead}")), "{text}");
+    let out = run(ws.arcane().args(["--output", "json", "lock", "status"]));
+    let v = json(&out);
+    assert_eq!(v["state"], "stale");
+    assert_eq!(v["holder"]["pid"], dead);
+    assert_eq!(v["holder"]["operation"], "serve");
+    let out = run(ws.arcane().args(["lock", "recover"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("removed the stale lock"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!record(&ws).exists());
+}
+
+/// The issue's stress test: 8 processes × 200 acquisitions each through `arcane lock
+/// run`. Each critical section creates an in-section marker with O_EXCL (`set -C`),
+/// appends to a log and removes the marker; an overlap makes the create fail (exit 99).
+#[test]
+fn eight_processes_times_200_acquisitions_never_overlap() {
+    const PROCESSES: usize = 8;
+    const ROUNDS: usize = 200;
+    let ws = TestWorkspace::new();
+    let marker = ws.path().join("in-section");
+    let log = ws.path().join("entries.log");
+    let section = "set -C; : > \"$1\" || exit 99; echo x >> \"$2\"; rm \"$1\"";
+    let workers: Vec<_> = (0..PROCESSES)
+        .map(|_| {
+            let workspace = ws.path().to_path_buf();
+            let (marker, log) = (marker.clone(), log.clone());
+            std::thread::spawn(move || {
+                for round in 0..ROUNDS {
+                    let out = Command::new(crate::support::arcane_bin())
+                        .arg("--workspace")
+                        .arg(&workspace)
+                        .env("NO_COLOR", "1")
+                        .args([
+                            "lock",
+                            "run",
+                            "--operation",
+                            "stress",
+                            "--wait",
+                            "10m",
+                            "--",
+                            "sh",
+                            "-c",
+                            section,
+                            "sh",
+                        ])
+                        .arg(&marker)
+                        .arg(&log)
+                        .output()
+                        .expect("spawn arcane");
+                    assert_eq!(
+                        out.status.code(),
+                        Some(0),
+                        "round {round}: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker
+            .join()
+            .expect("a critical section overlapped or failed");
+    }
+    let entries = std::fs::read_to_string(&log).unwrap().lines().count();
+    assert_eq!(entries, PROCESSES * ROUNDS);
+    assert!(!marker.exists());
+    assert!(!record(&ws).exists());
+}
