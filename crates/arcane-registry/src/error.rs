@@ -449,9 +449,12 @@ impl Diagnostic for Error {
             Error::ModelExists { id } => vec![format!(
                 "remove it first with `arcane model remove {id}`, or pick another id"
             )],
-            Error::DestinationExists { .. } => {
-                vec!["remove the earlier install with `arcane runtime remove`, or install under another `--version`".into()]
-            }
+            Error::DestinationExists { path } => vec![
+                format!(
+                    "if no registered runtime or model uses `{}`, it is left over from an interrupted operation: delete it, or choose another id or `--version`",
+                    path.display()
+                ),
+            ],
             Error::ExecutableDoesNotRun { .. }
             | Error::ExecutableFailed { .. }
             | Error::VersionUnknown { .. } => {

@@ -757,6 +757,30 @@ impl Registry {
         Ok(model)
     }
 
+    /// Re-hashes the model `id`'s file and checks it still has its recorded size and
+    /// SHA-256 (a hard-linked file changes when its source is edited in place). Takes
+    /// no lock: it only reads. Emits `registry.hash.progress` events.
+    pub fn verify_model(
+        &self,
+        id: &str,
+        events: &dyn EventSink,
+        cancel: &CancelToken,
+    ) -> Result<Model, Error> {
+        let model = self.model(id)?;
+        let actual = {
+            let mut report = progress::hash_reporter(events, &model.path, "verify");
+            hash::sha256_file(&model.path, cancel, &mut report)?
+        };
+        if actual != model.sha256 {
+            return Err(Error::IntegrityFailed {
+                subject: model.path.display().to_string(),
+                expected: model.sha256.clone(),
+                actual,
+            });
+        }
+        Ok(model)
+    }
+
     /// Unregisters the model `id` and deletes its directory under `.arcane/models/`.
     /// Holds the lock as `model-remove`. Emits `registry.model.removed` `{model}`.
     pub fn remove_model(

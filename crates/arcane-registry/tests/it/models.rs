@@ -306,3 +306,39 @@ fn a_corrupt_registry_file_is_reported_not_overwritten() {
         b"{\"version\": 1, \"models\": ["
     );
 }
+
+#[test]
+fn verify_notices_a_hard_linked_source_edited_in_place() {
+    let dir = tempdir();
+    let source = dir.path().join("tiny.gguf");
+    write_gguf(&source, "Tiny");
+    let registry = Registry::new(&dir.path().join("ws"));
+    let model = registry
+        .add_model(
+            &AddModel::file("tiny", &source),
+            &NullSink,
+            &CancelToken::new(),
+        )
+        .unwrap();
+    assert_eq!(
+        registry
+            .verify_model("tiny", &NullSink, &CancelToken::new())
+            .unwrap(),
+        model
+    );
+    // Editing the source in place edits the stored hard link too.
+    let mut bytes = std::fs::read(&source).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&source)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes))
+        .unwrap();
+    let error = registry
+        .verify_model("tiny", &NullSink, &CancelToken::new())
+        .unwrap_err();
+    assert_eq!(error.code(), codes::ARCANE_INTEGRITY_FAILED);
+    assert_eq!(error.details()["expected"], model.sha256);
+    assert_eq!(error.details()["actual"], sha256sum(&source));
+}
