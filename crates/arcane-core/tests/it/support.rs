@@ -198,7 +198,7 @@ impl LlamaServer {
         let child = std::process::Command::new(&server)
             .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--model"])
             .arg(&model)
-            .args(["--ctx-size", "2048", "--threads", "2", "--no-webui"])
+            .args(["--ctx-size", "8192", "--parallel", "1", "--threads", "2", "--no-webui"])
             .current_dir(server.parent().unwrap())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
