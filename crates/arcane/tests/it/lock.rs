@@ -787,3 +787,35 @@ fn eight_processes_times_200_acquisitions_never_overlap() {
     assert!(!marker.exists());
     assert!(!record(&ws).exists());
 }
+
+#[test]
+fn a_holder_whose_record_is_deleted_stops_its_command_and_reports_compromised() {
+    let ws = TestWorkspace::new();
+    let child = ws
+        .arcane()
+        .args([
+            "--output",
+            "json",
+            "lock",
+            "run",
+            "--operation",
+            "serve",
+            "--",
+            "sleep",
+            "600",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !record(&ws).exists() {
+        assert!(Instant::now() < deadline, "holder did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A third party deletes the record behind the holder's back.
+    std::fs::remove_file(record(&ws)).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(json(&out)["error"]["code"], "ARCANE_LOCK_COMPROMISED");
+}
