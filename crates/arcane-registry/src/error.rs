@@ -112,7 +112,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The executable ran but `--version` failed.
-    #[error("runtime executable `{}` failed `--version` ({status})", executable.display())]
+    #[error("runtime executable `{}` failed `--version` ({status}){}", executable.display(), last_line(output))]
     ExecutableFailed {
         /// The executable.
         executable: PathBuf,
@@ -260,6 +260,16 @@ impl From<arcane_lock::Error> for Error {
     fn from(error: arcane_lock::Error) -> Self {
         Error::Lock(Box::new(error))
     }
+}
+
+/// `: <last line>` of a program's output, or nothing when it printed nothing.
+fn last_line(output: &str) -> String {
+    output
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .map(|l| format!(": {l}"))
+        .unwrap_or_default()
 }
 
 fn known_list(known: &[String]) -> String {

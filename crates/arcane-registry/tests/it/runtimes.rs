@@ -108,6 +108,20 @@ fn executables_that_do_not_run_are_refused_with_their_path() {
             "{error:?}"
         );
     }
+    // The reason a person needs is in the message itself.
+    let error = registry
+        .add_runtime(
+            &AddRuntime::new(Engine::LlamaCpp, &failing),
+            &NullSink,
+            &CancelToken::new(),
+        )
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .ends_with(": cannot open shared object file"),
+        "{error}"
+    );
     assert!(registry.runtimes().unwrap().is_empty());
 }
 
