@@ -413,13 +413,13 @@ impl Registry {
         } else {
             Backend::Cpu
         });
-        let label = options.archive.display();
         let archive_source = match &options.archive {
             Source::File(path) => {
                 Source::File(std::path::absolute(path).map_err(|e| Error::io("resolve", path, e))?)
             }
             url => url.clone(),
         };
+        let label = archive_source.display();
         let names = |version: &str| {
             let dir_name = match options.backend {
                 Some(b) => format!("{version}-{b}"),
