@@ -43,11 +43,18 @@ fn main() {
         .prefix("arcane-lock-bench-")
         .tempdir()
         .expect("temp dir");
-    single(dir.path());
+    single(dir.path(), "the temporary directory's filesystem");
+    // On tmpfs fsync costs nothing, so this shows the lock's own syscall overhead.
+    if let Ok(shm) = tempfile::Builder::new()
+        .prefix("arcane-lock-bench-")
+        .tempdir_in("/dev/shm")
+    {
+        single(shm.path(), "tmpfs (fsync is free: the lock's own overhead)");
+    }
     contended(dir.path());
 }
 
-fn single(root: &Path) {
+fn single(root: &Path, label: &str) {
     let ws = root.join("single");
     std::fs::create_dir_all(&ws).expect("workspace");
     let options = AcquireOptions::new("bench").expect("name");
@@ -75,7 +82,7 @@ fn single(root: &Path) {
     let floor = median(&mut floor_samples);
     let lock = median(&mut lock_samples);
     println!(
-        "acquire+release, single process ({} samples each, median):",
+        "acquire+release, single process, on {label} ({} samples each, median):",
         ROUNDS * PER_ROUND
     );
     println!("  raw syscall floor   {:>9.1} µs", micros(floor));

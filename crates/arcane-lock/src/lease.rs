@@ -815,10 +815,38 @@ fn read_holder_at(arcane: &OwnedFd, name: &CStr) -> Option<Holder> {
 /// complete — never empty or partial (lock-spec.md W4).
 fn publish(ws: &Workspace, arcane: &OwnedFd, bytes: &[u8]) -> Result<Option<Stamp>, Error> {
     let temporary = ws.arcane_path(TEMPORARY);
-    let fd = sys::create_truncate_at(arcane.as_fd(), TEMPORARY).map_err(|e| {
+    let refuse = |e| {
         let kind = sys::stat_at(arcane.as_fd(), TEMPORARY).map(|s| s.kind).ok();
         classify(&temporary, e, kind, "write the lock record")
-    })?;
+    };
+    let fd = match sys::create_exclusive_at(arcane.as_fd(), TEMPORARY) {
+        Ok(fd) => fd,
+        // Debris of a crashed holder (only a lock holder writes this name): remove a
+        // regular file and retry; refuse anything else (a link, directory, FIFO).
+        Err(e) if sys::errno(&e) == sys::EEXIST => {
+            match sys::stat_at(arcane.as_fd(), TEMPORARY) {
+                Ok(stamp) if stamp.kind == Kind::Regular => {}
+                Ok(stamp) => {
+                    return Err(match stamp.kind {
+                        Kind::Symlink => {
+                            Error::policy(&temporary, PolicyReason::SymbolicLink, None)
+                        }
+                        other => Error::policy(
+                            &temporary,
+                            PolicyReason::WrongKind {
+                                found: other.describe(),
+                            },
+                            None,
+                        ),
+                    })
+                }
+                Err(e) => return Err(refuse(e)),
+            }
+            let _ = sys::unlink_at(arcane.as_fd(), TEMPORARY);
+            sys::create_exclusive_at(arcane.as_fd(), TEMPORARY).map_err(refuse)?
+        }
+        Err(e) => return Err(refuse(e)),
+    };
     let written = sys::write_all(fd.as_fd(), bytes)
         .and_then(|()| sys::sync(fd.as_fd()))
         .and_then(|()| sys::stat_fd(fd.as_fd()));

@@ -253,15 +253,16 @@ pub(crate) fn read_limited(fd: BorrowedFd<'_>, limit: usize) -> io::Result<(Vec<
     }
 }
 
-/// Creates or truncates `name` in `dir` for writing (mode 0600), never following a link.
-pub(crate) fn create_truncate_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<OwnedFd> {
+/// Creates `name` in `dir` for writing (mode 0600); `EEXIST` if anything is there. Never
+/// truncates an existing file, which might be a hard link to a file elsewhere.
+pub(crate) fn create_exclusive_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<OwnedFd> {
     retry(|| {
         rustix::fs::openat(
             dir,
             name,
             OFlags::WRONLY
                 | OFlags::CREATE
-                | OFlags::TRUNC
+                | OFlags::EXCL
                 | OFlags::NOFOLLOW
                 | OFlags::CLOEXEC
                 | OFlags::NONBLOCK,

@@ -221,3 +221,36 @@ fn a_record_for_another_workspace_is_busy_and_byte_identical() {
     let bytes = sdk_record(other.path(), dead_pid(), "package");
     assert_busy_untouched(&bytes, |r| matches!(r, BusyReason::OtherScope { .. }));
 }
+
+#[test]
+fn a_hard_link_planted_at_the_temporary_name_is_never_written_through() {
+    let ws = workspace();
+    let outside = workspace();
+    let precious = outside.path().join("precious");
+    std::fs::write(&precious, b"do not truncate").unwrap();
+    std::fs::create_dir(ws.path().join(".arcane")).unwrap();
+    std::fs::hard_link(
+        &precious,
+        ws.path().join(".arcane/.workspace-operation.lock.json.tmp"),
+    )
+    .unwrap();
+    acquire(ws.path()).unwrap().release().unwrap();
+    assert_eq!(std::fs::read(&precious).unwrap(), b"do not truncate");
+}
+
+#[test]
+fn a_symlink_planted_at_the_temporary_name_is_denied() {
+    let ws = workspace();
+    let outside = workspace();
+    std::fs::create_dir(ws.path().join(".arcane")).unwrap();
+    let target = outside.path().join("t");
+    symlink(
+        &target,
+        ws.path().join(".arcane/.workspace-operation.lock.json.tmp"),
+    )
+    .unwrap();
+    let err = acquire(ws.path()).unwrap_err();
+    assert_policy(&err, |r| *r == PolicyReason::SymbolicLink);
+    assert!(!target.exists());
+    assert!(!record_path(ws.path()).exists());
+}
