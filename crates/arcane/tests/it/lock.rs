@@ -192,6 +192,28 @@ fn run_holds_the_lock_while_the_command_runs_and_exits_with_its_code() {
 }
 
 #[test]
+fn run_creates_a_missing_workspace_but_status_does_not() {
+    let parent = TestWorkspace::new();
+    let fresh = parent.path().join("a/b");
+    let out = run(Command::new(crate::support::arcane_bin())
+        .arg("--workspace")
+        .arg(&fresh)
+        .args(["lock", "status"]));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "status refuses a missing workspace"
+    );
+    assert!(!fresh.exists());
+    let out = run(Command::new(crate::support::arcane_bin())
+        .arg("--workspace")
+        .arg(&fresh)
+        .args(["lock", "run", "--operation", "demo", "--", "true"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(fresh.join(SENTINEL).is_file());
+}
+
+#[test]
 fn run_rejects_bad_operation_names_as_usage_errors() {
     let ws = TestWorkspace::new();
     let out = run(ws
