@@ -1,4 +1,83 @@
-//! Runtime and model registry, and supervision of llama.cpp and Ollama servers.
+//! Supervision of llama.cpp and Ollama servers: probe first, adopt or own, exact device,
+//! readiness, events, clean stop, no orphans.
 //!
-//! (Being built; see the open issue for this crate.)
+//! # What this crate owns
+//!
+//! * [`Supervisor`]: starts one engine from an [`EngineConfig`] and returns a ready
+//!   [`Server`]: [`Server::Adopted`] when a healthy server already answered (Arcane
+//!   never signals it; [`AdoptedServer`] has no stop method), or [`Server::Owned`] when
+//!   nothing listened on a loopback host and Arcane spawned the configured executable.
+//! * The decision after the first probe ([`probe::decide`]), the engine command line
+//!   (in the SDK's order), readiness (listening line + `/health` polling with backoff,
+//!   startup and load-stall timeouts), crash detection and restart, and stopping
+//!   (SIGTERM to the process group, grace, SIGKILL).
+//! * No orphans: each owned child has its own process group and a parent-death signal
+//!   (Linux), and an ownership record under `<workspace>/.arcane/engines/` lets the next
+//!   start stop a server a previous Arcane provably owned.
+//!
+//! It does not own device discovery (`arcane-devices`), the runtime and model registry
+//! (`arcane-registry`), or the Core host's protocol (`arcane-core`).
+//!
+//! # Events
+//!
+//! Every state change is published as `local-ai.server.<state>` (`starting`,
+//! `loading`, `ready`, `error`, `stopped`) with a [`ServerSnapshot`] as data (camelCase:
+//! `{id, engine, url, state, available, owned, managed, external, execution, error, pid,
+//! version, restarts, stopStep, exit}`). Process events: `process.starting {command,
+//! args, cwd}`, `process.stdout|stderr {pid, line}`, `process.cancellation.requested
+//! {pid}`, `process.cancellation.escalated {pid, signal}`, `process.exited {pid, code,
+//! signal, stopStep}`, `process.orphan.stopped {id, pid, executable, port,
+//! previousOwner, stopStep}`.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use arcane_localai::{Engine, EngineConfig, Server, Supervisor};
+//! use arcane_report::{CancelToken, NullSink};
+//!
+//! # async fn demo() -> Result<(), arcane_localai::Error> {
+//! let mut config = EngineConfig::new(Engine::LlamaCpp);
+//! config.url = "http://127.0.0.1:8080".into();
+//! config.model = Some("/models/smollm2.gguf".into());
+//! config.device = Some("cpu".into());
+//! config.executable = Some("/opt/llama/llama-server".into());
+//! let supervisor = Supervisor::new("/var/lib/arcane", Arc::new(NullSink));
+//! let server = supervisor.start(config, CancelToken::new()).await?;
+//! println!("ready at {}", server.url());
+//! if let Server::Owned(owned) = &server {
+//!     let report = owned.stop().await;
+//!     println!("stopped by {:?}", report.step);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Benchmark
+//!
+//! `LLAMA_SERVER=… ARCANE_TEST_MODEL=… cargo bench -p arcane-localai --bench serve`
+//! compares start-to-ready of `arcane serve` with raw `llama-server` polled directly.
 #![warn(missing_docs)]
+
+mod command;
+mod config;
+mod endpoint;
+mod error;
+mod execution;
+mod http;
+pub mod probe;
+mod process;
+mod records;
+mod state;
+mod supervisor;
+
+pub use command::{DeviceLaunch, EngineCommand, NONCE_VARIABLE};
+pub use config::{Engine, EngineConfig, RestartPolicy};
+pub use endpoint::Endpoint;
+pub use error::Error;
+pub use execution::SharedDeviceSource;
+pub use process::{ExitInfo, StopStep};
+pub use state::{ServerSnapshot, ServerState};
+pub use supervisor::{AdoptedServer, ExitHook, OwnedServer, Server, StopReport, Supervisor};
+
+/// Re-exported so callers can set [`EngineConfig::backend`] without another dependency.
+pub use arcane_devices::Backend;

@@ -1,0 +1,2 @@
+//! Start-to-ready benchmark (being written).
+fn main() {}

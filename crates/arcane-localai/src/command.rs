@@ -1,0 +1,253 @@
+//! The engine command line, in exactly the SDK's order.
+//!
+//! llama.cpp:
+//! 1. `--host <host> --port <port> --jinja`
+//! 2. the user's args, when a managed selection is required
+//! 3. `--model <abs>` or `--models-dir <dir>`
+//! 4. the user's args, when no managed selection is required
+//! 5. `--alias <alias>`, when set
+//! 6. the device arguments from the resolver (always last), plus its environment.
+//!
+//! Ollama: `serve` + the user's args, with `OLLAMA_HOST=<origin>` and
+//! `OLLAMA_MODELS=<dir>`.
+//!
+//! The child inherits Arcane's environment with these additions on top, minus the
+//! variables the resolver removes (e.g. other vendors' device selectors), plus
+//! `ARCANE_ENGINE_NONCE`, which lets a later Arcane prove it started the process.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::config::{Engine, EngineConfig, Validated};
+
+/// The variable that carries an owned engine's ownership nonce.
+pub const NONCE_VARIABLE: &str = "ARCANE_ENGINE_NONCE";
+
+/// A complete engine invocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineCommand {
+    /// The executable.
+    pub program: PathBuf,
+    /// The arguments, in order.
+    pub args: Vec<String>,
+    /// Variables set on top of the inherited environment.
+    pub env: BTreeMap<String, String>,
+    /// Variables removed from the inherited environment.
+    pub env_remove: Vec<String>,
+}
+
+/// Device arguments and environment from the resolver.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceLaunch {
+    /// Arguments appended last.
+    pub args: Vec<String>,
+    /// Variables to set.
+    pub env: BTreeMap<String, String>,
+    /// Variables to remove.
+    pub env_remove: Vec<String>,
+}
+
+/// Builds the command that starts `config`'s engine at `validated`'s endpoint.
+pub(crate) fn engine_command(
+    config: &EngineConfig,
+    validated: &Validated,
+    executable: &Path,
+    device: &DeviceLaunch,
+    nonce: &str,
+) -> EngineCommand {
+    let endpoint = &validated.endpoint;
+    let mut args = Vec::new();
+    let mut env = BTreeMap::new();
+    let mut env_remove = Vec::new();
+    match config.engine {
+        Engine::LlamaCpp => {
+            let managed = validated.selection.is_some();
+            args.extend([
+                "--host".to_string(),
+                endpoint.host().to_string(),
+                "--port".to_string(),
+                endpoint.port().to_string(),
+                "--jinja".to_string(),
+            ]);
+            if managed {
+                args.extend(config.extra_args.iter().cloned());
+            }
+            match (&validated.model, &validated.models_dir) {
+                (Some(model), _) => {
+                    args.push("--model".into());
+                    args.push(model.display().to_string());
+                }
+                (None, Some(dir)) => {
+                    args.push("--models-dir".into());
+                    args.push(dir.display().to_string());
+                }
+                (None, None) => {}
+            }
+            if !managed {
+                args.extend(config.extra_args.iter().cloned());
+            }
+            if let Some(alias) = &config.alias {
+                args.push("--alias".into());
+                args.push(alias.clone());
+            }
+            args.extend(device.args.iter().cloned());
+            env.extend(device.env.clone());
+            env_remove.extend(device.env_remove.iter().cloned());
+        }
+        Engine::Ollama => {
+            args.push("serve".into());
+            args.extend(config.extra_args.iter().cloned());
+            env.insert("OLLAMA_HOST".into(), endpoint.origin());
+            if let Some(dir) = &validated.models_dir {
+                env.insert("OLLAMA_MODELS".into(), dir.display().to_string());
+            }
+        }
+    }
+    if !config.library_dirs.is_empty() {
+        let joined = config
+            .library_dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":");
+        env.insert("LD_LIBRARY_PATH".into(), joined);
+    }
+    env.insert(NONCE_VARIABLE.into(), nonce.into());
+    env_remove.retain(|name| !env.contains_key(name));
+    EngineCommand {
+        program: executable.to_path_buf(),
+        args,
+        env,
+        env_remove,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(config: &EngineConfig, device: &DeviceLaunch) -> EngineCommand {
+        let validated = config.validate(Path::new("/app")).unwrap();
+        engine_command(
+            config,
+            &validated,
+            Path::new("/bin/llama-server"),
+            device,
+            "n",
+        )
+    }
+
+    fn cpu() -> DeviceLaunch {
+        DeviceLaunch {
+            args: ["--device", "none", "--gpu-layers", "0"]
+                .map(String::from)
+                .to_vec(),
+            ..DeviceLaunch::default()
+        }
+    }
+
+    #[test]
+    fn router_mode_by_default() {
+        let command = build(
+            &EngineConfig::new(Engine::LlamaCpp),
+            &DeviceLaunch::default(),
+        );
+        assert_eq!(
+            command.args,
+            [
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "8080",
+                "--jinja",
+                "--models-dir",
+                "/app/.arcane/models/llama.cpp"
+            ]
+        );
+        assert_eq!(
+            command.env.get(NONCE_VARIABLE).map(String::as_str),
+            Some("n")
+        );
+    }
+
+    #[test]
+    fn ipv6_host_is_passed_without_brackets() {
+        let mut config = EngineConfig::new(Engine::LlamaCpp);
+        config.url = "http://[::1]:9000".into();
+        let command = build(&config, &DeviceLaunch::default());
+        assert_eq!(&command.args[..4], ["--host", "::1", "--port", "9000"]);
+    }
+
+    #[test]
+    fn user_args_follow_the_model_without_a_managed_selection() {
+        let mut config = EngineConfig::new(Engine::LlamaCpp);
+        config.model = Some("models/a.gguf".into());
+        config.alias = Some("m".into());
+        config.extra_args = vec!["-c".into(), "4096".into()];
+        let command = build(&config, &DeviceLaunch::default());
+        assert_eq!(
+            command.args,
+            [
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "8080",
+                "--jinja",
+                "--model",
+                "/app/models/a.gguf",
+                "-c",
+                "4096",
+                "--alias",
+                "m"
+            ]
+        );
+    }
+
+    #[test]
+    fn user_args_precede_the_model_with_a_managed_selection_and_device_args_come_last() {
+        let mut config = EngineConfig::new(Engine::LlamaCpp);
+        config.model = Some("/m.gguf".into());
+        config.alias = Some("m".into());
+        config.device = Some("cpu".into());
+        config.extra_args = vec!["-c".into(), "4096".into()];
+        let command = build(&config, &cpu());
+        assert_eq!(
+            command.args,
+            [
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "8080",
+                "--jinja",
+                "-c",
+                "4096",
+                "--model",
+                "/m.gguf",
+                "--alias",
+                "m",
+                "--device",
+                "none",
+                "--gpu-layers",
+                "0"
+            ]
+        );
+    }
+
+    #[test]
+    fn ollama_gets_serve_and_its_variables() {
+        let mut config = EngineConfig::new(Engine::Ollama);
+        config.url = "http://127.0.0.1:11500".into();
+        config.extra_args = vec!["--x".into()];
+        let validated = config.validate(Path::new("/app")).unwrap();
+        let command = engine_command(
+            &config,
+            &validated,
+            Path::new("/bin/ollama"),
+            &DeviceLaunch::default(),
+            "n",
+        );
+        assert_eq!(command.args, ["serve", "--x"]);
+        assert_eq!(command.env["OLLAMA_HOST"], "http://127.0.0.1:11500");
+        assert_eq!(command.env["OLLAMA_MODELS"], "/app/.arcane/models/ollama");
+    }
+}

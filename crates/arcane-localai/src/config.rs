@@ -1,0 +1,338 @@
+//! [`EngineConfig`]: everything the supervisor needs to probe, adopt or start one
+//! engine, validated into a launch-ready form before any side effect.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use arcane_devices::Backend;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::endpoint::Endpoint;
+use crate::Error;
+
+/// An inference engine Arcane can supervise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Engine {
+    /// llama.cpp's `llama-server` (`GET /health`, OpenAI-compatible API).
+    #[serde(rename = "llama.cpp")]
+    LlamaCpp,
+    /// `ollama serve` (`GET /api/version`, native `/api/*`).
+    #[serde(rename = "ollama")]
+    Ollama,
+}
+
+impl Engine {
+    /// The engine id: `llama.cpp` or `ollama`.
+    pub fn id(self) -> &'static str {
+        match self {
+            Engine::LlamaCpp => "llama.cpp",
+            Engine::Ollama => "ollama",
+        }
+    }
+
+    /// The SDK's default listener url: `http://127.0.0.1:8080` for llama.cpp,
+    /// `http://127.0.0.1:11434` for Ollama.
+    pub fn default_url(self) -> &'static str {
+        match self {
+            Engine::LlamaCpp => "http://127.0.0.1:8080",
+            Engine::Ollama => "http://127.0.0.1:11434",
+        }
+    }
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.id())
+    }
+}
+
+impl FromStr for Engine {
+    type Err = Error;
+
+    /// Parses `llama.cpp` (also `llama`, `llama-cpp`) or `ollama`.
+    fn from_str(value: &str) -> Result<Self, Error> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "llama.cpp" | "llama" | "llama-cpp" | "llamacpp" => Ok(Engine::LlamaCpp),
+            "ollama" => Ok(Engine::Ollama),
+            _ => Err(Error::config(
+                format!("unknown runtime `{value}` (expected `llama.cpp` or `ollama`)"),
+                json!({"runtime": value}),
+            )),
+        }
+    }
+}
+
+/// What to do when an owned engine exits by itself after it was ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RestartPolicy {
+    /// Report the crash (`error` state) and stay down.
+    #[default]
+    Never,
+    /// Restart it after `backoff` (doubling each time, at most 30 s), up to
+    /// `max_restarts` times in the server's life.
+    OnFailure {
+        /// The most restarts.
+        max_restarts: u32,
+        /// The first delay before a restart.
+        backoff: Duration,
+    },
+}
+
+/// One engine to supervise. Build with [`EngineConfig::new`] and set fields; the
+/// supervisor validates it before probing or touching anything.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EngineConfig {
+    /// The engine.
+    pub engine: Engine,
+    /// The server id in events and ownership records (default: the engine id).
+    pub id: String,
+    /// The listener url (default: [`Engine::default_url`]).
+    pub url: String,
+    /// A single GGUF model (`--model`; relative paths resolve against the workspace).
+    pub model: Option<PathBuf>,
+    /// Router mode (`--models-dir`), or Ollama's `OLLAMA_MODELS`. Default:
+    /// `<workspace>/.arcane/models/<engine>` when no `model` is set.
+    pub models_dir: Option<PathBuf>,
+    /// `--alias` (llama.cpp).
+    pub alias: Option<String>,
+    /// The execution target: a device id from `arcane devices`, or `cpu` (llama.cpp).
+    /// Setting it requires a managed server: an external one is never adopted.
+    pub device: Option<String>,
+    /// The requested compute backend; anything but `auto` requires a managed server.
+    pub backend: Backend,
+    /// The backend the runtime was built with (from the registry; `auto` = unknown).
+    pub runtime_backend: Backend,
+    /// A requested engine version, checked against what the running server reports.
+    pub version: Option<String>,
+    /// The version the registry recorded for the executable (`--version` output),
+    /// used when a llama.cpp server does not report its build.
+    pub runtime_version: Option<String>,
+    /// Extra engine arguments (after `--` on the command line).
+    pub extra_args: Vec<String>,
+    /// The engine executable to start when nothing listens (none: adopt only).
+    pub executable: Option<PathBuf>,
+    /// Directories the executable loads shared libraries from (`LD_LIBRARY_PATH`).
+    pub library_dirs: Vec<PathBuf>,
+    /// How long an owned engine may take to become ready (default 120 s).
+    pub startup_timeout: Duration,
+    /// How long an owned engine may stay loading without printing anything (default 60 s).
+    pub stall_timeout: Duration,
+    /// SIGTERM-to-SIGKILL grace when stopping an owned engine (default 10 s).
+    pub stop_grace: Duration,
+    /// The timeout of one readiness probe (default 2 s).
+    pub probe_timeout: Duration,
+    /// What to do when an owned engine crashes after it was ready.
+    pub restart: RestartPolicy,
+    /// Arm the parent-death signal on the child (always on; tests turn it off to
+    /// simulate an orphan left by a killed Arcane).
+    #[doc(hidden)]
+    pub parent_death_signal: bool,
+}
+
+impl EngineConfig {
+    /// The defaults for `engine`: its default url, no model, automatic device.
+    pub fn new(engine: Engine) -> Self {
+        Self {
+            engine,
+            id: engine.id().to_string(),
+            url: engine.default_url().to_string(),
+            model: None,
+            models_dir: None,
+            alias: None,
+            device: None,
+            backend: Backend::Auto,
+            runtime_backend: Backend::Auto,
+            version: None,
+            runtime_version: None,
+            extra_args: Vec::new(),
+            executable: None,
+            library_dirs: Vec::new(),
+            startup_timeout: Duration::from_secs(120),
+            stall_timeout: Duration::from_secs(60),
+            stop_grace: Duration::from_secs(10),
+            probe_timeout: Duration::from_secs(2),
+            restart: RestartPolicy::Never,
+            parent_death_signal: true,
+        }
+    }
+
+    /// The managed selection this configuration requires, as text (`device=cpu`,
+    /// `backend=cuda`), or `None` when an external server may be adopted.
+    pub fn managed_selection(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if let Some(device) = &self.device {
+            parts.push(format!("device={device}"));
+        }
+        if self.backend != Backend::Auto {
+            parts.push(format!("backend={}", self.backend));
+        }
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+
+    /// Checks everything that can be checked without I/O.
+    pub(crate) fn validate(&self, workspace: &Path) -> Result<Validated, Error> {
+        let endpoint = Endpoint::parse(&self.url)?;
+        if self.id.is_empty()
+            || !self
+                .id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        {
+            return Err(Error::config(
+                format!(
+                    "the server id `{}` may use only letters, digits, `.`, `-` and `_`",
+                    self.id
+                ),
+                json!({"id": self.id}),
+            ));
+        }
+        if self.model.is_some() && self.models_dir.is_some() && self.engine == Engine::LlamaCpp {
+            return Err(Error::config(
+                "`model` and `models_dir` exclude each other (one model, or router mode)",
+                json!({"model": self.model, "modelsDir": self.models_dir}),
+            ));
+        }
+        if self.engine == Engine::Ollama {
+            if let Some(selection) = self.managed_selection() {
+                return Err(Error::config(
+                    format!(
+                        "`{selection}` applies to llama.cpp only; Ollama chooses its own devices"
+                    ),
+                    json!({"engine": "ollama", "selection": selection}),
+                ));
+            }
+            if self.model.is_some() || self.alias.is_some() {
+                return Err(Error::config(
+                    "`model` and `alias` apply to llama.cpp only; Ollama serves the models in its models directory",
+                    json!({"engine": "ollama"}),
+                ));
+            }
+        }
+        if let Some(device) = &self.device {
+            if device.trim().is_empty() {
+                return Err(Error::config(
+                    "the device id is empty",
+                    json!({"device": device}),
+                ));
+            }
+        }
+        if matches!(self.version.as_deref(), Some("")) {
+            return Err(Error::config(
+                "the requested version is empty",
+                json!({"version": ""}),
+            ));
+        }
+        for (name, value) in [
+            ("startup_timeout", self.startup_timeout),
+            ("stall_timeout", self.stall_timeout),
+            ("probe_timeout", self.probe_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(Error::config(
+                    format!("`{name}` must be more than zero"),
+                    json!({"field": name}),
+                ));
+            }
+        }
+        let absolute = |path: &Path| {
+            if path.is_absolute() {
+                path.to_path_buf()
+            } else {
+                workspace.join(path)
+            }
+        };
+        let model = self.model.as_deref().map(absolute);
+        let models_dir = match (&self.model, &self.models_dir) {
+            (Some(_), None) if self.engine == Engine::LlamaCpp => None,
+            (_, Some(dir)) => Some(absolute(dir)),
+            (_, None) => Some(
+                workspace
+                    .join(".arcane")
+                    .join("models")
+                    .join(self.engine.id()),
+            ),
+        };
+        Ok(Validated {
+            endpoint,
+            model,
+            models_dir,
+            selection: match self.engine {
+                Engine::LlamaCpp => self.managed_selection(),
+                Engine::Ollama => None,
+            },
+        })
+    }
+}
+
+/// A configuration that passed [`EngineConfig::validate`].
+#[derive(Debug, Clone)]
+pub(crate) struct Validated {
+    pub endpoint: Endpoint,
+    pub model: Option<PathBuf>,
+    pub models_dir: Option<PathBuf>,
+    pub selection: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_urls_follow_the_sdk() {
+        assert_eq!(
+            EngineConfig::new(Engine::LlamaCpp).url,
+            "http://127.0.0.1:8080"
+        );
+        assert_eq!(
+            EngineConfig::new(Engine::Ollama).url,
+            "http://127.0.0.1:11434"
+        );
+    }
+
+    #[test]
+    fn a_device_or_backend_requires_a_managed_server() {
+        let mut config = EngineConfig::new(Engine::LlamaCpp);
+        assert_eq!(config.managed_selection(), None);
+        config.device = Some("cpu".into());
+        config.backend = Backend::Cpu;
+        assert_eq!(
+            config.managed_selection().as_deref(),
+            Some("device=cpu, backend=cpu")
+        );
+    }
+
+    #[test]
+    fn relative_models_resolve_against_the_workspace() {
+        let mut config = EngineConfig::new(Engine::LlamaCpp);
+        config.model = Some("models/a.gguf".into());
+        let validated = config.validate(Path::new("/ws")).unwrap();
+        assert_eq!(
+            validated.model.as_deref(),
+            Some(Path::new("/ws/models/a.gguf"))
+        );
+        assert_eq!(validated.models_dir, None);
+        config.model = None;
+        let validated = config.validate(Path::new("/ws")).unwrap();
+        assert_eq!(
+            validated.models_dir.as_deref(),
+            Some(Path::new("/ws/.arcane/models/llama.cpp"))
+        );
+    }
+
+    #[test]
+    fn bad_values_are_refused_before_anything_happens() {
+        let mut config = EngineConfig::new(Engine::Ollama);
+        config.device = Some("cpu".into());
+        assert!(config.validate(Path::new("/ws")).is_err());
+        let mut config = EngineConfig::new(Engine::LlamaCpp);
+        config.url = "https://127.0.0.1:1".into();
+        assert!(config.validate(Path::new("/ws")).is_err());
+        let mut config = EngineConfig::new(Engine::LlamaCpp);
+        config.id = "../x".into();
+        assert!(config.validate(Path::new("/ws")).is_err());
+    }
+}

@@ -1,0 +1,76 @@
+//! The bridge to `arcane-devices`: a configured target becomes device arguments,
+//! environment and the execution record; after ready, the placement check.
+
+use std::sync::Arc;
+
+use arcane_devices::{DeviceSource, ResolveRequest};
+use serde_json::Value;
+
+use crate::command::DeviceLaunch;
+use crate::config::{Engine, EngineConfig};
+use crate::Error;
+
+/// A device source shared across starts.
+pub type SharedDeviceSource = Arc<dyn DeviceSource + Send + Sync>;
+
+/// A resolved launch: what to add to the command, and the record for the snapshot.
+pub(crate) struct Resolved {
+    pub launch: DeviceLaunch,
+    pub execution: Option<arcane_devices::ExecutionRecord>,
+}
+
+/// Resolves `config`'s target (llama.cpp only; Ollama chooses its own devices). Runs
+/// on a blocking thread: discovery reads sysfs and may load NVML.
+pub(crate) async fn resolve(
+    config: &EngineConfig,
+    source: &SharedDeviceSource,
+) -> Result<Resolved, Error> {
+    if config.engine != Engine::LlamaCpp {
+        return Ok(Resolved {
+            launch: DeviceLaunch::default(),
+            execution: None,
+        });
+    }
+    let request = ResolveRequest {
+        target: config.device.clone(),
+        runtime_backend: config.runtime_backend,
+        requested_backend: config.backend,
+    };
+    let source = source.clone();
+    let engine = config.engine.id().to_string();
+    let plan = tokio::task::spawn_blocking(move || arcane_devices::resolve(&request, &*source))
+        .await
+        .map_err(|e| Error::Io {
+            operation: "resolve devices",
+            path: Default::default(),
+            source: std::io::Error::other(e),
+        })?
+        .map_err(|source| Error::Execution { engine, source })?;
+    Ok(Resolved {
+        launch: DeviceLaunch {
+            args: plan.args().to_vec(),
+            env: plan.env().clone(),
+            env_remove: plan.env_remove().to_vec(),
+        },
+        execution: Some(plan.into_execution()),
+    })
+}
+
+/// The execution record as snapshot JSON.
+pub(crate) fn to_json(execution: &Option<arcane_devices::ExecutionRecord>) -> Option<Value> {
+    execution
+        .as_ref()
+        .and_then(|e| serde_json::to_value(e).ok())
+}
+
+/// Fills `observedTarget` when NVML can see the engine (after ready). Returns the error
+/// when the engine is provably on another device than configured.
+pub(crate) fn check_placement(
+    execution: &mut Option<arcane_devices::ExecutionRecord>,
+    pid: u32,
+) -> Result<(), arcane_devices::Error> {
+    let Some(record) = execution.as_mut() else {
+        return Ok(());
+    };
+    arcane_devices::check_placement(record, pid).map(|_| ())
+}

@@ -1,0 +1,264 @@
+//! Ownership records: how a later Arcane finds, and stops, an engine that an earlier
+//! Arcane started and then lost (it was killed before it could stop its child, and the
+//! parent-death signal was not armed or not delivered).
+//!
+//! # The record
+//!
+//! `<workspace>/.arcane/engines/<id>.json`, written atomically (temporary file, fsync,
+//! rename) right after the spawn and removed after the stop, both under the workspace
+//! operation lock (held only for that mutation, never for the server's life):
+//!
+//! ```json
+//! {"schemaVersion": 1, "kind": "arcane-engine-ownership", "id": "llama.cpp",
+//!  "engine": "llama.cpp", "url": "http://127.0.0.1:8080", "port": 8080,
+//!  "pid": 4242, "startTime": 123456, "exe": "/…/llama-server",
+//!  "executable": "/…/llama-server", "nonce": "9f…",
+//!  "owner": {"pid": 4200, "startTime": 123400}, "createdAt": "…"}
+//! ```
+//!
+//! # The proof
+//!
+//! A recorded process is stopped only when ALL of these hold, so a reused pid or a
+//! stranger is never signalled:
+//!
+//! 1. the pid is alive with the recorded start time (`/proc/<pid>/stat` field 22);
+//! 2. `/proc/<pid>/exe` is the recorded executable;
+//! 3. its environment (when readable) holds the recorded `ARCANE_ENGINE_NONCE`;
+//! 4. the recorded owner (the Arcane that spawned it) is gone: a live owner still
+//!    supervises its engine, which is then left alone (and may be adopted).
+//!
+//! A record whose process is gone, or fails the proof, is stale and is removed.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arcane_report::{Event, EventSink};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::process;
+use crate::Error;
+
+const KIND: &str = "arcane-engine-ownership";
+
+/// How long a record write waits for another operation's workspace lock.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The Arcane process that spawned an engine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Owner {
+    pub pid: u32,
+    pub start_time: u64,
+}
+
+/// One ownership record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Record {
+    pub schema_version: u32,
+    pub kind: String,
+    pub id: String,
+    pub engine: String,
+    pub url: String,
+    pub port: u16,
+    pub pid: u32,
+    pub start_time: u64,
+    pub exe: PathBuf,
+    pub executable: PathBuf,
+    pub nonce: String,
+    pub owner: Owner,
+    pub created_at: String,
+}
+
+/// What a record says about its process now.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Judgement {
+    /// The process is gone, or the pid now belongs to someone else: remove the record.
+    Stale(&'static str),
+    /// The spawning Arcane is still alive and supervises it: leave both alone.
+    OwnerAlive,
+    /// A proven orphan of an earlier Arcane: stop it.
+    Orphan,
+}
+
+/// The record file of server `id`.
+pub(crate) fn path(workspace: &Path, id: &str) -> PathBuf {
+    workspace
+        .join(".arcane")
+        .join("engines")
+        .join(format!("{id}.json"))
+}
+
+/// This process as an owner.
+pub(crate) fn current_owner() -> Owner {
+    let pid = std::process::id();
+    Owner {
+        pid,
+        start_time: process::process_start_time(pid).unwrap_or(0),
+    }
+}
+
+/// Reads the record of `id`; a missing or unreadable record is `None`.
+pub(crate) fn read(workspace: &Path, id: &str) -> Option<Record> {
+    let bytes = std::fs::read(path(workspace, id)).ok()?;
+    let record: Record = serde_json::from_slice(&bytes).ok()?;
+    (record.kind == KIND && record.schema_version == 1).then_some(record)
+}
+
+/// Judges a record against the live system (see the module doc for the proof).
+pub(crate) fn judge(record: &Record) -> Judgement {
+    if process::process_start_time(record.pid) != Some(record.start_time) {
+        return Judgement::Stale("process-gone");
+    }
+    if process::process_exe(record.pid).as_deref() != Some(record.exe.as_path()) {
+        return Judgement::Stale("executable-differs");
+    }
+    if process::process_environ_has(record.pid, crate::command::NONCE_VARIABLE, &record.nonce)
+        == Some(false)
+    {
+        return Judgement::Stale("nonce-differs");
+    }
+    let owner = &record.owner;
+    if owner.pid != std::process::id()
+        && process::process_start_time(owner.pid) == Some(owner.start_time)
+    {
+        return Judgement::OwnerAlive;
+    }
+    Judgement::Orphan
+}
+
+/// Writes `record` atomically (temporary name, fsync, rename, fsync of the directory).
+pub(crate) fn write(workspace: &Path, record: &Record) -> Result<(), Error> {
+    let target = path(workspace, &record.id);
+    let Some(dir) = target.parent() else {
+        return Ok(());
+    };
+    let io = |operation, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Io {
+            operation,
+            path,
+            source,
+        }
+    };
+    std::fs::create_dir_all(dir).map_err(io("create", dir))?;
+    let temporary = dir.join(format!(".{}.{}.tmp", record.id, record.nonce));
+    let result = (|| {
+        let mut file = std::fs::File::create(&temporary).map_err(io("write", &temporary))?;
+        let bytes = serde_json::to_vec_pretty(record).map_err(|e| Error::Io {
+            operation: "serialize",
+            path: temporary.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        file.write_all(&bytes)
+            .and_then(|_| file.write_all(b"\n"))
+            .and_then(|_| file.sync_all())
+            .map_err(io("write", &temporary))?;
+        std::fs::rename(&temporary, &target).map_err(io("rename", &target))?;
+        if let Ok(dir) = std::fs::File::open(dir) {
+            let _ = dir.sync_all();
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    result
+}
+
+/// Removes the record of `id` if it still carries `nonce` (never someone else's).
+pub(crate) fn remove(workspace: &Path, id: &str, nonce: &str) -> Result<(), Error> {
+    match read(workspace, id) {
+        Some(record) if record.nonce == nonce => remove_file(workspace, id),
+        _ => Ok(()),
+    }
+}
+
+/// Removes the record of `id` unconditionally (a stale or reaped record).
+pub(crate) fn remove_file(workspace: &Path, id: &str) -> Result<(), Error> {
+    let target = path(workspace, id);
+    match std::fs::remove_file(&target) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(Error::Io {
+            operation: "remove",
+            path: target,
+            source,
+        }),
+    }
+}
+
+/// A fresh random nonce (128 bits from the kernel, as hex).
+pub(crate) fn new_nonce() -> String {
+    let mut bytes = [0u8; 16];
+    let filled = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .is_ok();
+    if !filled {
+        // Fall back to time and pid: uniqueness is all that matters here.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        bytes[..16].copy_from_slice(&(now ^ ((std::process::id() as u128) << 64)).to_le_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Runs `f` while holding the workspace operation lock (`operation` names it), on a
+/// blocking thread: the lock is held only for this one mutation.
+pub(crate) async fn with_lock<T: Send + 'static>(
+    workspace: &Path,
+    engine: &str,
+    events: &Arc<dyn EventSink>,
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    let workspace = workspace.to_path_buf();
+    let engine = engine.to_string();
+    let events = events.clone();
+    tokio::task::spawn_blocking(move || {
+        let lock_error = |source| Error::Lock {
+            engine: engine.clone(),
+            source,
+        };
+        // Another operation (a model being added) may hold the lock briefly: wait for it.
+        let options = arcane_lock::AcquireOptions::new("serve")
+            .map_err(lock_error)?
+            .wait(LOCK_WAIT);
+        // Only waiting and recovery are worth telling; locked/released on every record
+        // write would drown the server's own events.
+        let filtered = |event: Event| {
+            if event.kind == "workspace.operation.waiting"
+                || event.kind == "workspace.operation.stale-recovered"
+            {
+                events.emit(event);
+            }
+        };
+        let lock = arcane_lock::WorkspaceLock::acquire(&workspace, &options, &filtered)
+            .map_err(lock_error)?;
+        let result = f();
+        let released = lock.release().map_err(lock_error);
+        let value = result?;
+        released?;
+        Ok(value)
+    })
+    .await
+    .map_err(|e| Error::Io {
+        operation: "lock",
+        path: PathBuf::new(),
+        source: std::io::Error::other(e),
+    })?
+}
+
+/// Emits the event that says a proven orphan was stopped.
+pub(crate) fn orphan_event(events: &dyn EventSink, record: &Record, step: process::StopStep) {
+    events.emit(Event::new(
+        "process.orphan.stopped",
+        json!({
+            "id": record.id, "pid": record.pid, "executable": record.executable,
+            "port": record.port, "previousOwner": record.owner.pid, "stopStep": step,
+        }),
+    ));
+}

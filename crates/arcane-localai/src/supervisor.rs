@@ -1,0 +1,1105 @@
+//! [`Supervisor`]: probe first, adopt or own, readiness, events, clean stop.
+//!
+//! # Theory of operation
+//!
+//! [`Supervisor::start`] validates the configuration, publishes `starting`, stops a
+//! proven orphan of an earlier Arcane (see `records`), and runs ONE probe:
+//!
+//! * healthy (or loading) external server → [`Server::Adopted`] (never signalled), unless
+//!   a managed selection is required (`LOCAL_AI_EXTERNAL_SELECTION_UNSUPPORTED`);
+//! * any other answer → fail, spawn nothing;
+//! * refused on a loopback host → resolve the device plan, check the port is free,
+//!   spawn the executable (process module), write the ownership record, and wait for
+//!   readiness: the listening line triggers an immediate probe, and the readiness path
+//!   is polled with a short backoff (10 ms doubling to 250 ms). A startup timeout and a
+//!   load-stall timeout end a hung start; an early exit fails at once with its status
+//!   and last lines. Cancellation stops the child and fails with `ARCANE_CANCELLED`.
+//!
+//! An owned server is then watched by one monitor task that owns the child: it sees a
+//! crash at once (`error`, restart with backoff under [`RestartPolicy::OnFailure`]),
+//! and performs [`OwnedServer::stop`] (SIGTERM to the group, grace, SIGKILL). Dropping
+//! every [`OwnedServer`] handle stops the engine; dropping the monitor (runtime shut
+//! down) kills it.
+//!
+//! The exit hook given to [`Supervisor::start_with_exit_hook`] runs exactly once: after
+//! the owned process settles for good, or right after startup when nothing was spawned.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arcane_report::{error_json, CancelToken, Event, EventSink};
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::command::{engine_command, EngineCommand};
+use crate::config::{Engine, EngineConfig, RestartPolicy, Validated};
+use crate::endpoint::Endpoint;
+use crate::execution::{self, SharedDeviceSource};
+use crate::probe::{self, decide, Decision, ProbeOutcome};
+use crate::process::{self, Child, ExitInfo, SpawnSpec, StopStep};
+use crate::records::{self, Judgement, Record};
+use crate::state::{ServerSnapshot, ServerState};
+use crate::Error;
+
+/// How many output lines are kept for error details.
+const LAST_LINES: usize = 20;
+/// The first readiness poll delay; it doubles up to [`POLL_MAX`].
+const POLL_FIRST: Duration = Duration::from_millis(10);
+const POLL_MAX: Duration = Duration::from_millis(250);
+
+/// Runs exactly once with the final snapshot.
+pub type ExitHook = Box<dyn FnOnce(&ServerSnapshot) + Send>;
+
+/// Starts servers for one workspace, publishing events to one sink.
+#[derive(Clone)]
+pub struct Supervisor {
+    workspace: PathBuf,
+    events: Arc<dyn EventSink>,
+    devices: SharedDeviceSource,
+}
+
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("workspace", &self.workspace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Supervisor {
+    /// A supervisor for `workspace` (ownership records live in its `.arcane/engines/`)
+    /// that probes this machine's devices.
+    pub fn new(workspace: impl Into<PathBuf>, events: Arc<dyn EventSink>) -> Self {
+        Self {
+            workspace: workspace.into(),
+            events,
+            devices: Arc::new(arcane_devices::LiveProbe),
+        }
+    }
+
+    /// Uses `source` instead of the live machine for device resolution (fixtures).
+    pub fn with_device_source(mut self, source: SharedDeviceSource) -> Self {
+        self.devices = source;
+        self
+    }
+
+    /// Probes, then adopts or starts the server `config` describes, and returns once it
+    /// is ready. See the module documentation for every path.
+    pub async fn start(&self, config: EngineConfig, cancel: CancelToken) -> Result<Server, Error> {
+        self.start_with_exit_hook(config, cancel, None).await
+    }
+
+    /// [`start`](Self::start), running `hook` exactly once when the server is down
+    /// for good (owned), or right after startup settles (adopted or failed).
+    pub async fn start_with_exit_hook(
+        &self,
+        config: EngineConfig,
+        cancel: CancelToken,
+        hook: Option<ExitHook>,
+    ) -> Result<Server, Error> {
+        let validated = config.validate(&self.workspace)?;
+        let publisher = Arc::new(Publisher::new(
+            self.events.clone(),
+            ServerSnapshot::new(&config.id, config.engine.id(), &validated.endpoint.origin()),
+        ));
+        let hook = Arc::new(Mutex::new(hook));
+        publisher.publish(ServerState::Starting, |_| {});
+        let context = Context {
+            workspace: self.workspace.clone(),
+            events: self.events.clone(),
+            devices: self.devices.clone(),
+            config,
+            validated,
+            publisher: publisher.clone(),
+            hook: hook.clone(),
+        };
+        match context.start(&cancel).await {
+            Ok(server) => Ok(server),
+            Err(error) => {
+                if error.is_cancelled() {
+                    publisher.publish(ServerState::Stopped, |_| {});
+                } else {
+                    let record = error_json(&error);
+                    publisher.publish(ServerState::Error, |s| s.error = Some(record));
+                }
+                run_hook(&hook, &publisher.snapshot());
+                Err(error)
+            }
+        }
+    }
+}
+
+/// A ready server: owned (Arcane started it and will stop it) or adopted (it was
+/// already running; Arcane never signals it).
+#[derive(Debug)]
+pub enum Server {
+    /// Arcane spawned it.
+    Owned(OwnedServer),
+    /// It was already running.
+    Adopted(AdoptedServer),
+}
+
+impl Server {
+    /// The current snapshot.
+    pub fn snapshot(&self) -> ServerSnapshot {
+        match self {
+            Server::Owned(s) => s.snapshot(),
+            Server::Adopted(s) => s.snapshot(),
+        }
+    }
+
+    /// A receiver that sees every state change.
+    pub fn subscribe(&self) -> watch::Receiver<ServerSnapshot> {
+        match self {
+            Server::Owned(s) => s.subscribe(),
+            Server::Adopted(s) => s.subscribe(),
+        }
+    }
+
+    /// The listener url (origin).
+    pub fn url(&self) -> String {
+        self.snapshot().url
+    }
+
+    /// Whether Arcane spawned (and will stop) the server.
+    pub fn is_owned(&self) -> bool {
+        matches!(self, Server::Owned(_))
+    }
+
+    /// Stops an owned server, or releases an adopted one (left running).
+    pub async fn close(self) -> StopReport {
+        match self {
+            Server::Owned(s) => s.stop().await,
+            Server::Adopted(s) => s.release(),
+        }
+    }
+}
+
+/// How a stop ended.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StopReport {
+    /// Which step ended the process (`released` for an adopted server).
+    pub step: StopStep,
+    /// How the process ended, when Arcane owned it.
+    pub exit: Option<ExitInfo>,
+    /// The final snapshot.
+    pub snapshot: ServerSnapshot,
+}
+
+/// A server Arcane did not start. It has no stop or signal method: Arcane never
+/// signals a process it did not spawn.
+#[derive(Debug)]
+pub struct AdoptedServer {
+    publisher: Arc<Publisher>,
+}
+
+impl AdoptedServer {
+    /// The current snapshot.
+    pub fn snapshot(&self) -> ServerSnapshot {
+        self.publisher.snapshot()
+    }
+
+    /// A receiver that sees every state change.
+    pub fn subscribe(&self) -> watch::Receiver<ServerSnapshot> {
+        self.publisher.subscribe()
+    }
+
+    /// Stops observing the server, which keeps running; publishes `stopped` with
+    /// `stopStep: released`.
+    pub fn release(self) -> StopReport {
+        self.publisher.publish(ServerState::Stopped, |s| {
+            s.stop_step = Some(StopStep::Released);
+        });
+        StopReport {
+            step: StopStep::Released,
+            exit: None,
+            snapshot: self.publisher.snapshot(),
+        }
+    }
+}
+
+/// A server Arcane spawned and owns. Stop it with [`stop`](Self::stop); dropping the
+/// last handle stops it too.
+#[derive(Debug)]
+#[must_use = "dropping an OwnedServer stops the engine"]
+pub struct OwnedServer {
+    publisher: Arc<Publisher>,
+    stop: watch::Sender<bool>,
+    done: watch::Receiver<Option<StopReport>>,
+}
+
+impl OwnedServer {
+    /// The current snapshot.
+    pub fn snapshot(&self) -> ServerSnapshot {
+        self.publisher.snapshot()
+    }
+
+    /// A receiver that sees every state change (starting, loading, ready, error, stopped).
+    pub fn subscribe(&self) -> watch::Receiver<ServerSnapshot> {
+        self.publisher.subscribe()
+    }
+
+    /// The engine's current process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.publisher.snapshot().pid
+    }
+
+    /// Stops the engine: SIGTERM to its process group, the configured grace, then
+    /// SIGKILL; waits until it is reaped and publishes `stopped` saying which step ended
+    /// it. Idempotent: later calls return the same report.
+    pub async fn stop(&self) -> StopReport {
+        let _ = self.stop.send(true);
+        self.wait().await
+    }
+
+    /// Waits until the server is down for good: stopped, or crashed with no restart left.
+    pub async fn wait(&self) -> StopReport {
+        let mut done = self.done.clone();
+        loop {
+            if let Some(report) = done.borrow_and_update().clone() {
+                return report;
+            }
+            if done.changed().await.is_err() {
+                let snapshot = self.publisher.snapshot();
+                return done.borrow().clone().unwrap_or(StopReport {
+                    step: StopStep::AlreadyExited,
+                    exit: snapshot.exit,
+                    snapshot,
+                });
+            }
+        }
+    }
+}
+
+/// Publishes state changes: updates the watched snapshot and emits
+/// `local-ai.server.<state>` with the snapshot as data.
+struct Publisher {
+    events: Arc<dyn EventSink>,
+    snapshot: watch::Sender<ServerSnapshot>,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("snapshot", &*self.snapshot.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Publisher {
+    fn new(events: Arc<dyn EventSink>, initial: ServerSnapshot) -> Self {
+        Self {
+            events,
+            snapshot: watch::Sender::new(initial),
+        }
+    }
+
+    fn snapshot(&self) -> ServerSnapshot {
+        self.snapshot.borrow().clone()
+    }
+
+    fn subscribe(&self) -> watch::Receiver<ServerSnapshot> {
+        self.snapshot.subscribe()
+    }
+
+    /// Changes fields without a state change (no event).
+    fn update(&self, change: impl FnOnce(&mut ServerSnapshot)) {
+        self.snapshot.send_modify(change);
+    }
+
+    fn publish(&self, state: ServerState, change: impl FnOnce(&mut ServerSnapshot)) {
+        let mut published = None;
+        self.snapshot.send_modify(|s| {
+            if state != ServerState::Error {
+                s.error = None;
+            }
+            if state != ServerState::Stopped {
+                s.stop_step = None;
+            }
+            change(s);
+            s.state = state;
+            s.available = state.is_ready();
+            published = Some(s.clone());
+        });
+        if let Some(snapshot) = published {
+            let data = serde_json::to_value(&snapshot).unwrap_or(Value::Null);
+            self.events.emit(Event::new(state.event_type(), data));
+        }
+    }
+
+    fn emit(&self, kind: &str, data: Value) {
+        self.events.emit(Event::new(kind, data));
+    }
+}
+
+fn run_hook(hook: &Mutex<Option<ExitHook>>, snapshot: &ServerSnapshot) {
+    let taken = hook.lock().ok().and_then(|mut h| h.take());
+    if let Some(hook) = taken {
+        hook(snapshot);
+    }
+}
+
+/// Resolves when `cancel` fires (polled: the token is a blocking primitive).
+async fn cancelled(cancel: &CancelToken) {
+    while !cancel.is_cancelled() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Everything one start needs; moved into the monitor for restarts.
+struct Context {
+    workspace: PathBuf,
+    events: Arc<dyn EventSink>,
+    devices: SharedDeviceSource,
+    config: EngineConfig,
+    validated: Validated,
+    publisher: Arc<Publisher>,
+    hook: Arc<Mutex<Option<ExitHook>>>,
+}
+
+/// An owned child with the bookkeeping readiness and stops need.
+struct Running {
+    child: Child,
+    nonce: String,
+    last_lines: VecDeque<String>,
+    /// Whether the output pipes are still open (a closed channel is always ready).
+    output_open: bool,
+}
+
+impl Running {
+    fn last_lines(&self) -> Vec<String> {
+        self.last_lines.iter().cloned().collect()
+    }
+
+    fn push_line(&mut self, publisher: &Publisher, line: process::OutputLine) {
+        publisher.emit(
+            &format!("process.{}", line.stream.name()),
+            json!({"pid": self.child.pid, "line": line.line}),
+        );
+        if self.last_lines.len() == LAST_LINES {
+            self.last_lines.pop_front();
+        }
+        self.last_lines.push_back(line.line);
+    }
+
+    /// Moves every line already read into the ring (after an exit).
+    async fn drain(&mut self, publisher: &Publisher) {
+        // The reader threads finish once the pipes close; give them a moment.
+        let deadline = Instant::now() + Duration::from_millis(200);
+        while let Ok(Some(line)) = tokio::time::timeout_at(deadline, self.child.lines.recv()).await
+        {
+            self.push_line(publisher, line);
+        }
+    }
+}
+
+impl Context {
+    fn engine(&self) -> Engine {
+        self.config.engine
+    }
+
+    fn endpoint(&self) -> &Endpoint {
+        &self.validated.endpoint
+    }
+
+    async fn start(self, cancel: &CancelToken) -> Result<Server, Error> {
+        if cancel.is_cancelled() {
+            return Err(self.cancelled_error());
+        }
+        self.reap_orphan().await?;
+        let outcome = tokio::select! {
+            outcome = probe::probe(self.engine(), self.endpoint(), self.config.probe_timeout) => outcome,
+            _ = cancelled(cancel) => return Err(self.cancelled_error()),
+        };
+        let answered = !matches!(outcome, ProbeOutcome::Refused);
+        let reported = match &outcome {
+            ProbeOutcome::Ready { version } => version.clone(),
+            _ => None,
+        };
+        if answered {
+            self.publisher.update(|s| s.external = true);
+        }
+        match decide(
+            self.engine(),
+            self.endpoint(),
+            outcome,
+            self.validated.selection.as_deref(),
+        ) {
+            Decision::Adopt => self.adopt(false, reported, cancel).await,
+            Decision::AdoptLoading => self.adopt(true, None, cancel).await,
+            Decision::Spawn => self.launch(cancel).await,
+            Decision::Fail(error) => Err(error),
+        }
+    }
+
+    fn cancelled_error(&self) -> Error {
+        Error::Cancelled {
+            engine: self.engine().id().into(),
+        }
+    }
+
+    /// Adopts an external server: waits for it if it is loading, checks the version,
+    /// publishes `ready`, and runs the exit hook (nothing was spawned).
+    async fn adopt(
+        self,
+        loading: bool,
+        reported: Option<String>,
+        cancel: &CancelToken,
+    ) -> Result<Server, Error> {
+        let mut version = reported;
+        if loading {
+            self.publisher.publish(ServerState::Loading, |_| {});
+            version = self.wait_external(cancel).await?;
+        }
+        let version = self.check_version(version, None).await?;
+        self.publisher
+            .publish(ServerState::Ready, |s| s.version = version);
+        run_hook(&self.hook, &self.publisher.snapshot());
+        Ok(Server::Adopted(AdoptedServer {
+            publisher: self.publisher,
+        }))
+    }
+
+    /// Polls a loading external server until it is ready (or the startup timeout).
+    async fn wait_external(&self, cancel: &CancelToken) -> Result<Option<String>, Error> {
+        let deadline = Instant::now() + self.config.startup_timeout;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(POLL_MAX) => {}
+                _ = cancelled(cancel) => return Err(self.cancelled_error()),
+            }
+            match probe::probe(self.engine(), self.endpoint(), self.config.probe_timeout).await {
+                ProbeOutcome::Ready { version } => return Ok(version),
+                ProbeOutcome::Loading if Instant::now() < deadline => {}
+                ProbeOutcome::Loading => {
+                    return Err(Error::StartupTimeout {
+                        engine: self.engine().id().into(),
+                        timeout: self.config.startup_timeout,
+                        last_lines: Vec::new(),
+                    })
+                }
+                other => {
+                    return match decide(self.engine(), self.endpoint(), other, None) {
+                        Decision::Fail(error) => Err(error),
+                        _ => Err(Error::NotLoopback {
+                            url: self.endpoint().origin(),
+                        }),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Checks the requested version against what the server reports (Ollama's
+    /// `/api/version`; llama.cpp's `/props` `build_info`, else the registry's record
+    /// of the executable). Returns the observed version.
+    async fn check_version(
+        &self,
+        reported: Option<String>,
+        runtime: Option<&str>,
+    ) -> Result<Option<String>, Error> {
+        let observed = match (self.engine(), reported) {
+            (_, Some(version)) => Some(version),
+            (Engine::LlamaCpp, None) => llama_build(self.endpoint(), self.config.probe_timeout)
+                .await
+                .or_else(|| runtime.map(str::to_string)),
+            (Engine::Ollama, None) => None,
+        };
+        let Some(requested) = self.config.version.as_deref().filter(|v| *v != "latest") else {
+            return Ok(observed);
+        };
+        let matches = observed
+            .as_deref()
+            .is_some_and(|o| normalize_version(o) == normalize_version(requested));
+        if matches {
+            Ok(observed)
+        } else {
+            Err(Error::VersionMismatch {
+                engine: self.engine().id().into(),
+                url: self.endpoint().origin(),
+                requested: requested.into(),
+                observed,
+            })
+        }
+    }
+
+    /// Stops a proven orphan of an earlier Arcane, removes stale records.
+    async fn reap_orphan(&self) -> Result<(), Error> {
+        let Some(record) = records::read(&self.workspace, &self.config.id) else {
+            return Ok(());
+        };
+        match records::judge(&record) {
+            Judgement::OwnerAlive => Ok(()),
+            Judgement::Stale(_) => {
+                let (workspace, id, nonce) = (
+                    self.workspace.clone(),
+                    record.id.clone(),
+                    record.nonce.clone(),
+                );
+                records::with_lock(
+                    &self.workspace,
+                    self.engine().id(),
+                    &self.events,
+                    move || records::remove(&workspace, &id, &nonce),
+                )
+                .await
+            }
+            Judgement::Orphan => {
+                let step =
+                    process::stop_orphan(record.pid, record.start_time, self.config.stop_grace)
+                        .await;
+                records::orphan_event(&*self.events, &record, step);
+                let (workspace, id, nonce) = (
+                    self.workspace.clone(),
+                    record.id.clone(),
+                    record.nonce.clone(),
+                );
+                records::with_lock(
+                    &self.workspace,
+                    self.engine().id(),
+                    &self.events,
+                    move || records::remove(&workspace, &id, &nonce),
+                )
+                .await
+            }
+        }
+    }
+
+    /// Starts the configured executable and waits until it is ready.
+    async fn launch(self, cancel: &CancelToken) -> Result<Server, Error> {
+        let Some(executable) = self.config.executable.clone() else {
+            return Err(Error::ExecutableMissing {
+                engine: self.engine().id().into(),
+                url: self.endpoint().origin(),
+            });
+        };
+        self.publisher.update(|s| s.managed = true);
+        if let Some(dir) = &self.validated.models_dir {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+                operation: "create",
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        let resolved = tokio::select! {
+            resolved = execution::resolve(&self.config, &self.devices) => resolved?,
+            _ = cancelled(cancel) => return Err(self.cancelled_error()),
+        };
+        let record = resolved.execution;
+        port_is_free(self.endpoint())?;
+        let execution_json = execution::to_json(&record);
+        let mut running = self
+            .spawn(&executable, &resolved.launch, execution_json)
+            .await?;
+        let abort = cancelled(cancel);
+        let ready = self.wait_ready(&mut running, abort).await;
+        let version = match ready {
+            Ok(version) => version,
+            Err(error) => return Err(self.fail_start(running, error).await),
+        };
+        let version = match self
+            .check_version(version, self.config.runtime_version.as_deref())
+            .await
+        {
+            Ok(version) => version,
+            Err(error) => return Err(self.fail_start(running, error).await),
+        };
+        let pid = running.child.pid;
+        let unchecked = record.clone();
+        let placed = tokio::task::spawn_blocking(move || {
+            let mut record = record;
+            let result = execution::check_placement(&mut record, pid);
+            (record, result)
+        })
+        .await;
+        let (record, placement) = placed.unwrap_or((unchecked, Ok(())));
+        if let Err(source) = placement {
+            let error = Error::Execution {
+                engine: self.engine().id().into(),
+                source,
+            };
+            return Err(self.fail_start(running, error).await);
+        }
+        let execution_json = execution::to_json(&record);
+        self.publisher.publish(ServerState::Ready, |s| {
+            s.version = version;
+            s.execution = execution_json;
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let (done_tx, done) = watch::channel(None);
+        let publisher = self.publisher.clone();
+        let monitor = Monitor {
+            context: self,
+            executable,
+            launch: resolved.launch,
+            stop: stop_rx,
+            done: done_tx,
+            restarts: 0,
+        };
+        tokio::spawn(monitor.run(running));
+        Ok(Server::Owned(OwnedServer {
+            publisher,
+            stop,
+            done,
+        }))
+    }
+
+    /// Spawns the engine, publishes `starting` (owned), writes the ownership record.
+    async fn spawn(
+        &self,
+        executable: &Path,
+        launch: &crate::command::DeviceLaunch,
+        execution: Option<Value>,
+    ) -> Result<Running, Error> {
+        let nonce = records::new_nonce();
+        let EngineCommand {
+            program,
+            args,
+            env,
+            env_remove,
+        } = engine_command(&self.config, &self.validated, executable, launch, &nonce);
+        self.publisher.publish(ServerState::Starting, |s| {
+            s.owned = true;
+            s.managed = true;
+            s.execution = execution;
+            s.exit = None;
+            s.pid = None;
+        });
+        let cwd = process::working_directory(&program);
+        self.publisher.emit(
+            "process.starting",
+            json!({"command": program, "args": args, "cwd": cwd}),
+        );
+        let child = process::spawn(SpawnSpec {
+            program: program.clone(),
+            args,
+            env,
+            env_remove,
+            cwd,
+            parent_death_signal: self.config.parent_death_signal,
+        })
+        .await
+        .map_err(|source| Error::Spawn {
+            executable: program.clone(),
+            source,
+        })?;
+        let pid = child.pid;
+        self.publisher.update(|s| s.pid = Some(pid));
+        let running = Running {
+            child,
+            nonce: nonce.clone(),
+            last_lines: VecDeque::new(),
+            output_open: true,
+        };
+        let record = Record {
+            schema_version: 1,
+            kind: "arcane-engine-ownership".into(),
+            id: self.config.id.clone(),
+            engine: self.engine().id().into(),
+            url: self.endpoint().origin(),
+            port: self.endpoint().port(),
+            pid,
+            start_time: running.child.start_time.unwrap_or(0),
+            exe: running.child.exe.clone().unwrap_or_else(|| program.clone()),
+            executable: program,
+            nonce,
+            owner: records::current_owner(),
+            created_at: arcane_report::time::now_rfc3339(),
+        };
+        let workspace = self.workspace.clone();
+        let written = records::with_lock(
+            &self.workspace,
+            self.engine().id(),
+            &self.events,
+            move || records::write(&workspace, &record),
+        )
+        .await;
+        if let Err(error) = written {
+            return Err(self.fail_start(running, error).await);
+        }
+        Ok(running)
+    }
+
+    /// Stops a child whose start failed, removes its record, and returns `error`.
+    async fn fail_start(&self, mut running: Running, error: Error) -> Error {
+        let (step, exit) = self.terminate(&mut running).await;
+        let _ = step;
+        self.publisher.update(|s| {
+            s.exit = Some(exit);
+            s.pid = None;
+        });
+        self.remove_record(&running.nonce).await;
+        error
+    }
+
+    async fn terminate(&self, running: &mut Running) -> (StopStep, ExitInfo) {
+        let pid = running.child.pid;
+        if running.child.exit_status().is_none() {
+            self.publisher
+                .emit("process.cancellation.requested", json!({"pid": pid}));
+        }
+        let publisher = self.publisher.clone();
+        let (step, exit) = running
+            .child
+            .terminate(self.config.stop_grace, move || {
+                publisher.emit(
+                    "process.cancellation.escalated",
+                    json!({"pid": pid, "signal": "SIGKILL"}),
+                );
+            })
+            .await;
+        self.publisher.emit(
+            "process.exited",
+            json!({"pid": pid, "code": exit.code, "signal": exit.signal, "stopStep": step}),
+        );
+        (step, exit)
+    }
+
+    async fn remove_record(&self, nonce: &str) {
+        let (workspace, id, nonce) = (
+            self.workspace.clone(),
+            self.config.id.clone(),
+            nonce.to_string(),
+        );
+        // A record left behind is judged stale (or an orphan) by the next start.
+        let _ = records::with_lock(
+            &self.workspace,
+            self.engine().id(),
+            &self.events,
+            move || records::remove(&workspace, &id, &nonce),
+        )
+        .await;
+    }
+
+    /// Waits until the owned engine answers ready; see the module doc.
+    async fn wait_ready(
+        &self,
+        running: &mut Running,
+        abort: impl Future<Output = ()>,
+    ) -> Result<Option<String>, Error> {
+        let engine = self.engine().id().to_string();
+        let started = Instant::now();
+        let deadline = started + self.config.startup_timeout;
+        let mut last_progress = started;
+        let mut delay = POLL_FIRST;
+        let mut next_probe = started + POLL_FIRST;
+        let mut loading = false;
+        tokio::pin!(abort);
+        loop {
+            let stall_deadline = if loading {
+                last_progress + self.config.stall_timeout
+            } else {
+                deadline
+            };
+            let wake = next_probe.min(deadline).min(stall_deadline);
+            tokio::select! {
+                biased;
+                _ = &mut abort => return Err(self.cancelled_error()),
+                exit = running.child.exit.exited() => {
+                    running.drain(&self.publisher).await;
+                    return Err(exit_error(&engine, self.endpoint(), exit, running.last_lines()));
+                }
+                line = running.child.lines.recv(), if running.output_open => {
+                    if let Some(line) = line {
+                        let announces = line.line.to_ascii_lowercase().contains("listening on");
+                        running.push_line(&self.publisher, line);
+                        last_progress = Instant::now();
+                        if announces {
+                            next_probe = Instant::now();
+                        }
+                    } else {
+                        running.output_open = false;
+                    }
+                }
+                _ = tokio::time::sleep_until(wake) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(Error::StartupTimeout {
+                            engine, timeout: self.config.startup_timeout, last_lines: running.last_lines(),
+                        });
+                    }
+                    if loading && now >= stall_deadline {
+                        return Err(Error::Stalled {
+                            engine, stall: self.config.stall_timeout, last_lines: running.last_lines(),
+                        });
+                    }
+                    if now < next_probe {
+                        continue;
+                    }
+                    match probe::probe(self.engine(), self.endpoint(), self.config.probe_timeout).await {
+                        ProbeOutcome::Ready { version } => return Ok(version),
+                        ProbeOutcome::Loading => {
+                            if !loading {
+                                loading = true;
+                                last_progress = Instant::now();
+                                self.publisher.publish(ServerState::Loading, |_| {});
+                            }
+                        }
+                        ProbeOutcome::Answered { status, body } => {
+                            return Err(Error::NotReady {
+                                engine, url: self.endpoint().origin(), status, body,
+                                last_lines: running.last_lines(),
+                            });
+                        }
+                        ProbeOutcome::Refused | ProbeOutcome::NoHttp(_) | ProbeOutcome::Unreachable(_) => {}
+                    }
+                    delay = (delay * 2).min(POLL_MAX);
+                    next_probe = Instant::now() + delay;
+                }
+            }
+        }
+    }
+}
+
+/// The error for an engine that exited before it was ready: a port conflict when its
+/// output says so, else its exit status.
+fn exit_error(engine: &str, endpoint: &Endpoint, exit: ExitInfo, last_lines: Vec<String>) -> Error {
+    let port_taken = last_lines.iter().any(|line| {
+        let line = line.to_ascii_lowercase();
+        line.contains("address already in use")
+            || line.contains("couldn't bind")
+            || line.contains("could not bind")
+    });
+    if port_taken {
+        return Error::PortInUse {
+            port: endpoint.port(),
+            url: endpoint.origin(),
+            evidence: "engine-output".into(),
+            last_lines,
+        };
+    }
+    Error::ExitedEarly {
+        engine: engine.into(),
+        status: exit.describe(),
+        code: exit.code,
+        signal: exit.signal,
+        last_lines,
+    }
+}
+
+/// Refuses to spawn when another process holds the port without listening on it (a
+/// listener would have answered the probe). Binding with the default options detects a
+/// socket bound by anyone else.
+fn port_is_free(endpoint: &Endpoint) -> Result<(), Error> {
+    let host = if endpoint.host() == "localhost" {
+        "127.0.0.1"
+    } else {
+        endpoint.host()
+    };
+    match std::net::TcpListener::bind((host, endpoint.port())) {
+        Ok(listener) => {
+            drop(listener);
+            Ok(())
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::AddrInUse => Err(Error::PortInUse {
+            port: endpoint.port(),
+            url: endpoint.origin(),
+            evidence: "bind".into(),
+            last_lines: Vec::new(),
+        }),
+        // Other failures (no IPv6, permissions) are left to the engine to report.
+        Err(_) => Ok(()),
+    }
+}
+
+/// llama.cpp's build (`b6000` from `/props` `build_info` `b6000-abc123`), if it says.
+async fn llama_build(endpoint: &Endpoint, timeout: Duration) -> Option<String> {
+    let answer = crate::http::get(endpoint, "/props", timeout).await.ok()?;
+    if !(200..300).contains(&answer.status) {
+        return None;
+    }
+    let props: Value = serde_json::from_slice(&answer.body).ok()?;
+    let build = props.get("build_info")?.as_str()?;
+    Some(build.split('-').next().unwrap_or(build).to_string())
+}
+
+/// Compares versions loosely: case, a leading `v` (Ollama) or `b` (llama.cpp build),
+/// and anything after the first `-`, space or `(` are ignored.
+pub(crate) fn normalize_version(version: &str) -> String {
+    let lower = version.trim().to_ascii_lowercase();
+    let lower = lower
+        .strip_prefix("version:")
+        .map(str::trim)
+        .unwrap_or(&lower);
+    let mut text = lower.strip_prefix('v').unwrap_or(lower);
+    if let Some(rest) = text.strip_prefix('b') {
+        if rest.starts_with(|c: char| c.is_ascii_digit()) {
+            text = rest;
+        }
+    }
+    text.split(['-', ' ', '('])
+        .next()
+        .unwrap_or(text)
+        .to_string()
+}
+
+/// The task that owns a ready child: output, crashes, restarts, stops.
+struct Monitor {
+    context: Context,
+    executable: PathBuf,
+    launch: crate::command::DeviceLaunch,
+    stop: watch::Receiver<bool>,
+    done: watch::Sender<Option<StopReport>>,
+    restarts: u32,
+}
+
+impl Monitor {
+    async fn run(mut self, mut running: Running) {
+        let publisher = self.context.publisher.clone();
+        loop {
+            let mut stop = self.stop.clone();
+            let stop_requested = async move {
+                let _ = stop.wait_for(|requested| *requested).await;
+            };
+            tokio::select! {
+                biased;
+                _ = stop_requested => {
+                    let (step, exit) = self.context.terminate(&mut running).await;
+                    self.context.remove_record(&running.nonce).await;
+                    publisher.publish(ServerState::Stopped, |s| {
+                        s.stop_step = Some(step);
+                        s.exit = Some(exit);
+                        s.pid = None;
+                    });
+                    self.finish(step, Some(exit));
+                    return;
+                }
+                line = running.child.lines.recv(), if running.output_open => {
+                    match line {
+                        Some(line) => running.push_line(&publisher, line),
+                        // Both pipes closed; the exit branch will follow.
+                        None => running.output_open = false,
+                    }
+                }
+                exit = running.child.exit.exited() => {
+                    running.drain(&publisher).await;
+                    let error = Error::ExitedEarly {
+                        engine: self.context.engine().id().into(),
+                        status: exit.describe(),
+                        code: exit.code,
+                        signal: exit.signal,
+                        last_lines: running.last_lines(),
+                    };
+                    let message = format!("`{}` stopped unexpectedly ({})", self.context.engine(), exit.describe());
+                    let mut record = error_json(&error);
+                    record["message"] = Value::String(message);
+                    publisher.publish(ServerState::Error, |s| {
+                        s.error = Some(record);
+                        s.exit = Some(exit);
+                        s.pid = None;
+                    });
+                    self.context.remove_record(&running.nonce).await;
+                    match self.restart().await {
+                        Some(next) => running = next,
+                        None => {
+                            if *self.stop.borrow() {
+                                publisher.publish(ServerState::Stopped, |s| {
+                                    s.stop_step = Some(StopStep::AlreadyExited);
+                                });
+                            }
+                            self.finish(StopStep::AlreadyExited, Some(exit));
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Restarts after a crash when the policy allows; `None` when staying down.
+    async fn restart(&mut self) -> Option<Running> {
+        let RestartPolicy::OnFailure {
+            max_restarts,
+            backoff,
+        } = self.context.config.restart
+        else {
+            return None;
+        };
+        loop {
+            if self.restarts >= max_restarts || *self.stop.borrow() {
+                return None;
+            }
+            let delay = backoff
+                .saturating_mul(1u32 << self.restarts.min(10))
+                .min(Duration::from_secs(30));
+            self.restarts += 1;
+            let mut stop = self.stop.clone();
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = stop.wait_for(|r| *r) => return None,
+            }
+            let restarts = self.restarts;
+            self.context.publisher.update(|s| s.restarts = restarts);
+            let execution = self.context.publisher.snapshot().execution;
+            let mut running = match self
+                .context
+                .spawn(&self.executable, &self.launch, execution)
+                .await
+            {
+                Ok(running) => running,
+                Err(error) => {
+                    self.publish_error(&error);
+                    continue;
+                }
+            };
+            let mut stop = self.stop.clone();
+            let abort = async move {
+                let _ = stop.wait_for(|r| *r).await;
+            };
+            match self.context.wait_ready(&mut running, abort).await {
+                Ok(version) => {
+                    self.context.publisher.publish(ServerState::Ready, |s| {
+                        if version.is_some() {
+                            s.version = version;
+                        }
+                    });
+                    return Some(running);
+                }
+                Err(error) => {
+                    let error = self.context.fail_start(running, error).await;
+                    if error.is_cancelled() {
+                        return None;
+                    }
+                    self.publish_error(&error);
+                }
+            }
+        }
+    }
+
+    fn publish_error(&self, error: &Error) {
+        let record = error_json(error);
+        self.context
+            .publisher
+            .publish(ServerState::Error, |s| s.error = Some(record));
+    }
+
+    fn finish(&self, step: StopStep, exit: Option<ExitInfo>) {
+        let snapshot = self.context.publisher.snapshot();
+        let report = StopReport {
+            step,
+            exit,
+            snapshot: snapshot.clone(),
+        };
+        let _ = self.done.send(Some(report));
+        run_hook(&self.context.hook, &snapshot);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_compare_loosely() {
+        assert_eq!(normalize_version("v0.5.1"), normalize_version("0.5.1"));
+        assert_eq!(normalize_version("b6000"), normalize_version("6000"));
+        assert_eq!(normalize_version("b6000-abc123"), "6000");
+        assert_eq!(normalize_version("version: 6000 (abc123)"), "6000");
+        assert_ne!(normalize_version("0.5.2"), normalize_version("0.5.1"));
+    }
+}

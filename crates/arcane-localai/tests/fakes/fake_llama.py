@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""A fault-injecting stand-in for llama.cpp's `llama-server`, Python standard library only.
+
+It speaks the parts of llama-server's protocol the supervisor relies on:
+
+* command line: `--host H --port P` (other llama-server flags are accepted and ignored),
+  `--version` prints a llama-style version line;
+* it binds like llama-server, and when the port is taken prints
+  `couldn't bind HTTP server socket, hostname: H, port: P` and exits 1;
+* it announces `main: server is listening on http://H:P - starting the main loop`
+  on stderr, as current llama-server builds do;
+* `GET /health`: `200 {"status":"ok"}` when ready; while loading, `503` with the new
+  body `{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`
+  (or the old `{"status":"loading model"}` shape);
+* `GET /props` (`build_info`), `GET /v1/models`, `POST /v1/chat/completions`.
+
+Faults, chosen with `--fake-mode MODE` (repeatable):
+
+* `loading=SECONDS` / `loading-old=SECONDS`: answer 503 (new / old shape) for a while;
+* `loading-forever`: answer 503 forever, printing nothing (a stalled load);
+* `http500`: `/health` answers HTTP 500;
+* `exit-early=CODE`: print an error on stderr and exit with CODE before binding;
+* `never-ready`: never bind, never print;
+* `ignore-term`: ignore SIGTERM (only SIGKILL ends it);
+* `crash-after=SECONDS`: exit with code 7 that long after becoming ready;
+  with `--fake-state FILE`, only when FILE does not exist yet (it is then created);
+* `silent`: do not print the listening line (readiness must come from polling).
+"""
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+BUILD = 4242
+
+
+def parse(argv):
+    options = {"host": "127.0.0.1", "port": 8080, "modes": [], "state": None, "alias": None}
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        value = argv[index + 1] if index + 1 < len(argv) else None
+        if arg == "--version":
+            print(f"version: {BUILD} (fake)", file=sys.stderr)
+            print("built with fake python for testing", file=sys.stderr)
+            sys.exit(0)
+        if arg == "--host":
+            options["host"] = value
+            index += 1
+        elif arg == "--port":
+            options["port"] = int(value)
+            index += 1
+        elif arg == "--fake-mode":
+            options["modes"].append(value)
+            index += 1
+        elif arg == "--fake-state":
+            options["state"] = value
+            index += 1
+        elif arg in ("--alias", "-a"):
+            options["alias"] = value
+            index += 1
+        index += 1
+    modes = {}
+    for mode in options["modes"]:
+        name, _, argument = mode.partition("=")
+        modes[name] = argument
+    options["modes"] = modes
+    return options
+
+
+def main():
+    options = parse(sys.argv[1:])
+    modes = options["modes"]
+    log = lambda text: (print(text, file=sys.stderr, flush=True))
+    log("build: %d (fake) with python" % BUILD)
+    log("system info: n_threads = 2 | fake")
+    if "ignore-term" in modes:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if "exit-early" in modes:
+        log("error: failed to load model (fake early exit)")
+        sys.exit(int(modes["exit-early"] or 1))
+    if "never-ready" in modes:
+        while True:
+            time.sleep(3600)
+
+    started = time.monotonic()
+    loading_for = None
+    old_shape = False
+    if "loading" in modes:
+        loading_for = float(modes["loading"] or 1)
+    if "loading-old" in modes:
+        loading_for = float(modes["loading-old"] or 1)
+        old_shape = True
+    if "loading-forever" in modes:
+        loading_for = float("inf")
+    ready_at = [None]
+
+    def is_loading():
+        return loading_for is not None and time.monotonic() - started < loading_for
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def reply(self, status, body):
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path in ("/health", "/v1/health"):
+                if "http500" in modes:
+                    return self.reply(500, {"error": {"code": 500, "message": "internal fake failure"}})
+                if is_loading():
+                    if old_shape:
+                        return self.reply(503, {"status": "loading model"})
+                    return self.reply(503, {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}})
+                if ready_at[0] is None:
+                    ready_at[0] = time.monotonic()
+                return self.reply(200, {"status": "ok"})
+            if self.path == "/props":
+                return self.reply(200, {"build_info": "b%d-fake" % BUILD, "model_path": "fake.gguf"})
+            if self.path in ("/v1/models", "/models"):
+                name = options["alias"] or "fake"
+                return self.reply(200, {"object": "list", "data": [{"id": name, "object": "model"}]})
+            return self.reply(404, {"error": {"code": 404, "message": "File Not Found"}})
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            if self.path in ("/v1/chat/completions", "/chat/completions"):
+                return self.reply(200, {
+                    "object": "chat.completion",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": "hello from the fake"}}],
+                })
+            return self.reply(404, {"error": {"code": 404, "message": "File Not Found"}})
+
+    family = socket.AF_INET6 if ":" in options["host"] else socket.AF_INET
+
+    class Server(ThreadingHTTPServer):
+        address_family = family
+        allow_reuse_address = True  # as cpp-httplib and Go do (SO_REUSEADDR)
+        daemon_threads = True
+
+    try:
+        server = Server((options["host"], options["port"]), Handler)
+    except OSError:
+        log("couldn't bind HTTP server socket, hostname: %s, port: %d" % (options["host"], options["port"]))
+        sys.exit(1)
+    if "silent" not in modes:
+        log("main: server is listening on http://%s:%d - starting the main loop" % (options["host"], options["port"]))
+    if "crash-after" in modes:
+        state = options["state"]
+        crash = state is None or not os.path.exists(state)
+        if crash and state is not None:
+            open(state, "w").close()
+        if crash:
+            delay = float(modes["crash-after"] or 0.5)
+
+            def crasher():
+                while ready_at[0] is None:
+                    time.sleep(0.01)
+                time.sleep(delay)
+                log("fake crash: segmentation fault")
+                os._exit(7)
+
+            threading.Thread(target=crasher, daemon=True).start()
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,509 @@
+//! The owned and adopted lifecycle against the fault-injecting fake llama server.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arcane_localai::{Error, RestartPolicy, Server, ServerState, StopStep};
+use arcane_report::{codes, CancelToken, Diagnostic};
+
+use crate::support::*;
+
+fn owned(server: Server) -> arcane_localai::OwnedServer {
+    match server {
+        Server::Owned(owned) => owned,
+        Server::Adopted(_) => panic!("expected an owned server"),
+    }
+}
+
+#[tokio::test]
+async fn owned_server_reaches_ready_answers_and_stops_with_sigterm() {
+    let ws = workspace();
+    let port = free_port();
+    let (supervisor, events) = supervisor(ws.path());
+    let mut config = fake_llama(port, &[]);
+    config.alias = Some("smol".into());
+    let server = owned(supervisor.start(config, CancelToken::new()).await.unwrap());
+    let snapshot = server.snapshot();
+    assert_eq!(snapshot.state, ServerState::Ready);
+    assert!(snapshot.available && snapshot.owned && snapshot.managed && !snapshot.external);
+    let pid = server.pid().unwrap();
+    let _guard = PidGuard(pid);
+    assert!(alive(pid));
+    // The command line is the SDK's, in order.
+    let cmdline = proc_list(pid, "cmdline");
+    let args: Vec<&str> = cmdline
+        .iter()
+        .map(String::as_str)
+        .skip_while(|a| *a != "--host")
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--jinja",
+            "--model",
+            "/nonexistent/fake.gguf",
+            "--alias",
+            "smol"
+        ]
+    );
+    // The ownership record exists while it runs.
+    let record = ws.path().join(".arcane/engines/llama.cpp.json");
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    assert_eq!(written["pid"], pid);
+    assert_eq!(written["port"], port);
+    let (status, body) = http_post(port, "/v1/chat/completions", r#"{"messages":[]}"#).unwrap();
+    assert_eq!(status, 200, "{body}");
+
+    let report = server.stop().await;
+    assert_eq!(report.step, StopStep::Sigterm);
+    assert!(!alive(pid), "the engine must be gone after stop");
+    assert!(
+        !record.exists(),
+        "the ownership record is removed after stop"
+    );
+    assert_eq!(server.snapshot().state, ServerState::Stopped);
+    // Idempotent: the same report again, no second stop.
+    assert_eq!(server.stop().await.step, StopStep::Sigterm);
+    assert_eq!(
+        states(&events),
+        ["starting", "starting", "ready", "stopped"]
+    );
+    let stopped = events_of(&events, "local-ai.server.stopped");
+    assert_eq!(stopped.len(), 1);
+    assert_eq!(stopped[0]["stopStep"], "sigterm");
+}
+
+#[tokio::test]
+async fn readiness_comes_from_polling_when_no_listening_line_is_printed() {
+    let ws = workspace();
+    let port = free_port();
+    let (supervisor, _) = supervisor(ws.path());
+    let server = owned(
+        supervisor
+            .start(fake_llama(port, &["silent"]), CancelToken::new())
+            .await
+            .unwrap(),
+    );
+    assert!(server.snapshot().available);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn both_loading_shapes_publish_loading_then_ready() {
+    for mode in ["loading=1", "loading-old=1"] {
+        let ws = workspace();
+        let port = free_port();
+        let (supervisor, events) = supervisor(ws.path());
+        let server = owned(
+            supervisor
+                .start(fake_llama(port, &[mode]), CancelToken::new())
+                .await
+                .unwrap(),
+        );
+        assert_eq!(
+            states(&events),
+            ["starting", "starting", "loading", "ready"],
+            "{mode}"
+        );
+        server.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn an_owned_child_answering_http_500_is_an_error_and_is_stopped() {
+    let ws = workspace();
+    let port = free_port();
+    let (supervisor, events) = supervisor(ws.path());
+    let error = supervisor
+        .start(fake_llama(port, &["http500"]), CancelToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, Error::NotReady { status: 500, .. }),
+        "{error:?}"
+    );
+    assert_eq!(error.code(), codes::LOCAL_AI_SERVER_FAILED);
+    let pid = events_of(&events, "process.exited")[0]["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    assert!(!alive(pid));
+    assert_eq!(states(&events).last().map(String::as_str), Some("error"));
+    assert!(!ws.path().join(".arcane/engines/llama.cpp.json").exists());
+}
+
+#[tokio::test]
+async fn another_service_on_the_port_fails_without_spawning() {
+    let ws = workspace();
+    let port = free_port();
+    let external = external_fake_llama(port, &["http500"]);
+    let (supervisor, events) = supervisor(ws.path());
+    let error = supervisor
+        .start(fake_llama(port, &[]), CancelToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), codes::LOCAL_AI_SERVICE_CONFLICT, "{error:?}");
+    assert!(
+        events_of(&events, "process.starting").is_empty(),
+        "nothing may be spawned"
+    );
+    let errors = events_of(&events, "local-ai.server.error");
+    assert_eq!(errors[0]["external"], true);
+    assert_eq!(errors[0]["error"]["code"], codes::LOCAL_AI_SERVICE_CONFLICT);
+    assert!(alive(external.pid()));
+}
+
+#[tokio::test]
+async fn a_child_that_exits_early_fails_at_once_with_its_code_and_last_lines() {
+    let ws = workspace();
+    let port = free_port();
+    let (supervisor, events) = supervisor(ws.path());
+    let mut config = fake_llama(port, &["exit-early=3"]);
+    config.startup_timeout = Duration::from_secs(600);
+    let error = supervisor
+        .start(config, CancelToken::new())
+        .await
+        .unwrap_err();
+    match &error {
+        Error::ExitedEarly {
+            code, last_lines, ..
+        } => {
+            assert_eq!(*code, Some(3));
+            assert!(
+                last_lines
+                    .iter()
+                    .any(|l| l.contains("failed to load model")),
+                "{last_lines:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let details = error.details();
+    assert_eq!(details["exitCode"], 3);
+    let error_event = &events_of(&events, "local-ai.server.error")[0];
+    assert_eq!(error_event["error"]["code"], codes::LOCAL_AI_SERVER_FAILED);
+}
+
+#[tokio::test]
+async fn a_child_that_never_becomes_ready_times_out_and_is_stopped() {
+    let ws = workspace();
+    let port = free_port();
+    let (supervisor, events) = supervisor(ws.path());
+    let mut config = fake_llama(port, &["never-ready"]);
+    config.startup_timeout = Duration::from_millis(1500);
+    let error = supervisor
+        .start(config, CancelToken::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::StartupTimeout { .. }), "{error:?}");
+    assert!(
+        !error.last_lines().is_empty(),
+        "last output lines belong in the details"
+    );
+    let pid = events_of(&events, "process.exited")[0]["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    assert!(!alive(pid));
+}
+
+#[tokio::test]
+async fn a_load_that_stalls_is_an_error() {
+    let ws = workspace();
+    let port = free_port();
+    let (supervisor, events) = supervisor(ws.path());
+    let mut config = fake_llama(port, &["loading-forever"]);
+    config.stall_timeout = Duration::from_millis(1200);
+    config.startup_timeout = Duration::from_secs(120);
+    let error = supervisor
+        .start(config, CancelToken::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::Stalled { .. }), "{error:?}");
+    assert_eq!(
+        states(&events),
+        ["starting", "starting", "loading", "error"]
+    );
+}
+
+#[tokio::test]
+async fn a_child_that_ignores_sigterm_is_killed_after_the_grace() {
+    let ws = workspace();
+    let port = free_port();
+    let (supervisor, events) = supervisor(ws.path());
+    let mut config = fake_llama(port, &["ignore-term"]);
+    config.stop_grace = Duration::from_millis(600);
+    let server = owned(supervisor.start(config, CancelToken::new()).await.unwrap());
+    let pid = server.pid().unwrap();
+    let _guard = PidGuard(pid);
+    let report = server.stop().await;
+    assert_eq!(report.step, StopStep::Sigkill);
+    assert_eq!(report.exit.and_then(|e| e.signal), Some(9));
+    assert!(!alive(pid));
+    assert_eq!(
+        events_of(&events, "process.cancellation.escalated").len(),
+        1
+    );
+    assert_eq!(
+        events_of(&events, "local-ai.server.stopped")[0]["stopStep"],
+        "sigkill"
+    );
+}
+
+#[tokio::test]
+async fn a_crash_after_ready_is_an_error_event_with_the_exit_status() {
+    let ws = workspace();
+    let port = free_port();
+    let (supervisor, events) = supervisor(ws.path());
+    let hook_runs = Arc::new(AtomicUsize::new(0));
+    let counter = hook_runs.clone();
+    let server = supervisor
+        .start_with_exit_hook(
+            fake_llama(port, &["crash-after=0.3"]),
+            CancelToken::new(),
+            Some(Box::new(move |_| {
+                counter.fetch_add(1, Ordering::SeqCst);
+            })),
+        )
+        .await
+        .unwrap();
+    let server = owned(server);
+    let report = tokio::time::timeout(Duration::from_secs(30), server.wait())
+        .await
+        .unwrap();
+    assert_eq!(report.exit.and_then(|e| e.code), Some(7));
+    assert_eq!(report.snapshot.state, ServerState::Error);
+    let error = &events_of(&events, "local-ai.server.error")[0];
+    assert_eq!(error["exit"]["code"], 7);
+    assert_eq!(error["error"]["details"]["exitCode"], 7);
+    // Stop after a crash is harmless and the hook ran exactly once.
+    assert_eq!(server.stop().await.step, StopStep::AlreadyExited);
+    assert_eq!(hook_runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_crash_is_restarted_under_on_failure() {
+    let ws = workspace();
+    let port = free_port();
+    let (supervisor, events) = supervisor(ws.path());
+    let state = ws.path().join("crashed-once");
+    let mut config = fake_llama(port, &["crash-after=0.2"]);
+    config
+        .extra_args
+        .extend(["--fake-state".to_string(), state.display().to_string()]);
+    config.restart = RestartPolicy::OnFailure {
+        max_restarts: 2,
+        backoff: Duration::from_millis(100),
+    };
+    let server = owned(supervisor.start(config, CancelToken::new()).await.unwrap());
+    let first = server.pid().unwrap();
+    let mut states_rx = server.subscribe();
+    let restarted = tokio::time::timeout(
+        Duration::from_secs(30),
+        states_rx.wait_for(|s| s.restarts == 1 && s.available),
+    )
+    .await
+    .map(|r| r.is_ok());
+    assert_eq!(restarted, Ok(true), "no restart: {:?}", events.types());
+    let second = server.pid().unwrap();
+    assert_ne!(first, second);
+    assert!(!alive(first));
+    assert_eq!(
+        states(&events),
+        ["starting", "starting", "ready", "error", "starting", "ready"]
+    );
+    let report = server.stop().await;
+    assert_eq!(report.step, StopStep::Sigterm);
+    assert!(!alive(second));
+}
+
+#[tokio::test]
+async fn a_port_bound_by_another_process_is_reported_as_such() {
+    let ws = workspace();
+    // Bound but not listening: the probe is refused, the bind check catches it.
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = socket.local_addr().unwrap().port();
+    let tcp = std::net::TcpListener::bind(("127.0.0.1", port));
+    drop(socket);
+    let Ok(tcp) = tcp else { return };
+    // A listener that never speaks HTTP: the probe connects and gets no answer.
+    let (supervisor, events) = supervisor(ws.path());
+    let mut config = fake_llama(port, &[]);
+    config.probe_timeout = Duration::from_millis(500);
+    let error = supervisor
+        .start(config, CancelToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), codes::LOCAL_AI_PORT_IN_USE, "{error:?}");
+    assert_eq!(error.details()["port"], port);
+    assert!(error.to_string().contains(&port.to_string()));
+    assert!(events_of(&events, "process.starting").is_empty());
+    drop(tcp);
+}
+
+#[tokio::test]
+async fn a_bound_but_silent_socket_is_a_port_in_use_without_spawning() {
+    let ws = workspace();
+    let port = free_port();
+    // Bind without listening (a refused probe), through a raw socket.
+    let fd = bind_only(port);
+    let (supervisor, events) = supervisor(ws.path());
+    let error = supervisor
+        .start(fake_llama(port, &[]), CancelToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), codes::LOCAL_AI_PORT_IN_USE, "{error:?}");
+    assert_eq!(error.details()["evidence"], "bind");
+    assert!(events_of(&events, "process.starting").is_empty());
+    drop(fd);
+}
+
+/// A TCP socket bound to 127.0.0.1:port but not listening (connections are refused).
+fn bind_only(port: u16) -> std::process::Child {
+    let script = format!(
+        "import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',{port}))\nprint('bound',flush=True)\ntime.sleep(60)\n"
+    );
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let stdout = child.stdout.take().unwrap();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
+    assert_eq!(line.trim(), "bound");
+    child
+}
+
+#[tokio::test]
+async fn an_external_server_is_adopted_never_signalled_and_left_running() {
+    let ws = workspace();
+    let port = free_port();
+    let external = external_fake_llama(port, &[]);
+    let (supervisor, events) = supervisor(ws.path());
+    let hook_runs = Arc::new(AtomicUsize::new(0));
+    let counter = hook_runs.clone();
+    let server = supervisor
+        .start_with_exit_hook(
+            fake_llama(port, &[]),
+            CancelToken::new(),
+            Some(Box::new(move |_| {
+                counter.fetch_add(1, Ordering::SeqCst);
+            })),
+        )
+        .await
+        .unwrap();
+    let snapshot = server.snapshot();
+    assert!(!server.is_owned());
+    assert!(!snapshot.owned && snapshot.external && !snapshot.managed && snapshot.available);
+    assert_eq!(snapshot.execution, None);
+    assert_eq!(
+        hook_runs.load(Ordering::SeqCst),
+        1,
+        "nothing spawned: the hook runs after startup"
+    );
+    assert!(events_of(&events, "process.starting").is_empty());
+    let report = server.close().await;
+    assert_eq!(report.step, StopStep::Released);
+    assert!(
+        alive(external.pid()),
+        "an adopted server is never signalled"
+    );
+    assert!(http_get(port, "/health").is_some());
+}
+
+#[tokio::test]
+async fn a_target_while_an_external_server_runs_is_refused_and_it_is_untouched() {
+    let ws = workspace();
+    let port = free_port();
+    let external = external_fake_llama(port, &[]);
+    let (supervisor, events) = supervisor(ws.path());
+    let mut config = fake_llama(port, &[]);
+    config.device = Some("cpu".into());
+    let error = supervisor
+        .start(config, CancelToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), codes::LOCAL_AI_EXTERNAL_SELECTION_UNSUPPORTED);
+    assert!(events_of(&events, "process.starting").is_empty());
+    assert!(alive(external.pid()));
+    assert_eq!(http_get(port, "/health").map(|(s, _)| s), Some(200));
+}
+
+#[tokio::test]
+async fn cancelling_during_start_stops_the_child_and_reports_cancelled() {
+    let ws = workspace();
+    let port = free_port();
+    let (supervisor, events) = supervisor(ws.path());
+    let cancel = CancelToken::new();
+    let trigger = cancel.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(700));
+        trigger.cancel();
+    });
+    let error = supervisor
+        .start(fake_llama(port, &["never-ready"]), cancel)
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), codes::ARCANE_CANCELLED);
+    let pid = events_of(&events, "process.exited")[0]["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    assert!(!alive(pid));
+    assert_eq!(states(&events).last().map(String::as_str), Some("stopped"));
+}
+
+#[tokio::test]
+async fn a_llama_version_request_is_checked_against_the_build_it_reports() {
+    let ws = workspace();
+    let port = free_port();
+    let (supervisor, _) = supervisor(ws.path());
+    let mut config = fake_llama(port, &[]);
+    config.version = Some("b4242".into());
+    let server = owned(supervisor.start(config, CancelToken::new()).await.unwrap());
+    assert_eq!(server.snapshot().version.as_deref(), Some("b4242"));
+    server.stop().await;
+
+    let port = free_port();
+    let (supervisor, events) = crate::support::supervisor(ws.path());
+    let mut config = fake_llama(port, &[]);
+    config.version = Some("b6000".into());
+    let error = supervisor
+        .start(config, CancelToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), codes::LOCAL_AI_VERSION_MISMATCH);
+    assert_eq!(error.details()["observed"], "b4242");
+    let pid = events_of(&events, "process.exited")[0]["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    assert!(
+        !alive(pid),
+        "an owned server with the wrong version is stopped"
+    );
+}
+
+#[tokio::test]
+async fn dropping_the_handle_stops_the_engine() {
+    let ws = workspace();
+    let port = free_port();
+    let (supervisor, _) = supervisor(ws.path());
+    let server = owned(
+        supervisor
+            .start(fake_llama(port, &[]), CancelToken::new())
+            .await
+            .unwrap(),
+    );
+    let pid = server.pid().unwrap();
+    let _guard = PidGuard(pid);
+    drop(server);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while alive(pid) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!alive(pid));
+}
