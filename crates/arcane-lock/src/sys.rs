@@ -322,6 +322,10 @@ pub(crate) enum Probe {
 
 /// `kill(pid, 0)`.
 pub(crate) fn probe(pid: i32) -> Probe {
+    // `Pid::from_raw` asserts a non-negative value; zero and negatives name groups.
+    if pid < 1 {
+        return Probe::Undeterminable;
+    }
     let Some(pid) = rustix::process::Pid::from_raw(pid) else {
         return Probe::Undeterminable;
     };
@@ -397,15 +401,32 @@ pub(crate) fn own_command() -> Option<&'static str> {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or(exe);
-            let mut text = exe;
-            if let Some(word) = words.find(|w| !w.starts_with('-') && !w.contains('/')) {
-                text.push(' ');
-                text.push_str(&word);
-            }
-            text.truncate(120);
-            Some(text)
+            let rest: Vec<String> = words.collect();
+            Some(describe_command(&exe, &rest))
         })
         .as_deref()
+}
+
+/// `exe` plus the first word that looks like a subcommand: not an option, not a path,
+/// and not the value of a preceding `--long` option (`arcane --output json lock` →
+/// `arcane lock`).
+fn describe_command(exe: &str, words: &[String]) -> String {
+    let mut text = exe.to_string();
+    let mut previous_takes_value = false;
+    for word in words {
+        if word.starts_with('-') {
+            previous_takes_value = word.starts_with("--") && !word.contains('=');
+            continue;
+        }
+        if previous_takes_value || word.contains('/') {
+            previous_takes_value = false;
+            continue;
+        }
+        text.push(' ');
+        text.push_str(word);
+        break;
+    }
+    text.chars().take(120).collect()
 }
 
 /// Fills `bytes` from the kernel's random source.
@@ -418,4 +439,53 @@ pub(crate) fn random(bytes: &mut [u8]) -> io::Result<()> {
         filled += n;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(list: &[&str]) -> Vec<String> {
+        list.iter().map(|w| w.to_string()).collect()
+    }
+
+    #[test]
+    fn the_command_description_skips_options_and_their_values() {
+        assert_eq!(
+            describe_command("arcane", &words(&["--output", "json", "lock", "run"])),
+            "arcane lock"
+        );
+        assert_eq!(
+            describe_command("arcane", &words(&["-v", "serve"])),
+            "arcane serve"
+        );
+        assert_eq!(
+            describe_command("arcane", &words(&["--workspace=/w", "model", "add"])),
+            "arcane model"
+        );
+        assert_eq!(describe_command("node", &words(&["/x/cli.mjs"])), "node");
+    }
+
+    #[test]
+    fn start_times_come_from_proc() {
+        assert!(own_start_time().is_some());
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let theirs = process_start_time(child.id() as i32);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(theirs.unwrap() >= own_start_time().unwrap());
+    }
+
+    #[test]
+    fn probing_tells_present_from_absent() {
+        assert!(matches!(probe(own_pid()), Probe::Present));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        child.wait().unwrap();
+        assert!(matches!(probe(pid), Probe::Absent));
+        assert!(matches!(probe(-1), Probe::Undeterminable));
+    }
 }
