@@ -48,6 +48,23 @@
 //!   fails with `ARCANE_POLICY_DENIED` (reason `unsupported-filesystem`) instead of
 //!   running without exclusion, as cargo does.
 //! * **No wall clocks**: `expiresAt` is written for the SDK and never read.
+//! * **Holder self-check**: [`WorkspaceLock::check`] verifies that the sentinel and the
+//!   record are still ours (`ARCANE_LOCK_COMPROMISED` otherwise); `arcane lock run` calls
+//!   it every second and stops its command when the lock was taken from under it.
+//!
+//! # Limits
+//!
+//! * Linux only for now (it reads `/proc` for the canonical path, boot id and process
+//!   start times, and uses `renameat2`). Windows would lock a byte range of the sentinel
+//!   with `LockFileEx`, which keeps the record readable; that is not implemented.
+//! * `flock` is per open file description: a process that `fork`s *without* `exec` while
+//!   holding the lock shares it with the child (descriptors are `O_CLOEXEC`, so an
+//!   `exec`ed child never inherits it).
+//! * The JavaScript SDK does not recognise our extra fields' prose, so it treats an
+//!   Arcane record as one it cannot judge (busy) and never deletes it; Arcane in turn
+//!   judges SDK records by the SDK's own rule.
+//! * [`status`] takes the advisory lock for an instant when it looks free, so an
+//!   acquirer failing fast in that instant reports busy.
 //!
 //! # Events
 //!

@@ -254,3 +254,27 @@ fn a_symlink_planted_at_the_temporary_name_is_denied() {
     assert!(!target.exists());
     assert!(!record_path(ws.path()).exists());
 }
+
+#[test]
+fn retargeting_a_linked_ancestor_during_work_writes_nothing_under_the_new_target() {
+    let real = workspace();
+    std::fs::create_dir(real.path().join("ws")).unwrap();
+    let decoy = workspace();
+    std::fs::create_dir(decoy.path().join("ws")).unwrap();
+    let links = workspace();
+    let alias = links.path().join("alias");
+    symlink(real.path(), &alias).unwrap();
+    let lock = acquire(&alias.join("ws")).unwrap();
+    // Retarget the ancestor link while the lease is held.
+    std::fs::remove_file(&alias).unwrap();
+    symlink(decoy.path(), &alias).unwrap();
+    lock.release().unwrap();
+    assert!(
+        !decoy.path().join("ws/.arcane").exists(),
+        "nothing under the new target"
+    );
+    assert!(
+        !real.path().join("ws").join(RECORD).exists(),
+        "the real record was removed"
+    );
+}
