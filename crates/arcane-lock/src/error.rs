@@ -210,8 +210,8 @@ fn busy_text(reason: &BusyReason, holder: Option<&Holder>, waited: Option<Durati
             who.unwrap_or_else(|| "another process".into())
         ),
         BusyReason::ForeignHost { hostname } => format!(
-            "the lock was taken on host `{hostname}`{}; a lock from another host is never broken automatically",
-            who.map(|w| format!(" by {w}")).unwrap_or_default()
+            "held by {} on another host; a lock from another host is never broken automatically",
+            who.unwrap_or_else(|| format!("a process on host `{hostname}`"))
         ),
         BusyReason::UnreadableRecord { problem } => {
             format!("the lock record is {problem}; it was left untouched")
