@@ -55,6 +55,7 @@ pub mod protocol;
 pub mod selection;
 pub mod service;
 pub mod stdio;
+pub mod supervised;
 
 pub use error::{Error, FrameProblem};
 pub use host::{AppInfo, Connection, Host, HostBuilder, HostState, Prepared, ShutdownHandle};

@@ -1,21 +1,85 @@
-//! `arcane chat`. (Being built; see the open issue for this command.)
+//! `arcane chat "PROMPT"`: sends one prompt to the running Core host's llama.cpp engine
+//! (through its OpenAI-compatible passthrough, authenticated with `core.json`'s token)
+//! and streams the answer as it is generated.
 
-use arcane_report::{codes, Event};
+use std::io::Write;
+
+use arcane_core::client::CoreClient;
+use arcane_report::Event;
 use serde_json::json;
 
+use crate::cli::OutputMode;
 use crate::config::Context;
-use crate::error::{CliError, CommandError};
+use crate::error::CliError;
 
 /// Arguments of `arcane chat`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// What to ask.
+    #[arg(value_name = "PROMPT")]
+    pub prompt: String,
 
-/// Runs `arcane chat`.
-pub fn run(_context: &Context, _args: Args) -> Result<u8, CliError> {
-    Err(CommandError::new(codes::ARCANE_OPERATION_FAILED, "`arcane chat` is not available in this build yet", json!({"command": "chat"})).into())
+    /// A system message to send first.
+    #[arg(long, value_name = "TEXT")]
+    pub system: Option<String>,
+
+    /// The most tokens to generate.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub max_tokens: u32,
+
+    /// Sampling temperature (0 = deterministic).
+    #[arg(long, value_name = "T")]
+    pub temperature: Option<f64>,
 }
 
-/// The human line for one of this command's events.
+/// Runs `arcane chat`.
+pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
+    let client = CoreClient::from_workspace(&context.workspace)?;
+    let mut messages = Vec::new();
+    if let Some(system) = &args.system {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    messages.push(json!({"role": "user", "content": args.prompt}));
+    let mut payload = json!({"messages": messages, "max_tokens": args.max_tokens});
+    if let Some(temperature) = args.temperature {
+        payload["temperature"] = json!(temperature);
+    }
+    let human = context.output.mode == OutputMode::Human;
+    let runtime = crate::cmd::core::runtime()?;
+    let cancel = context.cancel.clone();
+    let answer = runtime.block_on(async {
+        let chat = client.chat(payload, |delta| {
+            if human {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(delta.as_bytes());
+                let _ = out.flush();
+            }
+        });
+        // Ctrl-C drops the stream, which the host passes on to the engine.
+        let cancelled = async {
+            while !cancel.is_cancelled() {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        };
+        tokio::select! {
+            answer = chat => answer.map(Some),
+            _ = cancelled => Ok(None),
+        }
+    })?;
+    let Some(answer) = answer else {
+        return Err(crate::error::CommandError::new(arcane_report::codes::ARCANE_CANCELLED, "the chat was cancelled", json!({})).into());
+    };
+    if human {
+        context.output.result("", &json!({}));
+        let _ = writeln!(std::io::stdout());
+    } else {
+        context.output.result("", &json!({"answer": answer, "url": client.endpoint().url}));
+    }
+    Ok(0)
+}
+
+/// The human line for one of this command's events (it emits none).
+#[allow(dead_code)]
 pub fn human_event(_event: &Event, _verbose: u8) -> Option<String> {
     None
 }

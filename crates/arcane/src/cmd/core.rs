@@ -1,6 +1,17 @@
-//! `arcane core`. (Being built; see the open issue for this command.)
+//! `arcane core --stdio`: the Core host speaking `arcane/1` over stdin/stdout
+//! (`Content-Length` framing), for a parent process that owns this one.
+//!
+//! Also home of what `arcane serve` shares with it: building the host from a runtime
+//! selection ([`build_host`]) and turning signals into the host's draining shutdown.
 
-use arcane_report::{codes, Event};
+use std::sync::Arc;
+
+use arcane_core::localai::{DevicesService, EngineLauncher, LocalAiService, ModelAssetsService};
+use arcane_core::supervised::{LiveDevices, SupervisedLauncher};
+use arcane_localai::{Engine, EngineConfig};
+use arcane_core::selection::{plan, Runtime};
+use arcane_core::{AppInfo, Host};
+use arcane_report::{codes, Event, EventSink};
 use serde_json::json;
 
 use crate::config::Context;
@@ -8,14 +19,351 @@ use crate::error::{CliError, CommandError};
 
 /// Arguments of `arcane core`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Speak `arcane/1` on stdin/stdout with `Content-Length` framing (the only
+    /// transport of this command; `arcane serve` offers loopback HTTP). End of input
+    /// drains and stops the host.
+    #[arg(long)]
+    pub stdio: bool,
 
-/// Runs `arcane core`.
-pub fn run(_context: &Context, _args: Args) -> Result<u8, CliError> {
-    Err(CommandError::new(codes::ARCANE_OPERATION_FAILED, "`arcane core` is not available in this build yet", json!({"command": "core"})).into())
+    /// Local-AI runtimes to host (`llama.cpp`, `ollama`), comma-separated or repeated.
+    /// `whisper.cpp`, `stable-diffusion.cpp` and `onnx` are refused as unsupported.
+    #[arg(long = "runtime", value_name = "ID", value_delimiter = ',')]
+    pub runtimes: Vec<String>,
+
+    /// The largest accepted frame, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = arcane_core::framing::DEFAULT_MAX_FRAME)]
+    pub max_frame: usize,
 }
 
-/// The human line for one of this command's events.
-pub fn human_event(_event: &Event, _verbose: u8) -> Option<String> {
-    None
+/// The services a host gets, built by the caller from the runtime selection.
+pub struct HostParts {
+    /// The host, not started.
+    pub host: Host,
+    /// The local-AI service, when a runtime was selected (the HTTP passthrough's upstream).
+    pub local_ai: Option<Arc<LocalAiService>>,
+}
+
+/// Builds the host for `runtimes`: `execution-devices` and `local-ai` when llama.cpp or
+/// Ollama is selected, `model-assets` when llama.cpp is; unsupported runtimes are a
+/// usage error before anything starts. `launcher` makes the engine launcher for each
+/// selected engine.
+pub fn build_host(
+    context: &Context,
+    runtimes: &[String],
+    observer: Arc<dyn EventSink>,
+    launcher: &dyn Fn(Runtime) -> Result<Arc<dyn EngineLauncher>, CliError>,
+) -> Result<HostParts, CliError> {
+    let plan = plan(runtimes)?;
+    let mut builder = Host::builder(AppInfo::default())
+        .version(env!("CARGO_PKG_VERSION"))
+        .observer(observer);
+    let mut local_ai = None;
+    if plan.local_ai {
+        builder = builder.service(DevicesService::new(LiveDevices::new()))?;
+        let launchers = plan
+            .engines
+            .iter()
+            .map(|runtime| launcher(*runtime))
+            .collect::<Result<Vec<_>, _>>()?;
+        let service = LocalAiService::new(launchers);
+        builder = builder.service(service.clone())?;
+        local_ai = Some(service);
+    }
+    if plan.model_assets {
+        builder = builder.service(model_assets(&context.workspace))?;
+    }
+    Ok(HostParts {
+        host: builder.build(),
+        local_ai,
+    })
+}
+
+/// Fires the host's shutdown when the CLI's cancel token fires (first SIGINT/SIGTERM;
+/// a second signal exits at once, see `config`).
+pub fn shutdown_on_signal(context: &Context, host: &Host) {
+    let cancel = context.cancel.clone();
+    let handle = host.shutdown_handle();
+    std::thread::spawn(move || {
+        while !cancel.wait_timeout(std::time::Duration::from_secs(3600)) {}
+        handle.shutdown();
+    });
+}
+
+/// A tokio runtime for a host.
+pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CommandError::new(codes::ARCANE_IO, "cannot start the async runtime", json!({})).caused_by(e).into())
+}
+
+/// Per-engine choices that override what the registry implies.
+#[derive(Debug, Clone, Default)]
+pub struct EngineOptions {
+    /// The llama.cpp listener URL (default `http://127.0.0.1:8080`).
+    pub llama_url: Option<String>,
+    /// The Ollama listener URL (default `http://127.0.0.1:11434`).
+    pub ollama_url: Option<String>,
+    /// The registered model id llama.cpp serves (default: the first registered one).
+    pub model: Option<String>,
+    /// The execution target (`cpu` or a device id from `arcane devices`).
+    pub device: Option<String>,
+}
+
+/// The engine configuration for `runtime` from the workspace registry: the registered
+/// executable of that engine (none registered: adopt-only) and, for llama.cpp, the
+/// chosen (or first) registered model.
+pub fn engine_config(context: &Context, runtime: Runtime, options: &EngineOptions) -> Result<EngineConfig, CliError> {
+    let registry = arcane_registry::Registry::new(&context.workspace);
+    let (engine, registry_engine) = match runtime {
+        Runtime::Ollama => (Engine::Ollama, arcane_registry::Engine::Ollama),
+        _ => (Engine::LlamaCpp, arcane_registry::Engine::LlamaCpp),
+    };
+    let mut config = EngineConfig::new(engine);
+    let url = match engine {
+        Engine::LlamaCpp => options.llama_url.clone(),
+        Engine::Ollama => options.ollama_url.clone(),
+    };
+    if let Some(url) = url {
+        config.url = url;
+    }
+    if let Some(record) = registry.runtimes()?.into_iter().find(|r| r.engine == registry_engine) {
+        config.executable = Some(record.executable);
+        config.library_dirs = record.library_dirs;
+        config.runtime_backend = record.backend;
+        config.runtime_version = Some(record.version);
+    }
+    if engine == Engine::LlamaCpp {
+        let model = match &options.model {
+            Some(id) => Some(registry.model(id)?),
+            None => registry.models()?.into_iter().next(),
+        };
+        if let Some(model) = model {
+            config.alias = Some(model.id);
+            config.model = Some(model.path);
+        }
+        config.device = options.device.clone();
+    }
+    Ok(config)
+}
+
+/// The production launcher for `runtime`: the supervisor over [`engine_config`].
+pub fn launcher(context: &Context, runtime: Runtime, options: &EngineOptions) -> Result<Arc<dyn EngineLauncher>, CliError> {
+    let config = engine_config(context, runtime, options)?;
+    Ok(SupervisedLauncher::new(&context.workspace, config))
+}
+
+/// The `model-assets` service over the workspace's registered models.
+pub fn model_assets(workspace: &std::path::Path) -> Arc<ModelAssetsService> {
+    let workspace = workspace.to_path_buf();
+    ModelAssetsService::new(move || {
+        let models = arcane_registry::Registry::new(&workspace)
+            .models()
+            .map_err(|e| Box::new(e) as arcane_core::BoxError)?;
+        Ok(serde_json::to_value(models).unwrap_or_default())
+    })
+}
+
+/// Runs `arcane core`.
+pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
+    if !args.stdio {
+        return Err(CommandError::usage("`arcane core` needs `--stdio` (use `arcane serve` for loopback HTTP)", json!({}))
+            .hint("run `arcane core --stdio`")
+            .into());
+    }
+    let runtime = runtime()?;
+    let outcome = runtime.block_on(async {
+        // Events never go to stdout here: it carries frames.
+        let observer: Arc<dyn EventSink> = Arc::new(arcane_report::NullSink);
+        let engines = EngineOptions::default();
+        let parts = build_host(context, &args.runtimes, observer, &|runtime| launcher(context, runtime, &engines))?;
+        let host = parts.host;
+        host.start();
+        shutdown_on_signal(context, &host);
+        let mut options = arcane_core::stdio::StdioOptions::default();
+        options.max_frame = args.max_frame;
+        arcane_core::stdio::serve(&host, tokio::io::stdin(), tokio::io::stdout(), options)
+            .await
+            .map_err(CliError::from)
+    });
+    // stdin is read on a blocking thread that may still wait for input.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    outcome.map(|()| 0)
+}
+
+/// What `arcane serve` asks of the Core host (its own flags map onto this).
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The runtimes to host (default `llama.cpp`).
+    pub runtimes: Vec<String>,
+    /// Engine choices (URLs, model, device).
+    pub engines: EngineOptions,
+    /// The loopback address to listen on.
+    pub listen: std::net::IpAddr,
+    /// A port that overrides the saved one (not saved).
+    pub port: Option<u16>,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            runtimes: vec!["llama.cpp".into()],
+            engines: EngineOptions::default(),
+            listen: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            port: None,
+        }
+    }
+}
+
+/// Runs the Core host on loopback HTTP until SIGINT/SIGTERM or `core.host.shutdown`:
+/// one owner per workspace (a second one reports the first and exits 75), the stable
+/// saved port (a busy one is an error), `core.json` with a fresh token, the services of
+/// the runtime selection, the passthrough, then the draining shutdown. Exits 0, or 1
+/// when a service failed to dispose.
+pub fn serve(context: &Context, options: ServeOptions) -> Result<u8, CliError> {
+    plan(&options.runtimes)?;
+    if !options.listen.is_loopback() {
+        return Err(CommandError::usage(
+            format!("`{}` is not a loopback address; the Core host listens on loopback only", options.listen),
+            json!({"listen": options.listen.to_string()}),
+        )
+        .into());
+    }
+    let owner = arcane_core::endpoint::OwnerLock::acquire(&context.workspace)?;
+    let runtime = runtime()?;
+    let outcome = runtime.block_on(serve_async(context, &options));
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    drop(owner);
+    outcome
+}
+
+async fn serve_async(context: &Context, options: &ServeOptions) -> Result<u8, CliError> {
+    use arcane_core::endpoint;
+    let workspace = &context.workspace;
+    let saved = endpoint::saved_port(workspace)?;
+    let port = options.port.or(saved).unwrap_or(0);
+    let address = std::net::SocketAddr::new(options.listen, port);
+    let listener = arcane_core::http::bind(address, &endpoint::port_path(workspace)).await?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| CommandError::new(codes::ARCANE_IO, "cannot read the listener's address", json!({})).caused_by(e))?;
+    if options.port.is_none() && saved.is_none() {
+        endpoint::save_port(workspace, local.port())?;
+    }
+    let host_name = match local {
+        std::net::SocketAddr::V6(v6) => format!("[{}]", v6.ip()),
+        std::net::SocketAddr::V4(v4) => v4.ip().to_string(),
+    };
+    let url = format!("http://{host_name}:{}", local.port());
+    let token = endpoint::new_token()?;
+    let record = endpoint::EndpointRecord {
+        protocol: arcane_core::protocol::PROTOCOL.into(),
+        url: url.clone(),
+        host: host_name,
+        port: local.port(),
+        pid: std::process::id(),
+        token: token.clone(),
+        started_at: arcane_report::time::now_rfc3339(),
+    };
+    let endpoint_file = endpoint::write_endpoint(workspace, &record)?;
+    // The host's events come back here to be printed on this thread's `Output`.
+    let (events, mut printed) = tokio::sync::mpsc::unbounded_channel::<Event>();
+    let observer: Arc<dyn EventSink> = Arc::new(move |event: Event| {
+        let _ = events.send(event);
+    });
+    let parts = build_host(context, &options.runtimes, observer, &|runtime| launcher(context, runtime, &options.engines))?;
+    let host = parts.host;
+    let mut http_options = arcane_core::http::HttpOptions::new(token);
+    if let Some(local_ai) = &parts.local_ai {
+        http_options = http_options.upstream(local_ai.clone());
+    }
+    host.start();
+    shutdown_on_signal(context, &host);
+    let server = tokio::spawn(arcane_core::http::serve(host.clone(), listener, http_options));
+    context.output.note(&format!("Core host listening on {url} (endpoint and token in `{}`)", endpoint_file.display()));
+    context.output.result("", &json!({"url": url, "pid": record.pid, "endpointFile": endpoint_file, "state": "ready"}));
+    let mut announced = parts.local_ai.is_none();
+    if announced {
+        announce(context, &url, &endpoint_file, None);
+    }
+    loop {
+        tokio::select! {
+            event = printed.recv() => {
+                let Some(event) = event else { break };
+                context.output.event(&event);
+                if !announced && event.kind == "localai.state" {
+                    let llama = event.data["runtimes"].as_array().and_then(|r| r.iter().find(|r| r["id"] == "llama.cpp").cloned());
+                    match llama.as_ref().and_then(|l| l["state"].as_str()) {
+                        Some("ready") if llama.as_ref().is_some_and(|l| l["models"].as_array().is_some_and(|m| !m.is_empty())) => {
+                            announced = true;
+                            announce(context, &url, &endpoint_file, llama.as_ref());
+                        }
+                        Some("error") => {
+                            announced = true;
+                            let message = llama.as_ref().and_then(|l| l["error"]["message"].as_str()).unwrap_or("unknown error").to_string();
+                            context.output.note(&format!("llama.cpp failed to start: {message}"));
+                            context.output.note("the Core host keeps serving; fix the engine and call `localai.services.recover`, or stop with Ctrl-C");
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ = host.closed() => break,
+        }
+    }
+    while let Ok(event) = printed.try_recv() {
+        context.output.event(&event);
+    }
+    let closed = host.close().await;
+    let _ = server.await;
+    closed?;
+    Ok(0)
+}
+
+/// Tells a person how to talk to the host once it (and its engine) is ready.
+fn announce(context: &Context, url: &str, endpoint_file: &std::path::Path, llama: Option<&serde_json::Value>) {
+    let output = &context.output;
+    if let Some(llama) = llama {
+        let model = llama["models"][0]["id"].as_str().unwrap_or("its model");
+        output.note(&format!("ready: llama.cpp serves `{model}` ({})", llama["url"].as_str().unwrap_or("?")));
+    } else {
+        output.note("ready");
+    }
+    let workspace = context.workspace.display();
+    output.note("talk to it from another terminal:");
+    output.note(&format!("  arcane --workspace '{workspace}' chat \"Why is the sky blue?\""));
+    output.note(&format!("  arcane --workspace '{workspace}' status"));
+    output.note(&format!(
+        "  TOKEN=$(sed -n 's/.*\"token\": *\"\\([0-9a-f]*\\)\".*/\\1/p' '{}')",
+        endpoint_file.display()
+    ));
+    output.note(&format!(
+        "  curl -sN {url}/v1/chat/completions -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{{\"messages\":[{{\"role\":\"user\",\"content\":\"Hello\"}}],\"stream\":true}}'"
+    ));
+    output.note("stop it with Ctrl-C (drains requests, stops the engines it owns)");
+}
+
+/// The human line for one of the host's events.
+pub fn human_event(event: &Event, _verbose: u8) -> Option<String> {
+    let data = &event.data;
+    match event.kind.as_str() {
+        "core.service.state" => Some(format!(
+            "service `{}` is {}",
+            data["name"].as_str().unwrap_or("?"),
+            data["state"].as_str().unwrap_or("?")
+        )),
+        "core.state" => match data["state"].as_str() {
+            Some("draining") => Some("shutting down: draining requests and services".into()),
+            Some("closed") => Some("Core host closed".into()),
+            _ => None,
+        },
+        "core.error" => Some(format!(
+            "error in `{}`: {}",
+            data["service"].as_str().unwrap_or("core"),
+            data["error"]["message"].as_str().unwrap_or("?")
+        )),
+        _ => None,
+    }
 }

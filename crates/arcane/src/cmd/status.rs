@@ -1,21 +1,81 @@
-//! `arcane status`. (Being built; see the open issue for this command.)
+//! `arcane status`: what the running Core host of this workspace is doing: its URL,
+//! services and their states, engines (state, owned or adopted, device) and devices.
 
-use arcane_report::{codes, Event};
-use serde_json::json;
+use arcane_core::client::CoreClient;
+use arcane_report::Event;
+use serde_json::{json, Value};
 
 use crate::config::Context;
-use crate::error::{CliError, CommandError};
+use crate::error::CliError;
 
 /// Arguments of `arcane status`.
 #[derive(Debug, clap::Args)]
 pub struct Args {}
 
-/// Runs `arcane status`.
-pub fn run(_context: &Context, _args: Args) -> Result<u8, CliError> {
-    Err(CommandError::new(codes::ARCANE_OPERATION_FAILED, "`arcane status` is not available in this build yet", json!({"command": "status"})).into())
+/// Runs `arcane status`: reads `core.json`, asks the host, prints the answer.
+pub fn run(context: &Context, _args: Args) -> Result<u8, CliError> {
+    let client = CoreClient::from_workspace(&context.workspace)?;
+    let runtime = crate::cmd::core::runtime()?;
+    let (health, local_ai, devices) = runtime.block_on(async {
+        let health = client.health().await?;
+        let has_local_ai = health["services"].as_array().is_some_and(|s| s.iter().any(|s| s["name"] == "local-ai"));
+        let local_ai = if has_local_ai { Some(client.call("localai.status", json!({})).await?) } else { None };
+        let devices = if has_local_ai { client.call("localai.devices", json!({})).await.ok() } else { None };
+        Ok::<_, arcane_core::Error>((health, local_ai, devices))
+    })?;
+    let endpoint = client.endpoint();
+    let value = json!({
+        "url": endpoint.url,
+        "pid": endpoint.pid,
+        "state": health["state"],
+        "version": health["version"],
+        "services": health["services"],
+        "engines": local_ai.as_ref().map(|l| l["runtimes"].clone()).unwrap_or(json!([])),
+        "devices": devices.as_ref().map(|d| d["devices"].clone()).unwrap_or(json!([])),
+    });
+    context.output.result(&human(&value), &value);
+    Ok(0)
 }
 
-/// The human line for one of this command's events.
+fn human(value: &Value) -> String {
+    let text = |v: &Value| v.as_str().unwrap_or("?").to_string();
+    let mut lines = vec![format!(
+        "Core host {} at {} (pid {})",
+        text(&value["state"]),
+        text(&value["url"]),
+        value["pid"]
+    )];
+    for service in value["services"].as_array().into_iter().flatten() {
+        lines.push(format!("  service {:<18} {}", text(&service["name"]), text(&service["state"])));
+    }
+    for engine in value["engines"].as_array().into_iter().flatten() {
+        let ownership = if engine["owned"] == true {
+            format!("owned, pid {}", engine["pid"])
+        } else if engine["external"] == true {
+            "adopted".to_string()
+        } else {
+            "not running".to_string()
+        };
+        let mut line = format!("  engine  {:<18} {} at {} ({ownership})", text(&engine["id"]), text(&engine["state"]), text(&engine["url"]));
+        if let Some(device) = engine["execution"]["resolvedDevice"]["deviceId"].as_str().or_else(|| engine["execution"]["configuredTarget"]["deviceId"].as_str()) {
+            line.push_str(&format!(", device `{device}`"));
+        }
+        if let Some(message) = engine["error"]["message"].as_str() {
+            line.push_str(&format!(": {message}"));
+        }
+        lines.push(line);
+        for model in engine["models"].as_array().into_iter().flatten() {
+            lines.push(format!("          model {}", text(&model["id"])));
+        }
+    }
+    for device in value["devices"].as_array().into_iter().flatten() {
+        lines.push(format!("  device  {:<18} {}", text(&device["deviceId"]), text(&device["name"])));
+    }
+    lines.join("\n")
+}
+
+/// The human line for one of this command's events (it emits none).
+#[allow(dead_code)]
 pub fn human_event(_event: &Event, _verbose: u8) -> Option<String> {
     None
 }

@@ -1,0 +1,114 @@
+//! The production [`EngineLauncher`] and [`DeviceCatalog`]: `arcane-localai`'s
+//! supervisor (probe, adopt or own, exact device, readiness, clean stop) and
+//! `arcane-devices`' live catalog.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arcane_localai::{Engine, EngineConfig, Server, Supervisor};
+use arcane_report::{CancelToken, EventSink};
+use serde_json::{json, Value};
+
+use crate::error::Error;
+use crate::localai::{DeviceCatalog, EngineHandle, EngineLauncher};
+use crate::selection::Runtime;
+use crate::service::{BoxError, BoxFuture};
+
+/// Launches one engine through [`Supervisor::start`].
+pub struct SupervisedLauncher {
+    workspace: PathBuf,
+    config: EngineConfig,
+}
+
+impl SupervisedLauncher {
+    /// A launcher for `config`, keeping ownership records under `workspace`.
+    pub fn new(workspace: impl Into<PathBuf>, config: EngineConfig) -> Arc<Self> {
+        Arc::new(Self {
+            workspace: workspace.into(),
+            config,
+        })
+    }
+}
+
+struct Supervised {
+    server: Server,
+}
+
+impl EngineHandle for Supervised {
+    fn snapshot(&self) -> Value {
+        serde_json::to_value(self.server.snapshot()).unwrap_or(Value::Null)
+    }
+
+    fn stop(self: Box<Self>) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(async move {
+            // `close` stops an owned server (SIGTERM to its group, grace, SIGKILL) and
+            // only releases an adopted one; either way it reports, never fails.
+            let _report = self.server.close().await;
+            Ok(())
+        })
+    }
+}
+
+impl EngineLauncher for SupervisedLauncher {
+    fn runtime(&self) -> Runtime {
+        match self.config.engine {
+            Engine::LlamaCpp => Runtime::LlamaCpp,
+            Engine::Ollama => Runtime::Ollama,
+        }
+    }
+
+    fn url(&self) -> String {
+        self.config.url.clone()
+    }
+
+    fn launch(&self, events: Arc<dyn EventSink>, cancel: CancelToken) -> BoxFuture<'static, Result<Box<dyn EngineHandle>, BoxError>> {
+        let supervisor = Supervisor::new(self.workspace.clone(), events);
+        let config = self.config.clone();
+        Box::pin(async move {
+            match supervisor.start(config, cancel).await {
+                Ok(server) => Ok(Box::new(Supervised { server }) as Box<dyn EngineHandle>),
+                Err(error) => Err(Box::new(error) as BoxError),
+            }
+        })
+    }
+}
+
+/// The live device catalog (`arcane_devices::probe`), cached until a refresh.
+#[derive(Default)]
+pub struct LiveDevices {
+    cached: std::sync::Mutex<Option<arcane_devices::Catalog>>,
+}
+
+impl LiveDevices {
+    /// A catalog that probes on first use (creating it does no I/O).
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    fn catalog(&self, refresh: bool) -> arcane_devices::Catalog {
+        let mut cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        if refresh || cached.is_none() {
+            *cached = Some(arcane_devices::probe());
+        }
+        cached.clone().unwrap_or_else(arcane_devices::probe)
+    }
+}
+
+impl DeviceCatalog for LiveDevices {
+    fn devices(&self, refresh: bool) -> Result<Value, BoxError> {
+        Ok(serde_json::to_value(self.catalog(refresh)).unwrap_or(Value::Null))
+    }
+
+    fn resolve(&self, target: &Value) -> Result<Value, BoxError> {
+        let id = match target {
+            Value::String(id) => id.clone(),
+            Value::Object(map) => match map.get("deviceId").and_then(Value::as_str) {
+                Some(id) => id.to_string(),
+                None => return Err(Box::new(Error::usage("`executionTarget` needs a `deviceId`", json!({"executionTarget": target})))),
+            },
+            _ => return Err(Box::new(Error::usage("`executionTarget` must be `{deviceId}` or a device id", json!({"executionTarget": target})))),
+        };
+        let resolution = arcane_devices::resolve_target(&id, &self.catalog(true));
+        Ok(serde_json::to_value(resolution).unwrap_or(Value::Null))
+    }
+}
