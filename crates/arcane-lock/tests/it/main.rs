@@ -5,5 +5,6 @@ mod support;
 mod basics;
 mod nested;
 mod paths;
+mod processes;
 mod stale;
 mod wait;
