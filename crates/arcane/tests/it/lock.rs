@@ -841,3 +841,34 @@ fn a_holder_whose_record_is_deleted_stops_its_command_and_reports_compromised() 
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert_eq!(json(&out)["error"]["code"], "ARCANE_LOCK_COMPROMISED");
 }
+
+#[test]
+fn a_dot_arcane_the_user_cannot_enter_is_a_typed_permission_refusal() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = TestWorkspace::new();
+    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dot = ws.path().join(".arcane");
+    std::fs::create_dir(&dot).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut command = if root {
+        // Root may enter anything: run as `nobody` against root's 0700 `.arcane`.
+        std::fs::set_permissions(&dot, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(crate::support::arcane_bin());
+        c
+    } else {
+        std::fs::set_permissions(&dot, std::fs::Permissions::from_mode(0o000)).unwrap();
+        Command::new(crate::support::arcane_bin())
+    };
+    let out = run(command
+        .args(["--output", "json", "--workspace"])
+        .arg(ws.path())
+        .args(["lock", "run", "--operation", "build", "--", "true"]));
+    std::fs::set_permissions(&dot, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["error"]["code"], "ARCANE_POLICY_DENIED");
+    assert_eq!(v["error"]["details"]["reason"], "permission-denied");
+}
