@@ -117,3 +117,12 @@ pub use error::{BusyReason, Error, PolicyReason};
 pub use holder::Holder;
 pub use inspect::{recover, status, LockStatus, RecoverOptions, Recovered};
 pub use lease::{with_workspace_lock, AcquireOptions, Lease, NestedLease, WorkspaceLock};
+
+// A lease can move to another thread (e.g. `spawn_blocking`) and errors cross threads.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<WorkspaceLock>();
+    assert_send_sync::<NestedLease<'static>>();
+    assert_send_sync::<Error>();
+    assert_send_sync::<AcquireOptions>();
+};
