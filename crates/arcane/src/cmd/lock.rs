@@ -363,9 +363,13 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
                 .as_str()
                 .map(|w| format!("; waiting up to {w}"))
                 .unwrap_or_default();
-            Some(path(format!(
-                "waiting for the workspace lock held by {holder}{limit}"
-            )))
+            let line = match data["reason"].as_str() {
+                Some("unreadable-record") => "waiting for the workspace lock: its record is unreadable (see `arcane lock status`)".to_string(),
+                Some("other-scope") => "waiting for the workspace lock: its record belongs to another workspace (see `arcane lock status`)".to_string(),
+                Some("foreign-host") => format!("waiting for the workspace lock held by {holder}, on another host"),
+                _ => format!("waiting for the workspace lock held by {holder}"),
+            };
+            Some(path(format!("{line}{limit}")))
         }
         "workspace.operation.stale-recovered" => {
             let owner = &data["previousOwner"];
