@@ -66,18 +66,15 @@ fn single(root: &Path, label: &str) {
 
     let mut lock_samples = Vec::new();
     let mut floor_samples = Vec::new();
-    for _ in 0..ROUNDS {
-        for _ in 0..PER_ROUND {
-            let t = Instant::now();
-            floor_once(&floor_path, &bytes);
-            floor_samples.push(t.elapsed());
-        }
-        for _ in 0..PER_ROUND {
-            let t = Instant::now();
-            let lock = WorkspaceLock::acquire(&ws, &options, &NullSink).expect("acquire");
-            lock.release().expect("release");
-            lock_samples.push(t.elapsed());
-        }
+    // Alternate one floor and one lock iteration so disk noise hits both alike.
+    for _ in 0..ROUNDS * PER_ROUND {
+        let t = Instant::now();
+        floor_once(&floor_path, &bytes);
+        floor_samples.push(t.elapsed());
+        let t = Instant::now();
+        let lock = WorkspaceLock::acquire(&ws, &options, &NullSink).expect("acquire");
+        lock.release().expect("release");
+        lock_samples.push(t.elapsed());
     }
     let floor = median(&mut floor_samples);
     let lock = median(&mut lock_samples);
