@@ -375,18 +375,10 @@ pub fn resolve_app_entry(bundle: &VerifiedBundle, entry: &str) -> Result<PathBuf
     }
 }
 
-/// Prepares the state root for the Core host: creates it (mode 0700 when new) and
-/// makes its registry's default runtime for the bundle's engine be the bundle's own
-/// executable, re-registering it when the bundle moved. Only the state root is
-/// written; the model is passed by path and never copied.
-///
-/// The registry holds the workspace lock while it changes (`runtime-add`,
-/// `runtime-remove`).
-pub fn prepare_state_root(
-    context: &LaunchContext,
-    events: &dyn arcane_report::EventSink,
-    cancel: &arcane_report::CancelToken,
-) -> Result<(), Error> {
+/// Prepares the state root for the Core host: creates it (mode 0700 when new). Only
+/// the state root is written; the runtime and the model stay in the bundle and are
+/// passed to the Core host by path.
+pub fn prepare_state_root(context: &LaunchContext) -> Result<(), Error> {
     use std::os::unix::fs::DirBuilderExt;
     let root = &context.state_root;
     if !root.is_dir() {
@@ -396,38 +388,6 @@ pub fn prepare_state_root(
             .create(root)
             .map_err(|e| Error::io("create state root", root, e))?;
     }
-    let Some(runtime) = &context.runtime else {
-        return Ok(());
-    };
-    let registry_error = |source| Error::Registry {
-        workspace: root.clone(),
-        source: Box::new(source),
-    };
-    let engine: arcane_registry::Engine = runtime.engine.parse().map_err(registry_error)?;
-    let registry = arcane_registry::Registry::new(root);
-    let wanted = std::fs::canonicalize(&runtime.executable)
-        .map_err(|e| Error::io("resolve", &runtime.executable, e))?;
-    let id = engine.as_str();
-    if let Some(existing) = registry
-        .runtimes()
-        .map_err(registry_error)?
-        .into_iter()
-        .find(|r| r.id == id)
-    {
-        if existing.executable == wanted {
-            return Ok(());
-        }
-        registry
-            .remove_runtime(id, events, cancel)
-            .map_err(registry_error)?;
-    }
-    let mut options = arcane_registry::AddRuntime::new(engine, wanted).id(id);
-    if let Ok(backend) = runtime.backend.parse() {
-        options = options.backend(backend);
-    }
-    registry
-        .add_runtime(&options, events, cancel)
-        .map_err(registry_error)?;
     Ok(())
 }
 

@@ -5,11 +5,12 @@
 //! root is `current_exe()/../..`. The whole bundle is verified first; after any
 //! failure nothing starts (exit 2, every failure listed). The launch context is
 //! resolved (manifest defaults < `--state-root` < launch file; per-OS default state
-//! root `~/.local/share/Arcane/<appId>` on Linux), the state root is prepared (its
-//! registry's `llama.cpp` runtime is the bundle's own executable) and this process
-//! becomes `<bundle>/bin/arcane --workspace <state-root> serve --runtime llama.cpp
-//! --model <bundle model> [--device TARGET] [--port PORT]` through `exec`, so
-//! signals reach the Core host directly. Nothing is written inside the bundle.
+//! root `~/.local/share/Arcane/<appId>` on Linux), the state root is created, and this
+//! process becomes `<bundle>/bin/arcane --workspace <state-root> serve --runtime
+//! llama.cpp --executable <bundle runtime> --url http://127.0.0.1:<free port> --model
+//! <bundle model> [--device TARGET] [--port PORT]` through `exec` (the runtime's
+//! library directory first on `LD_LIBRARY_PATH`), so signals reach the Core host
+//! directly. Nothing is written inside the bundle.
 //!
 //! **App-entry mode** (`launch --arcane-app-entry REL [ARGS…]`, which must come last):
 //! after the same verification, `app/REL` must be a listed `exec` file (escapes and
@@ -103,7 +104,10 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     }
 }
 
-/// The `serve` command line that runs the Core host for `launch`.
+/// The `serve` command line that runs the Core host for `launch`: the bundle's own
+/// launcher, state in the state root, the bundle's executable and model passed
+/// explicitly, its libraries first on the loader path, and the engine on a free
+/// loopback port (so it never adopts a stranger's server on the default port).
 fn serve_command(launch: &LaunchContext) -> Result<Command, CliError> {
     let launcher = launch
         .bundle
@@ -114,7 +118,25 @@ fn serve_command(launch: &LaunchContext) -> Result<Command, CliError> {
         .arg(&launch.state_root)
         .arg("serve");
     if let Some(runtime) = &launch.runtime {
-        command.arg("--runtime").arg(&runtime.engine);
+        command
+            .arg("--runtime")
+            .arg(&runtime.engine)
+            .arg("--executable")
+            .arg(&runtime.executable);
+        let port = free_loopback_port()?;
+        command.arg("--url").arg(format!("http://127.0.0.1:{port}"));
+        let variable = if cfg!(target_os = "macos") {
+            "DYLD_LIBRARY_PATH"
+        } else {
+            "LD_LIBRARY_PATH"
+        };
+        let mut paths: Vec<PathBuf> = runtime.library_dirs.clone();
+        if let Some(inherited) = env_path(variable) {
+            paths.extend(std::env::split_paths(&inherited));
+        }
+        if let Ok(joined) = std::env::join_paths(paths) {
+            command.env(variable, joined);
+        }
     }
     if let Some(model) = &launch.model {
         command.arg("--model").arg(&model.path);
@@ -131,8 +153,24 @@ fn serve_command(launch: &LaunchContext) -> Result<Command, CliError> {
     Ok(command)
 }
 
+/// A loopback port nothing listens on right now.
+fn free_loopback_port() -> Result<u16, CliError> {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .map_err(|e| {
+            CommandError::new(
+                codes::ARCANE_IO,
+                "cannot find a free loopback port for the engine",
+                json!({}),
+            )
+            .caused_by(e)
+            .into()
+        })
+}
+
 fn core(context: &Context, launch: &LaunchContext) -> Result<u8, CliError> {
-    arcane_bundle::prepare_state_root(launch, &context.output, &context.cancel)?;
+    arcane_bundle::prepare_state_root(launch)?;
     context
         .output
         .event(&Event::new("bundle.launch.core", launch.summary()));
