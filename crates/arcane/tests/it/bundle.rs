@@ -677,3 +677,84 @@ fn a_launched_read_only_bundle_answers_a_chat_completion_and_writes_only_its_sta
     );
     set_read_only(&real.bundle, false);
 }
+
+#[test]
+fn an_app_entry_without_a_running_core_starts_one_for_the_program_and_stops_it_after() {
+    let real = RealBundle::new();
+    set_read_only(&real.bundle, true);
+    let before = snapshot(&real.bundle);
+    let state_root = real.dir.path().join("state");
+    let mut command = real.launch();
+    command
+        .arg("launch")
+        .arg("--state-root")
+        .arg(&state_root)
+        .args(["--arcane-app-entry", "tools/show-endpoint", "one"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let guard = GroupGuard(command.spawn().unwrap());
+    let mut child = guard;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "launch --arcane-app-entry did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut stdout = String::new();
+    child
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    let mut stderr = String::new();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(
+        status.success(),
+        "{status}: {stdout}\n{stderr}\nlog: {}",
+        std::fs::read_to_string(state_root.join("logs/core.log")).unwrap_or_default()
+    );
+    let endpoint = state_root.join(".arcane/core.json");
+    assert!(
+        stdout.contains(&format!("endpoint={}", endpoint.display())),
+        "{stdout}"
+    );
+    assert!(stdout.contains("args=one"), "{stdout}");
+    // The program read the live endpoint record of the Core host launch started for it.
+    let json_start = stdout
+        .find('{')
+        .unwrap_or_else(|| panic!("the program printed no endpoint record: {stdout}"));
+    let record: Value = serde_json::from_str(stdout[json_start..].trim()).unwrap();
+    assert!(
+        record["token"].as_str().is_some_and(|t| !t.is_empty()),
+        "{record:#}"
+    );
+    let pid = record["pid"].as_i64().unwrap() as i32;
+    // That Core host is gone once the program has exited.
+    // SAFETY: signal 0 only probes whether the process exists.
+    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    assert!(
+        !alive,
+        "the Core host (pid {pid}) started for the app entry is still running"
+    );
+    assert_eq!(
+        snapshot(&real.bundle),
+        before,
+        "launch wrote inside the bundle"
+    );
+    set_read_only(&real.bundle, false);
+}
