@@ -1,1 +1,249 @@
-fn main() {}
+//! Core host benchmark (`cargo bench -p arcane-core --bench host`):
+//!
+//! 1. OpenAI passthrough overhead: the same one-token chat completion sent straight to
+//!    `llama-server` and through the host, interleaved, p50/p99 of each and the added
+//!    latency (needs `LLAMA_SERVER` and `ARCANE_TEST_MODEL`; skipped with a note
+//!    otherwise);
+//! 2. `system.ping` round trip over HTTP (keep-alive) and over stdio framing;
+//! 3. events delivered per second to 100 SSE subscribers.
+#![allow(clippy::print_stdout, clippy::disallowed_methods)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arcane_core::http::{engine_client, full, EngineClient, HttpOptions};
+use arcane_core::localai::{AdoptLauncher, LocalAiService};
+use arcane_core::selection::Runtime;
+use arcane_core::{AppInfo, Host};
+use arcane_report::{Event, EventSink};
+use http_body_util::BodyExt;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples[index]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+async fn post(client: &EngineClient, url: &str, token: Option<&str>, body: &str) -> Duration {
+    let mut request = hyper::Request::post(url).header("content-type", "application/json");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let request = request.body(full(body.to_string())).unwrap();
+    let started = Instant::now();
+    let response = client.request(request).await.expect("request");
+    assert!(response.status().is_success(), "{}", response.status());
+    let _ = response.into_body().collect().await.unwrap();
+    started.elapsed()
+}
+
+async fn serve(host: &Host, upstream: Option<Arc<LocalAiService>>) -> (String, String) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let token = arcane_core::endpoint::new_token().unwrap();
+    let mut options = HttpOptions::new(token.clone());
+    if let Some(upstream) = upstream {
+        options = options.upstream(upstream);
+    }
+    tokio::spawn(arcane_core::http::serve(host.clone(), listener, options));
+    (url, token)
+}
+
+async fn passthrough() {
+    let (Some(server), Some(model)) = (std::env::var_os("LLAMA_SERVER"), std::env::var_os("ARCANE_TEST_MODEL")) else {
+        println!("passthrough: skipped (set LLAMA_SERVER and ARCANE_TEST_MODEL, or run via scripts/test.sh's environment)");
+        return;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = std::process::Command::new(&server)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--model"])
+        .arg(&model)
+        .args(["--ctx-size", "1024", "--parallel", "1", "--no-webui"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn llama-server");
+    let direct = format!("http://127.0.0.1:{port}");
+    let service = LocalAiService::new(vec![AdoptLauncher::new(Runtime::LlamaCpp, &direct, Duration::from_secs(120))]);
+    let host = Host::builder(AppInfo::default()).service(service.clone()).unwrap().build();
+    host.start();
+    let (url, token) = serve(&host, Some(service.clone())).await;
+    let client = engine_client();
+    // Wait for the engine through the host.
+    loop {
+        if let arcane_core::http::UpstreamTarget::Ready { .. } = arcane_core::http::Upstream::openai_target(&*service) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0}).to_string();
+    for _ in 0..5 {
+        post(&client, &format!("{direct}/v1/chat/completions"), None, &body).await;
+        post(&client, &format!("{url}/v1/chat/completions"), Some(&token), &body).await;
+    }
+    let (mut straight, mut through) = (Vec::new(), Vec::new());
+    for _ in 0..60 {
+        straight.push(post(&client, &format!("{direct}/v1/chat/completions"), None, &body).await);
+        through.push(post(&client, &format!("{url}/v1/chat/completions"), Some(&token), &body).await);
+    }
+    let (s50, s99) = (percentile(&mut straight, 0.5), percentile(&mut straight, 0.99));
+    let (t50, t99) = (percentile(&mut through, 0.5), percentile(&mut through, 0.99));
+    println!(
+        "passthrough chat (1 token, 60 requests): straight p50 {:.2} ms p99 {:.2} ms | through Arcane p50 {:.2} ms p99 {:.2} ms | added p50 {:+.3} ms, ratio {:.3}x",
+        ms(s50),
+        ms(s99),
+        ms(t50),
+        ms(t99),
+        ms(t50) - ms(s50),
+        t50.as_secs_f64() / s50.as_secs_f64()
+    );
+    host.close().await.unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+async fn ping() {
+    let host = Host::builder(AppInfo::default()).build();
+    host.start();
+    let (url, token) = serve(&host, None).await;
+    let client = engine_client();
+    let body = json!({"protocol": "arcane/1", "type": "request", "id": "p", "method": "system.ping"}).to_string();
+    for _ in 0..200 {
+        post(&client, &format!("{url}/v1/rpc"), Some(&token), &body).await;
+    }
+    let mut http: Vec<Duration> = Vec::new();
+    for _ in 0..2000 {
+        http.push(post(&client, &format!("{url}/v1/rpc"), Some(&token), &body).await);
+    }
+    // Stdio: the same framing and dispatch over an in-memory pipe pair.
+    let (mut to_host, host_in) = tokio::io::duplex(1 << 16);
+    let (host_out, from_host) = tokio::io::duplex(1 << 16);
+    let stdio_host = Host::builder(AppInfo::default()).build();
+    stdio_host.start();
+    let serving = {
+        let stdio_host = stdio_host.clone();
+        tokio::spawn(async move { arcane_core::stdio::serve(&stdio_host, host_in, host_out, Default::default()).await })
+    };
+    let mut reader = BufReader::new(from_host);
+    let mut read_frame = async || -> serde_json::Value {
+        let mut line = String::new();
+        let mut length = 0usize;
+        loop {
+            line.clear();
+            reader.read_line(&mut line).await.unwrap();
+            if line == "\r\n" {
+                break;
+            }
+            if let Some(n) = line.trim().strip_prefix("Content-Length: ") {
+                length = n.parse().unwrap();
+            }
+        }
+        let mut body = vec![0u8; length];
+        reader.read_exact(&mut body).await.unwrap();
+        serde_json::from_slice(&body).unwrap()
+    };
+    // Skip the replay (core.ready, core.state).
+    read_frame().await;
+    read_frame().await;
+    let mut stdio = Vec::new();
+    for i in 0..2200 {
+        let frame = arcane_core::framing::encode(json!({"protocol": "arcane/1", "type": "request", "id": format!("{i}"), "method": "system.ping"}).to_string().as_bytes());
+        let started = Instant::now();
+        to_host.write_all(&frame).await.unwrap();
+        let response = read_frame().await;
+        assert_eq!(response["ok"], true);
+        if i >= 200 {
+            stdio.push(started.elapsed());
+        }
+    }
+    drop(to_host);
+    let _ = serving.await;
+    println!(
+        "system.ping round trip: HTTP p50 {:.3} ms p99 {:.3} ms | stdio framing p50 {:.3} ms p99 {:.3} ms | HTTP/stdio p50 ratio {:.2}x",
+        ms(percentile(&mut http, 0.5)),
+        ms(percentile(&mut http, 0.99)),
+        ms(percentile(&mut stdio, 0.5)),
+        ms(percentile(&mut stdio, 0.99)),
+        percentile(&mut http, 0.5).as_secs_f64() / percentile(&mut stdio, 0.5).as_secs_f64()
+    );
+    host.close().await.unwrap();
+}
+
+async fn fan_out() {
+    const SUBSCRIBERS: usize = 100;
+    const EVENTS: usize = 2000;
+    let host = Host::builder(AppInfo::default()).build();
+    host.start();
+    let (url, token) = serve(&host, None).await;
+    let address = url.trim_start_matches("http://").to_string();
+    let mut readers = Vec::new();
+    for i in 0..SUBSCRIBERS {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+        let head = format!("GET /v1/events?client=s{i} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\n\r\n");
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut reader = BufReader::new(stream);
+        // Read through the replay's last frame (core.state).
+        let mut line = String::new();
+        loop {
+            line.clear();
+            reader.read_line(&mut line).await.unwrap();
+            if line.contains("\"core.state\"") {
+                break;
+            }
+        }
+        readers.push(reader);
+    }
+    let started = Instant::now();
+    let counting: Vec<_> = readers
+        .into_iter()
+        .map(|mut reader| {
+            tokio::spawn(async move {
+                let mut seen = 0;
+                let mut line = String::new();
+                while seen < EVENTS {
+                    line.clear();
+                    if reader.read_line(&mut line).await.unwrap() == 0 {
+                        break;
+                    }
+                    if line.contains("\"bench.tick\"") {
+                        seen += 1;
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+    let events = host.events();
+    for i in 0..EVENTS {
+        events.emit(Event::new("bench.tick", json!({"i": i})));
+        if i % 100 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    let mut delivered = 0;
+    for task in counting {
+        delivered += task.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "SSE fan-out: {delivered} events to {SUBSCRIBERS} subscribers in {:.1} ms = {:.0} events/s delivered",
+        ms(elapsed),
+        delivered as f64 / elapsed.as_secs_f64()
+    );
+    host.close().await.unwrap();
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        passthrough().await;
+        ping().await;
+        fan_out().await;
+    });
+}
