@@ -56,13 +56,26 @@ async fn serve(host: &Host, upstream: Option<Arc<LocalAiService>>) -> (String, S
 }
 
 async fn passthrough() {
-    let (Some(server), Some(model)) = (std::env::var_os("LLAMA_SERVER"), std::env::var_os("ARCANE_TEST_MODEL")) else {
+    let (Some(server), Some(model)) = (
+        std::env::var_os("LLAMA_SERVER"),
+        std::env::var_os("ARCANE_TEST_MODEL"),
+    ) else {
         println!("passthrough: skipped (set LLAMA_SERVER and ARCANE_TEST_MODEL, or run via scripts/test.sh's environment)");
         return;
     };
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut child = std::process::Command::new(&server)
-        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--model"])
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--model",
+        ])
         .arg(&model)
         .args(["--ctx-size", "1024", "--parallel", "1", "--no-webui"])
         .stdout(std::process::Stdio::null())
@@ -70,30 +83,75 @@ async fn passthrough() {
         .spawn()
         .expect("spawn llama-server");
     let direct = format!("http://127.0.0.1:{port}");
-    let service = LocalAiService::new(vec![AdoptLauncher::new(Runtime::LlamaCpp, &direct, Duration::from_secs(120))]);
-    let host = Host::builder(AppInfo::default()).service(service.clone()).unwrap().build();
+    let service = LocalAiService::new(vec![AdoptLauncher::new(
+        Runtime::LlamaCpp,
+        &direct,
+        Duration::from_secs(120),
+    )]);
+    let host = Host::builder(AppInfo::default())
+        .service(service.clone())
+        .unwrap()
+        .build();
     host.start();
     let (url, token) = serve(&host, Some(service.clone())).await;
     let client = engine_client();
     // Wait for the engine through the host.
     loop {
-        if let arcane_core::http::UpstreamTarget::Ready { .. } = arcane_core::http::Upstream::openai_target(&*service) {
+        if let arcane_core::http::UpstreamTarget::Ready { .. } =
+            arcane_core::http::Upstream::openai_target(&*service)
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0}).to_string();
+    let body =
+        json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0})
+            .to_string();
     for _ in 0..5 {
-        post(&client, &format!("{direct}/v1/chat/completions"), None, &body).await;
-        post(&client, &format!("{url}/v1/chat/completions"), Some(&token), &body).await;
+        post(
+            &client,
+            &format!("{direct}/v1/chat/completions"),
+            None,
+            &body,
+        )
+        .await;
+        post(
+            &client,
+            &format!("{url}/v1/chat/completions"),
+            Some(&token),
+            &body,
+        )
+        .await;
     }
     let (mut straight, mut through) = (Vec::new(), Vec::new());
     for _ in 0..60 {
-        straight.push(post(&client, &format!("{direct}/v1/chat/completions"), None, &body).await);
-        through.push(post(&client, &format!("{url}/v1/chat/completions"), Some(&token), &body).await);
+        straight.push(
+            post(
+                &client,
+                &format!("{direct}/v1/chat/completions"),
+                None,
+                &body,
+            )
+            .await,
+        );
+        through.push(
+            post(
+                &client,
+                &format!("{url}/v1/chat/completions"),
+                Some(&token),
+                &body,
+            )
+            .await,
+        );
     }
-    let (s50, s99) = (percentile(&mut straight, 0.5), percentile(&mut straight, 0.99));
-    let (t50, t99) = (percentile(&mut through, 0.5), percentile(&mut through, 0.99));
+    let (s50, s99) = (
+        percentile(&mut straight, 0.5),
+        percentile(&mut straight, 0.99),
+    );
+    let (t50, t99) = (
+        percentile(&mut through, 0.5),
+        percentile(&mut through, 0.99),
+    );
     println!(
         "passthrough chat (1 token, 60 requests): straight p50 {:.2} ms p99 {:.2} ms | through Arcane p50 {:.2} ms p99 {:.2} ms | added p50 {:+.3} ms, ratio {:.3}x",
         ms(s50),
@@ -113,7 +171,9 @@ async fn ping() {
     host.start();
     let (url, token) = serve(&host, None).await;
     let client = engine_client();
-    let body = json!({"protocol": "arcane/1", "type": "request", "id": "p", "method": "system.ping"}).to_string();
+    let body =
+        json!({"protocol": "arcane/1", "type": "request", "id": "p", "method": "system.ping"})
+            .to_string();
     for _ in 0..200 {
         post(&client, &format!("{url}/v1/rpc"), Some(&token), &body).await;
     }
@@ -128,7 +188,9 @@ async fn ping() {
     stdio_host.start();
     let serving = {
         let stdio_host = stdio_host.clone();
-        tokio::spawn(async move { arcane_core::stdio::serve(&stdio_host, host_in, host_out, Default::default()).await })
+        tokio::spawn(async move {
+            arcane_core::stdio::serve(&stdio_host, host_in, host_out, Default::default()).await
+        })
     };
     let mut reader = BufReader::new(from_host);
     let mut read_frame = async || -> serde_json::Value {
@@ -240,7 +302,11 @@ async fn fan_out() {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(async {
         passthrough().await;
         ping().await;

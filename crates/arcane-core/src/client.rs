@@ -42,24 +42,39 @@ impl CoreClient {
         &self.record
     }
 
-    async fn send(&self, method: Method, path: &str, body: Option<Value>) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
         let url = format!("{}{}", self.record.url, path);
-        let mut request = Request::builder()
-            .method(method)
-            .uri(&url)
-            .header(hyper::header::AUTHORIZATION, format!("Bearer {}", self.record.token));
+        let mut request = Request::builder().method(method).uri(&url).header(
+            hyper::header::AUTHORIZATION,
+            format!("Bearer {}", self.record.token),
+        );
         if body.is_some() {
             request = request.header(hyper::header::CONTENT_TYPE, "application/json");
         }
-        let body = body.map(|b| full(b.to_string())).unwrap_or_else(|| full(Bytes::new()));
+        let body = body
+            .map(|b| full(b.to_string()))
+            .unwrap_or_else(|| full(Bytes::new()));
         let request = request.body(body).map_err(|e| Error::Http {
             url: url.clone(),
             source: Box::new(e),
         })?;
-        self.client.request(request).await.map_err(|e| Error::Http { url, source: Box::new(e) })
+        self.client.request(request).await.map_err(|e| Error::Http {
+            url,
+            source: Box::new(e),
+        })
     }
 
-    async fn json(&self, method: Method, path: &str, body: Option<Value>) -> Result<(u16, Value), Error> {
+    async fn json(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<(u16, Value), Error> {
         let url = format!("{}{}", self.record.url, path);
         let response = self.send(method, path, body).await?;
         let status = response.status().as_u16();
@@ -72,7 +87,8 @@ impl CoreClient {
                 source: Box::new(e),
             })?
             .to_bytes();
-        let value = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
         Ok((status, value))
     }
 
@@ -88,27 +104,44 @@ impl CoreClient {
     /// Calls `method` and returns its result (an `ok:false` answer becomes
     /// [`Error::Remote`] with the host's code).
     pub async fn call(&self, method: &str, parameters: Value) -> Result<Value, Error> {
-        let id = format!("cli-{}", self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let id = format!(
+            "cli-{}",
+            self.next_id
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         let frame = json!({"protocol": PROTOCOL, "type": "request", "id": id, "method": method, "parameters": parameters});
         let (status, value) = self.json(Method::POST, "/v1/rpc", Some(frame)).await?;
         if value["ok"].as_bool() == Some(true) {
             return Ok(value["result"].clone());
         }
-        let error = if value["error"].is_object() { &value["error"] } else { &value };
+        let error = if value["error"].is_object() {
+            &value["error"]
+        } else {
+            &value
+        };
         Err(remote(error, status))
     }
 
     /// Sends a chat completion through the OpenAI passthrough with `stream: true`,
     /// calling `on_delta` with each piece of content as it arrives; returns the whole
     /// answer.
-    pub async fn chat(&self, mut payload: Value, mut on_delta: impl FnMut(&str)) -> Result<String, Error> {
+    pub async fn chat(
+        &self,
+        mut payload: Value,
+        mut on_delta: impl FnMut(&str),
+    ) -> Result<String, Error> {
         payload["stream"] = json!(true);
         let path = "/v1/chat/completions";
         let url = format!("{}{}", self.record.url, path);
         let response = self.send(Method::POST, path, Some(payload)).await?;
         let status = response.status().as_u16();
         if status != 200 {
-            let bytes = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            let bytes = response
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
             let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             return Err(remote(&value["error"], status));
         }
@@ -120,16 +153,22 @@ impl CoreClient {
                 url: url.clone(),
                 source: Box::new(e),
             })?;
-            let Ok(data) = frame.into_data() else { continue };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
             buffer.extend_from_slice(&data);
             while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
                 let raw: Vec<u8> = buffer.drain(..=end).collect();
                 let line = String::from_utf8_lossy(&raw);
-                let Some(data) = line.trim().strip_prefix("data:").map(str::trim) else { continue };
+                let Some(data) = line.trim().strip_prefix("data:").map(str::trim) else {
+                    continue;
+                };
                 if data == "[DONE]" {
                     break 'frames;
                 }
-                let Ok(chunk) = serde_json::from_str::<Value>(data) else { continue };
+                let Ok(chunk) = serde_json::from_str::<Value>(data) else {
+                    continue;
+                };
                 if let Some(delta) = chunk["choices"][0]["delta"]["content"].as_str() {
                     answer.push_str(delta);
                     on_delta(delta);
@@ -142,8 +181,14 @@ impl CoreClient {
 
 fn remote(error: &Value, status: u16) -> Error {
     Error::Remote {
-        code: error["code"].as_str().unwrap_or("ARCANE_OPERATION_FAILED").to_string(),
-        message: error["message"].as_str().map(str::to_string).unwrap_or_else(|| format!("the Core host answered HTTP {status}")),
+        code: error["code"]
+            .as_str()
+            .unwrap_or("ARCANE_OPERATION_FAILED")
+            .to_string(),
+        message: error["message"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("the Core host answered HTTP {status}")),
         details: error.get("details").cloned().unwrap_or(Value::Null),
     }
 }

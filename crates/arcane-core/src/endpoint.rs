@@ -101,7 +101,9 @@ pub fn write_private_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     std::fs::create_dir_all(directory).map_err(io("create", directory))?;
     let temporary = directory.join(format!(
         ".{}.{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("record"),
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("record"),
         std::process::id()
     ));
     let result = (|| {
@@ -136,13 +138,21 @@ pub fn read_endpoint(workspace: &Path) -> Result<Option<EndpointRecord>, Error> 
     let text = match std::fs::read(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(Error::Io { operation: "read", path, source }),
+        Err(source) => {
+            return Err(Error::Io {
+                operation: "read",
+                path,
+                source,
+            })
+        }
     };
-    serde_json::from_slice(&text).map(Some).map_err(|source| Error::InvalidRecord {
-        path,
-        what: "Core endpoint record",
-        source,
-    })
+    serde_json::from_slice(&text)
+        .map(Some)
+        .map_err(|source| Error::InvalidRecord {
+            path,
+            what: "Core endpoint record",
+            source,
+        })
 }
 
 /// Reads the running host's record, failing with [`Error::NotRunning`] when there is
@@ -167,7 +177,13 @@ pub fn saved_port(workspace: &Path) -> Result<Option<u16>, Error> {
     let text = match std::fs::read(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(Error::Io { operation: "read", path, source }),
+        Err(source) => {
+            return Err(Error::Io {
+                operation: "read",
+                path,
+                source,
+            })
+        }
     };
     #[derive(Deserialize)]
     struct Saved {
@@ -191,7 +207,8 @@ pub fn save_port(workspace: &Path, port: u16) -> Result<(), Error> {
     match options.open(&path) {
         Ok(mut file) => {
             let text = format!("{}\n", json!({"port": port}));
-            file.write_all(text.as_bytes()).map_err(io("write", &path))?;
+            file.write_all(text.as_bytes())
+                .map_err(io("write", &path))?;
             file.sync_all().map_err(io("sync", &path))
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
@@ -206,7 +223,9 @@ pub fn save_port(workspace: &Path, port: u16) -> Result<(), Error> {
 /// Whether the OS reports no process with `pid` (`ESRCH`). Any other answer (alive,
 /// not permitted, unknown) counts as present: an undeterminable owner is busy.
 pub fn process_is_absent(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
     if pid <= 0 {
         return false;
     }
@@ -263,7 +282,13 @@ impl OwnerLock {
                     });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(source) => return Err(Error::Io { operation: "create", path, source }),
+                Err(source) => {
+                    return Err(Error::Io {
+                        operation: "create",
+                        path,
+                        source,
+                    })
+                }
             }
             let holder = read_lock(&path)?;
             match holder {
@@ -278,9 +303,14 @@ impl OwnerLock {
                     }
                 }
                 Some(holder) => {
-                    let endpoint = read_endpoint(workspace).ok().flatten().filter(|r| r.pid == holder.pid);
+                    let endpoint = read_endpoint(workspace)
+                        .ok()
+                        .flatten()
+                        .filter(|r| r.pid == holder.pid);
                     return Err(Error::AlreadyRunning {
-                        url: endpoint.map(|r| r.url).unwrap_or_else(|| "(starting)".into()),
+                        url: endpoint
+                            .map(|r| r.url)
+                            .unwrap_or_else(|| "(starting)".into()),
                         pid: holder.pid,
                         endpoint_file: endpoint_path(workspace),
                     });
@@ -290,7 +320,10 @@ impl OwnerLock {
         Err(Error::Io {
             operation: "create",
             path,
-            source: std::io::Error::new(std::io::ErrorKind::AlreadyExists, "the owner lock keeps changing"),
+            source: std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "the owner lock keeps changing",
+            ),
         })
     }
 }
@@ -311,8 +344,16 @@ impl Drop for OwnerLock {
     fn drop(&mut self) {
         let path = lock_path(&self.workspace);
         // Remove our records only if they are still ours.
-        if read_lock(&path).ok().flatten().is_some_and(|r| r.nonce == self.nonce) {
-            if read_endpoint(&self.workspace).ok().flatten().is_some_and(|r| r.pid == std::process::id()) {
+        if read_lock(&path)
+            .ok()
+            .flatten()
+            .is_some_and(|r| r.nonce == self.nonce)
+        {
+            if read_endpoint(&self.workspace)
+                .ok()
+                .flatten()
+                .is_some_and(|r| r.pid == std::process::id())
+            {
                 let _ = std::fs::remove_file(endpoint_path(&self.workspace));
             }
             let _ = std::fs::remove_file(&path);
@@ -350,7 +391,10 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+            assert_eq!(
+                std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+                0o600
+            );
         }
         assert_eq!(read_endpoint(dir.path()).unwrap(), Some(record.clone()));
         assert_eq!(record.token.len(), 64);
@@ -369,7 +413,11 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let dead = child.id();
         child.wait().unwrap();
-        std::fs::write(lock_path(dir.path()), format!(r#"{{"pid":{dead},"nonce":"x","startedAt":"t"}}"#)).unwrap();
+        std::fs::write(
+            lock_path(dir.path()),
+            format!(r#"{{"pid":{dead},"nonce":"x","startedAt":"t"}}"#),
+        )
+        .unwrap();
         let _again = OwnerLock::acquire(dir.path()).unwrap();
     }
 

@@ -277,13 +277,20 @@ impl Error {
     pub fn http_status(&self) -> u16 {
         match self {
             Self::Usage { .. } | Self::InvalidFrame { .. } | Self::Frame { .. } => 400,
-            Self::RequestIdActive { .. } | Self::ServiceExists { .. } | Self::AlreadyRunning { .. } => 409,
+            Self::RequestIdActive { .. }
+            | Self::ServiceExists { .. }
+            | Self::AlreadyRunning { .. } => 409,
             Self::MethodNotAllowed { .. } | Self::NotRunning { .. } => 404,
-            Self::ServiceUnavailable { .. } | Self::ShuttingDown | Self::EngineNotReady { .. } => 503,
+            Self::ServiceUnavailable { .. } | Self::ShuttingDown | Self::EngineNotReady { .. } => {
+                503
+            }
             Self::Shutdown { .. } => 500,
             Self::Cancelled { .. } => 499,
             Self::Http { .. } | Self::Upstream { .. } | Self::Remote { .. } => 502,
-            Self::PortInUse { .. } | Self::Io { .. } | Self::InvalidRecord { .. } | Self::Library { .. } => 500,
+            Self::PortInUse { .. }
+            | Self::Io { .. }
+            | Self::InvalidRecord { .. }
+            | Self::Library { .. } => 500,
         }
     }
 }
@@ -325,7 +332,11 @@ impl Diagnostic for Error {
                 reason,
             } => json!({"method": method, "namespace": namespace, "reason": reason}),
             Self::ServiceExists { name } => json!({"name": name}),
-            Self::ServiceUnavailable { service, state, error } => {
+            Self::ServiceUnavailable {
+                service,
+                state,
+                error,
+            } => {
                 json!({"service": service, "state": state, "error": error})
             }
             Self::ShuttingDown => json!({"reason": "CORE_CLOSING"}),
@@ -336,19 +347,30 @@ impl Diagnostic for Error {
                 pid,
                 endpoint_file,
             } => json!({"url": url, "pid": pid, "endpointFile": endpoint_file}),
-            Self::PortInUse { host, port, saved_in, .. } => {
+            Self::PortInUse {
+                host,
+                port,
+                saved_in,
+                ..
+            } => {
                 json!({"host": host, "port": port, "savedIn": saved_in})
             }
-            Self::Io { operation, path, .. } => json!({"operation": operation, "path": path}),
+            Self::Io {
+                operation, path, ..
+            } => json!({"operation": operation, "path": path}),
             Self::InvalidRecord { path, what, .. } => json!({"path": path, "what": what}),
-            Self::NotRunning { workspace, reason } => json!({"workspace": workspace, "reason": reason}),
+            Self::NotRunning { workspace, reason } => {
+                json!({"workspace": workspace, "reason": reason})
+            }
             Self::EngineNotReady {
                 runtime,
                 state,
                 retry_after,
             } => json!({"runtime": runtime, "state": state, "retryAfter": retry_after}),
             Self::Http { url, .. } => json!({"url": url}),
-            Self::Upstream { url, status, body } => json!({"url": url, "status": status, "body": body}),
+            Self::Upstream { url, status, body } => {
+                json!({"url": url, "status": status, "body": body})
+            }
             Self::Remote { code, details, .. } => json!({"code": code, "details": details}),
             Self::Library { details, .. } => details.clone(),
         }

@@ -81,12 +81,23 @@ impl Decoder {
         }
         self.pending = None;
         let body: Vec<u8> = self.buffer.drain(..length).collect();
-        let text = String::from_utf8(body)
-            .map_err(|e| Error::frame(FrameProblem::InvalidUtf8, format!("invalid UTF-8 at byte {}", e.utf8_error().valid_up_to())))?;
-        let value: Value = serde_json::from_str(&text)
-            .map_err(|e| Error::frame(FrameProblem::InvalidJson, format!("invalid JSON at line {} column {}", e.line(), e.column())))?;
+        let text = String::from_utf8(body).map_err(|e| {
+            Error::frame(
+                FrameProblem::InvalidUtf8,
+                format!("invalid UTF-8 at byte {}", e.utf8_error().valid_up_to()),
+            )
+        })?;
+        let value: Value = serde_json::from_str(&text).map_err(|e| {
+            Error::frame(
+                FrameProblem::InvalidJson,
+                format!("invalid JSON at line {} column {}", e.line(), e.column()),
+            )
+        })?;
         if !value.is_object() {
-            return Err(Error::frame(FrameProblem::InvalidJson, "the body is not a JSON object"));
+            return Err(Error::frame(
+                FrameProblem::InvalidJson,
+                "the body is not a JSON object",
+            ));
         }
         Ok(Some(value))
     }
@@ -97,7 +108,10 @@ impl Decoder {
         if self.pending.is_some() || self.buffer.iter().any(|b| !b.is_ascii_whitespace()) {
             return Err(Error::frame(
                 FrameProblem::Incomplete,
-                format!("input ended inside a frame ({} bytes buffered)", self.buffer.len()),
+                format!(
+                    "input ended inside a frame ({} bytes buffered)",
+                    self.buffer.len()
+                ),
             ));
         }
         Ok(())
@@ -109,7 +123,8 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 fn parse_header(block: &[u8], max_frame: usize) -> Result<usize, Error> {
-    let text = std::str::from_utf8(block).map_err(|_| Error::frame(FrameProblem::LengthInvalid, "the header block is not UTF-8"))?;
+    let text = std::str::from_utf8(block)
+        .map_err(|_| Error::frame(FrameProblem::LengthInvalid, "the header block is not UTF-8"))?;
     let mut length: Option<usize> = None;
     for line in text.split("\r\n") {
         let Some((name, value)) = line.split_once(':') else {
@@ -120,22 +135,39 @@ fn parse_header(block: &[u8], max_frame: usize) -> Result<usize, Error> {
         }
         let value = value.trim();
         if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(Error::frame(FrameProblem::LengthInvalid, format!("`Content-Length: {value}` is not a decimal number")));
+            return Err(Error::frame(
+                FrameProblem::LengthInvalid,
+                format!("`Content-Length: {value}` is not a decimal number"),
+            ));
         }
         let parsed: usize = match value.parse() {
             Ok(n) => n,
             Err(_) => {
-                return Err(Error::frame(FrameProblem::TooLarge, format!("`Content-Length: {value}` exceeds the {max_frame}-byte limit")));
+                return Err(Error::frame(
+                    FrameProblem::TooLarge,
+                    format!("`Content-Length: {value}` exceeds the {max_frame}-byte limit"),
+                ));
             }
         };
         if length.is_some_and(|l| l != parsed) {
-            return Err(Error::frame(FrameProblem::LengthInvalid, "two different `Content-Length` values"));
+            return Err(Error::frame(
+                FrameProblem::LengthInvalid,
+                "two different `Content-Length` values",
+            ));
         }
         length = Some(parsed);
     }
-    let length = length.ok_or_else(|| Error::frame(FrameProblem::LengthMissing, "the header block has no `Content-Length`"))?;
+    let length = length.ok_or_else(|| {
+        Error::frame(
+            FrameProblem::LengthMissing,
+            "the header block has no `Content-Length`",
+        )
+    })?;
     if length > max_frame {
-        return Err(Error::frame(FrameProblem::TooLarge, format!("a {length}-byte frame exceeds the {max_frame}-byte limit")));
+        return Err(Error::frame(
+            FrameProblem::TooLarge,
+            format!("a {length}-byte frame exceeds the {max_frame}-byte limit"),
+        ));
     }
     Ok(length)
 }
@@ -163,7 +195,10 @@ mod tests {
                 seen.push(v);
             }
         }
-        assert_eq!(seen, vec![serde_json::json!({"a":1}), serde_json::json!({"b":2})]);
+        assert_eq!(
+            seen,
+            vec![serde_json::json!({"a":1}), serde_json::json!({"b":2})]
+        );
         decoder.finish().unwrap();
     }
 
@@ -181,14 +216,22 @@ mod tests {
             (b"Content-Length: 1x\r\n\r\n{}", FrameProblem::LengthInvalid),
             (b"Content-Length: -2\r\n\r\n{}", FrameProblem::LengthInvalid),
             (b"Content-Length: 99999\r\n\r\n{}", FrameProblem::TooLarge),
-            (b"Content-Length: 2\r\n\r\n\xff\xfe", FrameProblem::InvalidUtf8),
+            (
+                b"Content-Length: 2\r\n\r\n\xff\xfe",
+                FrameProblem::InvalidUtf8,
+            ),
             (b"Content-Length: 2\r\n\r\n{]", FrameProblem::InvalidJson),
             (b"Content-Length: 2\r\n\r\n[]", FrameProblem::InvalidJson),
         ];
         for (input, expected) in cases {
             let mut decoder = Decoder::new(1024);
             decoder.push(input);
-            assert_eq!(problem(decoder.next_frame().unwrap_err()), expected, "{}", String::from_utf8_lossy(input));
+            assert_eq!(
+                problem(decoder.next_frame().unwrap_err()),
+                expected,
+                "{}",
+                String::from_utf8_lossy(input)
+            );
         }
     }
 
@@ -197,16 +240,25 @@ mod tests {
         let mut decoder = Decoder::new(1024);
         decoder.push(b"Content-Length: 10\r\n\r\n{\"a\"");
         assert_eq!(decoder.next_frame().unwrap(), None);
-        assert_eq!(problem(decoder.finish().unwrap_err()), FrameProblem::Incomplete);
+        assert_eq!(
+            problem(decoder.finish().unwrap_err()),
+            FrameProblem::Incomplete
+        );
         let mut decoder = Decoder::new(1024);
         decoder.push(b"Content-Len");
-        assert_eq!(problem(decoder.finish().unwrap_err()), FrameProblem::Incomplete);
+        assert_eq!(
+            problem(decoder.finish().unwrap_err()),
+            FrameProblem::Incomplete
+        );
     }
 
     #[test]
     fn an_endless_header_is_refused() {
         let mut decoder = Decoder::new(1024);
         decoder.push(&vec![b'a'; MAX_HEADER + 1]);
-        assert_eq!(problem(decoder.next_frame().unwrap_err()), FrameProblem::TooLarge);
+        assert_eq!(
+            problem(decoder.next_frame().unwrap_err()),
+            FrameProblem::TooLarge
+        );
     }
 }

@@ -38,7 +38,12 @@ use crate::protocol::{Control, EventFrame, Request, Response, PROTOCOL};
 use crate::service::{Lifetime, RequestContext, Service, ServiceContext, ServiceState};
 
 /// Built-in methods; services may not register these names.
-pub const BUILTIN_METHODS: &[&str] = &["system.ping", "version.current", "app.current", "core.host.shutdown"];
+pub const BUILTIN_METHODS: &[&str] = &[
+    "system.ping",
+    "version.current",
+    "app.current",
+    "core.host.shutdown",
+];
 
 /// The application a host serves, returned by `app.current` and sent in `core.ready`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -315,14 +320,20 @@ impl Host {
     /// inside a tokio runtime. Calling it twice does nothing.
     pub fn start(&self) {
         {
-            let Ok(mut admitted) = self.inner.admission.lock() else { return };
+            let Ok(mut admitted) = self.inner.admission.lock() else {
+                return;
+            };
             if *self.inner.state.borrow() != HostState::Created {
                 return;
             }
             *admitted = true;
             self.inner.state.send_replace(HostState::Ready);
         }
-        self.inner.publish("core.ready", json!({"version": self.inner.version, "app": self.inner.app}), EventRoute::Broadcast);
+        self.inner.publish(
+            "core.ready",
+            json!({"version": self.inner.version, "app": self.inner.app}),
+            EventRoute::Broadcast,
+        );
         self.inner.publish_state();
         for entry in &self.inner.services {
             let entry = Arc::clone(entry);
@@ -342,7 +353,11 @@ impl Host {
                     Ok(()) => inner.set_service_state(&entry, ServiceState::Ready, None),
                     Err(error) => {
                         let error = error_json(&*error);
-                        inner.publish("core.error", json!({"service": entry.name, "error": error}), EventRoute::Broadcast);
+                        inner.publish(
+                            "core.error",
+                            json!({"service": entry.name, "error": error}),
+                            EventRoute::Broadcast,
+                        );
                         inner.set_service_state(&entry, ServiceState::Failed, Some(error));
                     }
                 }
@@ -374,12 +389,20 @@ impl Host {
 
     /// Every service's name and status, in registration order.
     pub fn services(&self) -> Vec<(String, ServiceStatus)> {
-        self.inner.services.iter().map(|e| (e.name.clone(), e.status.borrow().clone())).collect()
+        self.inner
+            .services
+            .iter()
+            .map(|e| (e.name.clone(), e.status.borrow().clone()))
+            .collect()
     }
 
     /// The service registered under `name`.
     pub fn service(&self, name: &str) -> Option<Arc<dyn Service>> {
-        self.inner.services.iter().find(|e| e.name == name).map(|e| Arc::clone(&e.service))
+        self.inner
+            .services
+            .iter()
+            .find(|e| e.name == name)
+            .map(|e| Arc::clone(&e.service))
     }
 
     /// Waits until the service `name` has settled, returning its status.
@@ -437,7 +460,12 @@ impl Host {
     pub async fn close(&self) -> Result<(), Error> {
         self.begin_close();
         self.closed().await;
-        let failures = self.inner.close_failures.lock().map(|f| f.clone()).unwrap_or_default();
+        let failures = self
+            .inner
+            .close_failures
+            .lock()
+            .map(|f| f.clone())
+            .unwrap_or_default();
         if failures.is_empty() {
             Ok(())
         } else {
@@ -539,13 +567,18 @@ impl Inner {
                 });
                 None
             }
-            EventRoute::Request { connection, request_id } => {
+            EventRoute::Request {
+                connection,
+                request_id,
+            } => {
                 frame.request_id = Some(request_id.clone());
                 Some(*connection)
             }
         };
         let text: Arc<str> = Arc::from(frame.to_frame().to_string());
-        let Ok(mut subscribers) = self.subscribers.lock() else { return };
+        let Ok(mut subscribers) = self.subscribers.lock() else {
+            return;
+        };
         subscribers.retain(|s| {
             if target.is_some_and(|t| t != s.connection) {
                 return true;
@@ -572,7 +605,10 @@ impl Inner {
         };
         let mut frames = Vec::new();
         if *self.state.borrow() == HostState::Ready {
-            frames.push(frame("core.ready", json!({"version": self.version, "app": self.app})));
+            frames.push(frame(
+                "core.ready",
+                json!({"version": self.version, "app": self.app}),
+            ));
         }
         frames.push(frame("core.state", self.state_json()));
         for entry in &self.services {
@@ -688,7 +724,9 @@ impl Connection {
     /// its response).
     pub fn subscribe_with(&self, sender: mpsc::UnboundedSender<Arc<str>>) {
         let inner = &self.host.inner;
-        let Ok(mut subscribers) = inner.subscribers.lock() else { return };
+        let Ok(mut subscribers) = inner.subscribers.lock() else {
+            return;
+        };
         for frame in inner.replay_frames() {
             let _ = sender.send(frame);
         }
@@ -704,7 +742,9 @@ impl Connection {
     pub fn deliver(&self, frame: &Value) {
         let text: Arc<str> = Arc::from(frame.to_string());
         if let Ok(mut subscribers) = self.host.inner.subscribers.lock() {
-            subscribers.retain(|s| s.connection != self.inner.id || s.sender.send(Arc::clone(&text)).is_ok());
+            subscribers.retain(|s| {
+                s.connection != self.inner.id || s.sender.send(Arc::clone(&text)).is_ok()
+            });
         }
     }
 
@@ -742,7 +782,8 @@ impl Connection {
                 let count = frames.len();
                 if let Ok(mut subscribers) = inner.subscribers.lock() {
                     subscribers.retain(|s| {
-                        s.connection != self.inner.id || frames.iter().all(|f| s.sender.send(Arc::clone(f)).is_ok())
+                        s.connection != self.inner.id
+                            || frames.iter().all(|f| s.sender.send(Arc::clone(f)).is_ok())
                     });
                 }
                 json!({"replayed": count})
@@ -767,11 +808,20 @@ impl Connection {
     /// has it counted as accepted even if shutdown starts before it runs.
     pub fn prepare(&self, request: Request) -> Prepared {
         let host = &self.host.inner;
-        let Request { id, method, parameters } = request;
+        let Request {
+            id,
+            method,
+            parameters,
+        } = request;
         if BUILTIN_METHODS.contains(&method.as_str()) {
             return Prepared(PreparedKind::Builtin { id, method });
         }
-        let refuse = |error: Error| Prepared(PreparedKind::Refused { id: id.clone(), error });
+        let refuse = |error: Error| {
+            Prepared(PreparedKind::Refused {
+                id: id.clone(),
+                error,
+            })
+        };
         let Some(&(index, lifetime)) = host.methods.get(&method) else {
             let namespace = namespace_of(&method).to_string();
             let reason = if host.namespaces.contains(&namespace) {
@@ -779,7 +829,11 @@ impl Connection {
             } else {
                 "core-namespace-unavailable"
             };
-            return refuse(Error::MethodNotAllowed { method, namespace, reason });
+            return refuse(Error::MethodNotAllowed {
+                method,
+                namespace,
+                reason,
+            });
         };
         let cancel = match lifetime {
             Lifetime::Request => host.request_work.child_token(),
@@ -840,7 +894,9 @@ impl Connection {
                 cancel,
                 guard,
             } => {
-                let outcome = self.run(id.clone(), method, parameters, index, lifetime, cancel).await;
+                let outcome = self
+                    .run(id.clone(), method, parameters, index, lifetime, cancel)
+                    .await;
                 drop(guard);
                 match outcome {
                     Ok(result) => Response::ok(id, result),
@@ -854,7 +910,9 @@ impl Connection {
         let host = &self.host.inner;
         match method {
             "system.ping" => json!({"ok": true}),
-            "version.current" => json!({"name": "arcane", "version": host.version, "protocol": PROTOCOL}),
+            "version.current" => {
+                json!({"name": "arcane", "version": host.version, "protocol": PROTOCOL})
+            }
             "app.current" => json!(host.app),
             _ => {
                 // `core.host.shutdown`: drains, then answers `{state:"closed"}`.

@@ -63,7 +63,9 @@ pub fn engine_client() -> EngineClient {
 
 /// A body from bytes.
 pub fn full(bytes: impl Into<Bytes>) -> HttpBody {
-    Full::new(bytes.into()).map_err(|never: Infallible| match never {}).boxed()
+    Full::new(bytes.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed()
 }
 
 /// Where the OpenAI-compatible passthrough sends requests.
@@ -186,7 +188,9 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
             accepted = listener.accept() => accepted,
             _ = host.closed() => break,
         };
-        let Ok((stream, _peer)) = accepted else { continue };
+        let Ok((stream, _peer)) = accepted else {
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let shared = Arc::clone(&shared);
         let service = hyper::service::service_fn(move |request| {
@@ -210,9 +214,10 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
 fn json_response(status: StatusCode, value: &Value) -> Response<HttpBody> {
     let mut response = Response::new(full(value.to_string()));
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     response
 }
 
@@ -226,9 +231,10 @@ fn refusal(status: StatusCode, message: &'static str) -> Response<HttpBody> {
         &json!({"error": {"code": codes::CORE_UNAUTHORIZED, "message": message, "details": {}}}),
     );
     if status == StatusCode::UNAUTHORIZED {
-        response
-            .headers_mut()
-            .insert(hyper::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        response.headers_mut().insert(
+            hyper::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer"),
+        );
     }
     response
 }
@@ -246,16 +252,30 @@ fn admit(shared: &Shared, request: &Request<Incoming>) -> Option<Response<HttpBo
     let host_ok = headers
         .get(hyper::header::HOST)
         .and_then(|h| h.to_str().ok())
-        .is_some_and(|h| shared.hosts.iter().any(|allowed| allowed.eq_ignore_ascii_case(h)));
+        .is_some_and(|h| {
+            shared
+                .hosts
+                .iter()
+                .any(|allowed| allowed.eq_ignore_ascii_case(h))
+        });
     if !host_ok {
-        return Some(refusal(StatusCode::MISDIRECTED_REQUEST, "the `Host` header must name the loopback listener"));
+        return Some(refusal(
+            StatusCode::MISDIRECTED_REQUEST,
+            "the `Host` header must name the loopback listener",
+        ));
     }
     if let Some(origin) = headers.get(hyper::header::ORIGIN) {
-        let allowed = origin
-            .to_str()
-            .is_ok_and(|o| shared.origins.iter().any(|allowed| allowed.eq_ignore_ascii_case(o)));
+        let allowed = origin.to_str().is_ok_and(|o| {
+            shared
+                .origins
+                .iter()
+                .any(|allowed| allowed.eq_ignore_ascii_case(o))
+        });
         if !allowed {
-            return Some(refusal(StatusCode::FORBIDDEN, "cross-origin requests are refused"));
+            return Some(refusal(
+                StatusCode::FORBIDDEN,
+                "cross-origin requests are refused",
+            ));
         }
     }
     let expected = shared.options.token.as_bytes();
@@ -269,7 +289,10 @@ fn admit(shared: &Shared, request: &Request<Incoming>) -> Option<Response<HttpBo
         .flatten();
     let presented = from_header.or(from_query).unwrap_or("");
     if !constant_time_eq(presented.as_bytes(), expected) || expected.is_empty() {
-        return Some(refusal(StatusCode::UNAUTHORIZED, "a valid bearer token is required"));
+        return Some(refusal(
+            StatusCode::UNAUTHORIZED,
+            "a valid bearer token is required",
+        ));
     }
     None
 }
@@ -296,15 +319,22 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Htt
         (Method::POST, "/v1/rpc") => rpc(&shared, request).await,
         (Method::POST, "/v1/control") => control(&shared, request).await,
         (Method::GET, "/v1/events") => events(&shared, &request),
-        (Method::POST, "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings") | (Method::GET, "/v1/models") => {
-            passthrough(&shared, request).await
-        }
-        (_, "/v1/health" | "/v1/rpc" | "/v1/control" | "/v1/events" | "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/v1/models") => {
-            json_response(
-                StatusCode::METHOD_NOT_ALLOWED,
-                &json!({"error": {"code": codes::METHOD_NOT_ALLOWED, "message": format!("`{}` does not accept this HTTP method", path), "details": {"path": path}}}),
-            )
-        }
+        (Method::POST, "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings")
+        | (Method::GET, "/v1/models") => passthrough(&shared, request).await,
+        (
+            _,
+            "/v1/health"
+            | "/v1/rpc"
+            | "/v1/control"
+            | "/v1/events"
+            | "/v1/chat/completions"
+            | "/v1/completions"
+            | "/v1/embeddings"
+            | "/v1/models",
+        ) => json_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &json!({"error": {"code": codes::METHOD_NOT_ALLOWED, "message": format!("`{}` does not accept this HTTP method", path), "details": {"path": path}}}),
+        ),
         _ => json_response(
             StatusCode::NOT_FOUND,
             &json!({"error": {"code": codes::ARCANE_NOT_FOUND, "message": format!("no endpoint `{path}`"), "details": {"path": path}}}),
@@ -322,25 +352,50 @@ fn client_name(request: &Request<Incoming>) -> Option<String> {
         .filter(|c| !c.is_empty() && c.len() <= 200)
 }
 
-async fn read_frame(shared: &Shared, request: Request<Incoming>) -> Result<Value, Response<HttpBody>> {
+async fn read_frame(
+    shared: &Shared,
+    request: Request<Incoming>,
+) -> Result<Value, Response<HttpBody>> {
     let limit = shared.options.max_body;
     let collected = Limited::new(request.into_body(), limit).collect().await;
     let bytes = match collected {
         Ok(collected) => collected.to_bytes(),
-        Err(error) if error.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
-            let error = Error::frame(crate::error::FrameProblem::TooLarge, format!("the body exceeds the {limit}-byte limit"));
+        Err(error)
+            if error
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            let error = Error::frame(
+                crate::error::FrameProblem::TooLarge,
+                format!("the body exceeds the {limit}-byte limit"),
+            );
             return Err(error_response(StatusCode::PAYLOAD_TOO_LARGE, &error));
         }
         Err(_) => {
-            let error = Error::frame(crate::error::FrameProblem::Incomplete, "the body could not be read");
+            let error = Error::frame(
+                crate::error::FrameProblem::Incomplete,
+                "the body could not be read",
+            );
             return Err(error_response(StatusCode::BAD_REQUEST, &error));
         }
     };
     let text = std::str::from_utf8(&bytes).map_err(|_| {
-        error_response(StatusCode::BAD_REQUEST, &Error::frame(crate::error::FrameProblem::InvalidUtf8, "the body is not UTF-8"))
+        error_response(
+            StatusCode::BAD_REQUEST,
+            &Error::frame(
+                crate::error::FrameProblem::InvalidUtf8,
+                "the body is not UTF-8",
+            ),
+        )
     })?;
     serde_json::from_str(text).map_err(|_| {
-        error_response(StatusCode::BAD_REQUEST, &Error::frame(crate::error::FrameProblem::InvalidJson, "the body is not JSON"))
+        error_response(
+            StatusCode::BAD_REQUEST,
+            &Error::frame(
+                crate::error::FrameProblem::InvalidJson,
+                "the body is not JSON",
+            ),
+        )
     })
 }
 
@@ -364,7 +419,10 @@ async fn rpc(shared: &Shared, request: Request<Incoming>) -> Response<HttpBody> 
                 Error::InvalidFrame { id, .. } => id.clone(),
                 _ => None,
             };
-            return json_response(StatusCode::BAD_REQUEST, &RpcResponse::error(id, &error).to_frame());
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                &RpcResponse::error(id, &error).to_frame(),
+            );
         }
     };
     if shared.host.state() != HostState::Ready {
@@ -385,7 +443,8 @@ async fn rpc(shared: &Shared, request: Request<Incoming>) -> Response<HttpBody> 
 async fn control(shared: &Shared, request: Request<Incoming>) -> Response<HttpBody> {
     let Some(client) = client_name(&request) else {
         let error = Error::InvalidFrame {
-            reason: "controls need the `X-Arcane-Client` header naming the client they apply to".into(),
+            reason: "controls need the `X-Arcane-Client` header naming the client they apply to"
+                .into(),
             id: None,
         };
         return error_response(StatusCode::BAD_REQUEST, &error);
@@ -397,7 +456,10 @@ async fn control(shared: &Shared, request: Request<Incoming>) -> Response<HttpBo
     match parse_incoming(value) {
         Ok(Frame_::Control(control)) => {
             let result = shared.host.named_connection(&client).control(control);
-            json_response(StatusCode::OK, &json!({"protocol": PROTOCOL, "ok": true, "result": result}))
+            json_response(
+                StatusCode::OK,
+                &json!({"protocol": PROTOCOL, "ok": true, "result": result}),
+            )
         }
         Ok(Frame_::Request(_)) => error_response(
             StatusCode::BAD_REQUEST,
@@ -420,7 +482,10 @@ impl Body for SseBody {
     type Data = Bytes;
     type Error = hyper::Error;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.receiver.poll_recv(cx) {
             Poll::Ready(Some(first)) => {
                 let mut text = format!("data: {first}\n\n");
@@ -455,8 +520,14 @@ fn events(shared: &Shared, request: &Request<Incoming>) -> Response<HttpBody> {
     };
     let mut response = Response::new(body.boxed());
     let headers = response.headers_mut();
-    headers.insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    headers.insert(hyper::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(
+        hyper::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
     response
 }
 
@@ -508,12 +579,18 @@ async fn passthrough(shared: &Shared, request: Request<Incoming>) -> Response<Ht
             };
             let mut response = error_response(StatusCode::SERVICE_UNAVAILABLE, &error);
             if let Some(seconds) = retry_after {
-                response.headers_mut().insert(hyper::header::RETRY_AFTER, HeaderValue::from(seconds));
+                response
+                    .headers_mut()
+                    .insert(hyper::header::RETRY_AFTER, HeaderValue::from(seconds));
             }
             return response;
         }
     };
-    let path_and_query = request.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_default();
+    let path_and_query = request
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_default();
     let url = format!("{}{}", base.trim_end_matches('/'), path_and_query);
     let (parts, body) = request.into_parts();
     let mut forwarded = Request::new(body.boxed());

@@ -59,4 +59,7 @@ pub mod supervised;
 
 pub use error::{Error, FrameProblem};
 pub use host::{AppInfo, Connection, Host, HostBuilder, HostState, Prepared, ShutdownHandle};
-pub use service::{BoxError, BoxFuture, Lifetime, MethodResult, MethodSpec, RequestContext, Service, ServiceContext, ServiceState};
+pub use service::{
+    BoxError, BoxFuture, Lifetime, MethodResult, MethodSpec, RequestContext, Service,
+    ServiceContext, ServiceState,
+};

@@ -38,7 +38,9 @@ use tokio::sync::watch;
 use crate::error::Error;
 use crate::http::{engine_client, full, EngineClient, Upstream, UpstreamTarget};
 use crate::selection::Runtime;
-use crate::service::{BoxError, BoxFuture, MethodResult, MethodSpec, RequestContext, Service, ServiceContext};
+use crate::service::{
+    BoxError, BoxFuture, MethodResult, MethodSpec, RequestContext, Service, ServiceContext,
+};
 
 /// Starts (or adopts) one engine. Implemented over `arcane-localai`'s supervisor by the
 /// CLI.
@@ -51,7 +53,11 @@ pub trait EngineLauncher: Send + Sync + 'static {
 
     /// Starts or adopts the engine; resolves once it is ready (or failed). Library
     /// events (`local-ai.server.<state>`) go to `events`; `cancel` aborts the start.
-    fn launch(&self, events: Arc<dyn EventSink>, cancel: CancelToken) -> BoxFuture<'static, Result<Box<dyn EngineHandle>, BoxError>>;
+    fn launch(
+        &self,
+        events: Arc<dyn EventSink>,
+        cancel: CancelToken,
+    ) -> BoxFuture<'static, Result<Box<dyn EngineHandle>, BoxError>>;
 }
 
 /// A running (owned or adopted) engine.
@@ -117,7 +123,8 @@ pub struct LocalAiService {
 impl LocalAiService {
     /// A service over `launchers` (one per engine; at most one per runtime).
     pub fn new(launchers: Vec<Arc<dyn EngineLauncher>>) -> Arc<Self> {
-        Arc::new_cyclic(|me| Self {
+        Arc::new_cyclic(|me| {
+            Self {
             slots: launchers
                 .into_iter()
                 .map(|launcher| {
@@ -139,6 +146,7 @@ impl LocalAiService {
             client: engine_client(),
             context: Mutex::new(None),
             me: me.clone(),
+        }
         })
     }
 
@@ -180,12 +188,17 @@ impl LocalAiService {
 
     fn launch(&self, slot: Arc<Slot>) {
         let Some(me) = self.me.upgrade() else { return };
-        let Some(context) = self.context.lock().ok().and_then(|c| c.clone()) else { return };
+        let Some(context) = self.context.lock().ok().and_then(|c| c.clone()) else {
+            return;
+        };
         let cancel = CancelToken::new();
         if let Ok(mut current) = slot.cancel.lock() {
             *current = cancel.clone();
         }
-        self.update(&slot, json!({"state": "starting", "available": false, "error": null}));
+        self.update(
+            &slot,
+            json!({"state": "starting", "available": false, "error": null}),
+        );
         let sink: Arc<dyn EventSink> = Arc::new(SlotSink {
             service: Arc::downgrade(&me),
             slot: Arc::clone(&slot),
@@ -200,14 +213,20 @@ impl LocalAiService {
                     me.refresh_models(&slot).await;
                 }
                 Err(error) => {
-                    me.update(&slot, json!({"state": "error", "available": false, "error": error_json(&*error)}));
+                    me.update(
+                        &slot,
+                        json!({"state": "error", "available": false, "error": error_json(&*error)}),
+                    );
                 }
             }
         });
     }
 
     async fn refresh_models(&self, slot: &Slot) {
-        let url = slot.view.borrow().record["url"].as_str().unwrap_or_default().to_string();
+        let url = slot.view.borrow().record["url"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         let models = match slot.runtime {
             Runtime::LlamaCpp => self
                 .engine_json(Method::GET, &format!("{url}/v1/models"), None)
@@ -237,7 +256,11 @@ impl LocalAiService {
             _ = context.cancel.cancelled() => return Err(Box::new(Error::Cancelled { id: context.request_id.clone() })),
         };
         match settled {
-            Some(view) if view.state() == "ready" => Ok(view.record["url"].as_str().unwrap_or_default().trim_end_matches('/').to_string()),
+            Some(view) if view.state() == "ready" => Ok(view.record["url"]
+                .as_str()
+                .unwrap_or_default()
+                .trim_end_matches('/')
+                .to_string()),
             Some(view) => Err(Box::new(Error::EngineNotReady {
                 runtime: slot.runtime.id().into(),
                 state: view.state().to_string(),
@@ -247,7 +270,12 @@ impl LocalAiService {
         }
     }
 
-    async fn send(&self, method: Method, url: &str, body: Option<&Value>) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
+    async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        body: Option<&Value>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
         let mut request = Request::builder().method(method).uri(url);
         let body = match body {
             Some(body) => {
@@ -260,28 +288,51 @@ impl LocalAiService {
             url: url.into(),
             source: Box::new(e),
         })?;
-        let response = self.client.request(request).await.map_err(|e| Error::Http {
-            url: url.into(),
-            source: Box::new(e),
-        })?;
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|e| Error::Http {
+                url: url.into(),
+                source: Box::new(e),
+            })?;
         if response.status().is_success() {
             return Ok(response);
         }
         let status = response.status().as_u16();
-        let bytes = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
         let text = String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]).into_owned();
         let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        Err(Error::Upstream { url: url.into(), status, body })
+        Err(Error::Upstream {
+            url: url.into(),
+            status,
+            body,
+        })
     }
 
-    async fn engine_json(&self, method: Method, url: &str, body: Option<&Value>) -> Result<Value, Error> {
+    async fn engine_json(
+        &self,
+        method: Method,
+        url: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, Error> {
         let response = self.send(method, url, body).await?;
-        let bytes = response.into_body().collect().await.map_err(|e| Error::Http {
-            url: url.into(),
-            source: Box::new(e),
-        })?;
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| Error::Http {
+                url: url.into(),
+                source: Box::new(e),
+            })?;
         let bytes = bytes.to_bytes();
-        Ok(serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned())))
+        Ok(serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned())))
     }
 
     /// Streams an upstream body line by line, calling `line` for each non-empty line.
@@ -298,7 +349,9 @@ impl LocalAiService {
                 url: url.into(),
                 source: Box::new(e),
             })?;
-            let Ok(data) = frame.into_data() else { continue };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
             buffer.extend_from_slice(&data);
             while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
                 let raw: Vec<u8> = buffer.drain(..=end).collect();
@@ -323,13 +376,25 @@ impl LocalAiService {
             Some(Value::Object(p)) => Value::Object(p.clone()),
             _ => json!({}),
         };
-        for key in ["messages", "model", "max_tokens", "temperature", "top_p", "seed", "stop"] {
+        for key in [
+            "messages",
+            "model",
+            "max_tokens",
+            "temperature",
+            "top_p",
+            "seed",
+            "stop",
+        ] {
             if let Some(value) = parameters.get(key).filter(|v| !v.is_null()) {
                 payload[key] = value.clone();
             }
         }
         // The SDK's camelCase option names, translated to llama.cpp's spelling.
-        for (sdk, upstream) in [("maxTokens", "max_tokens"), ("topP", "top_p"), ("topK", "top_k")] {
+        for (sdk, upstream) in [
+            ("maxTokens", "max_tokens"),
+            ("topP", "top_p"),
+            ("topK", "top_k"),
+        ] {
             if let Some(value) = parameters.get(sdk).or_else(|| payload.get(sdk)).cloned() {
                 payload[upstream] = value;
                 if let Value::Object(map) = &mut payload {
@@ -338,26 +403,39 @@ impl LocalAiService {
             }
         }
         if payload.get("messages").is_none() {
-            return Err(Box::new(Error::usage("`llama.chat` needs `messages` (or `payload.messages`)", json!({"parameters": parameters}))));
+            return Err(Box::new(Error::usage(
+                "`llama.chat` needs `messages` (or `payload.messages`)",
+                json!({"parameters": parameters}),
+            )));
         }
-        let stream = parameters["stream"].as_bool().or_else(|| payload["stream"].as_bool()).unwrap_or(false);
+        let stream = parameters["stream"]
+            .as_bool()
+            .or_else(|| payload["stream"].as_bool())
+            .unwrap_or(false);
         payload["stream"] = json!(stream);
         let url = format!("{base}/v1/chat/completions");
         if !stream {
             return Ok(self.engine_json(Method::POST, &url, Some(&payload)).await?);
         }
-        let stream_id = parameters["streamId"].as_str().map(str::to_string).unwrap_or_else(|| context.request_id.clone());
+        let stream_id = parameters["streamId"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| context.request_id.clone());
         let response = self.send(Method::POST, &url, Some(&payload)).await?;
         let mut content = String::new();
         let mut finish_reason = Value::Null;
         let mut last = Value::Null;
         let mut chunks = 0usize;
         self.stream_lines(response, &url, |line| {
-            let Some(data) = line.strip_prefix("data:").map(str::trim) else { return true };
+            let Some(data) = line.strip_prefix("data:").map(str::trim) else {
+                return true;
+            };
             if data == "[DONE]" {
                 return false;
             }
-            let Ok(chunk) = serde_json::from_str::<Value>(data) else { return true };
+            let Ok(chunk) = serde_json::from_str::<Value>(data) else {
+                return true;
+            };
             if let Some(delta) = chunk["choices"][0]["delta"]["content"].as_str() {
                 content.push_str(delta);
             }
@@ -365,7 +443,10 @@ impl LocalAiService {
                 finish_reason = chunk["choices"][0]["finish_reason"].clone();
             }
             chunks += 1;
-            context.emit("llama.chunk", json!({"streamId": stream_id, "chunk": chunk}));
+            context.emit(
+                "llama.chunk",
+                json!({"streamId": stream_id, "chunk": chunk}),
+            );
             last = chunk;
             true
         })
@@ -383,7 +464,12 @@ impl LocalAiService {
         }))
     }
 
-    async fn ollama(&self, method: &str, parameters: Value, context: RequestContext) -> MethodResult {
+    async fn ollama(
+        &self,
+        method: &str,
+        parameters: Value,
+        context: RequestContext,
+    ) -> MethodResult {
         let slot = self.require(Runtime::Ollama)?;
         let base = self.ready_url(slot, &context).await?;
         let (http_method, path, streams) = match method {
@@ -418,16 +504,27 @@ impl LocalAiService {
             }
             return Ok(result);
         }
-        let stream_id = parameters["streamId"].as_str().map(str::to_string).unwrap_or_else(|| context.request_id.clone());
+        let stream_id = parameters["streamId"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| context.request_id.clone());
         let response = self.send(Method::POST, &url, Some(&body)).await?;
         let mut content = String::new();
         let mut last = Value::Null;
         self.stream_lines(response, &url, |line| {
-            let Ok(chunk) = serde_json::from_str::<Value>(line) else { return true };
-            if let Some(text) = chunk["message"]["content"].as_str().or_else(|| chunk["response"].as_str()) {
+            let Ok(chunk) = serde_json::from_str::<Value>(line) else {
+                return true;
+            };
+            if let Some(text) = chunk["message"]["content"]
+                .as_str()
+                .or_else(|| chunk["response"].as_str())
+            {
                 content.push_str(text);
             }
-            context.emit("ollama.chunk", json!({"streamId": stream_id, "chunk": chunk}));
+            context.emit(
+                "ollama.chunk",
+                json!({"streamId": stream_id, "chunk": chunk}),
+            );
             last = chunk;
             true
         })
@@ -446,8 +543,15 @@ impl LocalAiService {
 
     async fn recover(&self, parameters: Value) -> MethodResult {
         let wanted: Vec<String> = match parameters.get("runtimes") {
-            Some(Value::Array(list)) => list.iter().filter_map(|v| v.as_str().map(str::to_string)).collect(),
-            _ => self.slots.iter().map(|s| s.runtime.id().to_string()).collect(),
+            Some(Value::Array(list)) => list
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect(),
+            _ => self
+                .slots
+                .iter()
+                .map(|s| s.runtime.id().to_string())
+                .collect(),
         };
         let mut restarted = Vec::new();
         for id in &wanted {
@@ -504,7 +608,9 @@ impl LocalAiService {
         let models = slot.models.lock().map(|m| m.clone()).unwrap_or_default();
         let listed = |id: &str| models.iter().any(|m| m["id"].as_str() == Some(id));
         match model {
-            None => Ok(json!({"model": models.first().map(|m| m["id"].clone()), "loaded": true, "url": base})),
+            None => Ok(
+                json!({"model": models.first().map(|m| m["id"].clone()), "loaded": true, "url": base}),
+            ),
             Some(id) if listed(&id) => Ok(json!({"model": id, "loaded": true, "url": base})),
             Some(id) => Err(Box::new(Error::usage(
                 format!("model `{id}` is not served by the llama.cpp engine"),
@@ -588,7 +694,10 @@ impl Service for LocalAiService {
     }
 
     fn methods(&self) -> Vec<MethodSpec> {
-        LOCAL_AI_METHODS.iter().map(|m| MethodSpec::request(*m)).collect()
+        LOCAL_AI_METHODS
+            .iter()
+            .map(|m| MethodSpec::request(*m))
+            .collect()
     }
 
     fn start(self: Arc<Self>, context: ServiceContext) -> BoxFuture<'static, Result<(), BoxError>> {
@@ -603,11 +712,20 @@ impl Service for LocalAiService {
         })
     }
 
-    fn call(self: Arc<Self>, method: String, parameters: Value, context: RequestContext) -> BoxFuture<'static, MethodResult> {
+    fn call(
+        self: Arc<Self>,
+        method: String,
+        parameters: Value,
+        context: RequestContext,
+    ) -> BoxFuture<'static, MethodResult> {
         Box::pin(async move {
             match method.as_str() {
                 "localai.status" => {
-                    for slot in self.slots.iter().filter(|s| s.view.borrow().state() == "ready") {
+                    for slot in self
+                        .slots
+                        .iter()
+                        .filter(|s| s.view.borrow().state() == "ready")
+                    {
                         self.refresh_models(slot).await;
                     }
                     Ok(self.state())
@@ -668,23 +786,39 @@ impl Service for DevicesService {
     }
 
     fn methods(&self) -> Vec<MethodSpec> {
-        vec![MethodSpec::request("localai.devices"), MethodSpec::request("localai.resolveTarget")]
+        vec![
+            MethodSpec::request("localai.devices"),
+            MethodSpec::request("localai.resolveTarget"),
+        ]
     }
 
-    fn call(self: Arc<Self>, method: String, parameters: Value, _context: RequestContext) -> BoxFuture<'static, MethodResult> {
+    fn call(
+        self: Arc<Self>,
+        method: String,
+        parameters: Value,
+        _context: RequestContext,
+    ) -> BoxFuture<'static, MethodResult> {
         Box::pin(async move {
             let catalog = Arc::clone(&self.catalog);
             let joined = tokio::task::spawn_blocking(move || match method.as_str() {
-                "localai.devices" => catalog.devices(parameters["refresh"].as_bool().unwrap_or(false)),
+                "localai.devices" => {
+                    catalog.devices(parameters["refresh"].as_bool().unwrap_or(false))
+                }
                 _ => {
-                    let target = parameters.get("executionTarget").cloned().unwrap_or(Value::Null);
+                    let target = parameters
+                        .get("executionTarget")
+                        .cloned()
+                        .unwrap_or(Value::Null);
                     catalog.resolve(&target)
                 }
             })
             .await;
             match joined {
                 Ok(result) => result,
-                Err(join) => Err(Box::new(Error::usage(format!("device probing failed: {join}"), json!({}))) as BoxError),
+                Err(join) => Err(Box::new(Error::usage(
+                    format!("device probing failed: {join}"),
+                    json!({}),
+                )) as BoxError),
             }
         })
     }
@@ -699,7 +833,9 @@ pub struct ModelAssetsService {
 impl ModelAssetsService {
     /// A service listing models with `lister`.
     pub fn new(lister: impl Fn() -> Result<Value, BoxError> + Send + Sync + 'static) -> Arc<Self> {
-        Arc::new(Self { lister: Box::new(lister) })
+        Arc::new(Self {
+            lister: Box::new(lister),
+        })
     }
 }
 
@@ -712,7 +848,12 @@ impl Service for ModelAssetsService {
         vec![MethodSpec::request("modelAssets.status")]
     }
 
-    fn call(self: Arc<Self>, _method: String, _parameters: Value, _context: RequestContext) -> BoxFuture<'static, MethodResult> {
+    fn call(
+        self: Arc<Self>,
+        _method: String,
+        _parameters: Value,
+        _context: RequestContext,
+    ) -> BoxFuture<'static, MethodResult> {
         let result = (self.lister)();
         Box::pin(async move { result.map(|models| json!({"models": models})) })
     }
@@ -763,7 +904,11 @@ impl EngineLauncher for AdoptLauncher {
         self.url.clone()
     }
 
-    fn launch(&self, events: Arc<dyn EventSink>, cancel: CancelToken) -> BoxFuture<'static, Result<Box<dyn EngineHandle>, BoxError>> {
+    fn launch(
+        &self,
+        events: Arc<dyn EventSink>,
+        cancel: CancelToken,
+    ) -> BoxFuture<'static, Result<Box<dyn EngineHandle>, BoxError>> {
         let runtime = self.runtime;
         let url = self.url.clone();
         let wait = self.wait;
@@ -777,7 +922,10 @@ impl EngineLauncher for AdoptLauncher {
                 json!({"id": runtime.id(), "engine": runtime.id(), "url": url, "state": state, "available": state == "ready",
                        "owned": false, "managed": false, "external": true, "execution": null, "error": error})
             };
-            events.emit(Event::new("local-ai.server.starting", snapshot("starting", Value::Null)));
+            events.emit(Event::new(
+                "local-ai.server.starting",
+                snapshot("starting", Value::Null),
+            ));
             let deadline = tokio::time::Instant::now() + wait;
             let mut announced_loading = false;
             loop {
@@ -789,11 +937,18 @@ impl EngineLauncher for AdoptLauncher {
                 let last_error = match outcome {
                     Ok(response) => {
                         let status = response.status();
-                        let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                        let body = response
+                            .into_body()
+                            .collect()
+                            .await
+                            .map(|b| b.to_bytes())
+                            .unwrap_or_default();
                         let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                         let ready = status.is_success()
                             && match runtime {
-                                Runtime::Ollama => value["version"].as_str().is_some_and(|v| !v.is_empty()),
+                                Runtime::Ollama => {
+                                    value["version"].as_str().is_some_and(|v| !v.is_empty())
+                                }
                                 _ => value["status"] == "ok",
                             };
                         if ready {
@@ -802,18 +957,24 @@ impl EngineLauncher for AdoptLauncher {
                                 ready["version"] = json!(version);
                             }
                             events.emit(Event::new("local-ai.server.ready", ready.clone()));
-                            return Ok(Box::new(AdoptedEngine { snapshot: ready }) as Box<dyn EngineHandle>);
+                            return Ok(Box::new(AdoptedEngine { snapshot: ready })
+                                as Box<dyn EngineHandle>);
                         }
                         if status.as_u16() == 503 && !announced_loading {
                             announced_loading = true;
-                            events.emit(Event::new("local-ai.server.loading", snapshot("loading", Value::Null)));
+                            events.emit(Event::new(
+                                "local-ai.server.loading",
+                                snapshot("loading", Value::Null),
+                            ));
                         }
                         format!("`{probe_url}` answered HTTP {}", status.as_u16())
                     }
                     Err(error) => format!("`{probe_url}` did not answer: {error}"),
                 };
                 if cancel.is_cancelled() {
-                    return Err(Box::new(Error::Cancelled { id: runtime.id().into() }) as BoxError);
+                    return Err(Box::new(Error::Cancelled {
+                        id: runtime.id().into(),
+                    }) as BoxError);
                 }
                 if tokio::time::Instant::now() >= deadline {
                     let error = Error::EngineNotReady {
@@ -821,7 +982,10 @@ impl EngineLauncher for AdoptLauncher {
                         state: last_error,
                         retry_after: None,
                     };
-                    events.emit(Event::new("local-ai.server.error", snapshot("error", error_json(&error))));
+                    events.emit(Event::new(
+                        "local-ai.server.error",
+                        snapshot("error", error_json(&error)),
+                    ));
                     return Err(Box::new(error) as BoxError);
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;

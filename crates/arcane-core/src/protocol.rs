@@ -189,7 +189,10 @@ pub fn parse_incoming(value: Value) -> Result<Incoming, Error> {
     let Value::Object(object) = value else {
         return Err(invalid("a frame must be a JSON object", None));
     };
-    let id = field(&object, "id").and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
+    let id = field(&object, "id")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string);
     match field(&object, "protocol").and_then(Value::as_str) {
         Some(PROTOCOL) => {}
         Some(_) | None => return Err(invalid("`protocol` must be `arcane/1`", id)),
@@ -199,7 +202,10 @@ pub fn parse_incoming(value: Value) -> Result<Incoming, Error> {
             let Some(id) = id else {
                 return Err(invalid("`id` must be a non-empty string", None));
             };
-            let Some(method) = field(&object, "method").and_then(Value::as_str).filter(|m| !m.is_empty()) else {
+            let Some(method) = field(&object, "method")
+                .and_then(Value::as_str)
+                .filter(|m| !m.is_empty())
+            else {
                 return Err(invalid("`method` must be a non-empty string", Some(id)));
             };
             let parameters = match field(&object, "parameters") {
@@ -243,26 +249,43 @@ mod tests {
 
     #[test]
     fn parses_a_request_and_defaults_parameters() {
-        let frame = json!({"protocol": "arcane/1", "type": "request", "id": "r1", "method": "system.ping"});
-        let Incoming::Request(request) = parse_incoming(frame).unwrap() else { panic!() };
+        let frame =
+            json!({"protocol": "arcane/1", "type": "request", "id": "r1", "method": "system.ping"});
+        let Incoming::Request(request) = parse_incoming(frame).unwrap() else {
+            panic!()
+        };
         assert_eq!(request.id, "r1");
         assert_eq!(request.parameters, json!({}));
     }
 
     #[test]
     fn rejects_bad_frames_keeping_the_id_when_known() {
-        let err = parse_incoming(json!({"protocol": "arcane/0", "type": "request", "id": "x", "method": "m"})).unwrap_err();
+        let err = parse_incoming(
+            json!({"protocol": "arcane/0", "type": "request", "id": "x", "method": "m"}),
+        )
+        .unwrap_err();
         assert!(matches!(err, Error::InvalidFrame { id: Some(ref i), .. } if i == "x"));
-        let err = parse_incoming(json!({"protocol": "arcane/1", "type": "request", "id": "", "method": "m"})).unwrap_err();
+        let err = parse_incoming(
+            json!({"protocol": "arcane/1", "type": "request", "id": "", "method": "m"}),
+        )
+        .unwrap_err();
         assert!(matches!(err, Error::InvalidFrame { id: None, .. }));
         assert!(parse_incoming(json!([1])).is_err());
-        assert!(parse_incoming(json!({"protocol": "arcane/1", "type": "control", "control": "nope"})).is_err());
+        assert!(parse_incoming(
+            json!({"protocol": "arcane/1", "type": "control", "control": "nope"})
+        )
+        .is_err());
     }
 
     #[test]
     fn parses_controls() {
         let c = parse_incoming(json!({"protocol": "arcane/1", "type": "control", "control": "request.cancel", "requestId": "a"})).unwrap();
-        assert_eq!(c, Incoming::Control(Control::Cancel { request_id: "a".into() }));
+        assert_eq!(
+            c,
+            Incoming::Control(Control::Cancel {
+                request_id: "a".into()
+            })
+        );
     }
 
     #[test]

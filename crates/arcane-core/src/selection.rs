@@ -89,7 +89,10 @@ pub fn plan(selection: &[String]) -> Result<ServicePlan, Error> {
             plan.engines.push(runtime);
         }
     }
-    plan.local_ai = plan.engines.iter().any(|r| matches!(r, Runtime::LlamaCpp | Runtime::Ollama));
+    plan.local_ai = plan
+        .engines
+        .iter()
+        .any(|r| matches!(r, Runtime::LlamaCpp | Runtime::Ollama));
     plan.model_assets = plan.engines.contains(&Runtime::LlamaCpp);
     Ok(plan)
 }

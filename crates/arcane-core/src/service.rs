@@ -168,12 +168,20 @@ pub trait Service: Send + Sync + 'static {
 
     /// Starts the service (in the background; requests to it wait). The default does
     /// nothing.
-    fn start(self: Arc<Self>, _context: ServiceContext) -> BoxFuture<'static, Result<(), BoxError>> {
+    fn start(
+        self: Arc<Self>,
+        _context: ServiceContext,
+    ) -> BoxFuture<'static, Result<(), BoxError>> {
         Box::pin(async { Ok(()) })
     }
 
     /// Answers one method call.
-    fn call(self: Arc<Self>, method: String, parameters: Value, context: RequestContext) -> BoxFuture<'static, MethodResult>;
+    fn call(
+        self: Arc<Self>,
+        method: String,
+        parameters: Value,
+        context: RequestContext,
+    ) -> BoxFuture<'static, MethodResult>;
 
     /// Stops taking new work and finishes what runs. The default does nothing.
     fn drain(self: Arc<Self>) -> BoxFuture<'static, Result<(), BoxError>> {

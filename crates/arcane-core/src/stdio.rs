@@ -39,7 +39,12 @@ impl Default for StdioOptions {
 /// Serves one peer on `reader`/`writer` until end of input, a decode error or host
 /// shutdown, then closes the host and flushes. Returns the decode error, if any, or
 /// the host's shutdown failure.
-pub async fn serve<R, W>(host: &Host, mut reader: R, writer: W, options: StdioOptions) -> Result<(), Error>
+pub async fn serve<R, W>(
+    host: &Host,
+    mut reader: R,
+    writer: W,
+    options: StdioOptions,
+) -> Result<(), Error>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,

@@ -61,7 +61,11 @@ impl EngineLauncher for SupervisedLauncher {
         self.config.url.clone()
     }
 
-    fn launch(&self, events: Arc<dyn EventSink>, cancel: CancelToken) -> BoxFuture<'static, Result<Box<dyn EngineHandle>, BoxError>> {
+    fn launch(
+        &self,
+        events: Arc<dyn EventSink>,
+        cancel: CancelToken,
+    ) -> BoxFuture<'static, Result<Box<dyn EngineHandle>, BoxError>> {
         let supervisor = Supervisor::new(self.workspace.clone(), events);
         let config = self.config.clone();
         Box::pin(async move {
@@ -104,9 +108,19 @@ impl DeviceCatalog for LiveDevices {
             Value::String(id) => id.clone(),
             Value::Object(map) => match map.get("deviceId").and_then(Value::as_str) {
                 Some(id) => id.to_string(),
-                None => return Err(Box::new(Error::usage("`executionTarget` needs a `deviceId`", json!({"executionTarget": target})))),
+                None => {
+                    return Err(Box::new(Error::usage(
+                        "`executionTarget` needs a `deviceId`",
+                        json!({"executionTarget": target}),
+                    )))
+                }
             },
-            _ => return Err(Box::new(Error::usage("`executionTarget` must be `{deviceId}` or a device id", json!({"executionTarget": target})))),
+            _ => {
+                return Err(Box::new(Error::usage(
+                    "`executionTarget` must be `{deviceId}` or a device id",
+                    json!({"executionTarget": target}),
+                )))
+            }
         };
         let resolution = arcane_devices::resolve_target(&id, &self.catalog(true));
         Ok(serde_json::to_value(resolution).unwrap_or(Value::Null))

@@ -20,14 +20,23 @@ fn host_with(services: Vec<Arc<TestService>>) -> Host {
 
 #[test]
 fn duplicate_service_and_method_names_are_refused() {
-    let builder = Host::builder(AppInfo::default()).service(TestService::new("a", "a")).unwrap();
-    let error = builder.service(TestService::new("a", "other")).err().unwrap();
+    let builder = Host::builder(AppInfo::default())
+        .service(TestService::new("a", "a"))
+        .unwrap();
+    let error = builder
+        .service(TestService::new("a", "other"))
+        .err()
+        .unwrap();
     assert_eq!(error.code(), "ARCANE_ALREADY_EXISTS");
-    let builder = Host::builder(AppInfo::default()).service(TestService::new("a", "a")).unwrap();
+    let builder = Host::builder(AppInfo::default())
+        .service(TestService::new("a", "a"))
+        .unwrap();
     let error = builder.service(TestService::new("b", "a")).err().unwrap();
     assert_eq!(error.details()["name"], "a.echo");
     // Built-in names are reserved.
-    let error = Host::builder(AppInfo::default()).service(TestService::new("s", "system")).err();
+    let error = Host::builder(AppInfo::default())
+        .service(TestService::new("s", "system"))
+        .err();
     assert!(error.is_none(), "`system.echo` is not a built-in");
 }
 
@@ -38,12 +47,25 @@ async fn a_request_waits_only_for_its_own_service() {
     let host = host_with(vec![slow.clone(), fast.clone()]);
     host.start();
     let connection = host.connect("t");
-    let response = tokio::time::timeout(Duration::from_secs(30), connection.dispatch(request("1", "fast.echo", json!({"x": 1}))))
-        .await
-        .expect("the fast service answers while the slow one is still starting");
+    let response = tokio::time::timeout(
+        Duration::from_secs(30),
+        connection.dispatch(request("1", "fast.echo", json!({"x": 1}))),
+    )
+    .await
+    .expect("the fast service answers while the slow one is still starting");
     assert_eq!(response.outcome, Ok(json!({"x": 1})));
-    let states: Vec<_> = host.services().into_iter().map(|(n, s)| (n, s.state)).collect();
-    assert_eq!(states, vec![("slow".into(), ServiceState::Starting), ("fast".into(), ServiceState::Ready)]);
+    let states: Vec<_> = host
+        .services()
+        .into_iter()
+        .map(|(n, s)| (n, s.state))
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            ("slow".into(), ServiceState::Starting),
+            ("fast".into(), ServiceState::Ready)
+        ]
+    );
     assert_eq!(slow.calls(), 0);
 }
 
@@ -52,7 +74,10 @@ async fn a_failed_service_answers_service_unavailable() {
     let broken = TestService::with("broken", "broken", Duration::ZERO, true);
     let host = host_with(vec![broken.clone()]);
     host.start();
-    let response = host.connect("t").dispatch(request("1", "broken.echo", json!({}))).await;
+    let response = host
+        .connect("t")
+        .dispatch(request("1", "broken.echo", json!({})))
+        .await;
     let error = response.outcome.unwrap_err();
     assert_eq!(error["code"], "CORE_SERVICE_UNAVAILABLE");
     assert_eq!(error["details"]["state"], "failed");
@@ -65,15 +90,40 @@ async fn builtins_and_unknown_methods() {
     let host = host_with(vec![TestService::new("t", "test")]);
     host.start();
     let connection = host.connect("t");
-    assert_eq!(connection.dispatch(request("1", "system.ping", json!({}))).await.outcome, Ok(json!({"ok": true})));
-    let version = connection.dispatch(request("2", "version.current", json!({}))).await.outcome.unwrap();
+    assert_eq!(
+        connection
+            .dispatch(request("1", "system.ping", json!({})))
+            .await
+            .outcome,
+        Ok(json!({"ok": true}))
+    );
+    let version = connection
+        .dispatch(request("2", "version.current", json!({})))
+        .await
+        .outcome
+        .unwrap();
     assert_eq!(version["protocol"], "arcane/1");
-    let app = connection.dispatch(request("3", "app.current", json!({}))).await.outcome.unwrap();
+    let app = connection
+        .dispatch(request("3", "app.current", json!({})))
+        .await
+        .outcome
+        .unwrap();
     assert_eq!(app["id"], "arcane");
-    let error = connection.dispatch(request("4", "nosuch.thing", json!({}))).await.outcome.unwrap_err();
+    let error = connection
+        .dispatch(request("4", "nosuch.thing", json!({})))
+        .await
+        .outcome
+        .unwrap_err();
     assert_eq!(error["code"], "METHOD_NOT_ALLOWED");
-    assert_eq!(error["details"], json!({"method": "nosuch.thing", "namespace": "nosuch", "reason": "core-namespace-unavailable"}));
-    let error = connection.dispatch(request("5", "test.nosuch", json!({}))).await.outcome.unwrap_err();
+    assert_eq!(
+        error["details"],
+        json!({"method": "nosuch.thing", "namespace": "nosuch", "reason": "core-namespace-unavailable"})
+    );
+    let error = connection
+        .dispatch(request("5", "test.nosuch", json!({})))
+        .await
+        .outcome
+        .unwrap_err();
     assert_eq!(error["details"]["reason"], "core-method-unavailable");
     assert_eq!(error["details"]["namespace"], "test");
 }
@@ -87,11 +137,17 @@ async fn ids_are_per_connection_and_an_active_id_cannot_be_reused() {
     let b = host.connect("b");
     let first = {
         let a = Arc::clone(&a);
-        tokio::spawn(async move { a.dispatch(request("r1", "test.sleep", json!({"ms": 300}))).await })
+        tokio::spawn(async move {
+            a.dispatch(request("r1", "test.sleep", json!({"ms": 300})))
+                .await
+        })
     };
     // Wait until r1 is active on `a`.
     for _ in 0..300 {
-        if host.snapshot()["activeRequests"].as_array().is_some_and(|a| !a.is_empty()) {
+        if host.snapshot()["activeRequests"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -99,12 +155,17 @@ async fn ids_are_per_connection_and_an_active_id_cannot_be_reused() {
     let reused = a.dispatch(request("r1", "test.echo", json!({}))).await;
     assert_eq!(reused.outcome.unwrap_err()["code"], "RPC_REQUEST_ID_ACTIVE");
     // The same id on another connection is independent.
-    let other = b.dispatch(request("r1", "test.echo", json!({"from": "b"}))).await;
+    let other = b
+        .dispatch(request("r1", "test.echo", json!({"from": "b"})))
+        .await;
     assert_eq!(other.outcome, Ok(json!({"from": "b"})));
     // And the first request was unaffected.
     assert_eq!(first.await.unwrap().outcome, Ok(json!({"slept": 300})));
     // Once answered, the id is free again.
-    assert!(a.dispatch(request("r1", "test.echo", json!({}))).await.is_ok());
+    assert!(a
+        .dispatch(request("r1", "test.echo", json!({})))
+        .await
+        .is_ok());
 }
 
 #[tokio::test]
@@ -121,11 +182,20 @@ async fn request_events_go_only_to_their_connection() {
     let rb = b.dispatch(request("same", "test.stream", json!({"count": 3})));
     let (ra, rb) = tokio::join!(ra, rb);
     assert!(ra.is_ok() && rb.is_ok());
-    let a_chunks: Vec<_> = drain(&mut a_events).into_iter().filter(|f| f["event"] == "test.chunk").collect();
-    let b_chunks: Vec<_> = drain(&mut b_events).into_iter().filter(|f| f["event"] == "test.chunk").collect();
+    let a_chunks: Vec<_> = drain(&mut a_events)
+        .into_iter()
+        .filter(|f| f["event"] == "test.chunk")
+        .collect();
+    let b_chunks: Vec<_> = drain(&mut b_events)
+        .into_iter()
+        .filter(|f| f["event"] == "test.chunk")
+        .collect();
     assert_eq!(a_chunks.len(), 2);
     assert_eq!(b_chunks.len(), 3);
-    assert!(a_chunks.iter().chain(&b_chunks).all(|f| f["requestId"] == "same"));
+    assert!(a_chunks
+        .iter()
+        .chain(&b_chunks)
+        .all(|f| f["requestId"] == "same"));
 }
 
 #[tokio::test]
@@ -135,17 +205,33 @@ async fn cancel_aborts_request_work_but_not_service_work() {
     let connection = Arc::new(host.connect("c"));
     let sleeping = {
         let c = Arc::clone(&connection);
-        tokio::spawn(async move { c.dispatch(request("long", "test.sleep", json!({"ms": 3_600_000}))).await })
+        tokio::spawn(async move {
+            c.dispatch(request("long", "test.sleep", json!({"ms": 3_600_000})))
+                .await
+        })
     };
     let saving = {
         let c = Arc::clone(&connection);
-        tokio::spawn(async move { c.dispatch(request("save", "test.save", json!({"ms": 200}))).await })
+        tokio::spawn(async move {
+            c.dispatch(request("save", "test.save", json!({"ms": 200})))
+                .await
+        })
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let result = connection.control(Control::Cancel { request_id: "long".into() });
+    let result = connection.control(Control::Cancel {
+        request_id: "long".into(),
+    });
     assert_eq!(result["cancelled"], true);
-    assert_eq!(connection.control(Control::Cancel { request_id: "save".into() })["cancelled"], false);
-    let cancelled = tokio::time::timeout(Duration::from_secs(30), sleeping).await.unwrap().unwrap();
+    assert_eq!(
+        connection.control(Control::Cancel {
+            request_id: "save".into()
+        })["cancelled"],
+        false
+    );
+    let cancelled = tokio::time::timeout(Duration::from_secs(30), sleeping)
+        .await
+        .unwrap()
+        .unwrap();
     let error = cancelled.outcome.unwrap_err();
     assert_eq!(error["code"], "ARCANE_CANCELLED");
     assert_eq!(error["details"]["reason"], "REQUEST_ABORTED");
@@ -154,20 +240,43 @@ async fn cancel_aborts_request_work_but_not_service_work() {
 
 #[tokio::test]
 async fn replay_sends_current_state_in_order_and_never_history() {
-    let host = host_with(vec![TestService::new("one", "one"), TestService::new("two", "two")]);
+    let host = host_with(vec![
+        TestService::new("one", "one"),
+        TestService::new("two", "two"),
+    ]);
     host.start();
     host.service_settled("one").await;
     host.service_settled("two").await;
     let early = host.connect("early");
     let _early_events = early.subscribe();
-    early.dispatch(request("1", "one.stream", json!({"count": 2}))).await;
+    early
+        .dispatch(request("1", "one.stream", json!({"count": 2})))
+        .await;
     let late = host.connect("late");
     let mut events = late.subscribe();
     let frames = drain(&mut events);
-    let names: Vec<_> = frames.iter().map(|f| f["event"].as_str().unwrap().to_string()).collect();
-    assert_eq!(names, vec!["core.ready", "core.state", "core.service.state", "core.service.state", "one.state", "two.state"]);
-    assert_eq!(frames[2]["data"], json!({"name": "one", "state": "ready", "error": null}));
-    assert!(frames.iter().all(|f| f["protocol"] == "arcane/1" && f["type"] == "event"));
+    let names: Vec<_> = frames
+        .iter()
+        .map(|f| f["event"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            "core.ready",
+            "core.state",
+            "core.service.state",
+            "core.service.state",
+            "one.state",
+            "two.state"
+        ]
+    );
+    assert_eq!(
+        frames[2]["data"],
+        json!({"name": "one", "state": "ready", "error": null})
+    );
+    assert!(frames
+        .iter()
+        .all(|f| f["protocol"] == "arcane/1" && f["type"] == "event"));
     // `runtime.replay` sends the same snapshot again.
     let result = late.control(Control::Replay);
     assert_eq!(result["replayed"], 6);
@@ -183,28 +292,57 @@ async fn shutdown_refuses_new_work_finishes_accepted_work_and_disposes() {
     let mut events = connection.subscribe();
     let saving = {
         let c = Arc::clone(&connection);
-        tokio::spawn(async move { c.dispatch(request("save", "test.save", json!({"ms": 300}))).await })
+        tokio::spawn(async move {
+            c.dispatch(request("save", "test.save", json!({"ms": 300})))
+                .await
+        })
     };
     let sleeping = {
         let c = Arc::clone(&connection);
-        tokio::spawn(async move { c.dispatch(request("sleep", "test.sleep", json!({"ms": 3_600_000}))).await })
+        tokio::spawn(async move {
+            c.dispatch(request("sleep", "test.sleep", json!({"ms": 3_600_000})))
+                .await
+        })
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
     let closing = {
         let host = host.clone();
         tokio::spawn(async move { host.close().await })
     };
-    until(&mut events, |f| f["event"] == "core.state" && f["data"]["state"] == "draining").await;
-    let refused = connection.dispatch(request("new", "test.echo", json!({}))).await;
+    until(&mut events, |f| {
+        f["event"] == "core.state" && f["data"]["state"] == "draining"
+    })
+    .await;
+    let refused = connection
+        .dispatch(request("new", "test.echo", json!({})))
+        .await;
     assert_eq!(refused.outcome.unwrap_err()["code"], "CORE_SHUTTING_DOWN");
-    assert_eq!(saving.await.unwrap().outcome, Ok(json!({"slept": 300})), "service-lifetime work finishes");
-    assert_eq!(sleeping.await.unwrap().outcome.unwrap_err()["code"], "ARCANE_CANCELLED");
+    assert_eq!(
+        saving.await.unwrap().outcome,
+        Ok(json!({"slept": 300})),
+        "service-lifetime work finishes"
+    );
+    assert_eq!(
+        sleeping.await.unwrap().outcome.unwrap_err()["code"],
+        "ARCANE_CANCELLED"
+    );
     closing.await.unwrap().unwrap();
-    assert_eq!(service.disposed.load(std::sync::atomic::Ordering::SeqCst), 1);
-    let rest = until(&mut events, |f| f["event"] == "core.state" && f["data"]["state"] == "closed").await;
-    assert!(rest.iter().any(|f| f["event"] == "core.service.state" && f["data"]["state"] == "closed"));
+    assert_eq!(
+        service.disposed.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    let rest = until(&mut events, |f| {
+        f["event"] == "core.state" && f["data"]["state"] == "closed"
+    })
+    .await;
+    assert!(rest
+        .iter()
+        .any(|f| f["event"] == "core.service.state" && f["data"]["state"] == "closed"));
     // The stream ends after `closed`.
-    assert!(tokio::time::timeout(Duration::from_secs(30), events.recv()).await.unwrap().is_none());
+    assert!(tokio::time::timeout(Duration::from_secs(30), events.recv())
+        .await
+        .unwrap()
+        .is_none());
     // Closing again is a no-op.
     host.close().await.unwrap();
 }

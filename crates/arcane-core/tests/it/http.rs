@@ -23,7 +23,10 @@ pub struct Served {
 
 pub async fn serve(upstream: Option<Arc<dyn Upstream>>) -> Served {
     let service = TestService::new("t", "test");
-    let host = Host::builder(AppInfo::default()).service(service.clone()).unwrap().build();
+    let host = Host::builder(AppInfo::default())
+        .service(service.clone())
+        .unwrap()
+        .build();
     host.start();
     host.service_settled("t").await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -44,9 +47,17 @@ pub async fn serve(upstream: Option<Arc<dyn Upstream>>) -> Served {
     }
 }
 
-fn rpc_head(served: &Served, auth: Option<&str>, host: Option<String>, origin: Option<&str>) -> String {
+fn rpc_head(
+    served: &Served,
+    auth: Option<&str>,
+    host: Option<String>,
+    origin: Option<&str>,
+) -> String {
     let mut head = "POST /v1/rpc HTTP/1.1\r\n".to_string();
-    head.push_str(&format!("Host: {}\r\n", host.unwrap_or_else(|| served.address.to_string())));
+    head.push_str(&format!(
+        "Host: {}\r\n",
+        host.unwrap_or_else(|| served.address.to_string())
+    ));
     if let Some(auth) = auth {
         head.push_str(&format!("Authorization: {auth}\r\n"));
     }
@@ -67,20 +78,34 @@ async fn bad_credentials_are_refused_before_anything_runs() {
     let good = format!("Bearer {}", served.token);
     let wrong = format!("Bearer {}x", &served.token[..served.token.len() - 1]);
     let port = served.address.port();
-    let cases: Vec<(Option<&str>, Option<String>, Option<&str>, u16)> = vec![
+    type Case<'a> = (Option<&'a str>, Option<String>, Option<&'a str>, u16);
+    let cases: Vec<Case> = vec![
         (None, None, None, 401),
         (Some(wrong.as_str()), None, None, 401),
         (Some("Bearer "), None, None, 401),
         (Some(served.token.as_str()), None, None, 401), // no `Bearer ` scheme
-        (Some(good.as_str()), Some(format!("evil.example:{port}")), None, 421),
+        (
+            Some(good.as_str()),
+            Some(format!("evil.example:{port}")),
+            None,
+            421,
+        ),
         (Some(good.as_str()), Some("127.0.0.1:1".into()), None, 421),
         (Some(good.as_str()), None, Some("http://evil.example"), 403),
         (Some(good.as_str()), None, Some("null"), 403),
     ];
     let mut bodies_401 = Vec::new();
     for (auth, host, origin, expected) in cases {
-        let (status, head, body) = raw_http(served.address, &rpc_head(&served, auth, host.clone(), origin), &echo_frame()).await;
-        assert_eq!(status, expected, "auth {auth:?} host {host:?} origin {origin:?}: {body}");
+        let (status, head, body) = raw_http(
+            served.address,
+            &rpc_head(&served, auth, host.clone(), origin),
+            &echo_frame(),
+        )
+        .await;
+        assert_eq!(
+            status, expected,
+            "auth {auth:?} host {host:?} origin {origin:?}: {body}"
+        );
         let body: Value = serde_json::from_str(&dechunk(&head, &body)).unwrap();
         assert_eq!(body["error"]["code"], "CORE_UNAUTHORIZED");
         if expected == 401 {
@@ -88,23 +113,46 @@ async fn bad_credentials_are_refused_before_anything_runs() {
             bodies_401.push(body);
         }
     }
-    assert!(bodies_401.windows(2).all(|w| w[0] == w[1]), "every bad token gets the identical body");
+    assert!(
+        bodies_401.windows(2).all(|w| w[0] == w[1]),
+        "every bad token gets the identical body"
+    );
     assert_eq!(served.service.calls(), 0, "nothing was executed");
     // Every endpoint is guarded, health and events included.
-    for path in ["GET /v1/health", "GET /v1/events", "GET /v1/models", "POST /v1/control"] {
+    for path in [
+        "GET /v1/health",
+        "GET /v1/events",
+        "GET /v1/models",
+        "POST /v1/control",
+    ] {
         let head = format!("{path} HTTP/1.1\r\nHost: {}\r\n", served.address);
         assert_eq!(raw_http(served.address, &head, "").await.0, 401, "{path}");
     }
     // The good request, same origin, works.
     let origin = format!("http://127.0.0.1:{port}");
-    let (status, head, body) = raw_http(served.address, &rpc_head(&served, Some(&good), None, Some(&origin)), &echo_frame()).await;
+    let (status, head, body) = raw_http(
+        served.address,
+        &rpc_head(&served, Some(&good), None, Some(&origin)),
+        &echo_frame(),
+    )
+    .await;
     assert_eq!(status, 200);
     let frame: Value = serde_json::from_str(&dechunk(&head, &body)).unwrap();
     assert_eq!(frame["ok"], true);
     assert_eq!(frame["result"], json!({"x": 1}));
     assert_eq!(served.service.calls(), 1);
     // `localhost:<port>` is a loopback name too.
-    let (status, _, _) = raw_http(served.address, &rpc_head(&served, Some(&good), Some(format!("localhost:{port}")), None), &echo_frame()).await;
+    let (status, _, _) = raw_http(
+        served.address,
+        &rpc_head(
+            &served,
+            Some(&good),
+            Some(format!("localhost:{port}")),
+            None,
+        ),
+        &echo_frame(),
+    )
+    .await;
     assert_eq!(status, 200);
 }
 
@@ -112,15 +160,34 @@ async fn bad_credentials_are_refused_before_anything_runs() {
 async fn malformed_and_oversized_bodies() {
     let served = serve(None).await;
     let good = format!("Bearer {}", served.token);
-    let (status, head, body) = raw_http(served.address, &rpc_head(&served, Some(&good), None, None), "{nope").await;
+    let (status, head, body) = raw_http(
+        served.address,
+        &rpc_head(&served, Some(&good), None, None),
+        "{nope",
+    )
+    .await;
     assert_eq!(status, 400);
-    assert_eq!(serde_json::from_str::<Value>(&dechunk(&head, &body)).unwrap()["error"]["code"], "RPC_FRAME_INVALID");
-    let big = format!(r#"{{"protocol":"arcane/1","type":"request","id":"1","method":"test.echo","parameters":{{"p":"{}"}}}}"#, "x".repeat(100_000));
-    let (status, _, _) = raw_http(served.address, &rpc_head(&served, Some(&good), None, None), &big).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&dechunk(&head, &body)).unwrap()["error"]["code"],
+        "RPC_FRAME_INVALID"
+    );
+    let big = format!(
+        r#"{{"protocol":"arcane/1","type":"request","id":"1","method":"test.echo","parameters":{{"p":"{}"}}}}"#,
+        "x".repeat(100_000)
+    );
+    let (status, _, _) = raw_http(
+        served.address,
+        &rpc_head(&served, Some(&good), None, None),
+        &big,
+    )
+    .await;
     assert_eq!(status, 413);
     assert_eq!(served.service.calls(), 0);
     // Still healthy afterwards.
-    let head = format!("GET /v1/health HTTP/1.1\r\nHost: {}\r\nAuthorization: {good}\r\n", served.address);
+    let head = format!(
+        "GET /v1/health HTTP/1.1\r\nHost: {}\r\nAuthorization: {good}\r\n",
+        served.address
+    );
     let (status, head, body) = raw_http(served.address, &head, "").await;
     assert_eq!(status, 200);
     let health: Value = serde_json::from_str(&dechunk(&head, &body)).unwrap();
@@ -130,7 +197,9 @@ async fn malformed_and_oversized_bodies() {
 
 /// Opens `/v1/events` and returns a line reader positioned after the head.
 async fn open_events(served: &Served, client: &str) -> BufReader<tokio::net::TcpStream> {
-    let mut stream = tokio::net::TcpStream::connect(served.address).await.unwrap();
+    let mut stream = tokio::net::TcpStream::connect(served.address)
+        .await
+        .unwrap();
     let head = format!(
         "GET /v1/events?client={client} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n",
         served.address, served.token
@@ -152,7 +221,10 @@ async fn next_event(reader: &mut BufReader<tokio::net::TcpStream>) -> Value {
     let mut line = String::new();
     loop {
         line.clear();
-        let n = tokio::time::timeout(Duration::from_secs(30), reader.read_line(&mut line)).await.expect("event in time").unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(30), reader.read_line(&mut line))
+            .await
+            .expect("event in time")
+            .unwrap();
         assert!(n > 0, "event stream ended");
         if let Some(data) = line.trim().strip_prefix("data: ") {
             return serde_json::from_str(data).unwrap();
@@ -161,12 +233,18 @@ async fn next_event(reader: &mut BufReader<tokio::net::TcpStream>) -> Value {
 }
 
 async fn post(served: &Served, path: &str, client: Option<&str>, frame: Value) -> (u16, Value) {
-    let mut head = format!("POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n", served.address, served.token);
+    let mut head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n",
+        served.address, served.token
+    );
     if let Some(client) = client {
         head.push_str(&format!("X-Arcane-Client: {client}\r\n"));
     }
     let (status, head, body) = raw_http(served.address, &head, &frame.to_string()).await;
-    (status, serde_json::from_str(&dechunk(&head, &body)).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_str(&dechunk(&head, &body)).unwrap_or(Value::Null),
+    )
 }
 
 #[tokio::test]
@@ -175,11 +253,18 @@ async fn sse_replays_then_streams_only_the_clients_own_request_events() {
     let mut alice = open_events(&served, "alice").await;
     let mut bob = open_events(&served, "bob").await;
     for reader in [&mut alice, &mut bob] {
-        let first: Vec<_> = [next_event(reader).await, next_event(reader).await, next_event(reader).await]
-            .iter()
-            .map(|f| f["event"].as_str().unwrap().to_string())
-            .collect();
-        assert_eq!(first, vec!["core.ready", "core.state", "core.service.state"]);
+        let first: Vec<_> = [
+            next_event(reader).await,
+            next_event(reader).await,
+            next_event(reader).await,
+        ]
+        .iter()
+        .map(|f| f["event"].as_str().unwrap().to_string())
+        .collect();
+        assert_eq!(
+            first,
+            vec!["core.ready", "core.state", "core.service.state"]
+        );
         assert_eq!(next_event(reader).await["event"], "test.state");
     }
     let frame = json!({"protocol": "arcane/1", "type": "request", "id": "r1", "method": "test.stream", "parameters": {"count": 2}});
@@ -195,7 +280,12 @@ async fn sse_replays_then_streams_only_the_clients_own_request_events() {
             break;
         }
     }
-    assert_eq!(seen.iter().filter(|f| f["event"] == "test.chunk" && f["requestId"] == "r1").count(), 2);
+    assert_eq!(
+        seen.iter()
+            .filter(|f| f["event"] == "test.chunk" && f["requestId"] == "r1")
+            .count(),
+        2
+    );
     // Bob's stream got nothing of it: his next event is the answer to his own request.
     let (_, response) = post(&served, "/v1/rpc", Some("bob"), frame).await;
     assert_eq!(response["ok"], true);
@@ -203,7 +293,13 @@ async fn sse_replays_then_streams_only_the_clients_own_request_events() {
     assert_eq!(event["event"], "test.chunk");
     assert_eq!(event["data"]["index"], 0);
     // Controls reach the named client: replay goes to Bob's stream.
-    let (status, control) = post(&served, "/v1/control", Some("bob"), json!({"protocol": "arcane/1", "type": "control", "control": "runtime.replay"})).await;
+    let (status, control) = post(
+        &served,
+        "/v1/control",
+        Some("bob"),
+        json!({"protocol": "arcane/1", "type": "control", "control": "runtime.replay"}),
+    )
+    .await;
     assert_eq!(status, 200);
     assert_eq!(control["result"]["replayed"], 4);
 }
@@ -215,7 +311,13 @@ async fn shutdown_rpc_closes_the_host_and_ends_event_streams() {
     let (status, response) = post(&served, "/v1/rpc", None, json!({"protocol": "arcane/1", "type": "request", "id": "s", "method": "core.host.shutdown"})).await;
     assert_eq!(status, 200);
     assert_eq!(response["result"], json!({"state": "closed"}));
-    assert_eq!(served.service.disposed.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(
+        served
+            .service
+            .disposed
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
     // The stream carried `closed`, then ended.
     loop {
         let event = next_event(&mut events).await;
@@ -223,7 +325,11 @@ async fn shutdown_rpc_closes_the_host_and_ends_event_streams() {
             break;
         }
     }
-    tokio::time::timeout(Duration::from_secs(30), served.task).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(30), served.task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 }
 
 struct Loading;

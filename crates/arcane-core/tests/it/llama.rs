@@ -25,17 +25,31 @@ struct Stack {
 async fn stack() -> Stack {
     let llama = LlamaServer::start().await;
     let llama_url = llama.url.clone();
-    let service = LocalAiService::new(vec![AdoptLauncher::new(Runtime::LlamaCpp, &llama.url, Duration::from_secs(60))]);
-    let host = Host::builder(AppInfo::default()).service(service.clone()).unwrap().build();
+    let service = LocalAiService::new(vec![AdoptLauncher::new(
+        Runtime::LlamaCpp,
+        &llama.url,
+        Duration::from_secs(60),
+    )]);
+    let host = Host::builder(AppInfo::default())
+        .service(service.clone())
+        .unwrap()
+        .build();
     host.start();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let token = arcane_core::endpoint::new_token().unwrap();
-    tokio::spawn(arcane_core::http::serve(host.clone(), listener, HttpOptions::new(token.clone()).upstream(service)));
+    tokio::spawn(arcane_core::http::serve(
+        host.clone(),
+        listener,
+        HttpOptions::new(token.clone()).upstream(service),
+    ));
     // Wait until the engine is adopted (`localai.state` says ready).
     let connection = host.connect("wait");
     let mut events = connection.subscribe();
-    until(&mut events, |f| f["event"] == "localai.state" && f["data"]["runtimes"][0]["state"] == "ready").await;
+    until(&mut events, |f| {
+        f["event"] == "localai.state" && f["data"]["runtimes"][0]["state"] == "ready"
+    })
+    .await;
     Stack {
         host,
         address,
@@ -64,13 +78,23 @@ async fn the_openai_passthrough_answers_like_llama_server_streamed_and_not() {
     let (status, h, body) = raw_http(stack.address, &head, &chat_body(false)).await;
     assert_eq!(status, 200, "{body}");
     let through: Value = serde_json::from_str(&dechunk(&h, &body)).unwrap();
-    let direct_address: std::net::SocketAddr = stack.llama_url.trim_start_matches("http://").parse().unwrap();
+    let direct_address: std::net::SocketAddr = stack
+        .llama_url
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
     let direct_head = format!("POST /v1/chat/completions HTTP/1.1\r\nHost: {direct_address}\r\nContent-Type: application/json\r\n");
     let (_, dh, dbody) = raw_http(direct_address, &direct_head, &chat_body(false)).await;
     let direct: Value = serde_json::from_str(&dechunk(&dh, &dbody)).unwrap();
-    let content = through["choices"][0]["message"]["content"].as_str().unwrap();
+    let content = through["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap();
     assert!(!content.is_empty());
-    assert_eq!(content, direct["choices"][0]["message"]["content"].as_str().unwrap(), "greedy decoding is deterministic");
+    assert_eq!(
+        content,
+        direct["choices"][0]["message"]["content"].as_str().unwrap(),
+        "greedy decoding is deterministic"
+    );
     // Streamed: SSE chunks pass through, ending in [DONE].
     let (status, h, body) = raw_http(stack.address, &head, &chat_body(true)).await;
     assert_eq!(status, 200);
@@ -84,10 +108,16 @@ async fn the_openai_passthrough_answers_like_llama_server_streamed_and_not() {
         .collect();
     assert!(chunks.len() > 1, "{text}");
     assert!(text.contains("data: [DONE]"));
-    let streamed: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
     assert_eq!(streamed, content);
     // /v1/models too, and the token is required there as well.
-    let head = format!("GET /v1/models HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n", stack.address, stack.token);
+    let head = format!(
+        "GET /v1/models HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n",
+        stack.address, stack.token
+    );
     let (status, h, body) = raw_http(stack.address, &head, "").await;
     assert_eq!(status, 200);
     let models: Value = serde_json::from_str(&dechunk(&h, &body)).unwrap();
@@ -109,15 +139,30 @@ async fn llama_chat_streams_chunks_to_its_requester_and_returns_the_completion()
         .await;
     let result = response.outcome.expect("chat succeeds");
     let frames = crate::support::drain(&mut events);
-    let chunks: Vec<_> = frames.iter().filter(|f| f["event"] == "llama.chunk").collect();
+    let chunks: Vec<_> = frames
+        .iter()
+        .filter(|f| f["event"] == "llama.chunk")
+        .collect();
     assert!(!chunks.is_empty());
-    assert!(chunks.iter().all(|f| f["requestId"] == "c1" && f["data"]["streamId"] == "s1"));
-    let assembled: String = chunks.iter().filter_map(|f| f["data"]["chunk"]["choices"][0]["delta"]["content"].as_str()).collect();
+    assert!(chunks
+        .iter()
+        .all(|f| f["requestId"] == "c1" && f["data"]["streamId"] == "s1"));
+    let assembled: String = chunks
+        .iter()
+        .filter_map(|f| f["data"]["chunk"]["choices"][0]["delta"]["content"].as_str())
+        .collect();
     assert_eq!(result["choices"][0]["message"]["content"], json!(assembled));
     assert!(!assembled.is_empty());
     // Status methods observe the adopted engine.
-    let status = connection.dispatch(crate::support::request("s", "llama.status", json!({}))).await.outcome.unwrap();
-    assert_eq!((status["state"].as_str(), status["owned"].as_bool()), (Some("ready"), Some(false)));
+    let status = connection
+        .dispatch(crate::support::request("s", "llama.status", json!({})))
+        .await
+        .outcome
+        .unwrap();
+    assert_eq!(
+        (status["state"].as_str(), status["owned"].as_bool()),
+        (Some("ready"), Some(false))
+    );
     stack.host.close().await.unwrap();
 }
 
@@ -139,16 +184,30 @@ async fn cancelling_a_streaming_llama_chat_stops_it() {
         })
     };
     until(&mut events, |f| f["event"] == "llama.chunk").await;
-    assert_eq!(connection.control(Control::Cancel { request_id: "long".into() })["cancelled"], true);
-    let response = tokio::time::timeout(Duration::from_secs(30), chat).await.unwrap().unwrap();
+    assert_eq!(
+        connection.control(Control::Cancel {
+            request_id: "long".into()
+        })["cancelled"],
+        true
+    );
+    let response = tokio::time::timeout(Duration::from_secs(30), chat)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(response.outcome.unwrap_err()["code"], "ARCANE_CANCELLED");
     // Nothing more arrives for it, and the engine takes the next request at once.
     tokio::time::sleep(Duration::from_millis(300)).await;
     crate::support::drain(&mut events);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(crate::support::drain(&mut events).iter().all(|f| f["event"] != "llama.chunk"));
+    assert!(crate::support::drain(&mut events)
+        .iter()
+        .all(|f| f["event"] != "llama.chunk"));
     let next = connection
-        .dispatch(crate::support::request("next", "llama.chat", json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})))
+        .dispatch(crate::support::request(
+            "next",
+            "llama.chat",
+            json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}),
+        ))
         .await;
     assert!(next.is_ok(), "{:?}", next.outcome);
     stack.host.close().await.unwrap();
@@ -167,24 +226,37 @@ async fn a_client_disconnect_during_a_streamed_passthrough_reaches_the_engine() 
     );
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut first = vec![0u8; 4096];
-    let n = tokio::time::timeout(Duration::from_secs(60), stream.read(&mut first)).await.unwrap().unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(60), stream.read(&mut first))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(String::from_utf8_lossy(&first[..n]).contains("200"));
     drop(stream);
     // The engine stops generating: its only slot goes idle long before an 8000-token
     // generation could finish on its own.
-    let direct: std::net::SocketAddr = stack.llama_url.trim_start_matches("http://").parse().unwrap();
+    let direct: std::net::SocketAddr = stack
+        .llama_url
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
     let head = format!("GET /slots HTTP/1.1\r\nHost: {direct}\r\n");
     let mut idle = false;
     for _ in 0..100 {
         let (status, h, body) = raw_http(direct, &head, "").await;
         assert_eq!(status, 200, "{body}");
         let slots: Value = serde_json::from_str(&dechunk(&h, &body)).unwrap();
-        if slots.as_array().is_some_and(|s| s.iter().all(|slot| slot["is_processing"] == false)) {
+        if slots
+            .as_array()
+            .is_some_and(|s| s.iter().all(|slot| slot["is_processing"] == false))
+        {
             idle = true;
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(idle, "llama-server kept generating after the client went away");
+    assert!(
+        idle,
+        "llama-server kept generating after the client went away"
+    );
     stack.host.close().await.unwrap();
 }

@@ -19,9 +19,20 @@ fn frame(value: Value) -> Vec<u8> {
 /// Feeds `input` in pieces of `piece` bytes, keeps stdin open until `answers`
 /// responses were written (end of input cancels request-lifetime work, as in the SDK),
 /// then closes it; returns the output frames and the transport's outcome.
-async fn run(input: Vec<u8>, piece: usize, answers: usize) -> (Vec<Value>, Result<(), arcane_core::Error>, std::sync::Arc<TestService>) {
+async fn run(
+    input: Vec<u8>,
+    piece: usize,
+    answers: usize,
+) -> (
+    Vec<Value>,
+    Result<(), arcane_core::Error>,
+    std::sync::Arc<TestService>,
+) {
     let service = TestService::new("t", "test");
-    let host = Host::builder(AppInfo::default()).service(service.clone()).unwrap().build();
+    let host = Host::builder(AppInfo::default())
+        .service(service.clone())
+        .unwrap()
+        .build();
     host.start();
     host.service_settled("t").await;
     let (mut client_in, host_in) = tokio::io::duplex(1024);
@@ -48,7 +59,10 @@ async fn run(input: Vec<u8>, piece: usize, answers: usize) -> (Vec<Value>, Resul
     let mut frames = Vec::new();
     let mut buffer = vec![0u8; 65536];
     loop {
-        let n = tokio::time::timeout(Duration::from_secs(30), client_out.read(&mut buffer)).await.unwrap().unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(30), client_out.read(&mut buffer))
+            .await
+            .unwrap()
+            .unwrap();
         if n == 0 {
             break;
         }
@@ -61,7 +75,10 @@ async fn run(input: Vec<u8>, piece: usize, answers: usize) -> (Vec<Value>, Resul
         }
     }
     decoder.finish().unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(30), serving).await.unwrap().unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(30), serving)
+        .await
+        .unwrap()
+        .unwrap();
     writer.await.unwrap();
     (frames, outcome, service)
 }
@@ -72,7 +89,9 @@ fn responses(frames: &[Value]) -> Vec<&Value> {
 
 #[tokio::test]
 async fn split_and_concatenated_frames_are_answered_then_eof_closes_the_host() {
-    let mut input = frame(json!({"protocol": "arcane/1", "type": "request", "id": "a", "method": "system.ping"}));
+    let mut input = frame(
+        json!({"protocol": "arcane/1", "type": "request", "id": "a", "method": "system.ping"}),
+    );
     input.extend(frame(json!({"protocol": "arcane/1", "type": "request", "id": "b", "method": "test.echo", "parameters": {"n": 2}})));
     for piece in [1, 7, input.len()] {
         let (frames, outcome, service) = run(input.clone(), piece, 2).await;
@@ -83,34 +102,68 @@ async fn split_and_concatenated_frames_are_answered_then_eof_closes_the_host() {
         assert!(answered.iter().all(|f| f["ok"] == true), "{answered:?}");
         let b = answered.iter().find(|f| f["id"] == "b").unwrap();
         assert_eq!(b["result"], json!({"n": 2}));
-        assert_eq!(frames.last().unwrap()["data"]["state"], "closed", "EOF drains and publishes closed last");
-        assert_eq!(service.disposed.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(
+            frames.last().unwrap()["data"]["state"],
+            "closed",
+            "EOF drains and publishes closed last"
+        );
+        assert_eq!(
+            service.disposed.load(std::sync::atomic::Ordering::SeqCst),
+            1
+        );
     }
 }
 
 #[tokio::test]
 async fn a_stream_s_chunks_precede_its_response() {
-    let input = frame(json!({"protocol": "arcane/1", "type": "request", "id": "s", "method": "test.save", "parameters": {"ms": 1}}));
-    let mut input2 = frame(json!({"protocol": "arcane/1", "type": "request", "id": "x", "method": "test.stream", "parameters": {"count": 3}}));
+    let input = frame(
+        json!({"protocol": "arcane/1", "type": "request", "id": "s", "method": "test.save", "parameters": {"ms": 1}}),
+    );
+    let mut input2 = frame(
+        json!({"protocol": "arcane/1", "type": "request", "id": "x", "method": "test.stream", "parameters": {"count": 3}}),
+    );
     input2.extend(input);
     let (frames, outcome, _) = run(input2, 1000, 2).await;
     outcome.unwrap();
     let position = |pred: &dyn Fn(&Value) -> bool| frames.iter().position(pred).unwrap();
-    let last_chunk = frames.iter().rposition(|f| f["event"] == "test.chunk").unwrap();
+    let last_chunk = frames
+        .iter()
+        .rposition(|f| f["event"] == "test.chunk")
+        .unwrap();
     assert!(last_chunk < position(&|f| f["type"] == "response" && f["id"] == "x"));
-    assert_eq!(frames.iter().filter(|f| f["event"] == "test.chunk" && f["requestId"] == "x").count(), 3);
+    assert_eq!(
+        frames
+            .iter()
+            .filter(|f| f["event"] == "test.chunk" && f["requestId"] == "x")
+            .count(),
+        3
+    );
 }
 
 #[tokio::test]
 async fn decode_errors_close_the_transport_with_a_reason() {
-    let ping = frame(json!({"protocol": "arcane/1", "type": "request", "id": "a", "method": "system.ping"}));
+    let ping = frame(
+        json!({"protocol": "arcane/1", "type": "request", "id": "a", "method": "system.ping"}),
+    );
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (b"X: 1\r\n\r\n{}".to_vec(), "IPC_LENGTH_MISSING"),
-        (b"Content-Length: abc\r\n\r\n{}".to_vec(), "IPC_LENGTH_INVALID"),
-        (b"Content-Length: 50\r\n\r\n{\"a\":".to_vec(), "IPC_FRAME_INCOMPLETE"),
-        (b"Content-Length: 2\r\n\r\n\xc3\x28".to_vec(), "IPC_INVALID_UTF8"),
+        (
+            b"Content-Length: abc\r\n\r\n{}".to_vec(),
+            "IPC_LENGTH_INVALID",
+        ),
+        (
+            b"Content-Length: 50\r\n\r\n{\"a\":".to_vec(),
+            "IPC_FRAME_INCOMPLETE",
+        ),
+        (
+            b"Content-Length: 2\r\n\r\n\xc3\x28".to_vec(),
+            "IPC_INVALID_UTF8",
+        ),
         (b"Content-Length: 3\r\n\r\n{x}".to_vec(), "IPC_INVALID_JSON"),
-        (format!("Content-Length: {}\r\n\r\n", 9 * 1024 * 1024).into_bytes(), "IPC_FRAME_TOO_LARGE"),
+        (
+            format!("Content-Length: {}\r\n\r\n", 9 * 1024 * 1024).into_bytes(),
+            "IPC_FRAME_TOO_LARGE",
+        ),
     ];
     for (bad, reason) in cases {
         let mut input = ping.clone();
@@ -123,21 +176,35 @@ async fn decode_errors_close_the_transport_with_a_reason() {
         let error = outcome.unwrap_err();
         assert_eq!(error.code(), "RPC_FRAME_INVALID", "{reason}");
         assert_eq!(error.details()["reason"], reason);
-        let reported = frames.iter().find(|f| f["event"] == "core.error").expect("core.error frame");
+        let reported = frames
+            .iter()
+            .find(|f| f["event"] == "core.error")
+            .expect("core.error frame");
         assert_eq!(reported["data"]["error"]["details"]["reason"], reason);
-        assert!(frames.iter().any(|f| f["type"] == "response" && f["id"] == "a"));
+        assert!(frames
+            .iter()
+            .any(|f| f["type"] == "response" && f["id"] == "a"));
         {
-            assert!(!frames.iter().any(|f| f["id"] == "late"), "{reason}: nothing after a bad frame runs");
+            assert!(
+                !frames.iter().any(|f| f["id"] == "late"),
+                "{reason}: nothing after a bad frame runs"
+            );
         }
         assert_eq!(service.calls(), 0, "{reason}");
-        assert_eq!(frames.last().unwrap()["data"]["state"], "closed", "{reason}: the host still drains");
+        assert_eq!(
+            frames.last().unwrap()["data"]["state"],
+            "closed",
+            "{reason}: the host still drains"
+        );
     }
 }
 
 #[tokio::test]
 async fn an_invalid_request_is_answered_without_closing() {
     let mut input = frame(json!({"protocol": "arcane/1", "type": "request", "id": "a"}));
-    input.extend(frame(json!({"protocol": "arcane/1", "type": "request", "id": "b", "method": "test.echo"})));
+    input.extend(frame(
+        json!({"protocol": "arcane/1", "type": "request", "id": "b", "method": "test.echo"}),
+    ));
     let (frames, outcome, _) = run(input, 4096, 2).await;
     outcome.unwrap();
     let answered = responses(&frames);

@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arcane_core::{BoxError, BoxFuture, MethodResult, MethodSpec, RequestContext, Service, ServiceContext};
+use arcane_core::{
+    BoxError, BoxFuture, MethodResult, MethodSpec, RequestContext, Service, ServiceContext,
+};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -27,7 +29,12 @@ impl TestService {
         Self::with(name, namespace, Duration::ZERO, false)
     }
 
-    pub fn with(name: &str, namespace: &str, start_delay: Duration, start_fails: bool) -> Arc<Self> {
+    pub fn with(
+        name: &str,
+        namespace: &str,
+        start_delay: Duration,
+        start_fails: bool,
+    ) -> Arc<Self> {
         Arc::new(Self {
             name: name.into(),
             namespace: namespace.into(),
@@ -59,17 +66,28 @@ impl Service for TestService {
         ]
     }
 
-    fn start(self: Arc<Self>, _context: ServiceContext) -> BoxFuture<'static, Result<(), BoxError>> {
+    fn start(
+        self: Arc<Self>,
+        _context: ServiceContext,
+    ) -> BoxFuture<'static, Result<(), BoxError>> {
         Box::pin(async move {
             tokio::time::sleep(self.start_delay).await;
             if self.start_fails {
-                return Err(Box::new(arcane_core::Error::usage("the test service refuses to start", json!({}))) as BoxError);
+                return Err(Box::new(arcane_core::Error::usage(
+                    "the test service refuses to start",
+                    json!({}),
+                )) as BoxError);
             }
             Ok(())
         })
     }
 
-    fn call(self: Arc<Self>, method: String, parameters: Value, context: RequestContext) -> BoxFuture<'static, MethodResult> {
+    fn call(
+        self: Arc<Self>,
+        method: String,
+        parameters: Value,
+        context: RequestContext,
+    ) -> BoxFuture<'static, MethodResult> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         Box::pin(async move {
             let suffix = method.rsplit('.').next().unwrap_or_default().to_string();
@@ -83,12 +101,18 @@ impl Service for TestService {
                 "stream" => {
                     let count = parameters["count"].as_u64().unwrap_or(3);
                     for i in 0..count {
-                        context.emit("test.chunk", json!({"index": i, "requestId": context.request_id}));
+                        context.emit(
+                            "test.chunk",
+                            json!({"index": i, "requestId": context.request_id}),
+                        );
                         tokio::time::sleep(Duration::from_millis(ms)).await;
                     }
                     Ok(json!({"chunks": count}))
                 }
-                _ => Err(Box::new(arcane_core::Error::usage("asked to fail", json!({"method": method}))) as BoxError),
+                _ => Err(Box::new(arcane_core::Error::usage(
+                    "asked to fail",
+                    json!({"method": method}),
+                )) as BoxError),
             }
         })
     }
@@ -99,7 +123,10 @@ impl Service for TestService {
     }
 
     fn replay(&self) -> Vec<(String, Value)> {
-        vec![(format!("{}.state", self.namespace), json!({"name": self.name}))]
+        vec![(
+            format!("{}.state", self.namespace),
+            json!({"name": self.name}),
+        )]
     }
 }
 
@@ -113,9 +140,18 @@ pub fn request(id: &str, method: &str, parameters: Value) -> arcane_core::protoc
 }
 
 /// One raw HTTP/1.1 exchange (`Connection: close`): status, lower-cased head, body.
-pub async fn raw_http(address: std::net::SocketAddr, head: &str, body: &str) -> (u16, String, String) {
-    let mut stream = tokio::net::TcpStream::connect(address).await.expect("connect");
-    let text = format!("{head}Content-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+pub async fn raw_http(
+    address: std::net::SocketAddr,
+    head: &str,
+    body: &str,
+) -> (u16, String, String) {
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect");
+    let text = format!(
+        "{head}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
     stream.write_all(text.as_bytes()).await.expect("write");
     let mut reply = Vec::new();
     tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut reply))
@@ -124,7 +160,11 @@ pub async fn raw_http(address: std::net::SocketAddr, head: &str, body: &str) -> 
         .expect("read");
     let reply = String::from_utf8_lossy(&reply).into_owned();
     let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     (status, head.to_ascii_lowercase(), body.to_string())
 }
 
@@ -136,7 +176,9 @@ pub fn dechunk(head: &str, body: &str) -> String {
     let mut out = String::new();
     let mut rest = body;
     while let Some((size, tail)) = rest.split_once("\r\n") {
-        let Ok(size) = usize::from_str_radix(size.trim(), 16) else { break };
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
         if size == 0 || tail.len() < size {
             break;
         }
@@ -156,11 +198,17 @@ pub fn drain(receiver: &mut tokio::sync::mpsc::UnboundedReceiver<Arc<str>>) -> V
 }
 
 /// Receives frames until `pred` matches one (at most 30 s).
-pub async fn until(receiver: &mut tokio::sync::mpsc::UnboundedReceiver<Arc<str>>, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
+pub async fn until(
+    receiver: &mut tokio::sync::mpsc::UnboundedReceiver<Arc<str>>,
+    pred: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
     let mut frames = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let frame = tokio::time::timeout_at(deadline, receiver.recv()).await.expect("frame in time").expect("stream open");
+        let frame = tokio::time::timeout_at(deadline, receiver.recv())
+            .await
+            .expect("frame in time")
+            .expect("stream open");
         let value: Value = serde_json::from_str(&frame).expect("frame is JSON");
         let done = pred(&value);
         frames.push(value);
@@ -176,7 +224,11 @@ pub fn real_parts() -> (std::path::PathBuf, std::path::PathBuf) {
     let get = |var: &str| {
         let value = std::env::var_os(var).unwrap_or_else(|| panic!("{var} is not set: run the tests through `./scripts/test.sh` (it provisions llama-server and SmolLM2)"));
         let path = std::path::PathBuf::from(value);
-        assert!(path.is_file(), "{var}={} does not exist; rerun `bash scripts/provision.sh`", path.display());
+        assert!(
+            path.is_file(),
+            "{var}={} does not exist; rerun `bash scripts/provision.sh`",
+            path.display()
+        );
         path
     };
     (get("LLAMA_SERVER"), get("ARCANE_TEST_MODEL"))
@@ -196,9 +248,23 @@ impl LlamaServer {
             listener.local_addr().unwrap().port()
         };
         let child = std::process::Command::new(&server)
-            .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--model"])
+            .args([
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--model",
+            ])
             .arg(&model)
-            .args(["--ctx-size", "8192", "--parallel", "1", "--threads", "2", "--no-webui"])
+            .args([
+                "--ctx-size",
+                "8192",
+                "--parallel",
+                "1",
+                "--threads",
+                "2",
+                "--no-webui",
+            ])
             .current_dir(server.parent().unwrap())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -221,7 +287,10 @@ impl LlamaServer {
                     return server;
                 }
             }
-            assert!(std::time::Instant::now() < deadline, "llama-server did not become ready");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "llama-server did not become ready"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }

@@ -67,13 +67,20 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         }
     })?;
     let Some(answer) = answer else {
-        return Err(crate::error::CommandError::new(arcane_report::codes::ARCANE_CANCELLED, "the chat was cancelled", json!({})).into());
+        return Err(crate::error::CommandError::new(
+            arcane_report::codes::ARCANE_CANCELLED,
+            "the chat was cancelled",
+            json!({}),
+        )
+        .into());
     };
     if human {
         context.output.result("", &json!({}));
         let _ = writeln!(std::io::stdout());
     } else {
-        context.output.result("", &json!({"answer": answer, "url": client.endpoint().url}));
+        context
+            .output
+            .result("", &json!({"answer": answer, "url": client.endpoint().url}));
     }
     Ok(0)
 }

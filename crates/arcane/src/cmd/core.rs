@@ -7,10 +7,10 @@
 use std::sync::Arc;
 
 use arcane_core::localai::{DevicesService, EngineLauncher, LocalAiService, ModelAssetsService};
-use arcane_core::supervised::{LiveDevices, SupervisedLauncher};
-use arcane_localai::{Engine, EngineConfig};
 use arcane_core::selection::{plan, Runtime};
+use arcane_core::supervised::{LiveDevices, SupervisedLauncher};
 use arcane_core::{AppInfo, Host};
+use arcane_localai::{Engine, EngineConfig};
 use arcane_report::{codes, Event, EventSink};
 use serde_json::json;
 
@@ -96,7 +96,15 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| CommandError::new(codes::ARCANE_IO, "cannot start the async runtime", json!({})).caused_by(e).into())
+        .map_err(|e| {
+            CommandError::new(
+                codes::ARCANE_IO,
+                "cannot start the async runtime",
+                json!({}),
+            )
+            .caused_by(e)
+            .into()
+        })
 }
 
 /// Per-engine choices that override what the registry implies.
@@ -115,7 +123,11 @@ pub struct EngineOptions {
 /// The engine configuration for `runtime` from the workspace registry: the registered
 /// executable of that engine (none registered: adopt-only) and, for llama.cpp, the
 /// chosen (or first) registered model.
-pub fn engine_config(context: &Context, runtime: Runtime, options: &EngineOptions) -> Result<EngineConfig, CliError> {
+pub fn engine_config(
+    context: &Context,
+    runtime: Runtime,
+    options: &EngineOptions,
+) -> Result<EngineConfig, CliError> {
     let registry = arcane_registry::Registry::new(&context.workspace);
     let (engine, registry_engine) = match runtime {
         Runtime::Ollama => (Engine::Ollama, arcane_registry::Engine::Ollama),
@@ -129,7 +141,11 @@ pub fn engine_config(context: &Context, runtime: Runtime, options: &EngineOption
     if let Some(url) = url {
         config.url = url;
     }
-    if let Some(record) = registry.runtimes()?.into_iter().find(|r| r.engine == registry_engine) {
+    if let Some(record) = registry
+        .runtimes()?
+        .into_iter()
+        .find(|r| r.engine == registry_engine)
+    {
         config.executable = Some(record.executable);
         config.library_dirs = record.library_dirs;
         config.runtime_backend = record.backend;
@@ -150,7 +166,11 @@ pub fn engine_config(context: &Context, runtime: Runtime, options: &EngineOption
 }
 
 /// The production launcher for `runtime`: the supervisor over [`engine_config`].
-pub fn launcher(context: &Context, runtime: Runtime, options: &EngineOptions) -> Result<Arc<dyn EngineLauncher>, CliError> {
+pub fn launcher(
+    context: &Context,
+    runtime: Runtime,
+    options: &EngineOptions,
+) -> Result<Arc<dyn EngineLauncher>, CliError> {
     let config = engine_config(context, runtime, options)?;
     Ok(SupervisedLauncher::new(&context.workspace, config))
 }
@@ -169,16 +189,21 @@ pub fn model_assets(workspace: &std::path::Path) -> Arc<ModelAssetsService> {
 /// Runs `arcane core`.
 pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     if !args.stdio {
-        return Err(CommandError::usage("`arcane core` needs `--stdio` (use `arcane serve` for loopback HTTP)", json!({}))
-            .hint("run `arcane core --stdio`")
-            .into());
+        return Err(CommandError::usage(
+            "`arcane core` needs `--stdio` (use `arcane serve` for loopback HTTP)",
+            json!({}),
+        )
+        .hint("run `arcane core --stdio`")
+        .into());
     }
     let runtime = runtime()?;
     let outcome = runtime.block_on(async {
         // Events never go to stdout here: it carries frames.
         let observer: Arc<dyn EventSink> = Arc::new(arcane_report::NullSink);
         let engines = EngineOptions::default();
-        let parts = build_host(context, &args.runtimes, observer, &|runtime| launcher(context, runtime, &engines))?;
+        let parts = build_host(context, &args.runtimes, observer, &|runtime| {
+            launcher(context, runtime, &engines)
+        })?;
         let host = parts.host;
         host.start();
         shutdown_on_signal(context, &host);
@@ -226,7 +251,10 @@ pub fn serve(context: &Context, options: ServeOptions) -> Result<u8, CliError> {
     plan(&options.runtimes)?;
     if !options.listen.is_loopback() {
         return Err(CommandError::usage(
-            format!("`{}` is not a loopback address; the Core host listens on loopback only", options.listen),
+            format!(
+                "`{}` is not a loopback address; the Core host listens on loopback only",
+                options.listen
+            ),
             json!({"listen": options.listen.to_string()}),
         )
         .into());
@@ -246,9 +274,14 @@ async fn serve_async(context: &Context, options: &ServeOptions) -> Result<u8, Cl
     let port = options.port.or(saved).unwrap_or(0);
     let address = std::net::SocketAddr::new(options.listen, port);
     let listener = arcane_core::http::bind(address, &endpoint::port_path(workspace)).await?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| CommandError::new(codes::ARCANE_IO, "cannot read the listener's address", json!({})).caused_by(e))?;
+    let local = listener.local_addr().map_err(|e| {
+        CommandError::new(
+            codes::ARCANE_IO,
+            "cannot read the listener's address",
+            json!({}),
+        )
+        .caused_by(e)
+    })?;
     if options.port.is_none() && saved.is_none() {
         endpoint::save_port(workspace, local.port())?;
     }
@@ -273,7 +306,9 @@ async fn serve_async(context: &Context, options: &ServeOptions) -> Result<u8, Cl
     let observer: Arc<dyn EventSink> = Arc::new(move |event: Event| {
         let _ = events.send(event);
     });
-    let parts = build_host(context, &options.runtimes, observer, &|runtime| launcher(context, runtime, &options.engines))?;
+    let parts = build_host(context, &options.runtimes, observer, &|runtime| {
+        launcher(context, runtime, &options.engines)
+    })?;
     let host = parts.host;
     let mut http_options = arcane_core::http::HttpOptions::new(token);
     if let Some(local_ai) = &parts.local_ai {
@@ -281,9 +316,19 @@ async fn serve_async(context: &Context, options: &ServeOptions) -> Result<u8, Cl
     }
     host.start();
     shutdown_on_signal(context, &host);
-    let server = tokio::spawn(arcane_core::http::serve(host.clone(), listener, http_options));
-    context.output.note(&format!("Core host listening on {url} (endpoint and token in `{}`)", endpoint_file.display()));
-    context.output.result("", &json!({"url": url, "pid": record.pid, "endpointFile": endpoint_file, "state": "ready"}));
+    let server = tokio::spawn(arcane_core::http::serve(
+        host.clone(),
+        listener,
+        http_options,
+    ));
+    context.output.note(&format!(
+        "Core host listening on {url} (endpoint and token in `{}`)",
+        endpoint_file.display()
+    ));
+    context.output.result(
+        "",
+        &json!({"url": url, "pid": record.pid, "endpointFile": endpoint_file, "state": "ready"}),
+    );
     let mut announced = parts.local_ai.is_none();
     if announced {
         announce(context, &url, &endpoint_file, None);
@@ -323,17 +368,27 @@ async fn serve_async(context: &Context, options: &ServeOptions) -> Result<u8, Cl
 }
 
 /// Tells a person how to talk to the host once it (and its engine) is ready.
-fn announce(context: &Context, url: &str, endpoint_file: &std::path::Path, llama: Option<&serde_json::Value>) {
+fn announce(
+    context: &Context,
+    url: &str,
+    endpoint_file: &std::path::Path,
+    llama: Option<&serde_json::Value>,
+) {
     let output = &context.output;
     if let Some(llama) = llama {
         let model = llama["models"][0]["id"].as_str().unwrap_or("its model");
-        output.note(&format!("ready: llama.cpp serves `{model}` ({})", llama["url"].as_str().unwrap_or("?")));
+        output.note(&format!(
+            "ready: llama.cpp serves `{model}` ({})",
+            llama["url"].as_str().unwrap_or("?")
+        ));
     } else {
         output.note("ready");
     }
     let workspace = context.workspace.display();
     output.note("talk to it from another terminal:");
-    output.note(&format!("  arcane --workspace '{workspace}' chat \"Why is the sky blue?\""));
+    output.note(&format!(
+        "  arcane --workspace '{workspace}' chat \"Why is the sky blue?\""
+    ));
     output.note(&format!("  arcane --workspace '{workspace}' status"));
     output.note(&format!(
         "  TOKEN=$(sed -n 's/.*\"token\": *\"\\([0-9a-f]*\\)\".*/\\1/p' '{}')",

@@ -18,9 +18,19 @@ pub fn run(context: &Context, _args: Args) -> Result<u8, CliError> {
     let runtime = crate::cmd::core::runtime()?;
     let (health, local_ai, devices) = runtime.block_on(async {
         let health = client.health().await?;
-        let has_local_ai = health["services"].as_array().is_some_and(|s| s.iter().any(|s| s["name"] == "local-ai"));
-        let local_ai = if has_local_ai { Some(client.call("localai.status", json!({})).await?) } else { None };
-        let devices = if has_local_ai { client.call("localai.devices", json!({})).await.ok() } else { None };
+        let has_local_ai = health["services"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|s| s["name"] == "local-ai"));
+        let local_ai = if has_local_ai {
+            Some(client.call("localai.status", json!({})).await?)
+        } else {
+            None
+        };
+        let devices = if has_local_ai {
+            client.call("localai.devices", json!({})).await.ok()
+        } else {
+            None
+        };
         Ok::<_, arcane_core::Error>((health, local_ai, devices))
     })?;
     let endpoint = client.endpoint();
@@ -46,7 +56,11 @@ fn human(value: &Value) -> String {
         value["pid"]
     )];
     for service in value["services"].as_array().into_iter().flatten() {
-        lines.push(format!("  service {:<18} {}", text(&service["name"]), text(&service["state"])));
+        lines.push(format!(
+            "  service {:<18} {}",
+            text(&service["name"]),
+            text(&service["state"])
+        ));
     }
     for engine in value["engines"].as_array().into_iter().flatten() {
         let ownership = if engine["owned"] == true {
@@ -56,8 +70,16 @@ fn human(value: &Value) -> String {
         } else {
             "not running".to_string()
         };
-        let mut line = format!("  engine  {:<18} {} at {} ({ownership})", text(&engine["id"]), text(&engine["state"]), text(&engine["url"]));
-        if let Some(device) = engine["execution"]["resolvedDevice"]["deviceId"].as_str().or_else(|| engine["execution"]["configuredTarget"]["deviceId"].as_str()) {
+        let mut line = format!(
+            "  engine  {:<18} {} at {} ({ownership})",
+            text(&engine["id"]),
+            text(&engine["state"]),
+            text(&engine["url"])
+        );
+        if let Some(device) = engine["execution"]["resolvedDevice"]["deviceId"]
+            .as_str()
+            .or_else(|| engine["execution"]["configuredTarget"]["deviceId"].as_str())
+        {
             line.push_str(&format!(", device `{device}`"));
         }
         if let Some(message) = engine["error"]["message"].as_str() {
@@ -69,7 +91,11 @@ fn human(value: &Value) -> String {
         }
     }
     for device in value["devices"].as_array().into_iter().flatten() {
-        lines.push(format!("  device  {:<18} {}", text(&device["deviceId"]), text(&device["name"])));
+        lines.push(format!(
+            "  device  {:<18} {}",
+            text(&device["deviceId"]),
+            text(&device["name"])
+        ));
     }
     lines.join("\n")
 }

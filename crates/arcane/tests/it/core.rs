@@ -35,9 +35,16 @@ fn request(id: &str, method: &str) -> Value {
 fn frames(mut bytes: &[u8]) -> Vec<Value> {
     let mut frames = Vec::new();
     while !bytes.is_empty() {
-        let end = bytes.windows(4).position(|w| w == b"\r\n\r\n").expect("a header block");
+        let end = bytes
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a header block");
         let header = std::str::from_utf8(&bytes[..end]).unwrap();
-        let length: usize = header.strip_prefix("Content-Length: ").expect("Content-Length header").parse().unwrap();
+        let length: usize = header
+            .strip_prefix("Content-Length: ")
+            .expect("Content-Length header")
+            .parse()
+            .unwrap();
         let body = &bytes[end + 4..end + 4 + length];
         frames.push(serde_json::from_slice(body).unwrap());
         bytes = &bytes[end + 4 + length..];
@@ -61,9 +68,21 @@ fn spawn_stdio(workspace: &TestWorkspace, extra: &[&str]) -> Guard {
 /// Waits for the child to exit (bounded), returning its status, stdout and stderr.
 fn finish(mut guard: Guard) -> (i32, Vec<u8>, String) {
     let mut stdout = Vec::new();
-    guard.0.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
+    guard
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut stdout)
+        .unwrap();
     let mut stderr = String::new();
-    guard.0.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    guard
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(status) = guard.0.try_wait().unwrap() {
@@ -98,40 +117,76 @@ fn stdio_answers_split_and_concatenated_frames_on_real_pipes_and_drains_at_eof()
     assert_eq!(code, 0, "{stderr}");
     let frames = frames(&stdout);
     assert_eq!(frames[0]["event"], "core.ready");
-    let response = |id: &str| frames.iter().find(|f| f["type"] == "response" && f["id"] == id).cloned().unwrap_or_else(|| panic!("no response {id}: {frames:?}"));
+    let response = |id: &str| {
+        frames
+            .iter()
+            .find(|f| f["type"] == "response" && f["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("no response {id}: {frames:?}"))
+    };
     assert_eq!(response("a")["result"], json!({"ok": true}));
     assert_eq!(response("b")["result"]["protocol"], "arcane/1");
     assert_eq!(response("c")["error"]["code"], "METHOD_NOT_ALLOWED");
-    assert_eq!(response("c")["error"]["details"]["reason"], "core-namespace-unavailable");
+    assert_eq!(
+        response("c")["error"]["details"]["reason"],
+        "core-namespace-unavailable"
+    );
     let last = frames.last().unwrap();
-    assert_eq!((last["event"].as_str(), last["data"]["state"].as_str()), (Some("core.state"), Some("closed")));
+    assert_eq!(
+        (last["event"].as_str(), last["data"]["state"].as_str()),
+        (Some("core.state"), Some("closed"))
+    );
 }
 
 #[test]
 fn stdio_decode_errors_close_the_transport_cleanly() {
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (b"Content-Type: x\r\n\r\n{}".to_vec(), "IPC_LENGTH_MISSING"),
-        (b"Content-Length: twelve\r\n\r\n{}".to_vec(), "IPC_LENGTH_INVALID"),
-        (b"Content-Length: 100\r\n\r\n{\"protocol\":".to_vec(), "IPC_FRAME_INCOMPLETE"),
-        (b"Content-Length: 4\r\n\r\n\"\xff\xfe\"".to_vec(), "IPC_INVALID_UTF8"),
-        (b"Content-Length: 5\r\n\r\nnope!".to_vec(), "IPC_INVALID_JSON"),
-        (b"Content-Length: 2048\r\n\r\n".to_vec(), "IPC_FRAME_TOO_LARGE"),
+        (
+            b"Content-Length: twelve\r\n\r\n{}".to_vec(),
+            "IPC_LENGTH_INVALID",
+        ),
+        (
+            b"Content-Length: 100\r\n\r\n{\"protocol\":".to_vec(),
+            "IPC_FRAME_INCOMPLETE",
+        ),
+        (
+            b"Content-Length: 4\r\n\r\n\"\xff\xfe\"".to_vec(),
+            "IPC_INVALID_UTF8",
+        ),
+        (
+            b"Content-Length: 5\r\n\r\nnope!".to_vec(),
+            "IPC_INVALID_JSON",
+        ),
+        (
+            b"Content-Length: 2048\r\n\r\n".to_vec(),
+            "IPC_FRAME_TOO_LARGE",
+        ),
     ];
     for (bad, reason) in cases {
         let workspace = TestWorkspace::new();
         let mut child = spawn_stdio(&workspace, &["--max-frame", "1024"]);
         let mut stdin = child.0.stdin.take().unwrap();
-        stdin.write_all(&frame(&request("ok", "system.ping"))).unwrap();
+        stdin
+            .write_all(&frame(&request("ok", "system.ping")))
+            .unwrap();
         stdin.write_all(&bad).unwrap();
         drop(stdin);
         let (code, stdout, stderr) = finish(child);
         assert_eq!(code, 1, "{reason}: {stderr}");
         assert!(stderr.contains("invalid frame"), "{reason}: {stderr}");
         let frames = frames(&stdout);
-        let error = frames.iter().find(|f| f["event"] == "core.error").unwrap_or_else(|| panic!("{reason}: no core.error in {frames:?}"));
+        let error = frames
+            .iter()
+            .find(|f| f["event"] == "core.error")
+            .unwrap_or_else(|| panic!("{reason}: no core.error in {frames:?}"));
         assert_eq!(error["data"]["error"]["code"], "RPC_FRAME_INVALID");
         assert_eq!(error["data"]["error"]["details"]["reason"], reason);
-        assert_eq!(frames.last().unwrap()["data"]["state"], "closed", "{reason}: the host still drains");
+        assert_eq!(
+            frames.last().unwrap()["data"]["state"],
+            "closed",
+            "{reason}: the host still drains"
+        );
     }
 }
 
@@ -139,7 +194,12 @@ fn stdio_decode_errors_close_the_transport_cleanly() {
 fn an_unsupported_runtime_selection_is_a_usage_error_before_anything_starts() {
     for runtime in ["whisper.cpp", "stable-diffusion.cpp", "onnx"] {
         let workspace = TestWorkspace::new();
-        let output = support::run(workspace.arcane().args(["--output", "json", "core", "--stdio", "--runtime", runtime]).stdin(Stdio::null()));
+        let output = support::run(
+            workspace
+                .arcane()
+                .args(["--output", "json", "core", "--stdio", "--runtime", runtime])
+                .stdin(Stdio::null()),
+        );
         assert_eq!(output.status.code(), Some(2), "{runtime}");
         let error = &support::json(&output)["error"];
         assert_eq!(error["code"], "ARCANE_USAGE");
