@@ -54,11 +54,18 @@ pub type HttpBody = BoxBody<Bytes, hyper::Error>;
 /// The HTTP client the host uses to reach engines.
 pub type EngineClient = Client<HttpConnector, HttpBody>;
 
-/// A fresh client for engine requests (HTTP/1, pooled).
+/// A fresh client for engine requests (HTTP/1, one loopback connection per request).
+///
+/// Connections are not pooled: `llama-server` may close a kept-alive connection right
+/// after a streamed response, and a request sent on such a connection fails with
+/// "connection closed before message completed" and cannot be replayed (its body is
+/// a stream). A loopback connect costs tens of microseconds.
 pub fn engine_client() -> EngineClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new()).build(connector)
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(0)
+        .build(connector)
 }
 
 /// A body from bytes.

@@ -119,7 +119,7 @@ async fn the_openai_passthrough_answers_like_llama_server_streamed_and_not() {
         stack.address, stack.token
     );
     let (status, h, body) = raw_http(stack.address, &head, "").await;
-    assert_eq!(status, 200);
+    assert_eq!(status, 200, "{body}");
     let models: Value = serde_json::from_str(&dechunk(&h, &body)).unwrap();
     assert!(models["data"][0]["id"].is_string());
     stack.host.close().await.unwrap();
