@@ -7,4 +7,5 @@ mod support;
 mod host;
 mod http;
 mod llama;
+mod ollama;
 mod stdio;
