@@ -257,6 +257,11 @@ impl OwnedServer {
         self.wait().await
     }
 
+    /// Whether the server is down for good (stopped, or crashed with no restart left).
+    pub fn is_finished(&self) -> bool {
+        self.done.borrow().is_some()
+    }
+
     /// Waits until the server is down for good: stopped, or crashed with no restart left.
     pub async fn wait(&self) -> StopReport {
         let mut done = self.done.clone();

@@ -1,21 +1,592 @@
-//! `arcane serve`. (Being built; see the open issue for this command.)
+//! `arcane serve`: run the configured engines in the foreground.
+//!
+//! Two stages, as everywhere in the CLI: [`engine_configs`] turns `arcane.toml` and the
+//! flags into validated [`EngineConfig`]s (reading the registry, starting nothing), and
+//! [`serve_engines`] hands them to the supervisor and waits for Ctrl-C/SIGTERM. The
+//! Core host reuses both.
+//!
+//! With nothing configured (no `arcane.toml`, no `--runtime`/`--model`/`--models-dir`/
+//! `--device`/`--backend`/`--executable`), the embedded default runs: the registered
+//! runtime `llama.cpp` with the registered model `smollm2-135m` on the CPU target, at
+//! `http://127.0.0.1:8080` (`--url` changes the address and keeps the default).
 
-use arcane_report::{codes, Event};
-use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arcane_localai::{
+    Backend, Engine, EngineConfig, RestartPolicy, Server, ServerSnapshot, StopReport, Supervisor,
+};
+use arcane_registry::Registry;
+use arcane_report::{codes, Event, EventSink};
+use serde::Deserialize;
+use serde_json::{json, Value};
 
 use crate::config::Context;
 use crate::error::{CliError, CommandError};
 
+/// The model the embedded default serves.
+pub const DEFAULT_MODEL: &str = "smollm2-135m";
+/// The execution target of the embedded default.
+pub const DEFAULT_DEVICE: &str = "cpu";
+
 /// Arguments of `arcane serve`.
-#[derive(Debug, clap::Args)]
-pub struct Args {}
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(disable_version_flag = true)]
+pub struct Args {
+    /// Read engines from this TOML file (default: `<workspace>/arcane.toml` when it
+    /// exists; see `docs/arcane.toml.example`).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// The engine to run: `llama.cpp` or `ollama`, or a registered runtime id.
+    #[arg(long, value_name = "RUNTIME")]
+    pub runtime: Option<String>,
+
+    /// The listener url (default `http://127.0.0.1:8080`, Ollama `:11434`). A server
+    /// that already answers there is adopted; Arcane starts one only when nothing
+    /// listens on a loopback host.
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+
+    /// The model: a registered model id or a GGUF file path (llama.cpp).
+    #[arg(long, value_name = "ID|PATH", conflicts_with = "models_dir")]
+    pub model: Option<String>,
+
+    /// Router mode: serve every model in DIR (`--models-dir`; Ollama: `OLLAMA_MODELS`).
+    #[arg(long, value_name = "DIR")]
+    pub models_dir: Option<PathBuf>,
+
+    /// The model name clients use (`--alias`; default: the model id).
+    #[arg(long, value_name = "NAME")]
+    pub alias: Option<String>,
+
+    /// Run on exactly this device: an id from `arcane devices`, or `cpu`. An external
+    /// server cannot honour it, so it is refused rather than adopted.
+    #[arg(long, value_name = "TARGET")]
+    pub device: Option<String>,
+
+    /// The compute backend to require: auto, cpu, cuda, vulkan or metal.
+    #[arg(long, value_name = "BACKEND")]
+    pub backend: Option<String>,
+
+    /// The engine version to require (checked against what the running server reports).
+    #[arg(long = "version", value_name = "VERSION")]
+    pub engine_version: Option<String>,
+
+    /// Start this engine executable instead of the registered runtime's.
+    #[arg(long, value_name = "FILE")]
+    pub executable: Option<PathBuf>,
+
+    /// Restart an owned engine that crashes after it was ready.
+    #[arg(long, value_name = "POLICY", value_parser = ["never", "on-failure"])]
+    pub restart: Option<String>,
+
+    /// Test only: do not arm the parent-death signal (simulates an orphan).
+    #[arg(long, hide = true)]
+    pub no_parent_death_signal: bool,
+
+    /// Extra engine arguments, after `--`.
+    #[arg(last = true, value_name = "ENGINE_ARGS")]
+    pub engine_args: Vec<String>,
+}
+
+/// One `[[engine]]` table of `arcane.toml`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineTable {
+    /// `llama.cpp`, `ollama`, or a registered runtime id.
+    pub runtime: Option<String>,
+    /// Listener url.
+    pub url: Option<String>,
+    /// Registered model id or GGUF path (relative to the file's directory).
+    pub model: Option<String>,
+    /// Router-mode models directory (relative to the file's directory).
+    pub models_dir: Option<PathBuf>,
+    /// `--alias`.
+    pub alias: Option<String>,
+    /// Execution target.
+    pub device: Option<String>,
+    /// Required backend.
+    pub backend: Option<String>,
+    /// Required version.
+    pub version: Option<String>,
+    /// Engine executable (instead of the registered runtime).
+    pub executable: Option<PathBuf>,
+    /// Extra engine arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Seconds an owned engine may take to become ready.
+    pub startup_timeout: Option<f64>,
+    /// Seconds an owned engine may stay loading without output.
+    pub stall_timeout: Option<f64>,
+    /// Seconds between SIGTERM and SIGKILL.
+    pub stop_grace: Option<f64>,
+    /// `never` or `on-failure`.
+    pub restart: Option<String>,
+    /// The most restarts under `on-failure`.
+    pub max_restarts: Option<u32>,
+    /// Seconds before the first restart (doubling).
+    pub restart_backoff: Option<f64>,
+}
+
+/// The whole `arcane.toml` (only `[[engine]]` is read here).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ConfigFile {
+    /// The engines to run.
+    #[serde(default)]
+    pub engine: Vec<EngineTable>,
+}
 
 /// Runs `arcane serve`.
-pub fn run(_context: &Context, _args: Args) -> Result<u8, CliError> {
-    Err(CommandError::new(codes::ARCANE_OPERATION_FAILED, "`arcane serve` is not available in this build yet", json!({"command": "serve"})).into())
+pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
+    let configs = engine_configs(context, &args)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            CommandError::new(
+                codes::ARCANE_OPERATION_FAILED,
+                "could not start the async runtime",
+                json!({}),
+            )
+            .caused_by(e)
+        })?;
+    // The supervisor publishes from its own tasks; events are rendered on this thread.
+    let (sender, receiver) = std::sync::mpsc::channel::<Event>();
+    let sink: Arc<dyn EventSink> = Arc::new(ChannelSink(sender));
+    let drain = || {
+        while let Ok(event) = receiver.try_recv() {
+            context.output.event(&event);
+        }
+    };
+    runtime.block_on(async {
+        let supervisor = Supervisor::new(&context.workspace, sink);
+        serve_engines(context, &supervisor, configs, &drain).await
+    })
+}
+
+/// Sends events to the thread that renders them.
+struct ChannelSink(std::sync::mpsc::Sender<Event>);
+
+impl EventSink for ChannelSink {
+    fn emit(&self, event: Event) {
+        let _ = self.0.send(event);
+    }
+}
+
+/// Starts every engine, prints the ready urls, waits for Ctrl-C/SIGTERM (or for every
+/// owned engine to go down for good), then stops what it owns. Exit code 0 after a
+/// requested stop.
+pub async fn serve_engines(
+    context: &Context,
+    supervisor: &Supervisor,
+    configs: Vec<EngineConfig>,
+    drain_events: &dyn Fn(),
+) -> Result<u8, CliError> {
+    let mut servers: Vec<Server> = Vec::new();
+    for config in configs {
+        let started = {
+            let start = supervisor.start(config, context.cancel.clone());
+            tokio::pin!(start);
+            loop {
+                tokio::select! {
+                    result = &mut start => break result,
+                    _ = tokio::time::sleep(Duration::from_millis(25)) => drain_events(),
+                }
+            }
+        };
+        drain_events();
+        match started {
+            Ok(server) => {
+                if context.output.is_human() {
+                    context.output.result(&server.url(), &Value::Null);
+                }
+                servers.push(server);
+            }
+            Err(error) => {
+                for server in servers {
+                    server.close().await;
+                }
+                drain_events();
+                return Err(error.into());
+            }
+        }
+    }
+    // Wait for a stop request, or for every owned server to be down for good.
+    let mut failed: Option<ServerSnapshot> = None;
+    loop {
+        drain_events();
+        if context.cancel.is_cancelled() {
+            break;
+        }
+        let owned: Vec<&arcane_localai::OwnedServer> = servers
+            .iter()
+            .filter_map(|s| match s {
+                Server::Owned(owned) => Some(owned),
+                Server::Adopted(_) => None,
+            })
+            .collect();
+        if !owned.is_empty() && owned.iter().all(|s| s.is_finished()) {
+            failed = owned.first().map(|s| s.snapshot());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut reports: Vec<StopReport> = Vec::new();
+    for server in servers {
+        reports.push(server.close().await);
+        drain_events();
+    }
+    if !context.output.is_human() {
+        context.output.result(
+            "",
+            &json!({"servers": reports.iter().map(|r| &r.snapshot).collect::<Vec<_>>()}),
+        );
+    }
+    match failed {
+        Some(snapshot) => {
+            let message = snapshot
+                .error
+                .as_ref()
+                .and_then(|e| e.get("message"))
+                .and_then(Value::as_str)
+                .unwrap_or("the engine stopped")
+                .to_string();
+            Err(CommandError::new(
+                codes::LOCAL_AI_SERVER_FAILED,
+                message,
+                json!({"server": snapshot}),
+            )
+            .into())
+        }
+        None => Ok(0),
+    }
+}
+
+/// Builds the engine configurations from `arcane.toml` and the flags, validating every
+/// value and reading the registry, before anything is started.
+pub fn engine_configs(context: &Context, args: &Args) -> Result<Vec<EngineConfig>, CliError> {
+    let (file, base) = load_config(context, args)?;
+    let flags_configure = args.runtime.is_some()
+        || args.model.is_some()
+        || args.models_dir.is_some()
+        || args.device.is_some()
+        || args.backend.is_some()
+        || args.executable.is_some();
+    let mut tables = match file {
+        Some(file) if !file.engine.is_empty() => file.engine,
+        _ => Vec::new(),
+    };
+    let embedded = tables.is_empty() && !flags_configure;
+    if let Some(runtime) = &args.runtime {
+        // `--runtime` picks (or adds) one engine and serves only that one.
+        let wanted = engine_of(runtime);
+        let position = tables.iter().position(|t| {
+            t.runtime.as_deref() == Some(runtime.as_str())
+                || (wanted.is_some() && t.runtime.as_deref().and_then(engine_of) == wanted)
+        });
+        let mut table = position.map(|i| tables.swap_remove(i)).unwrap_or_default();
+        table.runtime = Some(runtime.clone());
+        tables = vec![table];
+    }
+    if tables.is_empty() {
+        tables.push(EngineTable::default());
+    }
+    if embedded {
+        tables[0].model = Some(DEFAULT_MODEL.into());
+        tables[0].device = Some(DEFAULT_DEVICE.into());
+    }
+    // Flags override the first (or the selected) engine.
+    let first = &mut tables[0];
+    let overrides: [(&Option<String>, &mut Option<String>); 5] = [
+        (&args.url, &mut first.url),
+        (&args.model, &mut first.model),
+        (&args.alias, &mut first.alias),
+        (&args.device, &mut first.device),
+        (&args.backend, &mut first.backend),
+    ];
+    for (flag, field) in overrides {
+        if flag.is_some() {
+            *field = flag.clone();
+        }
+    }
+    if args.engine_version.is_some() {
+        first.version = args.engine_version.clone();
+    }
+    if args.models_dir.is_some() {
+        first.models_dir = args.models_dir.clone();
+        first.model = None;
+    }
+    if args.executable.is_some() {
+        first.executable = args.executable.clone();
+    }
+    if args.restart.is_some() {
+        first.restart = args.restart.clone();
+    }
+    if !args.engine_args.is_empty() {
+        first.args = args.engine_args.clone();
+    }
+    let registry = Registry::new(&context.workspace);
+    let mut configs = Vec::new();
+    for table in tables {
+        let mut config = table_config(&registry, &table, &base, &context.workspace)?;
+        config.parent_death_signal = !args.no_parent_death_signal;
+        configs.push(config);
+    }
+    let mut ids: Vec<&str> = configs.iter().map(|c| c.id.as_str()).collect();
+    ids.sort_unstable();
+    if ids.windows(2).any(|w| w[0] == w[1]) {
+        return Err(CommandError::usage(
+            "two engines of the same runtime are configured; give each its own `runtime` id",
+            json!({"engines": ids}),
+        )
+        .into());
+    }
+    Ok(configs)
+}
+
+/// Reads `--config FILE`, or `<workspace>/arcane.toml` when present. Returns the file
+/// and the directory relative paths in it resolve against.
+fn load_config(context: &Context, args: &Args) -> Result<(Option<ConfigFile>, PathBuf), CliError> {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| context.workspace.clone());
+    let path = match &args.config {
+        Some(path) => Some(cwd.join(path)),
+        None => {
+            let default = context.workspace.join("arcane.toml");
+            default.is_file().then_some(default)
+        }
+    };
+    let Some(path) = path else {
+        return Ok((None, cwd));
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        CommandError::usage(
+            format!("cannot read the configuration file `{}`", path.display()),
+            json!({"path": path}),
+        )
+        .caused_by(e)
+    })?;
+    let file: ConfigFile = toml::from_str(&text).map_err(|e| {
+        CommandError::usage(
+            format!("`{}` is not a valid Arcane configuration", path.display()),
+            json!({"path": path}),
+        )
+        .caused_by(e)
+        .hint("see `docs/arcane.toml.example` for the format")
+    })?;
+    let base = path.parent().map(Path::to_path_buf).unwrap_or(cwd);
+    Ok((Some(file), base))
+}
+
+fn engine_of(runtime: &str) -> Option<Engine> {
+    runtime.parse::<Engine>().ok()
+}
+
+fn seconds(name: &str, value: Option<f64>, default: Duration) -> Result<Duration, CliError> {
+    match value {
+        None => Ok(default),
+        Some(v) if v.is_finite() && v > 0.0 && v < 1e7 => Ok(Duration::from_secs_f64(v)),
+        Some(v) => Err(CommandError::usage(
+            format!("`{name}` must be a positive number of seconds, not `{v}`"),
+            json!({"field": name, "value": v}),
+        )
+        .into()),
+    }
+}
+
+/// One engine table as an [`EngineConfig`]: resolves the runtime and model through the
+/// registry, makes paths absolute.
+fn table_config(
+    registry: &Registry,
+    table: &EngineTable,
+    base: &Path,
+    workspace: &Path,
+) -> Result<EngineConfig, CliError> {
+    let runtime_name = table
+        .runtime
+        .clone()
+        .unwrap_or_else(|| Engine::LlamaCpp.id().to_string());
+    let absolute = |p: &Path| {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            base.join(p)
+        }
+    };
+    // The registered runtime: by engine name (its default runtime) or by id.
+    let (engine, registered) = match engine_of(&runtime_name) {
+        Some(engine) => (engine, default_runtime(registry, engine)?),
+        None => {
+            let runtime = registry.runtime(&runtime_name)?;
+            let engine = match runtime.engine {
+                arcane_registry::Engine::LlamaCpp => Engine::LlamaCpp,
+                arcane_registry::Engine::Ollama => Engine::Ollama,
+            };
+            (engine, Some(runtime))
+        }
+    };
+    let mut config = EngineConfig::new(engine);
+    if let Some(url) = &table.url {
+        config.url = url.clone();
+    }
+    if let Some(runtime) = &registered {
+        config.executable = Some(runtime.executable.clone());
+        config.library_dirs = runtime.library_dirs.clone();
+        config.runtime_backend = runtime.backend;
+        config.runtime_version = Some(runtime.version.clone());
+        if registered.as_ref().is_some_and(|r| r.id != engine.id()) {
+            config.id = runtime.id.clone();
+        }
+    }
+    if let Some(executable) = &table.executable {
+        config.executable = Some(absolute(executable));
+        config.runtime_version = None;
+        config.runtime_backend = Backend::Auto;
+    }
+    if let Some(model) = &table.model {
+        let as_path = absolute(Path::new(model));
+        let looks_like_path = model.contains('/') || model.ends_with(".gguf");
+        if looks_like_path || as_path.is_file() {
+            if !as_path.is_file() {
+                return Err(CommandError::new(
+                    codes::ARCANE_NOT_FOUND,
+                    format!("the model file `{}` does not exist", as_path.display()),
+                    json!({"model": model, "path": as_path}),
+                )
+                .into());
+            }
+            config.model = Some(as_path);
+        } else {
+            let registered = registry.model(model).map_err(|e| {
+                let hint = if model == DEFAULT_MODEL {
+                    "register it with `arcane model add smollm2-135m --file PATH` (scripts/run.sh does this), or pass `--model PATH`"
+                } else {
+                    "list models with `arcane model list`, or pass a GGUF path"
+                };
+                CliError(Box::new(CommandError::new(arcane_report::Diagnostic::code(&e), e.to_string(), arcane_report::Diagnostic::details(&e)).hint(hint)))
+            })?;
+            config.model = Some(registered.path);
+            if table.alias.is_none() {
+                config.alias = Some(model.clone());
+            }
+        }
+    }
+    if let Some(dir) = &table.models_dir {
+        config.models_dir = Some(absolute(dir));
+    }
+    if table.alias.is_some() {
+        config.alias = table.alias.clone();
+    }
+    config.device = table.device.clone();
+    if let Some(backend) = &table.backend {
+        config.backend = backend.parse::<Backend>()?;
+    }
+    config.version = table.version.clone();
+    config.extra_args = table.args.clone();
+    config.startup_timeout = seconds(
+        "startup_timeout",
+        table.startup_timeout,
+        config.startup_timeout,
+    )?;
+    config.stall_timeout = seconds("stall_timeout", table.stall_timeout, config.stall_timeout)?;
+    config.stop_grace = seconds("stop_grace", table.stop_grace, config.stop_grace)?;
+    config.restart = match table.restart.as_deref() {
+        None | Some("never") => RestartPolicy::Never,
+        Some("on-failure") => RestartPolicy::OnFailure {
+            max_restarts: table.max_restarts.unwrap_or(3),
+            backoff: seconds(
+                "restart_backoff",
+                table.restart_backoff,
+                Duration::from_secs(1),
+            )?,
+        },
+        Some(other) => {
+            return Err(CommandError::usage(
+                format!("`restart` must be `never` or `on-failure`, not `{other}`"),
+                json!({"restart": other}),
+            )
+            .into())
+        }
+    };
+    let _ = workspace;
+    Ok(config)
+}
+
+/// The registered default runtime of `engine`, or `None` when none is registered
+/// (a running server can still be adopted).
+fn default_runtime(
+    registry: &Registry,
+    engine: Engine,
+) -> Result<Option<arcane_registry::Runtime>, CliError> {
+    let engine = match engine {
+        Engine::LlamaCpp => arcane_registry::Engine::LlamaCpp,
+        Engine::Ollama => arcane_registry::Engine::Ollama,
+    };
+    match registry.default_runtime(engine) {
+        Ok(runtime) => Ok(Some(runtime)),
+        Err(arcane_registry::Error::NoRuntimeForEngine { .. }) => Ok(None),
+        Err(error) => Err(error.into()),
+    }
 }
 
 /// The human line for one of this command's events.
-pub fn human_event(_event: &Event, _verbose: u8) -> Option<String> {
-    None
+pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
+    let data = &event.data;
+    let text = |key: &str| {
+        data.get(key)
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string()
+    };
+    let engine = text("engine");
+    let url = text("url");
+    match event.kind.as_str() {
+        "local-ai.server.starting" => {
+            if data["owned"] == true {
+                Some(format!("starting {engine} at {url}"))
+            } else if verbose > 0 {
+                Some(format!("probing {engine} at {url}"))
+            } else {
+                None
+            }
+        }
+        "local-ai.server.loading" => Some(format!("{engine} at {url} is loading its model")),
+        "local-ai.server.ready" => {
+            let how = if data["owned"] == true {
+                format!("owned, pid {}", data["pid"])
+            } else {
+                "adopted: already running, never stopped by Arcane".to_string()
+            };
+            Some(format!("{engine} ready at {url} ({how})"))
+        }
+        "local-ai.server.error" => {
+            let message = data["error"]["message"].as_str().unwrap_or("failed");
+            Some(format!("{engine} at {url}: {message}"))
+        }
+        "local-ai.server.stopped" => match data["stopStep"].as_str() {
+            Some("released") => Some(format!("released {engine} at {url} (left running)")),
+            Some("sigkill") => Some(format!("{engine} stopped (killed after ignoring SIGTERM)")),
+            Some(_) => Some(format!("{engine} stopped")),
+            None => Some(format!("{engine} stopped")),
+        },
+        "process.orphan.stopped" => Some(format!(
+            "stopped an orphaned {} (pid {}) left behind by an earlier Arcane",
+            text("id"),
+            data["pid"]
+        )),
+        "process.cancellation.escalated" => Some(format!(
+            "pid {} ignored SIGTERM; sending SIGKILL",
+            data["pid"]
+        )),
+        "process.stdout" | "process.stderr" if verbose > 1 => Some(format!("  | {}", text("line"))),
+        "process.starting" if verbose > 0 => {
+            let args: Vec<&str> = data["args"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            Some(format!("exec {} {}", text("command"), args.join(" ")))
+        }
+        _ => None,
+    }
 }

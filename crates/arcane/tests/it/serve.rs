@@ -1,1 +1,535 @@
-//! Tests of `arcane serve`.
+//! Tests of `arcane serve`: the real `llama-server` + SmolLM2 for the main paths (owned,
+//! adopted, `kill -9`, orphan reaping), the supervisor's fake llama server for the rest.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::{llama_server, smollm2, TestWorkspace};
+
+/// The fake llama server shipped with the supervisor's tests.
+fn fake_llama() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../arcane-localai/tests/fakes/fake_llama.py")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            stat.rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().next().map(|s| s != "Z"))
+                .unwrap_or(false)
+        })
+        .unwrap_or(false)
+}
+
+fn signal(pid: u32, name: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status();
+}
+
+fn wait_gone(pid: u32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if !alive(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    !alive(pid)
+}
+
+fn health(port: u16) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    stream
+        .write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn post(port: u16, path: &str, body: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .ok()?;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some((
+        status,
+        text.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default(),
+    ))
+}
+
+fn proc_list(pid: u32, file: &str) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/{file}"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}
+
+/// A running `arcane serve --output ndjson`; its stdout lines arrive on a channel.
+/// Dropping it kills arcane and every engine pid it reported.
+struct Serve {
+    child: Child,
+    lines: mpsc::Receiver<Value>,
+    seen: Vec<Value>,
+    engine_pids: Vec<u32>,
+}
+
+impl Serve {
+    fn start(ws: &TestWorkspace, args: &[&str]) -> Serve {
+        let mut child = ws
+            .arcane()
+            .args(["--output", "ndjson", "serve"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn arcane serve");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(value) = serde_json::from_str::<Value>(&line) {
+                    let _ = tx.send(value);
+                }
+            }
+        });
+        Serve {
+            child,
+            lines,
+            seen: Vec::new(),
+            engine_pids: Vec::new(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for the first line of `kind` (an event type, or `error` for the error line).
+    fn wait_for(&mut self, kind: &str, limit: Duration) -> Value {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(value) => {
+                    if let Some(pid) = value["data"]["pid"].as_u64() {
+                        if value["type"] == "local-ai.server.starting"
+                            || value["type"] == "local-ai.server.ready"
+                        {
+                            self.engine_pids.push(pid as u32);
+                        }
+                    }
+                    self.seen.push(value.clone());
+                    if value["type"] == kind {
+                        return value;
+                    }
+                }
+                Err(_) => panic!("no `{kind}` line within {limit:?}; saw {:#?}", self.seen),
+            }
+        }
+    }
+
+    fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("arcane serve did not exit within {limit:?}");
+    }
+
+    /// Every line printed (after exit).
+    fn rest(&mut self) -> Vec<Value> {
+        while let Ok(value) = self.lines.recv_timeout(Duration::from_millis(500)) {
+            self.seen.push(value);
+        }
+        self.seen.clone()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for pid in &self.engine_pids {
+            if alive(*pid) {
+                signal(*pid, "9");
+            }
+        }
+    }
+}
+
+/// A real `llama-server` started by the test (external to Arcane); killed on drop.
+struct External(Child);
+
+impl External {
+    fn start(port: u16) -> External {
+        let child = Command::new(llama_server())
+            .args([
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--model",
+            ])
+            .arg(smollm2())
+            .args(["--device", "none", "--gpu-layers", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn llama-server");
+        let external = External(child);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while health(port) != Some(200) {
+            assert!(
+                Instant::now() < deadline,
+                "the external llama-server never became ready"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        external
+    }
+}
+
+impl Drop for External {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn real_args(port: u16) -> Vec<String> {
+    vec![
+        "--url".into(),
+        format!("http://127.0.0.1:{port}"),
+        "--model".into(),
+        smollm2().display().to_string(),
+        "--executable".into(),
+        llama_server().display().to_string(),
+    ]
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+const START: Duration = Duration::from_secs(120);
+
+#[test]
+fn serve_owns_a_real_llama_server_on_the_cpu_then_stops_it_on_sigterm() {
+    let ws = TestWorkspace::new();
+    let port = free_port();
+    let mut args = real_args(port);
+    args.extend(["--device".into(), "cpu".into()]);
+    let mut serve = Serve::start(&ws, &strs(&args));
+    let ready = serve.wait_for("local-ai.server.ready", START);
+    assert_eq!(ready["data"]["owned"], true);
+    assert_eq!(ready["data"]["url"], format!("http://127.0.0.1:{port}"));
+    let pid = ready["data"]["pid"].as_u64().unwrap() as u32;
+
+    // The CPU target's arguments and environment reached the child.
+    let cmdline = proc_list(pid, "cmdline");
+    assert!(
+        cmdline.ends_with(&["--device", "none", "--gpu-layers", "0"].map(String::from)),
+        "{cmdline:?}"
+    );
+    assert!(proc_list(pid, "environ")
+        .iter()
+        .any(|v| v == "CUDA_VISIBLE_DEVICES="));
+
+    let (status, body) = post(
+        port,
+        "/v1/chat/completions",
+        r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4}"#,
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+    assert!(
+        wait_gone(pid, Duration::from_secs(5)),
+        "llama-server must be gone after arcane stops"
+    );
+    let lines = serve.rest();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["type"] == "local-ai.server.stopped" && l["data"]["stopStep"] == "sigterm"),
+        "{lines:#?}"
+    );
+    assert!(!ws.path().join(".arcane/engines/llama.cpp.json").exists());
+}
+
+#[test]
+fn kill_9_of_arcane_takes_the_server_down() {
+    let ws = TestWorkspace::new();
+    let port = free_port();
+    let mut serve = Serve::start(&ws, &strs(&real_args(port)));
+    let ready = serve.wait_for("local-ai.server.ready", START);
+    let pid = ready["data"]["pid"].as_u64().unwrap() as u32;
+    signal(serve.pid(), "KILL");
+    // Not a timing assertion: a generous bound on a wait that a working
+    // parent-death signal ends at once.
+    assert!(
+        wait_gone(pid, Duration::from_secs(10)),
+        "llama-server outlived a killed arcane"
+    );
+}
+
+#[test]
+fn a_real_external_server_is_adopted_and_survives_arcane() {
+    let ws = TestWorkspace::new();
+    let port = free_port();
+    let external = External::start(port);
+    let mut serve = Serve::start(&ws, &strs(&real_args(port)));
+    let ready = serve.wait_for("local-ai.server.ready", START);
+    assert_eq!(ready["data"]["owned"], false);
+    assert_eq!(ready["data"]["external"], true);
+    assert!(ready["data"]["execution"].is_null());
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(30)), Some(0));
+    assert!(alive(external.0.id()), "an adopted server is never stopped");
+    assert_eq!(health(port), Some(200));
+    let lines = serve.rest();
+    assert!(
+        !lines.iter().any(|l| l["type"] == "process.starting"),
+        "nothing may be spawned"
+    );
+}
+
+#[test]
+fn a_device_target_while_an_external_server_runs_is_refused() {
+    let ws = TestWorkspace::new();
+    let port = free_port();
+    let external = External::start(port);
+    let mut args = real_args(port);
+    args.extend(["--device".into(), "cpu".into()]);
+    let mut serve = Serve::start(&ws, &strs(&args));
+    let error = serve.wait_for("error", Duration::from_secs(30));
+    assert_eq!(
+        error["error"]["code"],
+        "LOCAL_AI_EXTERNAL_SELECTION_UNSUPPORTED"
+    );
+    assert_eq!(serve.wait_exit(Duration::from_secs(30)), Some(1));
+    assert!(alive(external.0.id()));
+    assert_eq!(health(port), Some(200));
+}
+
+#[test]
+fn an_orphan_left_by_a_killed_arcane_is_stopped_by_the_next_start() {
+    let ws = TestWorkspace::new();
+    let port = free_port();
+    let mut args = real_args(port);
+    args.push("--no-parent-death-signal".into());
+    let mut first = Serve::start(&ws, &strs(&args));
+    let ready = first.wait_for("local-ai.server.ready", START);
+    let orphan = ready["data"]["pid"].as_u64().unwrap() as u32;
+    signal(first.pid(), "KILL");
+    first.wait_exit(Duration::from_secs(10));
+    // Without the parent-death signal the engine survives: an orphan.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        alive(orphan),
+        "the simulated orphan must survive its arcane"
+    );
+
+    let mut second = Serve::start(&ws, &strs(&real_args(port)));
+    let stopped = second.wait_for("process.orphan.stopped", Duration::from_secs(60));
+    assert_eq!(stopped["data"]["pid"], orphan);
+    assert!(!alive(orphan));
+    let ready = second.wait_for("local-ai.server.ready", START);
+    assert_eq!(
+        ready["data"]["owned"], true,
+        "a new server replaces the orphan instead of adopting it"
+    );
+    assert_ne!(ready["data"]["pid"], orphan);
+    signal(second.pid(), "TERM");
+    assert_eq!(second.wait_exit(Duration::from_secs(60)), Some(0));
+}
+
+#[test]
+fn cancelling_during_start_exits_130_and_stops_the_child() {
+    let ws = TestWorkspace::new();
+    let port = free_port();
+    let fake = fake_llama().display().to_string();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut serve = Serve::start(
+        &ws,
+        &[
+            "--url",
+            &url,
+            "--model",
+            "x.gguf",
+            "--executable",
+            &fake,
+            "--",
+            "--fake-mode",
+            "never-ready",
+        ],
+    );
+    let _ = &mut serve;
+    // `--model x.gguf` names a file that does not exist: a usage problem found before
+    // anything starts.
+    assert_eq!(serve.wait_exit(Duration::from_secs(30)), Some(1));
+
+    let model = ws.path().join("fake.gguf");
+    std::fs::write(&model, b"GGUF").unwrap();
+    let model = model.display().to_string();
+    let mut serve = Serve::start(
+        &ws,
+        &[
+            "--url",
+            &url,
+            "--model",
+            &model,
+            "--executable",
+            &fake,
+            "--",
+            "--fake-mode",
+            "never-ready",
+        ],
+    );
+    let starting = loop {
+        let line = serve.wait_for("local-ai.server.starting", Duration::from_secs(30));
+        if line["data"]["owned"] == true {
+            break line;
+        }
+    };
+    let _ = starting;
+    let spawned = serve.wait_for("process.starting", Duration::from_secs(30));
+    assert!(spawned["data"]["args"].as_array().is_some());
+    std::thread::sleep(Duration::from_millis(300));
+    signal(serve.pid(), "INT");
+    assert_eq!(serve.wait_exit(Duration::from_secs(30)), Some(130));
+    let lines = serve.rest();
+    let error = lines
+        .iter()
+        .find(|l| l["type"] == "error")
+        .expect("an error line");
+    assert_eq!(error["error"]["code"], "ARCANE_CANCELLED");
+    let exited = lines
+        .iter()
+        .find(|l| l["type"] == "process.exited")
+        .expect("the child was stopped");
+    let pid = exited["data"]["pid"].as_u64().unwrap() as u32;
+    assert!(!alive(pid));
+}
+
+#[test]
+fn engines_come_from_arcane_toml() {
+    let ws = TestWorkspace::new();
+    let port = free_port();
+    let model = ws.path().join("fake.gguf");
+    std::fs::write(&model, b"GGUF").unwrap();
+    let config = format!(
+        "[[engine]]\nruntime = \"llama.cpp\"\nurl = \"http://127.0.0.1:{port}\"\nexecutable = \"{}\"\nmodel = \"fake.gguf\"\nalias = \"tiny\"\nargs = [\"--fake-mode\", \"loading=0.3\"]\nstop_grace = 2\n",
+        fake_llama().display()
+    );
+    std::fs::write(ws.path().join("arcane.toml"), config).unwrap();
+    let mut serve = Serve::start(&ws, &[]);
+    let ready = serve.wait_for("local-ai.server.ready", Duration::from_secs(60));
+    let pid = ready["data"]["pid"].as_u64().unwrap() as u32;
+    let cmdline = proc_list(pid, "cmdline");
+    let alias = cmdline
+        .iter()
+        .position(|a| a == "--alias")
+        .map(|i| cmdline[i + 1].clone());
+    assert_eq!(alias.as_deref(), Some("tiny"));
+    assert!(serve
+        .seen
+        .iter()
+        .any(|l| l["type"] == "local-ai.server.loading"));
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(30)), Some(0));
+    assert!(!alive(pid));
+}
+
+#[test]
+fn the_embedded_default_needs_the_registered_model_and_says_how_to_get_it() {
+    let ws = TestWorkspace::new();
+    let output = ws
+        .arcane()
+        .args([
+            "serve",
+            "--url",
+            &format!("http://127.0.0.1:{}", free_port()),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("smollm2-135m"), "{stderr}");
+    assert!(stderr.contains("arcane model add"), "{stderr}");
+}
+
+#[test]
+fn a_bad_configuration_is_a_usage_error_before_anything_starts() {
+    let ws = TestWorkspace::new();
+    std::fs::write(
+        ws.path().join("arcane.toml"),
+        "[[engine]]\nruntime = \"llama.cpp\"\nnot_a_field = 1\n",
+    )
+    .unwrap();
+    let output = ws.arcane().arg("serve").output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let model = ws.path().join("m.gguf");
+    std::fs::write(&model, b"GGUF").unwrap();
+    let output = ws
+        .arcane()
+        .args([
+            "serve",
+            "--config",
+            "/dev/null",
+            "--url",
+            "https://127.0.0.1:1",
+            "--model",
+        ])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
