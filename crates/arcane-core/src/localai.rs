@@ -100,6 +100,7 @@ struct Slot {
     view: watch::Sender<View>,
     handle: tokio::sync::Mutex<Option<Box<dyn EngineHandle>>>,
     cancel: Mutex<CancelToken>,
+    launching: Mutex<Option<tokio::task::JoinHandle<()>>>,
     models: Mutex<Vec<Value>>,
 }
 
@@ -139,6 +140,7 @@ impl LocalAiService {
                         view: watch::Sender::new(View { record }),
                         handle: tokio::sync::Mutex::new(None),
                         cancel: Mutex::new(CancelToken::new()),
+                        launching: Mutex::new(None),
                         models: Mutex::new(Vec::new()),
                     })
                 })
@@ -204,7 +206,9 @@ impl LocalAiService {
             slot: Arc::clone(&slot),
             forward: context.sink(),
         });
-        tokio::spawn(async move {
+        let task_slot = Arc::clone(&slot);
+        let task = tokio::spawn(async move {
+            let slot = task_slot;
             match slot.launcher.launch(sink, cancel).await {
                 Ok(handle) => {
                     let snapshot = handle.snapshot();
@@ -220,6 +224,9 @@ impl LocalAiService {
                 }
             }
         });
+        if let Ok(mut launching) = slot.launching.lock() {
+            *launching = Some(task);
+        }
     }
 
     async fn refresh_models(&self, slot: &Slot) {
@@ -572,6 +579,12 @@ impl LocalAiService {
     async fn stop_slot(&self, slot: &Slot) -> Result<(), BoxError> {
         if let Ok(cancel) = slot.cancel.lock() {
             cancel.cancel();
+        }
+        // A start in progress is cancelled and awaited, so whatever it spawned is
+        // stopped before this returns.
+        let launching = slot.launching.lock().ok().and_then(|mut l| l.take());
+        if let Some(task) = launching {
+            let _ = task.await;
         }
         let handle = slot.handle.lock().await.take();
         match handle {

@@ -218,24 +218,22 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     outcome.map(|()| 0)
 }
 
-/// What `arcane serve` asks of the Core host (its own flags map onto this).
+/// What `arcane serve` asks of the Core host (its flags map onto this).
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// The runtimes to host (default `llama.cpp`).
-    pub runtimes: Vec<String>,
-    /// Engine choices (URLs, model, device).
-    pub engines: EngineOptions,
+    /// The engines to supervise (validated by `arcane serve`), at most one per runtime.
+    pub configs: Vec<EngineConfig>,
     /// The loopback address to listen on.
     pub listen: std::net::IpAddr,
-    /// A port that overrides the saved one (not saved).
+    /// A port that overrides the saved one for this run (not saved).
     pub port: Option<u16>,
 }
 
-impl Default for ServeOptions {
-    fn default() -> Self {
+impl ServeOptions {
+    /// Options for `configs`, on `127.0.0.1` and the saved port.
+    pub fn new(configs: Vec<EngineConfig>) -> Self {
         Self {
-            runtimes: vec!["llama.cpp".into()],
-            engines: EngineOptions::default(),
+            configs,
             listen: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
             port: None,
         }
@@ -244,11 +242,33 @@ impl Default for ServeOptions {
 
 /// Runs the Core host on loopback HTTP until SIGINT/SIGTERM or `core.host.shutdown`:
 /// one owner per workspace (a second one reports the first and exits 75), the stable
-/// saved port (a busy one is an error), `core.json` with a fresh token, the services of
-/// the runtime selection, the passthrough, then the draining shutdown. Exits 0, or 1
-/// when a service failed to dispose.
-pub fn serve(context: &Context, options: ServeOptions) -> Result<u8, CliError> {
-    plan(&options.runtimes)?;
+/// saved port (a busy one is `CORE_PORT_IN_USE`), `core.json` with a fresh token, the
+/// services of the runtime selection, the passthrough, then the draining shutdown.
+///
+/// Exit: 0 after a requested stop; the engine's error when its first start fails (the
+/// host drains and closes first); 130 when stopped while an engine was still starting;
+/// 1 when a service failed to dispose.
+///
+/// `owner` is the workspace's owner lock, taken by the caller before anything else (so
+/// a second `arcane serve` reports the running one even when its own flags would fail).
+pub fn serve(
+    context: &Context,
+    options: ServeOptions,
+    owner: arcane_core::endpoint::OwnerLock,
+) -> Result<u8, CliError> {
+    let runtimes: Vec<String> = options
+        .configs
+        .iter()
+        .map(|c| c.engine.id().to_string())
+        .collect();
+    let plan = plan(&runtimes)?;
+    if plan.engines.len() != options.configs.len() {
+        return Err(CommandError::usage(
+            "the Core host supervises at most one engine per runtime",
+            json!({"runtimes": runtimes}),
+        )
+        .into());
+    }
     if !options.listen.is_loopback() {
         return Err(CommandError::usage(
             format!(
@@ -259,15 +279,25 @@ pub fn serve(context: &Context, options: ServeOptions) -> Result<u8, CliError> {
         )
         .into());
     }
-    let owner = arcane_core::endpoint::OwnerLock::acquire(&context.workspace)?;
     let runtime = runtime()?;
-    let outcome = runtime.block_on(serve_async(context, &options));
+    let outcome = runtime.block_on(serve_async(context, &options, &runtimes));
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     drop(owner);
     outcome
 }
 
-async fn serve_async(context: &Context, options: &ServeOptions) -> Result<u8, CliError> {
+/// How the engines' first starts went.
+enum FirstStart {
+    Pending,
+    Ready,
+    Failed(serde_json::Value),
+}
+
+async fn serve_async(
+    context: &Context,
+    options: &ServeOptions,
+    runtimes: &[String],
+) -> Result<u8, CliError> {
     use arcane_core::endpoint;
     let workspace = &context.workspace;
     let saved = endpoint::saved_port(workspace)?;
@@ -306,8 +336,19 @@ async fn serve_async(context: &Context, options: &ServeOptions) -> Result<u8, Cl
     let observer: Arc<dyn EventSink> = Arc::new(move |event: Event| {
         let _ = events.send(event);
     });
-    let parts = build_host(context, &options.runtimes, observer, &|runtime| {
-        launcher(context, runtime, &options.engines)
+    let configs = options.configs.clone();
+    let parts = build_host(context, runtimes, observer, &|runtime| {
+        let config = configs
+            .iter()
+            .find(|c| c.engine.id() == runtime.id())
+            .cloned()
+            .ok_or_else(|| {
+                CliError::from(CommandError::usage(
+                    format!("no configuration for `{}`", runtime.id()),
+                    json!({}),
+                ))
+            })?;
+        Ok(SupervisedLauncher::new(&context.workspace, config) as Arc<dyn EngineLauncher>)
     })?;
     let host = parts.host;
     let mut http_options = arcane_core::http::HttpOptions::new(token);
@@ -325,46 +366,99 @@ async fn serve_async(context: &Context, options: &ServeOptions) -> Result<u8, Cl
         "Core host listening on {url} (endpoint and token in `{}`)",
         endpoint_file.display()
     ));
-    context.output.result(
-        "",
-        &json!({"url": url, "pid": record.pid, "endpointFile": endpoint_file, "state": "ready"}),
-    );
-    let mut announced = parts.local_ai.is_none();
-    if announced {
+    let summary = json!({"url": url, "pid": record.pid, "endpointFile": endpoint_file});
+    if context.output.mode == crate::cli::OutputMode::Ndjson {
+        context
+            .output
+            .result("", &json!({"type": "core.listening", "data": summary}));
+    }
+    let mut first = if parts.local_ai.is_none() {
+        FirstStart::Ready
+    } else {
+        FirstStart::Pending
+    };
+    if matches!(first, FirstStart::Ready) {
         announce(context, &url, &endpoint_file, None);
     }
+    let mut engines: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     loop {
         tokio::select! {
             event = printed.recv() => {
                 let Some(event) = event else { break };
                 context.output.event(&event);
-                if !announced && event.kind == "localai.state" {
-                    let llama = event.data["runtimes"].as_array().and_then(|r| r.iter().find(|r| r["id"] == "llama.cpp").cloned());
-                    match llama.as_ref().and_then(|l| l["state"].as_str()) {
-                        Some("ready") if llama.as_ref().is_some_and(|l| l["models"].as_array().is_some_and(|m| !m.is_empty())) => {
-                            announced = true;
-                            announce(context, &url, &endpoint_file, llama.as_ref());
-                        }
-                        Some("error") => {
-                            announced = true;
-                            let message = llama.as_ref().and_then(|l| l["error"]["message"].as_str()).unwrap_or("unknown error").to_string();
-                            context.output.note(&format!("llama.cpp failed to start: {message}"));
-                            context.output.note("the Core host keeps serving; fix the engine and call `localai.services.recover`, or stop with Ctrl-C");
-                        }
-                        _ => {}
-                    }
+                if !matches!(first, FirstStart::Pending) || event.kind != "localai.state" {
+                    continue;
+                }
+                let list = event.data["runtimes"].as_array().cloned().unwrap_or_default();
+                for engine in &list {
+                    engines.insert(engine["id"].as_str().unwrap_or("?").to_string(), engine["state"].as_str().unwrap_or("?").to_string());
+                }
+                if let Some(failed) = list.iter().find(|e| e["state"] == "error") {
+                    // A failed first start ends the host: a person sees the error at once.
+                    first = FirstStart::Failed(failed["error"].clone());
+                    host.shutdown_handle().shutdown();
+                } else if list.iter().all(|e| e["state"] == "ready") {
+                    first = FirstStart::Ready;
+                    let llama = list.iter().find(|e| e["id"] == "llama.cpp");
+                    announce(context, &url, &endpoint_file, llama);
                 }
             }
             _ = host.closed() => break,
         }
     }
+    let closed = host.close().await;
+    let _ = server.await;
     while let Ok(event) = printed.try_recv() {
         context.output.event(&event);
     }
-    let closed = host.close().await;
-    let _ = server.await;
+    match first {
+        FirstStart::Failed(error) => return Err(remote_error(&error).into()),
+        FirstStart::Pending => {
+            return Err(CommandError::new(
+                codes::ARCANE_CANCELLED,
+                "stopped while the engines were starting",
+                json!({"engines": engines}),
+            )
+            .into());
+        }
+        FirstStart::Ready => {}
+    }
     closed?;
+    if context.output.mode == crate::cli::OutputMode::Json {
+        context.output.result(
+            "",
+            &json!({"url": url, "pid": record.pid, "state": "closed"}),
+        );
+    }
     Ok(0)
+}
+
+/// An error serialized by `error_json` (an engine's first-start failure), with its code.
+fn remote_error(error: &serde_json::Value) -> CommandError {
+    let code = error["code"]
+        .as_str()
+        .unwrap_or(codes::ARCANE_OPERATION_FAILED);
+    let code = codes::ALL
+        .iter()
+        .copied()
+        .find(|c| *c == code)
+        .unwrap_or(codes::ARCANE_OPERATION_FAILED);
+    let mut command = CommandError::new(
+        code,
+        error["message"]
+            .as_str()
+            .unwrap_or("the engine failed to start"),
+        error["details"].clone(),
+    );
+    for hint in error["hints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|h| h.as_str())
+    {
+        command = command.hint(hint);
+    }
+    command
 }
 
 /// Tells a person how to talk to the host once it (and its engine) is ready.
@@ -376,7 +470,7 @@ fn announce(
 ) {
     let output = &context.output;
     if let Some(llama) = llama {
-        let model = llama["models"][0]["id"].as_str().unwrap_or("its model");
+        let model = llama["models"][0]["id"].as_str().unwrap_or("the model");
         output.note(&format!(
             "ready: llama.cpp serves `{model}` ({})",
             llama["url"].as_str().unwrap_or("?")

@@ -1,9 +1,11 @@
-//! `arcane serve`: run the configured engines in the foreground.
+//! `arcane serve`: the Core host, the main job.
 //!
 //! Two stages, as everywhere in the CLI: [`engine_configs`] turns `arcane.toml` and the
-//! flags into validated [`EngineConfig`]s (reading the registry, starting nothing), and
-//! [`serve_engines`] hands them to the supervisor and waits for Ctrl-C/SIGTERM. The
-//! Core host reuses both.
+//! flags into validated [`EngineConfig`]s (reading the registry, starting nothing), then
+//! `cmd::core::serve` runs the Core host on them: one owner per workspace, loopback HTTP
+//! on the saved port with `core.json` (URL, pid, token), the `arcane/1` endpoints, the
+//! event stream and the OpenAI-compatible passthrough, the local-AI services
+//! supervising the engines, and the draining shutdown on Ctrl-C/SIGTERM.
 //!
 //! With nothing configured (no `arcane.toml`, no `--runtime`/`--model`/`--models-dir`/
 //! `--device`/`--backend`/`--executable`), the embedded default runs: the registered
@@ -11,14 +13,11 @@
 //! `http://127.0.0.1:8080` (`--url` changes the address and keeps the default).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use arcane_localai::{
-    Backend, Engine, EngineConfig, RestartPolicy, Server, ServerSnapshot, StopReport, Supervisor,
-};
+use arcane_localai::{Backend, Engine, EngineConfig, RestartPolicy};
 use arcane_registry::Registry;
-use arcane_report::{codes, Event, EventSink};
+use arcane_report::{codes, Event};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -86,6 +85,15 @@ pub struct Args {
     #[arg(long, hide = true)]
     pub no_parent_death_signal: bool,
 
+    /// The loopback address the Core host listens on (`127.0.0.1` or `::1`).
+    #[arg(long, value_name = "ADDRESS")]
+    pub listen: Option<std::net::IpAddr>,
+
+    /// Listen on this port for this run instead of the saved one (which is chosen once
+    /// and kept, so clients' URLs stay valid; a busy saved port is an error).
+    #[arg(long, value_name = "PORT")]
+    pub port: Option<u16>,
+
     /// Extra engine arguments, after `--`.
     #[arg(last = true, value_name = "ENGINE_ARGS")]
     pub engine_args: Vec<String>,
@@ -138,130 +146,19 @@ pub struct ConfigFile {
     pub engine: Vec<EngineTable>,
 }
 
-/// Runs `arcane serve`.
+/// Runs `arcane serve`: validates the engines, then runs the Core host on them until
+/// Ctrl-C/SIGTERM (exit 0), a failed first engine start (its error), or a cancelled
+/// start (130).
 pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
+    // One owner per workspace: a running host is the answer, whatever these flags say.
+    let owner = arcane_core::endpoint::OwnerLock::acquire(&context.workspace)?;
     let configs = engine_configs(context, &args)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            CommandError::new(
-                codes::ARCANE_OPERATION_FAILED,
-                "could not start the async runtime",
-                json!({}),
-            )
-            .caused_by(e)
-        })?;
-    // The supervisor publishes from its own tasks; events are rendered on this thread.
-    let (sender, receiver) = std::sync::mpsc::channel::<Event>();
-    let sink: Arc<dyn EventSink> = Arc::new(ChannelSink(sender));
-    let drain = || {
-        while let Ok(event) = receiver.try_recv() {
-            context.output.event(&event);
-        }
-    };
-    runtime.block_on(async {
-        let supervisor = Supervisor::new(&context.workspace, sink);
-        serve_engines(context, &supervisor, configs, &drain).await
-    })
-}
-
-/// Sends events to the thread that renders them.
-struct ChannelSink(std::sync::mpsc::Sender<Event>);
-
-impl EventSink for ChannelSink {
-    fn emit(&self, event: Event) {
-        let _ = self.0.send(event);
+    let mut options = crate::cmd::core::ServeOptions::new(configs);
+    if let Some(listen) = args.listen {
+        options.listen = listen;
     }
-}
-
-/// Starts every engine, prints the ready urls, waits for Ctrl-C/SIGTERM (or for every
-/// owned engine to go down for good), then stops what it owns. Exit code 0 after a
-/// requested stop.
-pub async fn serve_engines(
-    context: &Context,
-    supervisor: &Supervisor,
-    configs: Vec<EngineConfig>,
-    drain_events: &dyn Fn(),
-) -> Result<u8, CliError> {
-    let mut servers: Vec<Server> = Vec::new();
-    for config in configs {
-        let started = {
-            let start = supervisor.start(config, context.cancel.clone());
-            tokio::pin!(start);
-            loop {
-                tokio::select! {
-                    result = &mut start => break result,
-                    _ = tokio::time::sleep(Duration::from_millis(25)) => drain_events(),
-                }
-            }
-        };
-        drain_events();
-        match started {
-            Ok(server) => {
-                if context.output.is_human() {
-                    context.output.result(&server.url(), &Value::Null);
-                }
-                servers.push(server);
-            }
-            Err(error) => {
-                for server in servers {
-                    server.close().await;
-                }
-                drain_events();
-                return Err(error.into());
-            }
-        }
-    }
-    // Wait for a stop request, or for every owned server to be down for good.
-    let mut failed: Option<ServerSnapshot> = None;
-    loop {
-        drain_events();
-        if context.cancel.is_cancelled() {
-            break;
-        }
-        let owned: Vec<&arcane_localai::OwnedServer> = servers
-            .iter()
-            .filter_map(|s| match s {
-                Server::Owned(owned) => Some(owned),
-                Server::Adopted(_) => None,
-            })
-            .collect();
-        if !owned.is_empty() && owned.iter().all(|s| s.is_finished()) {
-            failed = owned.first().map(|s| s.snapshot());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let mut reports: Vec<StopReport> = Vec::new();
-    for server in servers {
-        reports.push(server.close().await);
-        drain_events();
-    }
-    if !context.output.is_human() {
-        context.output.result(
-            "",
-            &json!({"servers": reports.iter().map(|r| &r.snapshot).collect::<Vec<_>>()}),
-        );
-    }
-    match failed {
-        Some(snapshot) => {
-            let message = snapshot
-                .error
-                .as_ref()
-                .and_then(|e| e.get("message"))
-                .and_then(Value::as_str)
-                .unwrap_or("the engine stopped")
-                .to_string();
-            Err(CommandError::new(
-                codes::LOCAL_AI_SERVER_FAILED,
-                message,
-                json!({"server": snapshot}),
-            )
-            .into())
-        }
-        None => Ok(0),
-    }
+    options.port = args.port;
+    crate::cmd::core::serve(context, options, owner)
 }
 
 /// Builds the engine configurations from `arcane.toml` and the flags, validating every

@@ -217,3 +217,390 @@ fn client_commands_without_a_running_host_say_so() {
         assert_eq!(support::json(&output)["error"]["code"], "CORE_NOT_RUNNING");
     }
 }
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `arcane serve` on the real llama-server and SmolLM2 (engine and host on free ports),
+/// killed on drop; `ready` returns once `arcane status` reports the engine ready.
+struct Served {
+    child: Guard,
+    workspace: TestWorkspace,
+    engine_url: String,
+}
+
+impl Served {
+    fn start() -> Self {
+        let workspace = TestWorkspace::new();
+        Self::start_in(workspace)
+    }
+
+    fn start_in(workspace: TestWorkspace) -> Self {
+        let engine_url = format!("http://127.0.0.1:{}", free_port());
+        let child = workspace
+            .arcane()
+            .arg("serve")
+            .arg("--executable")
+            .arg(support::llama_server())
+            .arg("--model")
+            .arg(support::smollm2())
+            .args([
+                "--device",
+                "cpu",
+                "--url",
+                &engine_url,
+                "--port",
+                &free_port().to_string(),
+            ])
+            .args([
+                "--",
+                "--ctx-size",
+                "8192",
+                "--parallel",
+                "1",
+                "--threads",
+                "2",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn arcane serve");
+        let served = Self {
+            child: Guard(child),
+            workspace,
+            engine_url,
+        };
+        served.wait_ready();
+        served
+    }
+
+    fn status(&self) -> Option<Value> {
+        let output = support::run(self.workspace.arcane().args(["--output", "json", "status"]));
+        output.status.success().then(|| support::json(&output))
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(status) = self.status() {
+                if status["engines"][0]["state"] == "ready" {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "arcane serve did not become ready"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn endpoint(&self) -> Value {
+        serde_json::from_slice(
+            &std::fs::read(self.workspace.path().join(".arcane/core.json")).unwrap(),
+        )
+        .unwrap()
+    }
+}
+
+fn process_exists(pid: i64) -> bool {
+    // SAFETY: signal 0 only checks for existence (kill(2)).
+    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// One raw HTTP/1.1 request with `Connection: close`; status and body.
+fn http(port: u64, request: &str) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port as u16)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut reply = String::new();
+    let _ = stream.read_to_string(&mut reply);
+    let status = reply
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = reply
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn serve_then_status_chat_passthrough_and_a_second_serve() {
+    let served = Served::start();
+    let endpoint = served.endpoint();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(served.workspace.path().join(".arcane/core.json"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    // `arcane status` (human) names the engine, its state and ownership.
+    let output = support::run(served.workspace.arcane().arg("status"));
+    let text = support::stdout(&output);
+    assert!(output.status.success(), "{}", support::stderr(&output));
+    assert!(text.contains(endpoint["url"].as_str().unwrap()), "{text}");
+    assert!(
+        text.contains("llama.cpp") && text.contains("ready") && text.contains("owned"),
+        "{text}"
+    );
+
+    // `arcane chat` streams an answer.
+    let output = support::run(served.workspace.arcane().args([
+        "chat",
+        "Say hello.",
+        "--max-tokens",
+        "12",
+        "--temperature",
+        "0",
+    ]));
+    assert!(output.status.success(), "{}", support::stderr(&output));
+    assert!(!support::stdout(&output).trim().is_empty());
+    let output = support::run(served.workspace.arcane().args([
+        "--output",
+        "json",
+        "chat",
+        "Say hello.",
+        "--max-tokens",
+        "12",
+        "--temperature",
+        "0",
+    ]));
+    let answer = support::json(&output)["answer"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!answer.is_empty());
+
+    // The passthrough with the token, as curl would send it; refused without.
+    let port = endpoint["port"].as_u64().unwrap();
+    let body = json!({"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 12, "temperature": 0}).to_string();
+    let request = |auth: &str| {
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let (status, reply) = http(
+        port,
+        &request(&format!(
+            "Authorization: Bearer {}\r\n",
+            endpoint["token"].as_str().unwrap()
+        )),
+    );
+    assert_eq!(status, 200, "{reply}");
+    assert!(
+        reply.contains(&answer.replace('\n', "\\n")) || reply.contains("chat.completion"),
+        "{reply}"
+    );
+    assert_eq!(http(port, &request("")).0, 401);
+
+    // A second `arcane serve` on the same workspace reports the first and exits 75.
+    let output =
+        support::run(
+            served
+                .workspace
+                .arcane()
+                .args(["serve", "--port", &free_port().to_string()]),
+        );
+    assert_eq!(
+        output.status.code(),
+        Some(75),
+        "{}",
+        support::stderr(&output)
+    );
+    let stderr = support::stderr(&output);
+    assert!(
+        stderr.contains(endpoint["url"].as_str().unwrap()),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&endpoint["pid"].to_string()), "{stderr}");
+    // …and did not disturb it.
+    assert_eq!(served.status().unwrap()["engines"][0]["state"], "ready");
+    let _ = served.engine_url;
+}
+
+#[test]
+fn sigterm_during_a_streaming_request_drains_and_leaves_no_process_behind() {
+    let mut served = Served::start();
+    let status = served.status().unwrap();
+    let engine_pid = status["engines"][0]["pid"]
+        .as_i64()
+        .expect("the engine is owned");
+    let endpoint = served.endpoint();
+    let port = endpoint["port"].as_u64().unwrap();
+    // A long streamed chat through the passthrough.
+    let body = json!({"messages": [{"role": "user", "content": "Write a very long story."}], "max_tokens": 8000, "stream": true}).to_string();
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port as u16)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    write!(
+        stream,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        endpoint["token"].as_str().unwrap(),
+        body.len()
+    )
+    .unwrap();
+    let mut first = [0u8; 1024];
+    let n = stream.read(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).contains("200 OK"));
+    // SIGTERM the host mid-stream.
+    let pid = served.child.0.id() as libc::pid_t;
+    // SAFETY: sending SIGTERM to the child this test spawned.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let code = loop {
+        if let Some(status) = served.child.0.try_wait().unwrap() {
+            break status.code();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "arcane serve did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    served
+        .child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
+    // The owned engine is gone, and so are the endpoint record and owner lock.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while process_exists(engine_pid) {
+        assert!(
+            Instant::now() < deadline,
+            "llama-server (pid {engine_pid}) outlived arcane serve"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!served.workspace.path().join(".arcane/core.json").exists());
+    assert!(!served.workspace.path().join(".arcane/core.lock").exists());
+    // The stream ended rather than hanging.
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+}
+
+/// A minimal stand-in for an Ollama already running (answers every request with a
+/// version), so `arcane serve --runtime ollama` adopts it and starts nothing.
+fn fake_ollama() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buffer = [0u8; 4096];
+                let _ = stream.read(&mut buffer);
+                let body = r#"{"version":"0.9.0","models":[]}"#;
+                let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+            });
+        }
+    });
+    url
+}
+
+/// `arcane serve` adopting a stand-in Ollama: a quick host to exercise the listener.
+fn serve_without_engine(workspace: &TestWorkspace) -> Guard {
+    let child = workspace
+        .arcane()
+        .args(["serve", "--runtime", "ollama", "--url", &fake_ollama()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn arcane serve");
+    Guard(child)
+}
+
+fn wait_for_endpoint(workspace: &TestWorkspace, child: &mut Guard) -> Value {
+    let path = workspace.path().join(".arcane/core.json");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(bytes) = std::fs::read(&path) {
+            if let Ok(value) = serde_json::from_slice::<Value>(&bytes) {
+                return value;
+            }
+        }
+        if let Some(status) = child.0.try_wait().unwrap() {
+            let mut stderr = String::new();
+            child
+                .0
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut stderr)
+                .unwrap();
+            panic!("arcane serve exited early ({status}): {stderr}");
+        }
+        assert!(Instant::now() < deadline, "no core.json");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn terminate(mut child: Guard) -> Option<i32> {
+    // SAFETY: sending SIGTERM to the child this test spawned.
+    unsafe { libc::kill(child.0.id() as libc::pid_t, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            return status.code();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "arcane serve did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_port_is_chosen_once_and_a_busy_saved_port_is_an_error() {
+    let workspace = TestWorkspace::new();
+    let mut first = serve_without_engine(&workspace);
+    let endpoint = wait_for_endpoint(&workspace, &mut first);
+    let port = endpoint["port"].as_u64().unwrap() as u16;
+    assert_eq!(terminate(first), Some(0));
+    assert!(!workspace.path().join(".arcane/core.json").exists());
+    // Something else takes the saved port: the host refuses to move.
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let output = support::run(workspace.arcane().args([
+        "--output",
+        "json",
+        "serve",
+        "--runtime",
+        "ollama",
+        "--url",
+        "http://127.0.0.1:9",
+    ]));
+    assert_eq!(output.status.code(), Some(1));
+    let error = &support::json(&output)["error"];
+    assert_eq!(error["code"], "CORE_PORT_IN_USE");
+    assert_eq!(error["details"]["port"], port);
+    drop(squatter);
+    // Freed again: the same port, a fresh token.
+    let mut again = serve_without_engine(&workspace);
+    let second = wait_for_endpoint(&workspace, &mut again);
+    assert_eq!(second["port"], port);
+    assert_ne!(second["token"], endpoint["token"]);
+    assert_eq!(terminate(again), Some(0));
+}
