@@ -219,6 +219,20 @@ pub(crate) async fn with_lock<T: Send + 'static>(
     let engine = engine.to_string();
     let events = events.clone();
     tokio::task::spawn_blocking(move || {
+        // A first `serve` may run before anything else created the workspace; the lock
+        // needs it to exist (private to the user, like the lock's own directory).
+        if !workspace.is_dir() {
+            std::os::unix::fs::DirBuilderExt::mode(
+                std::fs::DirBuilder::new().recursive(true),
+                0o700,
+            )
+            .create(&workspace)
+            .map_err(|source| Error::Io {
+                operation: "create",
+                path: workspace.clone(),
+                source,
+            })?;
+        }
         let lock_error = |source| Error::Lock {
             engine: engine.clone(),
             source,

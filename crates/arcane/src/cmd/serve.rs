@@ -487,3 +487,22 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_example_configuration_parses() {
+        let text = include_str!("../../../../docs/arcane.toml.example");
+        let file: ConfigFile = toml::from_str(text).expect("docs/arcane.toml.example parses");
+        assert_eq!(file.engine.len(), 1);
+        assert_eq!(file.engine[0].device.as_deref(), Some("cpu"));
+        assert_eq!(file.engine[0].restart.as_deref(), Some("on-failure"));
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused() {
+        assert!(toml::from_str::<ConfigFile>("[[engine]]\nmodle = \"x\"\n").is_err());
+    }
+}
