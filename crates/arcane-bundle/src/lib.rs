@@ -27,7 +27,7 @@
 //! * [`build()`] never overwrites: it assembles a temporary sibling of `--out`, writes
 //!   the manifest last and renames the directory into place with `RENAME_NOREPLACE`;
 //!   a failure or cancellation removes only that temporary directory.
-//! * [`launch`](crate::launch) resolves the launch context without letting a launch file redirect a
+//! * [`launch`] resolves the launch context without letting a launch file redirect a
 //!   bundle-owned path, and resolves `--arcane-app-entry` only to a listed executable
 //!   under `app/`.
 //!
