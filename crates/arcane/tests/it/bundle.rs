@@ -758,3 +758,79 @@ fn an_app_entry_without_a_running_core_starts_one_for_the_program_and_stops_it_a
     );
     set_read_only(&real.bundle, false);
 }
+
+#[test]
+fn ctrl_c_during_a_build_removes_only_what_the_build_created() {
+    let workspace = TestWorkspace::new();
+    let output = support::run(
+        workspace
+            .arcane()
+            .args(["runtime", "add", "llama.cpp", "--executable"])
+            .arg(support::llama_server()),
+    );
+    assert!(
+        output.status.success(),
+        "runtime add: {}",
+        support::stderr(&output)
+    );
+    let output = support::run(
+        workspace
+            .arcane()
+            .args(["model", "add", "smollm2", "--file"])
+            .arg(support::smollm2()),
+    );
+    assert!(
+        output.status.success(),
+        "model add: {}",
+        support::stderr(&output)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("app")).unwrap();
+    std::fs::write(dir.path().join("app/index.html"), b"hi").unwrap();
+    std::fs::write(dir.path().join("earlier"), b"not ours").unwrap();
+    let mut child = workspace
+        .arcane()
+        .args([
+            "--output", "ndjson", "bundle", "build", "--app-id", "demo", "--model", "smollm2",
+            "--app",
+        ])
+        .arg(dir.path().join("app"))
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupt as soon as copying is under way.
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let copying = line.contains("\"bundle.build.progress\"");
+        seen.push(line);
+        if copying {
+            // SAFETY: sends SIGINT to the child this test spawned.
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGINT);
+            }
+            break;
+        }
+    }
+    seen.extend(lines.map_while(Result::ok));
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{seen:#?}");
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["app", "earlier"],
+        "the build left something behind: {seen:#?}"
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("earlier")).unwrap(),
+        b"not ours"
+    );
+}
