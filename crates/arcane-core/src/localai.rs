@@ -213,8 +213,8 @@ impl LocalAiService {
                 Ok(handle) => {
                     let snapshot = handle.snapshot();
                     *slot.handle.lock().await = Some(handle);
-                    me.update(&slot, snapshot);
                     me.refresh_models(&slot).await;
+                    me.update(&slot, snapshot);
                 }
                 Err(error) => {
                     me.update(
@@ -642,16 +642,18 @@ struct SlotSink {
 
 impl EventSink for SlotSink {
     fn emit(&self, event: Event) {
-        if event.kind.starts_with("local-ai.server.") {
-            if let Some(service) = self.service.upgrade() {
-                let mut patch = event.data.clone();
-                if patch.get("state").is_none() {
-                    patch["state"] = json!(event.kind.trim_start_matches("local-ai.server."));
-                }
-                service.update(&self.slot, patch);
+        let patch = event.kind.starts_with("local-ai.server.").then(|| {
+            let mut patch = event.data.clone();
+            if patch.get("state").is_none() {
+                patch["state"] = json!(event.kind.trim_start_matches("local-ai.server."));
             }
-        }
+            patch
+        });
+        // The library's own event first, then the `localai.state` it causes.
         self.forward.emit(event);
+        if let (Some(patch), Some(service)) = (patch, self.service.upgrade()) {
+            service.update(&self.slot, patch);
+        }
     }
 }
 

@@ -372,12 +372,15 @@ async fn serve_async(
             .output
             .result("", &json!({"type": "core.listening", "data": summary}));
     }
+    let mut announced = false;
+    let mut ready_events = 0;
     let mut first = if parts.local_ai.is_none() {
         FirstStart::Ready
     } else {
         FirstStart::Pending
     };
     if matches!(first, FirstStart::Ready) {
+        announced = true;
         announce(context, &url, &endpoint_file, None);
     }
     let mut engines: std::collections::HashMap<String, String> = std::collections::HashMap::new();
@@ -386,21 +389,33 @@ async fn serve_async(
             event = printed.recv() => {
                 let Some(event) = event else { break };
                 context.output.event(&event);
-                if !matches!(first, FirstStart::Pending) || event.kind != "localai.state" {
+                if event.kind != "localai.state" {
                     continue;
                 }
                 let list = event.data["runtimes"].as_array().cloned().unwrap_or_default();
-                for engine in &list {
-                    engines.insert(engine["id"].as_str().unwrap_or("?").to_string(), engine["state"].as_str().unwrap_or("?").to_string());
+                if matches!(first, FirstStart::Pending) {
+                    for engine in &list {
+                        engines.insert(engine["id"].as_str().unwrap_or("?").to_string(), engine["state"].as_str().unwrap_or("?").to_string());
+                    }
+                    if let Some(failed) = list.iter().find(|e| e["state"] == "error") {
+                        // A failed first start ends the host: a person sees the error at once.
+                        first = FirstStart::Failed(failed["error"].clone());
+                        host.shutdown_handle().shutdown();
+                    } else if list.iter().all(|e| e["state"] == "ready") {
+                        first = FirstStart::Ready;
+                    }
                 }
-                if let Some(failed) = list.iter().find(|e| e["state"] == "error") {
-                    // A failed first start ends the host: a person sees the error at once.
-                    first = FirstStart::Failed(failed["error"].clone());
-                    host.shutdown_handle().shutdown();
-                } else if list.iter().all(|e| e["state"] == "ready") {
-                    first = FirstStart::Ready;
+                // Announce once the engines are ready and llama.cpp's models are known
+                // (they are fetched right after it turns ready; announce anyway on the
+                // event after that).
+                if matches!(first, FirstStart::Ready) && !announced {
                     let llama = list.iter().find(|e| e["id"] == "llama.cpp");
-                    announce(context, &url, &endpoint_file, llama);
+                    let models_known = llama.is_none_or(|l| l["models"].as_array().is_some_and(|m| !m.is_empty()));
+                    if models_known || ready_events > 0 {
+                        announced = true;
+                        announce(context, &url, &endpoint_file, llama);
+                    }
+                    ready_events += 1;
                 }
             }
             _ = host.closed() => break,
