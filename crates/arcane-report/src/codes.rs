@@ -130,7 +130,8 @@ mod tests {
         for code in super::ALL {
             assert!(seen.insert(*code), "code {code} is listed twice");
             assert!(
-                code.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'),
+                code.bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'),
                 "code {code} is not SCREAMING_SNAKE_CASE"
             );
         }
@@ -140,7 +141,11 @@ mod tests {
         let declared = source
             .lines()
             .filter_map(|l| l.trim().strip_suffix(','))
-            .filter(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'))
+            .filter(|l| {
+                !l.is_empty()
+                    && l.bytes()
+                        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+            })
             .count();
         assert_eq!(declared, super::ALL.len());
     }

@@ -30,6 +30,6 @@ mod diagnostic;
 mod event;
 pub mod time;
 
-pub use diagnostic::{error_json, Diagnostic};
 pub use cancel::CancelToken;
+pub use diagnostic::{error_json, Diagnostic};
 pub use event::{Collector, Event, EventSink, NullSink};

@@ -39,12 +39,22 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
         }
         s.parse().ok()
     };
-    if bytes[4] != b'-' || bytes[7] != b'-' || bytes[10] != b'T' || bytes[13] != b':' || bytes[16] != b':' {
+    if bytes[4] != b'-'
+        || bytes[7] != b'-'
+        || bytes[10] != b'T'
+        || bytes[13] != b':'
+        || bytes[16] != b':'
+    {
         return None;
     }
     let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
         return None;
     }
     let mut nanos = 0u32;
@@ -99,12 +109,22 @@ mod tests {
         assert_eq!(s, "2026-11-29T23:35:23.456Z");
         assert_eq!(parse_rfc3339(&s), Some(t));
         assert_eq!(format_rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
-        assert_eq!(parse_rfc3339("2000-02-29T12:00:00Z"), Some(UNIX_EPOCH + Duration::from_secs(951_825_600)));
+        assert_eq!(
+            parse_rfc3339("2000-02-29T12:00:00Z"),
+            Some(UNIX_EPOCH + Duration::from_secs(951_825_600))
+        );
     }
 
     #[test]
     fn rejects_malformed_text() {
-        for bad in ["", "2026-11-29", "2026-13-01T00:00:00Z", "2026-11-29T00:00:00+01:00", "2026-11-29T00:00:00.Z", "yyyy-11-29T00:00:00Z"] {
+        for bad in [
+            "",
+            "2026-11-29",
+            "2026-13-01T00:00:00Z",
+            "2026-11-29T00:00:00+01:00",
+            "2026-11-29T00:00:00.Z",
+            "yyyy-11-29T00:00:00Z",
+        ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
         }
     }

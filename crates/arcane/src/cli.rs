@@ -13,7 +13,12 @@ use crate::cmd;
 /// that already run, never leaves orphans, coordinates every change to a workspace
 /// through a crash-safe lock, and ships apps as verified bundles.
 #[derive(Debug, Parser)]
-#[command(name = "arcane", version, propagate_version = true, max_term_width = 100)]
+#[command(
+    name = "arcane",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
 pub struct Cli {
     /// Options every command accepts, before or after the subcommand.
     #[command(flatten)]

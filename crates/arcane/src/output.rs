@@ -64,10 +64,9 @@ impl Output {
                     writeln!(out, "{human}")
                 }
             }
-            OutputMode::Json => {
-                serde_json::to_writer_pretty(&mut out, value).map_err(std::io::Error::other)
-                    .and_then(|_| writeln!(out))
-            }
+            OutputMode::Json => serde_json::to_writer_pretty(&mut out, value)
+                .map_err(std::io::Error::other)
+                .and_then(|_| writeln!(out)),
             OutputMode::Ndjson => serde_json::to_writer(&mut out, value)
                 .map_err(std::io::Error::other)
                 .and_then(|_| writeln!(out)),
@@ -130,7 +129,10 @@ impl Output {
                 let _ = writeln!(std::io::stderr().lock(), "{text}");
             }
             OutputMode::Json => self.result("", &serde_json::json!({"error": error_json(error)})),
-            OutputMode::Ndjson => self.result("", &serde_json::json!({"type": "error", "error": error_json(error)})),
+            OutputMode::Ndjson => self.result(
+                "",
+                &serde_json::json!({"type": "error", "error": error_json(error)}),
+            ),
         }
     }
 

@@ -86,6 +86,10 @@ fn real_part(var: &str) -> PathBuf {
         panic!("{var} is not set: run the tests through `./scripts/test.sh` (it provisions llama-server and SmolLM2 and exports {var})")
     });
     let path = PathBuf::from(value);
-    assert!(path.is_file(), "{var}={} does not exist; rerun `bash scripts/provision.sh`", path.display());
+    assert!(
+        path.is_file(),
+        "{var}={} does not exist; rerun `bash scripts/provision.sh`",
+        path.display()
+    );
     path
 }
