@@ -133,6 +133,13 @@ pub struct EngineConfig {
     pub parent_death_signal: bool,
 }
 
+impl Default for EngineConfig {
+    /// llama.cpp with its defaults ([`EngineConfig::new`]).
+    fn default() -> Self {
+        Self::new(Engine::LlamaCpp)
+    }
+}
+
 impl EngineConfig {
     /// The defaults for `engine`: its default url, no model, automatic device.
     pub fn new(engine: Engine) -> Self {

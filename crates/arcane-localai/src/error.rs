@@ -80,8 +80,8 @@ pub enum Error {
         url: String,
         /// The HTTP status.
         status: u16,
-        /// The beginning of the body.
-        body: String,
+        /// The body, parsed as JSON where possible.
+        body: Value,
     },
 
     /// The port is taken by a process that is not the expected engine.
@@ -270,7 +270,7 @@ impl Diagnostic for Error {
                 url,
                 status,
                 body,
-            } => json!({"engine": engine, "url": url, "status": status, "body": body}),
+            } => json!({"engine": engine, "url": url, "status": status, "result": body}),
             Error::PortInUse {
                 port,
                 url,

@@ -145,7 +145,7 @@ pub fn decide(
             engine: engine.id().into(),
             url,
             status,
-            body: truncate(&body),
+            body: truncate(body),
         }),
         ProbeOutcome::Refused if endpoint.is_loopback() => Decision::Spawn,
         ProbeOutcome::Refused => Decision::Fail(Error::NotLoopback { url }),
@@ -164,12 +164,14 @@ pub fn decide(
     }
 }
 
-fn truncate(body: &Value) -> String {
-    let text = match body {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    text.chars().take(200).collect()
+/// Keeps a JSON body as it is; cuts a long text body (an HTML page) to 1000 characters.
+fn truncate(body: Value) -> Value {
+    match body {
+        Value::String(text) if text.chars().count() > 1000 => {
+            Value::String(text.chars().take(1000).collect())
+        }
+        other => other,
+    }
 }
 
 #[cfg(test)]

@@ -240,6 +240,9 @@ impl OwnedServer {
     }
 
     /// A receiver that sees every state change (starting, loading, ready, error, stopped).
+    ///
+    /// Do not hold a borrow of it (`borrow()`, the guard `wait_for` returns) across an
+    /// await: the supervisor cannot publish while a borrow is held.
     pub fn subscribe(&self) -> watch::Receiver<ServerSnapshot> {
         self.publisher.subscribe()
     }

@@ -109,6 +109,10 @@ fn any_other_http_answer_means_another_service_owns_the_port() {
             Decision::Fail(error) => {
                 assert_eq!(error.code(), codes::LOCAL_AI_SERVICE_CONFLICT, "{status}");
                 assert_eq!(error.details()["status"], status);
+                if status == 502 {
+                    // A JSON body is kept as it was (spec case 5: `details.result`).
+                    assert_eq!(error.details()["result"], serde_json::json!({}));
+                }
             }
             other => panic!("{status}: {other:?}"),
         }
