@@ -346,3 +346,50 @@ async fn shutdown_refuses_new_work_finishes_accepted_work_and_disposes() {
     // Closing again is a no-op.
     host.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn devices_and_target_resolution_come_from_the_live_catalog() {
+    let service =
+        arcane_core::localai::DevicesService::new(arcane_core::supervised::LiveDevices::new());
+    let host = Host::builder(AppInfo::default())
+        .service(service)
+        .unwrap()
+        .build();
+    host.start();
+    let connection = host.connect("d");
+    let devices = connection
+        .dispatch(request("1", "localai.devices", json!({"refresh": true})))
+        .await
+        .outcome
+        .unwrap();
+    let list = devices["devices"].as_array().expect("a device list");
+    assert!(list.iter().any(|d| d["deviceId"] == "cpu"), "{devices}");
+    let resolved = connection
+        .dispatch(request(
+            "2",
+            "localai.resolveTarget",
+            json!({"executionTarget": {"deviceId": "cpu"}}),
+        ))
+        .await
+        .outcome
+        .unwrap();
+    assert_eq!(resolved["resolution"], "matched", "{resolved}");
+    let missing = connection
+        .dispatch(request(
+            "3",
+            "localai.resolveTarget",
+            json!({"executionTarget": {"deviceId": "GPU-00000000-0000-0000-0000-000000000000"}}),
+        ))
+        .await
+        .outcome
+        .unwrap();
+    assert_ne!(missing["resolution"], "matched", "{missing}");
+    let bad = connection
+        .dispatch(request(
+            "4",
+            "localai.resolveTarget",
+            json!({"executionTarget": 5}),
+        ))
+        .await;
+    assert_eq!(bad.outcome.unwrap_err()["code"], "ARCANE_USAGE");
+}

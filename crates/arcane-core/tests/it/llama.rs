@@ -163,6 +163,48 @@ async fn llama_chat_streams_chunks_to_its_requester_and_returns_the_completion()
         (status["state"].as_str(), status["owned"].as_bool()),
         (Some("ready"), Some(false))
     );
+    // Models, load and unload of an adopted (external) engine: it is never touched.
+    let models = connection
+        .dispatch(crate::support::request("m", "llama.models", json!({})))
+        .await
+        .outcome
+        .unwrap();
+    let id = models["models"][0]["id"]
+        .as_str()
+        .expect("a model id")
+        .to_string();
+    let loaded = connection
+        .dispatch(crate::support::request(
+            "l",
+            "llama.load",
+            json!({"model": id}),
+        ))
+        .await
+        .outcome
+        .unwrap();
+    assert_eq!(loaded["loaded"], true);
+    let unknown = connection
+        .dispatch(crate::support::request(
+            "u",
+            "llama.load",
+            json!({"model": "no-such-model"}),
+        ))
+        .await;
+    assert_eq!(unknown.outcome.unwrap_err()["code"], "ARCANE_USAGE");
+    for id in ["x1", "x2"] {
+        let unloaded = connection
+            .dispatch(crate::support::request(id, "llama.unload", json!({})))
+            .await
+            .outcome
+            .unwrap();
+        assert_eq!(unloaded, json!({"released": true, "unloaded": false}));
+    }
+    let still = connection
+        .dispatch(crate::support::request("s2", "llama.status", json!({})))
+        .await
+        .outcome
+        .unwrap();
+    assert_eq!(still["state"], "ready");
     stack.host.close().await.unwrap();
 }
 

@@ -431,6 +431,42 @@ fn serve_then_status_chat_passthrough_and_a_second_serve() {
     assert!(stderr.contains(&endpoint["pid"].to_string()), "{stderr}");
     // …and did not disturb it.
     assert_eq!(served.status().unwrap()["engines"][0]["state"], "ready");
+
+    // `llama.unload` stops the owned engine; `llama.load` starts it again.
+    let engine_pid = served.status().unwrap()["engines"][0]["pid"]
+        .as_i64()
+        .expect("owned");
+    let rpc = |id: &str, method: &str| {
+        let frame = json!({"protocol": "arcane/1", "type": "request", "id": id, "method": method, "parameters": {}}).to_string();
+        let (status, reply) = http(
+            port,
+            &format!(
+                "POST /v1/rpc HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{frame}",
+                endpoint["token"].as_str().unwrap(),
+                frame.len()
+            ),
+        );
+        assert_eq!(status, 200, "{reply}");
+        serde_json::from_str::<Value>(&reply).unwrap()
+    };
+    assert_eq!(
+        rpc("u", "llama.unload")["result"],
+        json!({"released": true, "unloaded": true})
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while process_exists(engine_pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the unloaded engine kept running"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(served.status().unwrap()["engines"][0]["state"], "stopped");
+    let loaded = rpc("l", "llama.load");
+    assert_eq!(loaded["result"]["loaded"], true, "{loaded}");
+    let again = served.status().unwrap();
+    assert_eq!(again["engines"][0]["state"], "ready");
+    assert_ne!(again["engines"][0]["pid"].as_i64(), Some(engine_pid));
     let _ = served.engine_url;
 }
 
