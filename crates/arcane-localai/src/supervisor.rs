@@ -511,14 +511,19 @@ impl Context {
         reported: Option<String>,
         runtime: Option<&str>,
     ) -> Result<Option<String>, Error> {
+        let requested = self.config.version.as_deref().filter(|v| *v != "latest");
         let observed = match (self.engine(), reported) {
             (_, Some(version)) => Some(version),
-            (Engine::LlamaCpp, None) => llama_build(self.endpoint(), self.config.probe_timeout)
-                .await
-                .or_else(|| runtime.map(str::to_string)),
+            // `/props` costs a round trip on the way to ready: ask only when it matters.
+            (Engine::LlamaCpp, None) if requested.is_some() => {
+                llama_build(self.endpoint(), self.config.probe_timeout)
+                    .await
+                    .or_else(|| runtime.map(str::to_string))
+            }
+            (Engine::LlamaCpp, None) => runtime.map(str::to_string),
             (Engine::Ollama, None) => None,
         };
-        let Some(requested) = self.config.version.as_deref().filter(|v| *v != "latest") else {
+        let Some(requested) = requested else {
             return Ok(observed);
         };
         let matches = observed
