@@ -813,7 +813,9 @@ impl Connection {
             method,
             parameters,
         } = request;
-        if BUILTIN_METHODS.contains(&method.as_str()) {
+        // `core.host.shutdown` waits for the close it starts, so it cannot count as an
+        // accepted request the close waits for; the other built-ins do.
+        if method == "core.host.shutdown" {
             return Prepared(PreparedKind::Builtin { id, method });
         }
         let refuse = |error: Error| {
@@ -822,7 +824,14 @@ impl Connection {
                 error,
             })
         };
-        let Some(&(index, lifetime)) = host.methods.get(&method) else {
+        let target = if BUILTIN_METHODS.contains(&method.as_str()) {
+            Some((None, Lifetime::Request))
+        } else {
+            host.methods
+                .get(&method)
+                .map(|&(index, lifetime)| (Some(index), lifetime))
+        };
+        let Some((index, lifetime)) = target else {
             let namespace = namespace_of(&method).to_string();
             let reason = if host.namespaces.contains(&namespace) {
                 "core-method-unavailable"
@@ -882,9 +891,21 @@ impl Connection {
 
     /// The asynchronous half of [`Connection::dispatch`]: runs a prepared request.
     pub async fn finish(&self, prepared: Prepared) -> Response {
+        let mut answer = None;
+        self.finish_then(prepared, |response| answer = Some(response))
+            .await;
+        answer.unwrap_or_else(|| Response::error(None, &Error::ShuttingDown))
+    }
+
+    /// Like [`Connection::finish`], handing the response to `deliver` while the request
+    /// still counts as accepted, so a shutdown waits until it is written (the stdio
+    /// transport queues it here, before `closed`).
+    pub async fn finish_then(&self, prepared: Prepared, deliver: impl FnOnce(Response)) {
         match prepared.0 {
-            PreparedKind::Refused { id, error } => Response::error(Some(id), &error),
-            PreparedKind::Builtin { id, method } => Response::ok(id, self.builtin(&method).await),
+            PreparedKind::Refused { id, error } => deliver(Response::error(Some(id), &error)),
+            PreparedKind::Builtin { id, method } => {
+                deliver(Response::ok(id, self.builtin(&method).await))
+            }
             PreparedKind::Admitted {
                 id,
                 method,
@@ -897,11 +918,11 @@ impl Connection {
                 let outcome = self
                     .run(id.clone(), method, parameters, index, lifetime, cancel)
                     .await;
-                drop(guard);
-                match outcome {
+                deliver(match outcome {
                     Ok(result) => Response::ok(id, result),
                     Err(error) => Response::error(Some(id), &*error),
-                }
+                });
+                drop(guard);
             }
         }
     }
@@ -928,11 +949,14 @@ impl Connection {
         id: String,
         method: String,
         parameters: Value,
-        index: usize,
+        index: Option<usize>,
         lifetime: Lifetime,
         cancel: CancellationToken,
     ) -> Result<Value, crate::service::BoxError> {
         let host = &self.host.inner;
+        let Some(index) = index else {
+            return Ok(self.builtin(&method).await);
+        };
         let entry = Arc::clone(&host.services[index]);
         let mut status = entry.status.subscribe();
         let settled = tokio::select! {
@@ -994,7 +1018,7 @@ enum PreparedKind {
         id: String,
         method: String,
         parameters: Value,
-        index: usize,
+        index: Option<usize>,
         lifetime: Lifetime,
         cancel: CancellationToken,
         guard: ActiveGuard,

@@ -102,8 +102,11 @@ where
                         let connection = Arc::clone(&connection);
                         let sender = sender.clone();
                         tasks.spawn(async move {
-                            let response = connection.finish(prepared).await;
-                            let _ = sender.send(Arc::from(response.to_frame().to_string()));
+                            connection
+                                .finish_then(prepared, |response| {
+                                    let _ = sender.send(Arc::from(response.to_frame().to_string()));
+                                })
+                                .await;
                         });
                     }
                     Ok(Incoming::Control(control)) => {
