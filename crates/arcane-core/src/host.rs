@@ -116,7 +116,25 @@ pub(crate) enum EventRoute {
 
 struct Subscriber {
     connection: u64,
-    sender: mpsc::UnboundedSender<Arc<str>>,
+    sender: SubscriberSender,
+}
+
+/// Where a subscriber's frames go. A bounded subscriber that falls `capacity` frames
+/// behind (a client that stopped reading) is dropped, which ends its stream: memory
+/// stays bounded, and the client reconnects to a fresh replay.
+enum SubscriberSender {
+    Unbounded(mpsc::UnboundedSender<Arc<str>>),
+    Bounded(mpsc::Sender<Arc<str>>),
+}
+
+impl SubscriberSender {
+    /// Sends one frame; `false` when the subscriber is gone or too far behind.
+    fn send(&self, frame: Arc<str>) -> bool {
+        match self {
+            Self::Unbounded(sender) => sender.send(frame).is_ok(),
+            Self::Bounded(sender) => sender.try_send(frame).is_ok(),
+        }
+    }
 }
 
 struct ActiveRequest {
@@ -583,7 +601,7 @@ impl Inner {
             if target.is_some_and(|t| t != s.connection) {
                 return true;
             }
-            s.sender.send(Arc::clone(&text)).is_ok()
+            s.sender.send(Arc::clone(&text))
         });
     }
 
@@ -723,12 +741,25 @@ impl Connection {
     /// writes responses into the same channel, so a stream's chunks always precede
     /// its response).
     pub fn subscribe_with(&self, sender: mpsc::UnboundedSender<Arc<str>>) {
+        self.subscribe_sender(SubscriberSender::Unbounded(sender));
+    }
+
+    /// Like [`Connection::subscribe`], but the subscription is dropped (its stream
+    /// ends) when more than `capacity` frames wait unread: for network clients that
+    /// may stop reading.
+    pub fn subscribe_bounded(&self, capacity: usize) -> mpsc::Receiver<Arc<str>> {
+        let (sender, receiver) = mpsc::channel(capacity.max(64));
+        self.subscribe_sender(SubscriberSender::Bounded(sender));
+        receiver
+    }
+
+    fn subscribe_sender(&self, sender: SubscriberSender) {
         let inner = &self.host.inner;
         let Ok(mut subscribers) = inner.subscribers.lock() else {
             return;
         };
         for frame in inner.replay_frames() {
-            let _ = sender.send(frame);
+            sender.send(frame);
         }
         if *inner.state.borrow() != HostState::Closed {
             subscribers.push(Subscriber {
@@ -742,9 +773,8 @@ impl Connection {
     pub fn deliver(&self, frame: &Value) {
         let text: Arc<str> = Arc::from(frame.to_string());
         if let Ok(mut subscribers) = self.host.inner.subscribers.lock() {
-            subscribers.retain(|s| {
-                s.connection != self.inner.id || s.sender.send(Arc::clone(&text)).is_ok()
-            });
+            subscribers
+                .retain(|s| s.connection != self.inner.id || s.sender.send(Arc::clone(&text)));
         }
     }
 
@@ -783,7 +813,7 @@ impl Connection {
                 if let Ok(mut subscribers) = inner.subscribers.lock() {
                     subscribers.retain(|s| {
                         s.connection != self.inner.id
-                            || frames.iter().all(|f| s.sender.send(Arc::clone(f)).is_ok())
+                            || frames.iter().all(|f| s.sender.send(Arc::clone(f)))
                     });
                 }
                 json!({"replayed": count})

@@ -481,7 +481,7 @@ async fn control(shared: &Shared, request: Request<Incoming>) -> Response<HttpBo
 
 /// An SSE body fed by a host subscription; ends when the host closes.
 struct SseBody {
-    receiver: mpsc::UnboundedReceiver<Arc<str>>,
+    receiver: mpsc::Receiver<Arc<str>>,
     _connection: Connection,
 }
 
@@ -520,7 +520,7 @@ fn events(shared: &Shared, request: &Request<Incoming>) -> Response<HttpBody> {
         Some(name) => shared.host.named_connection(&name),
         None => shared.host.connect("sse"),
     };
-    let receiver = connection.subscribe();
+    let receiver = connection.subscribe_bounded(SSE_BACKLOG);
     let body = SseBody {
         receiver,
         _connection: connection,
@@ -537,6 +537,9 @@ fn events(shared: &Shared, request: &Request<Incoming>) -> Response<HttpBody> {
     );
     response
 }
+
+/// How many frames an SSE client may fall behind before its stream is ended.
+const SSE_BACKLOG: usize = 16 * 1024;
 
 const HOP_BY_HOP: &[&str] = &[
     "connection",

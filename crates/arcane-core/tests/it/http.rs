@@ -358,3 +358,51 @@ async fn the_passthrough_answers_503_with_retry_after_while_the_engine_loads() {
     assert_eq!(body["error"]["code"], "LOCAL_AI_SERVER_NOT_READY");
     assert_eq!(body["error"]["details"]["state"], "loading");
 }
+
+#[tokio::test]
+async fn an_event_stream_that_stops_reading_is_dropped_instead_of_buffering_without_bound() {
+    let served = serve(None).await;
+    let mut stalled = open_events(&served, "stalled").await;
+    let events = served.host.events();
+    let total = 100_000;
+    let padding = "x".repeat(200);
+    for i in 0..total {
+        arcane_report::EventSink::emit(
+            &events,
+            arcane_report::Event::new("test.flood", json!({"i": i, "pad": padding})),
+        );
+        if i % 1000 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    // The stream ends (the host dropped the subscriber) after fewer than all events.
+    let mut delivered = 0;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = tokio::time::timeout(Duration::from_secs(60), stalled.read_line(&mut line))
+            .await
+            .expect("the stream ends")
+            .unwrap();
+        // End of input, or the last chunk of the (chunked, kept-alive) response.
+        if n == 0 || line == "0\r\n" {
+            break;
+        }
+        if line.contains("\"test.flood\"") {
+            delivered += 1;
+        }
+    }
+    assert!(
+        delivered < total,
+        "all {total} events were buffered for a client that was not reading"
+    );
+    // Other clients are unaffected.
+    let (status, response) = post(
+        &served,
+        "/v1/rpc",
+        None,
+        json!({"protocol": "arcane/1", "type": "request", "id": "1", "method": "system.ping"}),
+    )
+    .await;
+    assert_eq!((status, response["ok"].as_bool()), (200, Some(true)));
+}
