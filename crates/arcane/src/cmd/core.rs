@@ -494,11 +494,15 @@ fn announce(
         output.note("ready");
     }
     let workspace = context.workspace.display();
+    // Name this very binary: `arcane` is often not on PATH (e.g. `target/release/arcane`).
+    let arcane = std::env::current_exe()
+        .map(|path| path.display().to_string())
+        .unwrap_or_else(|_| "arcane".to_string());
     output.note("talk to it from another terminal:");
     output.note(&format!(
-        "  arcane --workspace '{workspace}' chat \"Why is the sky blue?\""
+        "  {arcane} --workspace '{workspace}' chat \"Why is the sky blue?\""
     ));
-    output.note(&format!("  arcane --workspace '{workspace}' status"));
+    output.note(&format!("  {arcane} --workspace '{workspace}' status"));
     output.note(&format!(
         "  TOKEN=$(sed -n 's/.*\"token\": *\"\\([0-9a-f]*\\)\".*/\\1/p' '{}')",
         endpoint_file.display()
