@@ -1,69 +1,18 @@
 //! [`EngineConfig`]: everything the supervisor needs to probe, adopt or start one
 //! engine, validated into a launch-ready form before any side effect.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 
 use arcane_devices::Backend;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::endpoint::Endpoint;
 use crate::Error;
 
-/// An inference engine Arcane can supervise.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Engine {
-    /// llama.cpp's `llama-server` (`GET /health`, OpenAI-compatible API).
-    #[serde(rename = "llama.cpp")]
-    LlamaCpp,
-    /// `ollama serve` (`GET /api/version`, native `/api/*`).
-    #[serde(rename = "ollama")]
-    Ollama,
-}
-
-impl Engine {
-    /// The engine id: `llama.cpp` or `ollama`.
-    pub fn id(self) -> &'static str {
-        match self {
-            Engine::LlamaCpp => "llama.cpp",
-            Engine::Ollama => "ollama",
-        }
-    }
-
-    /// The SDK's default listener url: `http://127.0.0.1:8080` for llama.cpp,
-    /// `http://127.0.0.1:11434` for Ollama.
-    pub fn default_url(self) -> &'static str {
-        match self {
-            Engine::LlamaCpp => "http://127.0.0.1:8080",
-            Engine::Ollama => "http://127.0.0.1:11434",
-        }
-    }
-}
-
-impl fmt::Display for Engine {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.id())
-    }
-}
-
-impl FromStr for Engine {
-    type Err = Error;
-
-    /// Parses `llama.cpp` (also `llama`, `llama-cpp`) or `ollama`.
-    fn from_str(value: &str) -> Result<Self, Error> {
-        match value.trim().to_ascii_lowercase().as_str() {
-            "llama.cpp" | "llama" | "llama-cpp" | "llamacpp" => Ok(Engine::LlamaCpp),
-            "ollama" => Ok(Engine::Ollama),
-            _ => Err(Error::config(
-                format!("unknown runtime `{value}` (expected `llama.cpp` or `ollama`)"),
-                json!({"runtime": value}),
-            )),
-        }
-    }
-}
+/// An inference engine Arcane can supervise: the registry's engine type, one
+/// definition shared by registration, supervision and the Core host.
+pub use arcane_registry::Engine;
 
 /// What to do when an owned engine exits by itself after it was ready.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -145,7 +94,7 @@ impl EngineConfig {
     pub fn new(engine: Engine) -> Self {
         Self {
             engine,
-            id: engine.id().to_string(),
+            id: engine.as_str().to_string(),
             url: engine.default_url().to_string(),
             model: None,
             models_dir: None,
@@ -260,7 +209,7 @@ impl EngineConfig {
                 workspace
                     .join(".arcane")
                     .join("models")
-                    .join(self.engine.id()),
+                    .join(self.engine.as_str()),
             ),
         };
         Ok(Validated {

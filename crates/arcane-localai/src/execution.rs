@@ -37,7 +37,7 @@ pub(crate) async fn resolve(
         requested_backend: config.backend,
     };
     let source = source.clone();
-    let engine = config.engine.id().to_string();
+    let engine = config.engine.as_str().to_string();
     let plan = tokio::task::spawn_blocking(move || arcane_devices::resolve(&request, &*source))
         .await
         .map_err(|e| Error::Io {

@@ -134,7 +134,7 @@ pub fn decide(
     match outcome {
         ProbeOutcome::Ready { .. } | ProbeOutcome::Loading => match selection {
             Some(selection) => Decision::Fail(Error::ExternalSelection {
-                engine: engine.id().into(),
+                engine: engine.as_str().into(),
                 url,
                 selection: selection.into(),
             }),
@@ -142,7 +142,7 @@ pub fn decide(
             None => Decision::Adopt,
         },
         ProbeOutcome::Answered { status, body } => Decision::Fail(Error::ServiceConflict {
-            engine: engine.id().into(),
+            engine: engine.as_str().into(),
             url,
             status,
             body: truncate(body),

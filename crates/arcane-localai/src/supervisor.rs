@@ -104,7 +104,11 @@ impl Supervisor {
         let validated = config.validate(&self.workspace)?;
         let publisher = Arc::new(Publisher::new(
             self.events.clone(),
-            ServerSnapshot::new(&config.id, config.engine.id(), &validated.endpoint.origin()),
+            ServerSnapshot::new(
+                &config.id,
+                config.engine.as_str(),
+                &validated.endpoint.origin(),
+            ),
         ));
         let hook = Arc::new(Mutex::new(hook));
         publisher.publish(ServerState::Starting, |_| {});
@@ -447,7 +451,7 @@ impl Context {
 
     fn cancelled_error(&self) -> Error {
         Error::Cancelled {
-            engine: self.engine().id().into(),
+            engine: self.engine().as_str().into(),
         }
     }
 
@@ -486,7 +490,7 @@ impl Context {
                 ProbeOutcome::Loading if Instant::now() < deadline => {}
                 ProbeOutcome::Loading => {
                     return Err(Error::StartupTimeout {
-                        engine: self.engine().id().into(),
+                        engine: self.engine().as_str().into(),
                         timeout: self.config.startup_timeout,
                         last_lines: Vec::new(),
                     })
@@ -533,7 +537,7 @@ impl Context {
             Ok(observed)
         } else {
             Err(Error::VersionMismatch {
-                engine: self.engine().id().into(),
+                engine: self.engine().as_str().into(),
                 url: self.endpoint().origin(),
                 requested: requested.into(),
                 observed,
@@ -556,7 +560,7 @@ impl Context {
                 );
                 records::with_lock(
                     &self.workspace,
-                    self.engine().id(),
+                    self.engine().as_str(),
                     &self.events,
                     move || records::remove(&workspace, &id, &nonce),
                 )
@@ -574,7 +578,7 @@ impl Context {
                 );
                 records::with_lock(
                     &self.workspace,
-                    self.engine().id(),
+                    self.engine().as_str(),
                     &self.events,
                     move || records::remove(&workspace, &id, &nonce),
                 )
@@ -587,7 +591,7 @@ impl Context {
     async fn launch(self, cancel: &CancelToken) -> Result<Server, Error> {
         let Some(executable) = self.config.executable.clone() else {
             return Err(Error::ExecutableMissing {
-                engine: self.engine().id().into(),
+                engine: self.engine().as_str().into(),
                 url: self.endpoint().origin(),
             });
         };
@@ -633,7 +637,7 @@ impl Context {
         let (record, placement) = placed.unwrap_or((unchecked, Ok(())));
         if let Err(source) = placement {
             let error = Error::Execution {
-                engine: self.engine().id().into(),
+                engine: self.engine().as_str().into(),
                 source,
             };
             return Err(self.fail_start(running, error).await);
@@ -713,7 +717,7 @@ impl Context {
             schema_version: 1,
             kind: "arcane-engine-ownership".into(),
             id: self.config.id.clone(),
-            engine: self.engine().id().into(),
+            engine: self.engine().as_str().into(),
             url: self.endpoint().origin(),
             port: self.endpoint().port(),
             pid,
@@ -727,7 +731,7 @@ impl Context {
         let workspace = self.workspace.clone();
         let written = records::with_lock(
             &self.workspace,
-            self.engine().id(),
+            self.engine().as_str(),
             &self.events,
             move || records::write(&workspace, &record),
         )
@@ -782,7 +786,7 @@ impl Context {
         // A record left behind is judged stale (or an orphan) by the next start.
         let _ = records::with_lock(
             &self.workspace,
-            self.engine().id(),
+            self.engine().as_str(),
             &self.events,
             move || records::remove(&workspace, &id, &nonce),
         )
@@ -795,7 +799,7 @@ impl Context {
         running: &mut Running,
         abort: impl Future<Output = ()>,
     ) -> Result<Option<String>, Error> {
-        let engine = self.engine().id().to_string();
+        let engine = self.engine().as_str().to_string();
         let started = Instant::now();
         let deadline = started + self.config.startup_timeout;
         let mut last_progress = started;
@@ -992,7 +996,7 @@ impl Monitor {
                 exit = running.child.exit.exited() => {
                     running.drain(&publisher).await;
                     let error = Error::ExitedEarly {
-                        engine: self.context.engine().id().into(),
+                        engine: self.context.engine().as_str().into(),
                         status: exit.describe(),
                         code: exit.code,
                         signal: exit.signal,

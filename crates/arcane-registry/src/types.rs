@@ -34,6 +34,15 @@ impl Engine {
         }
     }
 
+    /// The SDK's default listener URL: `http://127.0.0.1:8080` for llama.cpp,
+    /// `http://127.0.0.1:11434` for Ollama.
+    pub fn default_url(self) -> &'static str {
+        match self {
+            Engine::LlamaCpp => "http://127.0.0.1:8080",
+            Engine::Ollama => "http://127.0.0.1:11434",
+        }
+    }
+
     /// The file name of the engine's server executable in an archive.
     pub fn executable_name(self) -> &'static str {
         match self {
@@ -52,10 +61,10 @@ impl fmt::Display for Engine {
 impl FromStr for Engine {
     type Err = Error;
 
-    /// Parses `llama.cpp` (also `llama-cpp`, `llamacpp`) or `ollama`; the error names the value.
+    /// Parses `llama.cpp` (also `llama`, `llama-cpp`, `llamacpp`) or `ollama`; the error names the value.
     fn from_str(value: &str) -> Result<Self, Self::Err> {
         match value.trim().to_ascii_lowercase().as_str() {
-            "llama.cpp" | "llama-cpp" | "llamacpp" => Ok(Engine::LlamaCpp),
+            "llama.cpp" | "llama" | "llama-cpp" | "llamacpp" => Ok(Engine::LlamaCpp),
             "ollama" => Ok(Engine::Ollama),
             _ => Err(Error::UnknownEngine {
                 value: value.to_string(),

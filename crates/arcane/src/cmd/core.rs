@@ -259,7 +259,7 @@ pub fn serve(
     let runtimes: Vec<String> = options
         .configs
         .iter()
-        .map(|c| c.engine.id().to_string())
+        .map(|c| c.engine.as_str().to_string())
         .collect();
     let plan = plan(&runtimes)?;
     if plan.engines.len() != options.configs.len() {
@@ -340,7 +340,7 @@ async fn serve_async(
     let parts = build_host(context, runtimes, observer, &|runtime| {
         let config = configs
             .iter()
-            .find(|c| c.engine.id() == runtime.id())
+            .find(|c| c.engine.as_str() == runtime.id())
             .cloned()
             .ok_or_else(|| {
                 CliError::from(CommandError::usage(

@@ -303,7 +303,7 @@ fn table_config(
     let runtime_name = table
         .runtime
         .clone()
-        .unwrap_or_else(|| Engine::LlamaCpp.id().to_string());
+        .unwrap_or_else(|| Engine::LlamaCpp.as_str().to_string());
     let absolute = |p: &Path| {
         if p.is_absolute() {
             p.to_path_buf()
@@ -332,7 +332,7 @@ fn table_config(
         config.library_dirs = runtime.library_dirs.clone();
         config.runtime_backend = runtime.backend;
         config.runtime_version = Some(runtime.version.clone());
-        if registered.as_ref().is_some_and(|r| r.id != engine.id()) {
+        if registered.as_ref().is_some_and(|r| r.id != engine.as_str()) {
             config.id = runtime.id.clone();
         }
     }
