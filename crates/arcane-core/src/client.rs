@@ -145,36 +145,23 @@ impl CoreClient {
             let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             return Err(remote(&value["error"], status));
         }
-        let mut body = response.into_body();
-        let mut buffer: Vec<u8> = Vec::new();
         let mut answer = String::new();
-        'frames: while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| Error::Http {
-                url: url.clone(),
-                source: Box::new(e),
-            })?;
-            let Ok(data) = frame.into_data() else {
-                continue;
+        crate::http::stream_lines(response, &url, |line| {
+            let Some(data) = line.strip_prefix("data:").map(str::trim) else {
+                return true;
             };
-            buffer.extend_from_slice(&data);
-            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-                let raw: Vec<u8> = buffer.drain(..=end).collect();
-                let line = String::from_utf8_lossy(&raw);
-                let Some(data) = line.trim().strip_prefix("data:").map(str::trim) else {
-                    continue;
-                };
-                if data == "[DONE]" {
-                    break 'frames;
-                }
-                let Ok(chunk) = serde_json::from_str::<Value>(data) else {
-                    continue;
-                };
+            if data == "[DONE]" {
+                return false;
+            }
+            if let Ok(chunk) = serde_json::from_str::<Value>(data) {
                 if let Some(delta) = chunk["choices"][0]["delta"]["content"].as_str() {
                     answer.push_str(delta);
                     on_delta(delta);
                 }
             }
-        }
+            true
+        })
+        .await?;
         Ok(answer)
     }
 }

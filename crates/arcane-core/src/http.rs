@@ -634,3 +634,38 @@ async fn passthrough(shared: &Shared, request: Request<Incoming>) -> Response<Ht
         ),
     }
 }
+
+/// Streams an upstream body line by line, calling `line` for each non-empty, trimmed
+/// line until it returns `false`; the one line splitter for every streamed reply
+/// (llama.cpp SSE, Ollama NDJSON, the CLI's chat client).
+pub(crate) async fn stream_lines(
+    response: hyper::Response<hyper::body::Incoming>,
+    url: &str,
+    mut line: impl FnMut(&str) -> bool,
+) -> Result<(), Error> {
+    let mut body = response.into_body();
+    let mut buffer: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Error::Http {
+            url: url.into(),
+            source: Box::new(e),
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        buffer.extend_from_slice(&data);
+        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+            let raw: Vec<u8> = buffer.drain(..=end).collect();
+            let text = String::from_utf8_lossy(&raw);
+            let text = text.trim();
+            if !text.is_empty() && !line(text) {
+                return Ok(());
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&buffer).trim().to_string();
+    if !text.is_empty() {
+        line(&text);
+    }
+    Ok(())
+}

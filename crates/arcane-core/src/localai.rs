@@ -342,40 +342,6 @@ impl LocalAiService {
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned())))
     }
 
-    /// Streams an upstream body line by line, calling `line` for each non-empty line.
-    async fn stream_lines(
-        &self,
-        response: hyper::Response<hyper::body::Incoming>,
-        url: &str,
-        mut line: impl FnMut(&str) -> bool,
-    ) -> Result<(), Error> {
-        let mut body = response.into_body();
-        let mut buffer: Vec<u8> = Vec::new();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| Error::Http {
-                url: url.into(),
-                source: Box::new(e),
-            })?;
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            buffer.extend_from_slice(&data);
-            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-                let raw: Vec<u8> = buffer.drain(..=end).collect();
-                let text = String::from_utf8_lossy(&raw);
-                let text = text.trim();
-                if !text.is_empty() && !line(text) {
-                    return Ok(());
-                }
-            }
-        }
-        let text = String::from_utf8_lossy(&buffer).trim().to_string();
-        if !text.is_empty() {
-            line(&text);
-        }
-        Ok(())
-    }
-
     async fn llama_chat(&self, parameters: Value, context: RequestContext) -> MethodResult {
         let slot = self.require(Runtime::LlamaCpp)?;
         let base = self.ready_url(slot, &context).await?;
@@ -433,7 +399,7 @@ impl LocalAiService {
         let mut finish_reason = Value::Null;
         let mut last = Value::Null;
         let mut chunks = 0usize;
-        self.stream_lines(response, &url, |line| {
+        crate::http::stream_lines(response, &url, |line| {
             let Some(data) = line.strip_prefix("data:").map(str::trim) else {
                 return true;
             };
@@ -518,7 +484,7 @@ impl LocalAiService {
         let response = self.send(Method::POST, &url, Some(&body)).await?;
         let mut content = String::new();
         let mut last = Value::Null;
-        self.stream_lines(response, &url, |line| {
+        crate::http::stream_lines(response, &url, |line| {
             let Ok(chunk) = serde_json::from_str::<Value>(line) else {
                 return true;
             };
