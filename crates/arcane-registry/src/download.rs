@@ -76,6 +76,12 @@ fn download_inner(
         let message = match receiver.recv_timeout(Duration::from_millis(50)) {
             Ok(message) => message,
             Err(RecvTimeoutError::Timeout) => continue,
+            // The worker also watches the token and stops without a message when it
+            // fires, so a cancellation between our check above and this receive shows
+            // up as a disconnect: it is still a cancellation, not a failure.
+            Err(RecvTimeoutError::Disconnected) if cancel.is_cancelled() => {
+                return Err(Error::cancelled("download"));
+            }
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(Error::Download {
                     url: url.to_string(),
