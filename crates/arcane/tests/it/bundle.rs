@@ -584,34 +584,11 @@ impl Drop for GroupGuard {
 /// One HTTP/1.1 request over loopback; returns (status, body).
 fn http(url: &str, method: &str, path: &str, token: &str, body: &str) -> (u16, String) {
     let address = url.trim_start_matches("http://").trim_end_matches('/');
-    assert!(
-        address.starts_with("127.0.0.1:")
-            || address.starts_with("[::1]:")
-            || address.starts_with("localhost:"),
-        "not loopback: {url}"
-    );
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).unwrap();
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
+    support::http_exchange(address, &request)
 }
 
 #[test]

@@ -317,23 +317,7 @@ fn process_exists(pid: i64) -> bool {
 
 /// One raw HTTP/1.1 request with `Connection: close`; status and body.
 fn http(port: u64, request: &str) -> (u16, String) {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port as u16)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut reply = String::new();
-    let _ = stream.read_to_string(&mut reply);
-    let status = reply
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = reply
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
+    support::http_exchange(&format!("127.0.0.1:{port}"), request)
 }
 
 #[test]

@@ -93,3 +93,36 @@ fn real_part(var: &str) -> PathBuf {
     );
     path
 }
+
+/// Sends one raw HTTP/1.1 request (which should say `Connection: close`) to
+/// `address` (a loopback `host:port`; anything else panics) and returns the status
+/// and body of the reply.
+pub fn http_exchange(address: &str, request: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    assert!(
+        address.starts_with("127.0.0.1:")
+            || address.starts_with("[::1]:")
+            || address.starts_with("localhost:"),
+        "tests talk to loopback only, not `{address}`"
+    );
+    let mut stream = std::net::TcpStream::connect(address).expect("connect to the host");
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .expect("set a read timeout");
+    stream
+        .write_all(request.as_bytes())
+        .expect("send the request");
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
