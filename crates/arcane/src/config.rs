@@ -66,12 +66,6 @@ pub fn env_path(name: &str) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// A non-empty environment variable as a string.
-#[allow(dead_code)]
-pub fn env_string(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
 /// Whether colour is allowed (`NO_COLOR` unset).
 pub fn color_allowed() -> bool {
     std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())

@@ -5,7 +5,6 @@
 use std::io::Write;
 
 use arcane_core::client::CoreClient;
-use arcane_report::Event;
 use serde_json::json;
 
 use crate::cli::OutputMode;
@@ -83,10 +82,4 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
             .result("", &json!({"answer": answer, "url": client.endpoint().url}));
     }
     Ok(0)
-}
-
-/// The human line for one of this command's events (it emits none).
-#[allow(dead_code)]
-pub fn human_event(_event: &Event, _verbose: u8) -> Option<String> {
-    None
 }

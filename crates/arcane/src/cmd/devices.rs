@@ -9,7 +9,6 @@ use arcane_devices::{
     check_placement, resolve, Backend, Catalog, CatalogState, Device, DeviceKind, DeviceSource,
     LaunchPlan, LiveProbe, Placement, ResolveRequest,
 };
-use arcane_report::Event;
 
 use crate::config::Context;
 use crate::error::CliError;
@@ -138,13 +137,6 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         }
     }
     Ok(0)
-}
-
-/// The human line for one of this command's events. Device discovery emits none, so
-/// `cmd::human_event` routes nothing here; the function keeps every command's shape.
-#[allow(dead_code)]
-pub fn human_event(_event: &Event, _verbose: u8) -> Option<String> {
-    None
 }
 
 fn gib(mib: u64) -> String {

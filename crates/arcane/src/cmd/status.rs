@@ -2,7 +2,6 @@
 //! services and their states, engines (state, owned or adopted, device) and devices.
 
 use arcane_core::client::CoreClient;
-use arcane_report::Event;
 use serde_json::{json, Value};
 
 use crate::config::Context;
@@ -98,10 +97,4 @@ fn human(value: &Value) -> String {
         ));
     }
     lines.join("\n")
-}
-
-/// The human line for one of this command's events (it emits none).
-#[allow(dead_code)]
-pub fn human_event(_event: &Event, _verbose: u8) -> Option<String> {
-    None
 }
