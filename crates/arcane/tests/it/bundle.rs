@@ -673,17 +673,11 @@ fn an_app_entry_without_a_running_core_starts_one_for_the_program_and_stops_it_a
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
     let guard = GroupGuard(command.spawn().unwrap());
     let mut child = guard;
-    let deadline = Instant::now() + Duration::from_secs(180);
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "launch --arcane-app-entry did not finish"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = support::wait_for_exit(
+        &mut child.0,
+        Duration::from_secs(180),
+        "launch --arcane-app-entry",
+    );
     let mut stdout = String::new();
     child
         .0

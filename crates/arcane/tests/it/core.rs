@@ -83,14 +83,8 @@ fn finish(mut guard: Guard) -> (i32, Vec<u8>, String) {
         .unwrap()
         .read_to_string(&mut stderr)
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(status) = guard.0.try_wait().unwrap() {
-            return (status.code().unwrap_or(-1), stdout, stderr);
-        }
-        assert!(Instant::now() < deadline, "arcane core did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let status = support::wait_for_exit(&mut guard.0, Duration::from_secs(60), "arcane core");
+    (status.code().unwrap_or(-1), stdout, stderr)
 }
 
 #[test]
@@ -483,17 +477,12 @@ fn sigterm_during_a_streaming_request_drains_and_leaves_no_process_behind() {
     let pid = served.child.0.id() as libc::pid_t;
     // SAFETY: sending SIGTERM to the child this test spawned.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let code = loop {
-        if let Some(status) = served.child.0.try_wait().unwrap() {
-            break status.code();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "arcane serve did not exit after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let code = support::wait_for_exit(
+        &mut served.child.0,
+        Duration::from_secs(60),
+        "arcane serve (after SIGTERM)",
+    )
+    .code();
     let mut stderr = String::new();
     served
         .child
@@ -580,17 +569,12 @@ fn wait_for_endpoint(workspace: &TestWorkspace, child: &mut Guard) -> Value {
 fn terminate(mut child: Guard) -> Option<i32> {
     // SAFETY: sending SIGTERM to the child this test spawned.
     unsafe { libc::kill(child.0.id() as libc::pid_t, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            return status.code();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "arcane serve did not exit after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    support::wait_for_exit(
+        &mut child.0,
+        Duration::from_secs(60),
+        "arcane serve (after SIGTERM)",
+    )
+    .code()
 }
 
 #[test]

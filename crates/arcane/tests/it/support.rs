@@ -126,3 +126,23 @@ pub fn http_exchange(address: &str, request: &str) -> (u16, String) {
         .unwrap_or_default();
     (status, body)
 }
+
+/// Waits up to `within` for `child` to exit and returns its status; panics naming
+/// `what` when it does not (a bounded wait, never a timing assertion).
+pub fn wait_for_exit(
+    child: &mut std::process::Child,
+    within: std::time::Duration,
+    what: &str,
+) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("poll the child") {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} did not exit within {within:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
