@@ -1,33 +1,17 @@
-//! Owned engine processes: the ONE spawn function, and the only place that signals.
-//!
-//! Every owned child is created by [`spawn`], which always
-//!
-//! * puts the child in a new process group (`setpgid(0, 0)`), so a stop reaches the
-//!   engine and anything it started;
-//! * arms `PR_SET_PDEATHSIG(SIGKILL)` on Linux (prctl(2)), so `kill -9` of Arcane takes
-//!   the engine down too. The signal fires when the *thread* that forked exits, not
-//!   the process (prctl(2), "the parent thread"), so every fork happens on one
-//!   dedicated spawner thread that lives as long as the process;
-//! * kills the group when its [`Child`] handle is dropped without a stop (kill-on-drop).
-//!
-//! Stopping ([`Child::terminate`]) sends SIGTERM to the group, waits out the grace
-//! period, then sends SIGKILL. A waiter thread notices the leader's exit with
-//! `waitid(WNOWAIT)` (wait(2)): the zombie still holds the pid, so the group id cannot
-//! have been reused when the waiter sends a final SIGKILL to any leftover group member,
-//! and only then reaps the leader. No signal is ever sent after the reap.
+//! Owned engine processes, seen from async code: an adapter over `arcane-process`
+//! (the one module that spawns, waits for and signals processes) that adds what the
+//! supervisor needs on a tokio runtime — output lines on a channel and an awaitable
+//! exit.
 //!
 //! [`stop_orphan`] stops a process a previous Arcane provably owned (see `records`).
 
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, Read};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{mpsc as std_mpsc, Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use serde::Serialize;
-use tokio::sync::{mpsc, oneshot, watch};
+pub use arcane_process::{ExitInfo, StopStep};
+use tokio::sync::{mpsc, watch};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -64,70 +48,6 @@ pub(crate) struct OutputLine {
     pub line: String,
 }
 
-/// How a process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ExitInfo {
-    /// The exit code, when it exited by itself.
-    pub code: Option<i32>,
-    /// The signal that ended it, if any.
-    pub signal: Option<i32>,
-}
-
-impl ExitInfo {
-    /// `exit code N` or `signal N`.
-    pub fn describe(&self) -> String {
-        match (self.code, self.signal) {
-            (Some(code), _) => format!("exit code {code}"),
-            (None, Some(signal)) => format!("signal {signal}"),
-            (None, None) => "unknown status".into(),
-        }
-    }
-
-    /// Whether it exited with code 0.
-    pub fn success(&self) -> bool {
-        self.code == Some(0)
-    }
-}
-
-/// Which step of a stop ended the process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum StopStep {
-    /// It had already exited before the stop.
-    AlreadyExited,
-    /// SIGTERM to the group ended it within the grace period.
-    Sigterm,
-    /// It outlived the grace period and was killed with SIGKILL.
-    Sigkill,
-    /// An adopted server: nothing was signalled, it was left running.
-    Released,
-}
-
-/// The process group of an owned child; signals go through here only.
-#[derive(Debug)]
-struct Group {
-    pgid: libc::pid_t,
-    /// Set (under the lock) once the leader is reaped; no signal is sent after that.
-    reaped: Mutex<bool>,
-}
-
-impl Group {
-    /// Signals the whole group unless the leader has been reaped. Returns whether it was sent.
-    fn signal(&self, signal: libc::c_int) -> bool {
-        let Ok(reaped) = self.reaped.lock() else {
-            return false;
-        };
-        if *reaped {
-            return false;
-        }
-        // SAFETY: killpg has no memory-safety preconditions. The leader is not reaped
-        // (checked under the lock the waiter holds while reaping), so `pgid` still names
-        // our child's group and cannot belong to a stranger.
-        unsafe { libc::killpg(self.pgid, signal) == 0 }
-    }
-}
-
 /// A running owned child. Dropping it kills its process group (kill-on-drop).
 #[derive(Debug)]
 #[must_use = "dropping a Child kills it"]
@@ -141,7 +61,7 @@ pub(crate) struct Child {
     /// The leader's exit, once it happened (a separate field so that output and exit
     /// can be awaited together).
     pub exit: ExitWatch,
-    group: Arc<Group>,
+    inner: arcane_process::Child,
 }
 
 /// Watches for the leader's exit.
@@ -192,126 +112,45 @@ impl Child {
         if let Some(info) = self.exit_status() {
             return (StopStep::AlreadyExited, info);
         }
-        self.group.signal(libc::SIGTERM);
+        self.inner.signal(libc::SIGTERM);
         if let Ok(info) = tokio::time::timeout(grace, self.exited()).await {
             return (StopStep::Sigterm, info);
         }
         on_escalate();
-        self.group.signal(libc::SIGKILL);
+        self.inner.signal(libc::SIGKILL);
         let info = self.exited().await;
         (StopStep::Sigkill, info)
     }
 }
 
-impl Drop for Child {
-    fn drop(&mut self) {
-        self.group.signal(libc::SIGKILL);
-    }
-}
-
-type SpawnReply = oneshot::Sender<io::Result<std::process::Child>>;
-
-/// The long-lived thread every owned child is forked from (see the module doc).
-fn spawner() -> &'static Mutex<std_mpsc::Sender<(SpawnSpec, SpawnReply)>> {
-    static SPAWNER: OnceLock<Mutex<std_mpsc::Sender<(SpawnSpec, SpawnReply)>>> = OnceLock::new();
-    SPAWNER.get_or_init(|| {
-        let (sender, receiver) = std_mpsc::channel::<(SpawnSpec, SpawnReply)>();
-        let _ = std::thread::Builder::new()
-            .name("arcane-spawner".into())
-            .spawn(move || {
-                // Lives until the process exits: its exit would fire the children's
-                // parent-death signal.
-                while let Ok((spec, reply)) = receiver.recv() {
-                    let _ = reply.send(spawn_here(&spec));
-                }
-                loop {
-                    std::thread::park();
-                }
-            });
-        Mutex::new(sender)
-    })
-}
-
-fn spawn_here(spec: &SpawnSpec) -> io::Result<std::process::Child> {
-    let mut command = Command::new(&spec.program);
-    command
-        .args(&spec.args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    for name in &spec.env_remove {
-        command.env_remove(name);
-    }
-    command.envs(&spec.env);
-    if let Some(cwd) = &spec.cwd {
-        command.current_dir(cwd);
-    }
-    #[cfg(target_os = "linux")]
-    if spec.parent_death_signal {
-        // SAFETY: getpid has no preconditions.
-        let parent = unsafe { libc::getpid() };
-        // SAFETY: the closure runs in the forked child before exec and calls only
-        // async-signal-safe functions (prctl, getppid); it allocates nothing.
-        unsafe {
-            command.pre_exec(move || {
-                if libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ) != 0
-                {
-                    return Err(io::Error::last_os_error());
-                }
-                // The parent may have died between fork and prctl; then nobody would
-                // ever send the signal (prctl(2)), so refuse to run.
-                if libc::getppid() != parent {
-                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
-                }
-                Ok(())
-            });
-        }
-    }
-    command.spawn()
-}
-
 /// Spawns `spec` as an owned child (new process group, parent-death signal, kill-on-drop).
 pub(crate) async fn spawn(spec: SpawnSpec) -> io::Result<Child> {
-    let (reply, answer) = oneshot::channel();
-    spawner()
-        .lock()
-        .map_err(|_| io::Error::other("the spawner thread is unavailable"))?
-        .send((spec, reply))
-        .map_err(|_| io::Error::other("the spawner thread is unavailable"))?;
-    let mut child = answer
+    let mut shared = arcane_process::Spec::new(&spec.program).args(&spec.args);
+    shared.env = spec.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
+    shared.env_remove = spec.env_remove.iter().map(Into::into).collect();
+    shared.cwd = spec.cwd.clone();
+    shared.parent_death_signal = spec.parent_death_signal;
+    let mut inner = tokio::task::spawn_blocking(move || arcane_process::spawn(shared))
         .await
-        .map_err(|_| io::Error::other("the spawner thread did not answer"))??;
-    let pid = child.id();
-    let group = Arc::new(Group {
-        pgid: pid as libc::pid_t,
-        reaped: Mutex::new(false),
-    });
+        .map_err(|_| io::Error::other("the spawn task did not finish"))??;
     let (line_tx, lines) = mpsc::unbounded_channel();
-    if let Some(stdout) = child.stdout.take() {
+    if let Some(stdout) = inner.stdout.take() {
         read_lines(stdout, Stream::Stdout, line_tx.clone());
     }
-    if let Some(stderr) = child.stderr.take() {
+    if let Some(stderr) = inner.stderr.take() {
         read_lines(stderr, Stream::Stderr, line_tx);
     }
     let (exit_tx, exit) = watch::channel(None);
-    let waiter_group = group.clone();
-    std::thread::Builder::new()
-        .name(format!("arcane-wait-{pid}"))
-        .spawn(move || wait_and_reap(child, waiter_group, exit_tx))?;
+    inner.on_exit(move |info| {
+        let _ = exit_tx.send(Some(info));
+    });
     Ok(Child {
-        pid,
-        start_time: process_start_time(pid),
-        exe: std::fs::read_link(format!("/proc/{pid}/exe")).ok(),
+        pid: inner.pid(),
+        start_time: inner.start_time(),
+        exe: inner.exe().map(Path::to_path_buf),
         lines,
         exit: ExitWatch(exit),
-        group,
+        inner,
     })
 }
 
@@ -345,65 +184,6 @@ fn read_lines(
         });
 }
 
-fn wait_and_reap(
-    mut child: std::process::Child,
-    group: Arc<Group>,
-    exit: watch::Sender<Option<ExitInfo>>,
-) {
-    let pid = child.id() as libc::id_t;
-    loop {
-        // SAFETY: `info` is a valid, zeroed siginfo_t that waitid writes into.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: plain syscall on our own child's pid; WNOWAIT leaves it a zombie.
-        let result =
-            unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
-        if result == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            break;
-        }
-    }
-    let status = {
-        let mut reaped = group.reaped.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: the leader is a zombie (not yet reaped), so the group id is still ours;
-        // this clears any process the engine left behind in its group.
-        unsafe {
-            libc::killpg(group.pgid, libc::SIGKILL);
-        }
-        let status = child.wait();
-        *reaped = true;
-        status
-    };
-    let info = match status {
-        Ok(status) => ExitInfo {
-            code: status.code(),
-            signal: status.signal(),
-        },
-        Err(_) => ExitInfo {
-            code: None,
-            signal: None,
-        },
-    };
-    let _ = exit.send(Some(info));
-}
-
-/// A process's start time in clock ticks since boot (`/proc/<pid>/stat` field 22), or
-/// `None` when there is no such process (or it is a zombie).
-pub(crate) fn process_start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces and parentheses: parse after the last `)`.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // `rest` starts at field 3 (state); field 22 is index 19.
-    if fields.first() == Some(&"Z") {
-        return None;
-    }
-    fields.get(19)?.parse().ok()
-}
-
-/// What `/proc/<pid>/exe` points to.
-pub(crate) fn process_exe(pid: u32) -> Option<PathBuf> {
-    std::fs::read_link(format!("/proc/{pid}/exe")).ok()
-}
-
 /// Whether `/proc/<pid>/environ` holds `name=value`; `None` when it cannot be read.
 pub(crate) fn process_environ_has(pid: u32, name: &str, value: &str) -> Option<bool> {
     let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
@@ -419,7 +199,7 @@ pub(crate) fn process_environ_has(pid: u32, name: &str, value: &str) -> Option<b
 /// time and executable). It is not our child, so liveness is polled through `/proc`;
 /// the group is signalled only while the pid still has the recorded start time.
 pub(crate) async fn stop_orphan(pid: u32, start_time: u64, grace: Duration) -> StopStep {
-    let alive = || process_start_time(pid) == Some(start_time);
+    let alive = || arcane_process::start_time(pid) == Some(start_time);
     let signal = |sig: libc::c_int| {
         if !alive() {
             return;
@@ -468,14 +248,6 @@ pub(crate) fn working_directory(executable: &Path) -> Option<PathBuf> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn start_time_of_self_is_readable_and_stable() {
-        let me = std::process::id();
-        let first = process_start_time(me).unwrap();
-        assert_eq!(process_start_time(me), Some(first));
-        assert_eq!(process_start_time(u32::MAX - 1), None);
-    }
-
     #[tokio::test]
     async fn terminate_stops_a_group_and_reports_sigterm() {
         let mut child = spawn(SpawnSpec {
@@ -489,10 +261,10 @@ mod tests {
         .await
         .unwrap();
         let pid = child.pid;
-        assert!(process_start_time(pid).is_some());
+        assert!(arcane_process::start_time(pid).is_some());
         let (step, _) = child.terminate(Duration::from_secs(5), || {}).await;
         assert_eq!(step, StopStep::Sigterm);
-        assert_eq!(process_start_time(pid), None);
+        assert_eq!(arcane_process::start_time(pid), None);
         // Idempotent.
         let (again, _) = child.terminate(Duration::from_secs(5), || {}).await;
         assert_eq!(again, StopStep::AlreadyExited);

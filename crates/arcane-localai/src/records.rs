@@ -96,7 +96,7 @@ pub(crate) fn current_owner() -> Owner {
     let pid = std::process::id();
     Owner {
         pid,
-        start_time: process::process_start_time(pid).unwrap_or(0),
+        start_time: arcane_process::start_time(pid).unwrap_or(0),
     }
 }
 
@@ -109,10 +109,10 @@ pub(crate) fn read(workspace: &Path, id: &str) -> Option<Record> {
 
 /// Judges a record against the live system (see the module doc for the proof).
 pub(crate) fn judge(record: &Record) -> Judgement {
-    if process::process_start_time(record.pid) != Some(record.start_time) {
+    if arcane_process::start_time(record.pid) != Some(record.start_time) {
         return Judgement::Stale("process-gone");
     }
-    if process::process_exe(record.pid).as_deref() != Some(record.exe.as_path()) {
+    if arcane_process::exe(record.pid).as_deref() != Some(record.exe.as_path()) {
         return Judgement::Stale("executable-differs");
     }
     if process::process_environ_has(record.pid, crate::command::NONCE_VARIABLE, &record.nonce)
@@ -122,7 +122,7 @@ pub(crate) fn judge(record: &Record) -> Judgement {
     }
     let owner = &record.owner;
     if owner.pid != std::process::id()
-        && process::process_start_time(owner.pid) == Some(owner.start_time)
+        && arcane_process::start_time(owner.pid) == Some(owner.start_time)
     {
         return Judgement::OwnerAlive;
     }

@@ -1,0 +1,33 @@
+//! The one place Arcane starts, watches, signals and identifies processes.
+//!
+//! Every process Arcane starts — an engine, the background Core of `launch`, the
+//! command of `arcane lock run`, a runtime's version probe — is created by [`spawn`],
+//! which always
+//!
+//! * puts the child in a new process group (`setpgid(0, 0)`), so a stop reaches the
+//!   child and anything it started;
+//! * arms `PR_SET_PDEATHSIG(SIGKILL)` on Linux (prctl(2)) unless the caller opts out, so
+//!   `kill -9` of Arcane takes the child down too. The signal fires when the *thread*
+//!   that forked exits, not the process (prctl(2), "the parent thread"), so every fork
+//!   happens on one dedicated spawner thread that lives as long as the process;
+//! * passes exactly the descriptors named in [`Spec::keep_fds`] across `exec` (everything
+//!   else Rust opens is close-on-exec);
+//! * watches the leader from a waiter thread with `waitid(WNOWAIT)`: the zombie still
+//!   holds the pid, so the group id cannot have been reused when the waiter sends a final
+//!   SIGKILL to any leftover group member, and only then reaps the leader. No signal is
+//!   ever sent after the reap ([`Child::signal`] checks under the same lock).
+//!
+//! Stopping ([`Child::terminate`]) sends SIGTERM to the group, waits out the grace
+//! period, then sends SIGKILL. Dropping a [`Child`] without a stop kills its group
+//! (kill-on-drop).
+//!
+//! A process Arcane did not start is never signalled through this crate. A pid is
+//! identified by its start time ([`Identity`]): a recorded pid whose start time
+//! differs is another process, however alive it is.
+#![warn(missing_docs)]
+
+mod identity;
+mod spawn;
+
+pub use identity::{exe, start_time, started_at, Identity, Liveness};
+pub use spawn::{spawn, Child, ExitInfo, Spec, StdioMode, StopStep};
