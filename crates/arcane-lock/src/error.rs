@@ -93,6 +93,12 @@ pub enum PolicyReason {
     },
     /// The workspace path is empty.
     Empty,
+    /// A lease claimed through the environment could not be proven (see the
+    /// inheritance rule in the crate documentation).
+    InheritedLease {
+        /// Which check failed.
+        why: String,
+    },
 }
 
 impl PolicyReason {
@@ -104,6 +110,7 @@ impl PolicyReason {
             PolicyReason::PermissionDenied => "permission-denied",
             PolicyReason::UnsupportedFilesystem { .. } => "unsupported-filesystem",
             PolicyReason::Empty => "empty",
+            PolicyReason::InheritedLease { .. } => "inherited-lease",
         }
     }
 
@@ -117,6 +124,9 @@ impl PolicyReason {
                 format!("it is on a `{filesystem}` filesystem, where advisory locks do not work dependably")
             }
             PolicyReason::Empty => "the path is empty".into(),
+            PolicyReason::InheritedLease { why } => {
+                format!("an inherited lease was claimed but not proven: {why}")
+            }
         }
     }
 }
@@ -320,6 +330,10 @@ impl Diagnostic for Error {
                     vec!["check the owner and mode of the workspace and its `.arcane` directory".into()]
                 }
                 PolicyReason::Missing => vec!["create the workspace directory first".into()],
+                PolicyReason::InheritedLease { .. } => vec![format!(
+                    "run nested operations as the command of `arcane lock run`, which passes the locked descriptor; unset `{}` otherwise",
+                    crate::inherit::LEASE_VARIABLE
+                )],
                 _ => vec!["use a physical directory and remove the offending link or file by hand".into()],
             },
             _ => Vec::new(),

@@ -2,8 +2,9 @@
 //! [`AcquireOptions`] and [`with_workspace_lock`].
 
 use std::ffi::CStr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -12,6 +13,7 @@ use serde_json::json;
 
 use crate::error::{BusyReason, Error, PolicyReason};
 use crate::holder::{human_duration, Holder};
+use crate::inherit::{self, Claim};
 use crate::record;
 use crate::recovery::{self, Found, Scope, Verdict};
 use crate::registry::{self, Reservation};
@@ -122,6 +124,7 @@ mod sealed {
 #[derive(Debug)]
 pub struct WorkspaceLock {
     workspace: PathBuf,
+    identity: sys::Identity,
     operation: String,
     nonce: String,
     acquired_at: String,
@@ -132,9 +135,29 @@ pub struct WorkspaceLock {
 #[derive(Debug)]
 struct Held {
     arcane: OwnedFd,
+    /// Our descriptor of the sentinel's locked open file description (for an inherited
+    /// lease, a close-on-exec duplicate of the inherited one).
     sentinel: OwnedFd,
     record: Stamp,
     reservation: Reservation,
+    /// Inherited from an ancestor: never unlock, never remove the record.
+    inherited: bool,
+    /// The locked description was passed to a child ([`WorkspaceLock::inheritance`]):
+    /// never unlock it explicitly, so it stays locked while that child (or anything it
+    /// left behind) lives.
+    shared: AtomicBool,
+}
+
+/// What a child process needs to inherit a lease: keep `fd` open across `exec` and set
+/// `variable=value` in its environment (see the inheritance rule in the crate docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inheritance {
+    /// The locked descriptor, to pass to the child as the same number.
+    pub fd: RawFd,
+    /// The environment variable's name ([`crate::LEASE_VARIABLE`]).
+    pub variable: &'static str,
+    /// Its value.
+    pub value: String,
 }
 
 impl WorkspaceLock {
@@ -157,6 +180,9 @@ impl WorkspaceLock {
             return Err(cancelled());
         }
         let ws = Workspace::open(workspace)?;
+        if let Some(claim) = inherit::claim_for(&ws) {
+            return adopt(&ws, claim?, options, events);
+        }
         let started = Instant::now();
         let deadline = options.wait.map(|wait| started + wait);
         let mut announced = false;
@@ -263,6 +289,30 @@ impl WorkspaceLock {
         NestedLease::start(&self.workspace, &self.operation, &self.child, operation)
     }
 
+    /// Lets a child process inherit this lease (see the inheritance rule in the crate
+    /// docs): the caller passes [`Inheritance::fd`] and the variable to the child. From
+    /// then on the lock is never unlocked explicitly: the kernel releases it when the
+    /// last process holding the descriptor ends. `None` once released.
+    pub fn inheritance(&self) -> Option<Inheritance> {
+        let held = self.held.as_ref()?;
+        held.shared.store(true, Ordering::SeqCst);
+        Some(Inheritance {
+            fd: held.sentinel.as_raw_fd(),
+            variable: inherit::LEASE_VARIABLE,
+            value: Claim {
+                fd: held.sentinel.as_raw_fd(),
+                workspace: self.identity,
+                nonce: self.nonce.clone(),
+            }
+            .render(),
+        })
+    }
+
+    /// Whether this lease was inherited from an ancestor process.
+    pub fn is_inherited(&self) -> bool {
+        self.held.as_ref().is_some_and(|held| held.inherited)
+    }
+
     /// Checks that the lock is still intact: the sentinel we hold is the one at the path
     /// and our record is still in place, unmodified. `ARCANE_LOCK_COMPROMISED` otherwise
     /// (lock-spec.md W16); long-running holders call this periodically.
@@ -322,6 +372,10 @@ impl WorkspaceLock {
         let Some(held) = self.held.take() else {
             return Ok(());
         };
+        if held.inherited {
+            // The ancestor that took the lock releases it; we only stop using it.
+            return Ok(());
+        }
         let path = self
             .workspace
             .join(".arcane")
@@ -360,8 +414,11 @@ impl WorkspaceLock {
 
 /// Unlocks and forgets a released lease, keeping the first error.
 fn finish(held: Held, result: Result<(), Error>) -> Result<(), Error> {
-    // Unlock explicitly (a forked child might share the descriptor), then close.
-    let _ = sys::unlock(held.sentinel.as_fd());
+    // Unlock explicitly (a forked child might share the descriptor), then close; but a
+    // description handed to a child on purpose stays locked until that child is gone.
+    if !held.inherited && !held.shared.load(Ordering::SeqCst) {
+        let _ = sys::unlock(held.sentinel.as_fd());
+    }
     drop(held.sentinel);
     drop(held.arcane);
     drop(held.reservation);
@@ -518,16 +575,7 @@ fn try_once(
     let busy = |reason, holder| Error::busy(&ws.canonical, reason, holder);
     let acquired = SystemTime::now();
     let acquired_at = arcane_report::time::format_rfc3339(acquired);
-    let me = Holder {
-        pid: Some(i64::from(sys::own_pid())),
-        hostname: Some(sys::hostname().to_string()),
-        command: sys::own_command().map(str::to_string),
-        operation: Some(options.operation.clone()),
-        since: Some(acquired_at.clone()),
-        advisory_lock: true,
-        alive: Some(true),
-        ..Holder::default()
-    };
+    let me = myself(options, &acquired_at);
     let reservation = match registry::reserve(ws.identity, me.clone()) {
         Ok(reservation) => reservation,
         Err(holder) => return Ok(Err(busy(BusyReason::SameProcess, Some(*holder)))),
@@ -599,6 +647,7 @@ fn try_once(
     });
     Ok(Ok(WorkspaceLock {
         workspace: ws.canonical.clone(),
+        identity: ws.identity,
         operation: options.operation.clone(),
         nonce,
         acquired_at,
@@ -607,9 +656,86 @@ fn try_once(
             sentinel,
             record: stamp,
             reservation,
+            inherited: false,
+            shared: AtomicBool::new(false),
         }),
         child: Mutex::new(None),
     }))
+}
+
+/// This process as a holder of `options.operation`.
+fn myself(options: &AcquireOptions, acquired_at: &str) -> Holder {
+    Holder {
+        pid: Some(i64::from(sys::own_pid())),
+        hostname: Some(sys::hostname().to_string()),
+        command: sys::own_command().map(str::to_string),
+        operation: Some(options.operation.clone()),
+        since: Some(acquired_at.to_string()),
+        advisory_lock: true,
+        alive: Some(true),
+        ..Holder::default()
+    }
+}
+
+/// Takes the lease an ancestor passed down, once `inherit::verify` proves it.
+fn adopt(
+    ws: &Workspace,
+    claim: &Claim,
+    options: &AcquireOptions,
+    events: &dyn EventSink,
+) -> Result<WorkspaceLock, Error> {
+    let acquired_at = arcane_report::time::now_rfc3339();
+    let me = myself(options, &acquired_at);
+    let reservation = registry::reserve(ws.identity, me)
+        .map_err(|h| Error::busy(&ws.canonical, BusyReason::SameProcess, Some(*h)))?;
+    let Some(arcane) = ws.open_arcane(false)? else {
+        return Err(Error::io(
+            "open",
+            ws.canonical.join(".arcane"),
+            std::io::Error::from_raw_os_error(sys::ENOENT),
+        ));
+    };
+    let record = read_record(ws, &arcane)?;
+    let record_nonce = match &record {
+        Some((RecordBytes::Bytes(bytes), _)) => record::parse(bytes)
+            .ok()
+            .and_then(|parsed| parsed.holder.nonce),
+        _ => None,
+    };
+    inherit::verify(ws, arcane.as_fd(), claim, record_nonce.as_deref())?;
+    let Some((_, stamp)) = record else {
+        unreachable_missing(ws)?
+    };
+    let sentinel = sys::duplicate(claim.fd)
+        .map_err(|e| Error::io("duplicate the inherited lock", ws.arcane_path(SENTINEL), e))?;
+    events.emit(Event::new(
+        "workspace.operation.locked",
+        json!({
+            "workspaceRoot": ws.canonical,
+            "operation": options.operation,
+            "lockPath": ws.arcane_path(RECORD),
+            "nonce": claim.nonce,
+            "pid": sys::own_pid(),
+            "waitedMilliseconds": null,
+            "inherited": true,
+        }),
+    ));
+    Ok(WorkspaceLock {
+        workspace: ws.canonical.clone(),
+        identity: ws.identity,
+        operation: options.operation.clone(),
+        nonce: claim.nonce.clone(),
+        acquired_at,
+        held: Some(Held {
+            arcane,
+            sentinel,
+            record: stamp,
+            reservation,
+            inherited: true,
+            shared: AtomicBool::new(false),
+        }),
+        child: Mutex::new(None),
+    })
 }
 
 fn unreachable_missing<T>(ws: &Workspace) -> Result<T, Error> {

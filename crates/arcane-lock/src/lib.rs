@@ -52,6 +52,15 @@
 //!   record are still ours (`ARCANE_LOCK_COMPROMISED` otherwise); `arcane lock run` calls
 //!   it every second and stops its command when the lock was taken from under it.
 //!
+//! # Inheritance
+//!
+//! A command run under a held lease (`arcane lock run`) inherits the locked descriptor
+//! and a variable naming it, so nested Arcane operations in it run at once and the lock
+//! stays held for exactly as long as the command, or anything it leaves behind, lives.
+//! The rule (what is proven before an inherited lease is used) is the `inherit`
+//! module's documentation; [`WorkspaceLock::inheritance`] hands a lease down and
+//! [`inherit`] takes the variable the process started with.
+//!
 //! # Limits
 //!
 //! * Linux only for now (it reads `/proc` for the canonical path, boot id and process
@@ -105,6 +114,7 @@
 
 mod error;
 mod holder;
+mod inherit;
 mod inspect;
 mod lease;
 mod record;
@@ -115,8 +125,11 @@ mod workspace;
 
 pub use error::{BusyReason, Error, PolicyReason};
 pub use holder::Holder;
+pub use inherit::{inherit, LEASE_VARIABLE};
 pub use inspect::{recover, status, LockStatus, RecoverOptions, Recovered};
-pub use lease::{with_workspace_lock, AcquireOptions, Lease, NestedLease, WorkspaceLock};
+pub use lease::{
+    with_workspace_lock, AcquireOptions, Inheritance, Lease, NestedLease, WorkspaceLock,
+};
 
 // A lease can move to another thread (e.g. `spawn_blocking`) and errors cross threads.
 const _: () = {

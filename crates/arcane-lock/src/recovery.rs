@@ -44,7 +44,8 @@
 //!      except that an owner pid that is **alive with the same start time** is never
 //!      displaced (**busy**: its sentinel may have been replaced behind its back), and an
 //!      owner whose start time cannot be read is **busy** (undeterminable). An alive pid
-//!      with a *different* start time is PID reuse → **stale**. An absent pid → **stale**.
+//!      with a *different* start time is PID reuse → **stale**. An absent pid, or a
+//!      zombie (it has exited; its parent has not reaped it yet) → **stale**.
 //!    * same host name, different boot id: written before a reboot → **stale** (every
 //!      process of the previous boot is gone; otherwise a power cut would leave the
 //!      workspace stuck).
@@ -52,8 +53,11 @@
 //!      broken automatically; `arcane lock recover --break-foreign-host HOST` breaks it
 //!      on explicit request.
 //! 4. **SDK record** (no advisory lock), judged by the SDK 0.89 rule on this host:
-//!    `kill(pid, 0)` fails with `ESRCH` → **stale**; succeeds → **busy** (owner alive);
-//!    any other answer (`EPERM`: another user's process) → **busy** (undeterminable).
+//!    `kill(pid, 0)` fails with `ESRCH` → **stale**; succeeds → **busy** (owner alive),
+//!    unless the process at that pid started after the record's `acquiredAt` (by more
+//!    than the two seconds of the boot time's rounding): then it cannot have written the
+//!    record, the pid was reused → **stale**; any other answer (`EPERM`: another user's
+//!    process) → **busy** (undeterminable).
 //!    Expiry times are ignored (lock-spec.md W3).
 //!
 //! # Replacing a stale record
@@ -73,6 +77,7 @@ use crate::error::BusyReason;
 use crate::holder::Holder;
 use crate::record::{self, Parsed};
 use crate::sys::{self, Identity, Probe};
+use arcane_process::Liveness;
 
 /// What the rule decided about an existing record.
 #[derive(Debug, Clone)]
@@ -154,6 +159,13 @@ pub(crate) fn judge(found: Found<'_>, scope: &Scope<'_>) -> Verdict {
                     why: "owner-exited",
                 }
             }
+            Probe::Present if started_after_record(pid, &holder) => {
+                holder.alive = Some(false);
+                Verdict::Stale {
+                    previous: holder,
+                    why: "pid-reused",
+                }
+            }
             Probe::Present => busy(BusyReason::OwnerAlive, holder, Some(true)),
             Probe::Undeterminable => busy(BusyReason::OwnerUndeterminable, holder, None),
         }
@@ -182,31 +194,61 @@ fn judge_arcane(mut holder: Holder, pid: i32) -> Verdict {
         return busy(BusyReason::ForeignHost { hostname }, holder, None);
     }
     // Same kernel: we hold the advisory lock, so the writer does not. Only a live owner
-    // with the recorded start time (a swapped sentinel) is protected.
-    let present = match sys::probe(pid) {
-        Probe::Absent => false,
-        Probe::Present => true,
-        // EPERM: another user's pid; /proc still tells its start time.
-        Probe::Undeterminable => sys::process_start_time(pid).is_some(),
-    };
-    if !present {
-        holder.alive = Some(false);
-        return Verdict::Stale {
-            previous: holder,
-            why: "owner-exited",
+    // with the recorded start time (a swapped sentinel) is protected; a zombie has
+    // exited, and a pid with another start time was reused.
+    let Some(recorded) = holder.start_time else {
+        return match sys::probe(pid) {
+            Probe::Absent => {
+                holder.alive = Some(false);
+                Verdict::Stale {
+                    previous: holder,
+                    why: "owner-exited",
+                }
+            }
+            _ => busy(BusyReason::OwnerUndeterminable, holder, None),
         };
-    }
-    match (holder.start_time, sys::process_start_time(pid)) {
-        (Some(recorded), Some(actual)) if recorded != actual => {
+    };
+    let identity = arcane_process::Identity {
+        pid: pid as u32,
+        start_time: recorded,
+    };
+    match identity.liveness() {
+        Liveness::Alive => busy(BusyReason::OwnerAliveWithoutLock, holder, Some(true)),
+        Liveness::Gone if matches!(sys::probe(pid), Probe::Undeterminable) => {
+            busy(BusyReason::OwnerUndeterminable, holder, None)
+        }
+        Liveness::Gone => {
+            holder.alive = Some(false);
+            Verdict::Stale {
+                previous: holder,
+                why: "owner-exited",
+            }
+        }
+        Liveness::Reused => {
             holder.alive = Some(false);
             Verdict::Stale {
                 previous: holder,
                 why: "pid-reused",
             }
         }
-        (Some(_), Some(_)) => busy(BusyReason::OwnerAliveWithoutLock, holder, Some(true)),
-        _ => busy(BusyReason::OwnerUndeterminable, holder, None),
     }
+}
+
+/// Whether the process now at `pid` started after the record was written
+/// (`acquiredAt`), so it cannot be the record's writer. Two seconds of slack cover the
+/// boot time's whole-second rounding.
+fn started_after_record(pid: i32, holder: &Holder) -> bool {
+    let Some(acquired) = holder
+        .since
+        .as_deref()
+        .and_then(arcane_report::time::parse_rfc3339)
+    else {
+        return false;
+    };
+    u32::try_from(pid)
+        .ok()
+        .and_then(arcane_process::started_at)
+        .is_some_and(|started| started > acquired + std::time::Duration::from_secs(2))
 }
 
 fn busy(reason: BusyReason, mut holder: Holder, alive: Option<bool>) -> Verdict {
@@ -254,11 +296,16 @@ mod tests {
         .unwrap()
     }
 
+    /// An SDK record written now.
     fn sdk_record(pid: i64) -> Vec<u8> {
+        sdk_record_at(pid, &arcane_report::time::now_rfc3339())
+    }
+
+    fn sdk_record_at(pid: i64, acquired_at: &str) -> Vec<u8> {
         serde_json::to_vec(&serde_json::json!({
             "schemaVersion": 1, "kind": record::KIND, "operation": "package",
             "owner": {"pid": pid}, "scope": "/w", "nonce": "n",
-            "acquiredAt": "2026-01-01T00:00:00.000Z", "expiresAt": "2999-01-01T00:00:00.000Z"
+            "acquiredAt": acquired_at, "expiresAt": "2999-01-01T00:00:00.000Z"
         }))
         .unwrap()
     }
@@ -394,6 +441,17 @@ mod tests {
         assert!(is_stale(
             &judge(Found::Bytes(&dead), &scope()),
             "owner-exited"
+        ));
+    }
+
+    #[test]
+    fn an_sdk_record_whose_pid_now_names_a_younger_process_is_stale() {
+        // Issue: such a record stayed busy forever. This test process started after
+        // the record's acquiredAt, so it cannot be the record's writer.
+        let reused = sdk_record_at(i64::from(sys::own_pid()), "2020-01-01T00:00:00.000Z");
+        assert!(is_stale(
+            &judge(Found::Bytes(&reused), &scope()),
+            "pid-reused"
         ));
     }
 

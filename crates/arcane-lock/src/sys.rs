@@ -219,6 +219,13 @@ pub(crate) fn try_lock_exclusive(fd: BorrowedFd<'_>) -> io::Result<TryLock> {
     }
 }
 
+/// A close-on-exec duplicate of `fd` (the same open file description).
+pub(crate) fn duplicate(fd: std::os::fd::RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: the caller checked that `fd` is open; the borrow ends with this call.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    retry(|| rustix::io::fcntl_dupfd_cloexec(borrowed, 0))
+}
+
 /// `flock(fd, LOCK_UN)`.
 pub(crate) fn unlock(fd: BorrowedFd<'_>) -> io::Result<()> {
     retry(|| rustix::fs::flock(fd, FlockOperation::Unlock))
@@ -336,16 +343,6 @@ pub(crate) fn probe(pid: i32) -> Probe {
     }
 }
 
-/// The start time of `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`,
-/// proc(5)), or `None` when it cannot be read.
-pub(crate) fn process_start_time(pid: i32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is parenthesised and may itself contain `)` and spaces.
-    let after = &text[text.rfind(')')? + 1..];
-    // `after` starts at field 3 (state); the start time is field 22.
-    after.split_ascii_whitespace().nth(19)?.parse().ok()
-}
-
 /// This process's id.
 pub(crate) fn own_pid() -> i32 {
     rustix::process::getpid().as_raw_nonzero().get()
@@ -354,7 +351,7 @@ pub(crate) fn own_pid() -> i32 {
 /// This process's start time, read once.
 pub(crate) fn own_start_time() -> Option<u64> {
     static START: OnceLock<Option<u64>> = OnceLock::new();
-    *START.get_or_init(|| process_start_time(own_pid()))
+    *START.get_or_init(|| arcane_process::start_time(own_pid() as u32))
 }
 
 /// The kernel's boot id (`/proc/sys/kernel/random/boot_id`), read once.
@@ -473,7 +470,7 @@ mod tests {
             .arg("5")
             .spawn()
             .unwrap();
-        let theirs = process_start_time(child.id() as i32);
+        let theirs = arcane_process::start_time(child.id());
         let _ = child.kill();
         let _ = child.wait();
         assert!(theirs.unwrap() >= own_start_time().unwrap());

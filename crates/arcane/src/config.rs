@@ -30,6 +30,8 @@ impl Context {
             None => default_workspace()?,
         };
         let workspace = absolute(workspace)?;
+        // A lease passed down by `arcane lock run` (proven before use, see arcane-lock).
+        arcane_lock::inherit(std::env::var(arcane_lock::LEASE_VARIABLE).ok().as_deref());
         let cancel = CancelToken::new();
         install_signal_handlers(&cancel);
         Ok(Self {

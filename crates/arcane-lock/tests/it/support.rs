@@ -129,7 +129,7 @@ pub fn sdk_record(ws: &Path, pid: u32, operation: &str) -> Vec<u8> {
         "owner": {"pid": pid},
         "scope": canonical(ws),
         "nonce": "5b0c6a52-8d8e-4c1e-9a51-0a7d1c2e3f40",
-        "acquiredAt": "2026-11-29T10:00:00.000Z",
+        "acquiredAt": arcane_report::time::now_rfc3339(),
         "expiresAt": "2026-11-29T16:00:00.000Z",
         "ttlMilliseconds": 21600000,
         "releaseProcedure": "The owning Arcane process removes this cooperative lock after the operation settles.",

@@ -3,8 +3,6 @@
 //! renders.
 
 use std::ffi::OsString;
-use std::process::{Command, ExitStatus};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use arcane_lock::{AcquireOptions, LockStatus, RecoverOptions, Recovered, WorkspaceLock};
@@ -117,32 +115,16 @@ fn run_command(context: &Context, args: RunArgs) -> Result<u8, CliError> {
     };
     ensure_workspace(context)?;
     let lock = WorkspaceLock::acquire(&context.workspace, &options, &context.output)?;
-    let mut child = match Command::new(program).args(rest).spawn() {
+    let mut child = match spawn_under(&lock, program, rest) {
         Ok(child) => child,
         Err(error) => {
-            let code = if error.kind() == std::io::ErrorKind::NotFound {
-                codes::ARCANE_PREREQUISITE_MISSING
-            } else {
-                codes::ARCANE_OPERATION_FAILED
-            };
             let _ = lock.release_with_events(&context.output);
-            return Err(CommandError::new(
-                code,
-                format!("cannot run `{}`", program.to_string_lossy()),
-                json!({"command": program.to_string_lossy()}),
-            )
-            .caused_by(error)
-            .into());
+            return Err(error.into());
         }
     };
-    let outcome = supervise(context, &lock, &mut child);
-    let status = child.wait();
+    let compromised = supervise(context, &lock, &mut child).err();
+    let exit = child.wait().shell_code();
     let released = lock.release_with_events(&context.output);
-    let compromised = outcome.err();
-    let status = status.map_err(|e| {
-        CommandError::new(codes::ARCANE_IO, "cannot wait for the command", json!({})).caused_by(e)
-    })?;
-    let exit = exit_code(status);
     if let Some(error) = compromised {
         if let Err(release_error) = released {
             context.output.note(&format!("warning: {release_error}"));
@@ -165,6 +147,39 @@ fn run_command(context: &Context, args: RunArgs) -> Result<u8, CliError> {
         }),
     );
     Ok(exit)
+}
+
+/// Starts the command tied to the lease: it inherits the locked descriptor (so the lock
+/// stays held while it, or anything it leaves behind, lives, and nested Arcane
+/// operations run at once), runs in its own process group (the terminal's foreground
+/// group when we have one), and dies with us (parent-death signal).
+fn spawn_under(
+    lock: &WorkspaceLock,
+    program: &OsString,
+    rest: &[OsString],
+) -> Result<arcane_process::Child, CommandError> {
+    let mut spec = arcane_process::Spec::new(program)
+        .args(rest)
+        .inherit_stdio();
+    spec.foreground = true;
+    if let Some(inheritance) = lock.inheritance() {
+        spec.keep_fds.push(inheritance.fd);
+        spec.env
+            .insert(inheritance.variable.into(), inheritance.value.into());
+    }
+    arcane_process::spawn(spec).map_err(|error| {
+        let code = if error.kind() == std::io::ErrorKind::NotFound {
+            codes::ARCANE_PREREQUISITE_MISSING
+        } else {
+            codes::ARCANE_OPERATION_FAILED
+        };
+        CommandError::new(
+            code,
+            format!("cannot run `{}`", program.to_string_lossy()),
+            json!({"command": program.to_string_lossy()}),
+        )
+        .caused_by(error)
+    })
 }
 
 /// Creates the workspace directory (mode 0700) when nothing exists at its path, so the
@@ -197,71 +212,33 @@ fn lock_workspace(context: &Context) -> Value {
     json!(std::fs::canonicalize(&context.workspace).unwrap_or_else(|_| context.workspace.clone()))
 }
 
-/// Waits for the child without reaping it (so its pid cannot be reused while we may
-/// still signal it), forwarding cancellation as SIGTERM and checking once a second that
-/// the lock is intact; a compromised lock stops the command.
+/// Waits for the command, forwarding cancellation (the first SIGINT/SIGTERM) as SIGTERM
+/// to its process group and checking once a second that the lock is intact; a
+/// compromised lock stops the command. (A second signal exits at once; the
+/// parent-death signal then ends the command.)
 fn supervise(
     context: &Context,
     lock: &WorkspaceLock,
-    child: &mut std::process::Child,
+    child: &mut arcane_process::Child,
 ) -> Result<(), arcane_lock::Error> {
-    let pid = child.id() as libc::pid_t;
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        // SAFETY: `info` is a plain C struct that waitid fills; WNOWAIT leaves the child
-        // unreaped, so the pid stays ours until `Child::wait` reaps it.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        loop {
-            // SAFETY: valid pointer to `info`; `pid` is our own child.
-            let rc = unsafe {
-                libc::waitid(
-                    libc::P_PID,
-                    pid as libc::id_t,
-                    &mut info,
-                    libc::WEXITED | libc::WNOWAIT,
-                )
-            };
-            if rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                break;
-            }
-        }
-        let _ = sender.send(());
-    });
     let mut signalled = false;
     let mut last_check = Instant::now();
     loop {
-        match receiver.recv_timeout(Duration::from_millis(100)) {
-            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        if child.wait_timeout(Duration::from_millis(100)).is_some() {
+            return Ok(());
         }
         if context.cancel.is_cancelled() && !signalled {
             signalled = true;
-            terminate(pid);
+            child.signal(libc::SIGTERM);
         }
         if last_check.elapsed() >= Duration::from_secs(1) {
             last_check = Instant::now();
             if let Err(error) = lock.check() {
-                terminate(pid);
-                let _ = receiver.recv();
+                child.signal(libc::SIGTERM);
+                child.wait();
                 return Err(error);
             }
         }
-    }
-}
-
-fn terminate(pid: libc::pid_t) {
-    // SAFETY: `pid` is our unreaped child (see `supervise`), so it names no other process.
-    unsafe {
-        libc::kill(pid, libc::SIGTERM);
-    }
-}
-
-fn exit_code(status: ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => code.clamp(0, 255) as u8,
-        (None, Some(signal)) => (128 + signal).clamp(0, 255) as u8,
-        (None, None) => 1,
     }
 }
 

@@ -139,11 +139,17 @@ fn arcane_record(ws: &TestWorkspace, pid: u32, start: u64, operation: &str) -> V
     .unwrap()
 }
 
+/// An SDK record for `pid`, written now (as `date -u` tells it).
 fn sdk_record(ws: &TestWorkspace, pid: u32) -> Vec<u8> {
+    let now = Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%S.000Z"])
+        .output()
+        .unwrap();
+    let now = String::from_utf8(now.stdout).unwrap();
     serde_json::to_vec_pretty(&serde_json::json!({
         "schemaVersion": 1, "kind": "arcane-workspace-operation-lock", "operation": "package",
         "owner": {"pid": pid}, "scope": canonical(ws), "nonce": "5b0c6a52-8d8e-4c1e-9a51-0a7d1c2e3f40",
-        "acquiredAt": "2026-11-29T10:00:00.000Z", "expiresAt": "2026-11-29T16:00:00.000Z",
+        "acquiredAt": now.trim(), "expiresAt": "2999-11-29T16:00:00.000Z",
         "ttlMilliseconds": 21600000,
         "releaseProcedure": "The owning Arcane process removes this cooperative lock after the operation settles.",
         "staleRecovery": "After expiresAt, confirm the recorded owner process is absent."
@@ -871,4 +877,325 @@ fn a_dot_arcane_the_user_cannot_enter_is_a_typed_permission_refusal() {
     let v = json(&out);
     assert_eq!(v["error"]["code"], "ARCANE_POLICY_DENIED");
     assert_eq!(v["error"]["details"]["reason"], "permission-denied");
+}
+
+/// Reads a pid a test command wrote to `path`, waiting (bounded) for it to appear.
+fn read_pid(path: &Path) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits (bounded) until `pid` no longer runs (gone or a zombie).
+fn wait_gone(pid: u32, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while arcane_process::start_time(pid).is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} (pid {pid}) is still running"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn the_command_dies_with_a_holder_killed_with_sigkill_so_writers_never_interleave() {
+    // Issue: after `kill -9` of `arcane lock run`, its command went on writing while
+    // the next holder's command wrote too (`first-3 second-1 first-4 …`).
+    let ws = TestWorkspace::new();
+    let mut reaper = Reaper::default();
+    let log = ws.path().join("log");
+    let pidfile = ws.path().join("first.pid");
+    let script =
+        "echo $$ > \"$1\"; i=0; while :; do i=$((i+1)); echo first-$i >> \"$2\"; sleep 0.05; done";
+    let first = ws
+        .arcane()
+        .args([
+            "lock",
+            "run",
+            "--operation",
+            "first",
+            "--",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .arg(&pidfile)
+        .arg(&log)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let arcane_pid = reaper.adopt(first);
+    let command = read_pid(&pidfile);
+    reaper.pids.push(command);
+    let _ = Command::new("kill")
+        .arg("-KILL")
+        .arg(arcane_pid.to_string())
+        .status();
+    wait_gone(command, "the command of the killed holder");
+    let out = run(ws
+        .arcane()
+        .args([
+            "lock",
+            "run",
+            "--operation",
+            "second",
+            "--wait",
+            "30s",
+            "--",
+            "sh",
+            "-c",
+            "for i in 1 2 3; do echo second-$i >> \"$1\"; sleep 0.05; done",
+            "sh",
+        ])
+        .arg(&log));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let first_second = text.lines().position(|l| l.starts_with("second-")).unwrap();
+    assert!(
+        text.lines()
+            .skip(first_second)
+            .all(|l| l.starts_with("second-")),
+        "writes interleaved:\n{text}"
+    );
+}
+
+#[test]
+fn what_a_killed_holders_command_leaves_behind_keeps_the_lock_until_it_ends() {
+    let ws = TestWorkspace::new();
+    let mut reaper = Reaper::default();
+    let pidfile = ws.path().join("left.pid");
+    // The background `sleep` outlives the shell (the leader the parent-death signal
+    // kills) and still holds the inherited locked descriptor.
+    let holder = ws
+        .arcane()
+        .args([
+            "lock",
+            "run",
+            "--operation",
+            "first",
+            "--",
+            "sh",
+            "-c",
+            "sleep 600 & echo $! > \"$1\"; wait",
+            "sh",
+        ])
+        .arg(&pidfile)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let arcane_pid = reaper.adopt(holder);
+    let left = read_pid(&pidfile);
+    reaper.pids.push(left);
+    let _ = Command::new("kill")
+        .arg("-KILL")
+        .arg(arcane_pid.to_string())
+        .status();
+    for child in &mut reaper.children {
+        let _ = child.wait();
+    }
+    let out = run(ws.arcane().args([
+        "--output",
+        "json",
+        "lock",
+        "run",
+        "--operation",
+        "second",
+        "--",
+        "true",
+    ]));
+    assert_eq!(out.status.code(), Some(75), "{}", stdout(&out));
+    assert_eq!(json(&out)["error"]["code"], "ARCANE_WORKSPACE_BUSY");
+    let _ = Command::new("kill")
+        .arg("-KILL")
+        .arg(left.to_string())
+        .status();
+    wait_gone(left, "the left-behind sleep");
+    let out = run(ws.arcane().args([
+        "lock",
+        "run",
+        "--operation",
+        "third",
+        "--wait",
+        "30s",
+        "--",
+        "true",
+    ]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn two_sigints_to_a_holder_whose_command_traps_them_end_the_command_before_the_next_holder_runs() {
+    let ws = TestWorkspace::new();
+    let mut reaper = Reaper::default();
+    let pidfile = ws.path().join("trap.pid");
+    let holder = ws
+        .arcane()
+        .args([
+            "lock",
+            "run",
+            "--operation",
+            "first",
+            "--",
+            "sh",
+            "-c",
+            "trap '' INT TERM; echo $$ > \"$1\"; while :; do sleep 0.05; done",
+            "sh",
+        ])
+        .arg(&pidfile)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let arcane_pid = reaper.adopt(holder);
+    let command = read_pid(&pidfile);
+    reaper.pids.push(command);
+    for _ in 0..2 {
+        let _ = Command::new("kill")
+            .arg("-INT")
+            .arg(arcane_pid.to_string())
+            .status();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = crate::support::wait_for_exit(
+        &mut reaper.children[0],
+        Duration::from_secs(30),
+        "the holder",
+    );
+    assert_eq!(status.code(), Some(130));
+    // The next holder's command checks that the first command is gone.
+    let check =
+        format!("test ! -e /proc/{command}/cmdline || grep -q '^State:.Z' /proc/{command}/status");
+    let out = run(ws.arcane().args([
+        "lock",
+        "run",
+        "--operation",
+        "second",
+        "--wait",
+        "30s",
+        "--",
+        "sh",
+        "-c",
+        &check,
+    ]));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the first command still ran: {}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn nested_operations_under_lock_run_inherit_the_lease_and_run_at_once() {
+    // Issue: `arcane lock run -- arcane model add …` waited 10 minutes for its own
+    // parent and gave up with 75.
+    let ws = TestWorkspace::new();
+    let model = crate::support::smollm2();
+    let arcane = crate::support::arcane_bin();
+    let out = run(ws
+        .arcane()
+        .args(["lock", "run", "--operation", "outer", "--"])
+        .arg(&arcane)
+        .arg("--workspace")
+        .arg(ws.path())
+        .args(["--output", "json", "model", "add", "smol", "--file"])
+        .arg(&model));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let listed = run(ws.arcane().args(["--output", "json", "model", "list"]));
+    assert!(stdout(&listed).contains("\"smol\""), "{}", stdout(&listed));
+    // Deeper nesting works too, and the lock is free afterwards.
+    let out = run(ws
+        .arcane()
+        .args(["lock", "run", "--operation", "outer", "--"])
+        .arg(&arcane)
+        .arg("--workspace")
+        .arg(ws.path())
+        .args(["lock", "run", "--operation", "inner", "--", "true"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let status = run(ws.arcane().args(["--output", "json", "lock", "status"]));
+    assert_eq!(json(&status)["state"], "free");
+}
+
+#[test]
+fn a_lease_claimed_without_its_descriptor_is_refused() {
+    let ws = TestWorkspace::new();
+    let mut reaper = Reaper::default();
+    let claimfile = ws.path().join("claim");
+    // A holder whose command publishes the variable and keeps running.
+    let holder = ws
+        .arcane()
+        .args([
+            "lock",
+            "run",
+            "--operation",
+            "first",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$ARCANE_WORKSPACE_LEASE\" > \"$1.tmp\"; mv \"$1.tmp\" \"$1\"; exec sleep 600",
+            "sh",
+        ])
+        .arg(&claimfile)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    reaper.adopt(holder);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let claim = loop {
+        if let Ok(text) = std::fs::read_to_string(&claimfile) {
+            break text.trim().to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the holder never published its lease"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(claim.starts_with("v1:"), "{claim}");
+    // Another process copies the variable but has no such descriptor.
+    let out = run(ws.arcane().env("ARCANE_WORKSPACE_LEASE", &claim).args([
+        "--output",
+        "json",
+        "lock",
+        "run",
+        "--operation",
+        "thief",
+        "--",
+        "true",
+    ]));
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let v = json(&out);
+    assert_eq!(v["error"]["code"], "ARCANE_POLICY_DENIED", "{v}");
+    assert!(v.to_string().contains("inherited-lease"), "{v}");
+    // A damaged variable is refused too, never silently ignored.
+    let out = run(ws.arcane().env("ARCANE_WORKSPACE_LEASE", "garbage").args([
+        "--output",
+        "json",
+        "lock",
+        "run",
+        "--operation",
+        "x",
+        "--",
+        "true",
+    ]));
+    assert_eq!(json(&out)["error"]["code"], "ARCANE_POLICY_DENIED");
 }
