@@ -4,12 +4,17 @@
 //!
 //! # One owner per workspace
 //!
-//! The owner creates `core.lock` exclusively, holding `{pid, nonce, startedAt}`. A
-//! second host finding the lock checks the recorded pid: alive (or undeterminable) →
-//! [`Error::AlreadyRunning`] naming the running host's URL and pid from `core.json`;
-//! absent (`ESRCH`) → the lock is stale and is removed, but only if a re-read shows
-//! the same nonce, so two recovering hosts never both win. Staleness never depends on
-//! time. The lock is removed when the [`OwnerLock`] drops.
+//! The owner is whoever holds the workspace lock crate's owner lease for the role
+//! `core` (`.arcane/core.lock`, an `flock` held for the host's whole life; see
+//! `arcane_lock::OwnerLease` for the rule). Every host — `arcane serve`, `arcane core
+//! --stdio`, a bundle's background Core — takes it before anything else; a second one
+//! gets [`Error::AlreadyRunning`] naming the running host's URL and pid. A crash frees
+//! it (the kernel drops the lock), and no content of `core.lock` can keep a workspace
+//! stuck.
+//!
+//! A client trusts `core.json` only while the lease is held ([`running_endpoint`]): a
+//! file left by a dead host is never believed, so its token is never sent to whatever
+//! listens on that port now.
 //!
 //! # The stable port
 //!
@@ -156,19 +161,36 @@ pub fn read_endpoint(workspace: &Path) -> Result<Option<EndpointRecord>, Error> 
 }
 
 /// Reads the running host's record, failing with [`Error::NotRunning`] when there is
-/// none or its process is gone.
+/// none, the owner lease is free (the host that wrote it is gone) or the recorded pid
+/// is gone.
 pub fn running_endpoint(workspace: &Path) -> Result<EndpointRecord, Error> {
-    match read_endpoint(workspace)? {
-        None => Err(Error::NotRunning {
-            workspace: workspace.to_path_buf(),
-            reason: format!("`{}` does not exist", endpoint_path(workspace).display()),
-        }),
-        Some(record) if process_is_absent(record.pid) => Err(Error::NotRunning {
-            workspace: workspace.to_path_buf(),
-            reason: format!("the recorded host (pid {}) is not running", record.pid),
-        }),
-        Some(record) => Ok(record),
+    let not_running = |reason: String| Error::NotRunning {
+        workspace: workspace.to_path_buf(),
+        reason,
+    };
+    let Some(record) = read_endpoint(workspace)? else {
+        return Err(not_running(format!(
+            "`{}` does not exist",
+            endpoint_path(workspace).display()
+        )));
+    };
+    let held = arcane_lock::owner_lease_held(workspace, OWNER_ROLE)
+        .map_err(|e| Error::library("cannot check the Core host's owner lease", e))?;
+    if !held {
+        return Err(not_running(format!(
+            "`{}` was left by a host that is gone (pid {}; nothing holds the owner lease `{}`)",
+            endpoint_path(workspace).display(),
+            record.pid,
+            lock_path(workspace).display()
+        )));
     }
+    if arcane_process::start_time(record.pid).is_none() {
+        return Err(not_running(format!(
+            "the recorded host (pid {}) is not running",
+            record.pid
+        )));
+    }
+    Ok(record)
 }
 
 /// The saved port, if one was saved.
@@ -220,143 +242,68 @@ pub fn save_port(workspace: &Path, port: u16) -> Result<(), Error> {
     }
 }
 
-/// Whether the OS reports no process with `pid` (`ESRCH`). Any other answer (alive,
-/// not permitted, unknown) counts as present: an undeterminable owner is busy.
-pub fn process_is_absent(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: `kill` with signal 0 sends nothing; it only checks that `pid` exists and
-    // may be signalled (kill(2)). No memory is passed.
-    let rc = unsafe { libc::kill(pid, 0) };
-    rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-}
+/// The owner lease's role: its sentinel is `.arcane/core.lock`.
+pub const OWNER_ROLE: &str = "core";
 
-#[derive(Debug, Serialize, Deserialize)]
-struct LockRecord {
-    pid: u32,
-    nonce: String,
-    #[serde(rename = "startedAt")]
-    started_at: String,
-}
-
-/// Proof that this process owns the workspace's Core host; removes `core.lock` and
-/// `core.json` when dropped.
+/// Proof that this process owns the workspace's Core host: the owner lease for
+/// [`OWNER_ROLE`]. Dropping it removes `core.json` (if it is still this host's) and
+/// releases the lease.
 #[must_use = "dropping the owner lock releases the workspace at once"]
 #[derive(Debug)]
 pub struct OwnerLock {
     workspace: PathBuf,
-    nonce: String,
+    _lease: arcane_lock::OwnerLease,
 }
 
 impl OwnerLock {
-    /// Takes the workspace's owner lock, recovering a stale one (owner absent, same
-    /// nonce on re-read). Fails with [`Error::AlreadyRunning`] when a live host owns
-    /// it.
+    /// Takes the workspace's owner lease. Fails with [`Error::AlreadyRunning`] when a live
+    /// host owns it (with the URL from `core.json` when it has written one, otherwise
+    /// `(starting)`).
     pub fn acquire(workspace: &Path) -> Result<Self, Error> {
-        let path = lock_path(workspace);
-        let directory = workspace.join(STATE_DIR);
-        std::fs::create_dir_all(&directory).map_err(io("create", &directory))?;
-        let nonce = new_token()?;
-        let record = LockRecord {
-            pid: std::process::id(),
-            nonce: nonce.clone(),
-            started_at: arcane_report::time::now_rfc3339(),
-        };
-        let text = serde_json::to_vec(&record).unwrap_or_default();
-        for _attempt in 0..3 {
-            let mut options = std::fs::OpenOptions::new();
-            options.write(true).create_new(true);
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-            match options.open(&path) {
-                Ok(mut file) => {
-                    file.write_all(&text).map_err(io("write", &path))?;
-                    file.sync_all().map_err(io("sync", &path))?;
-                    return Ok(Self {
-                        workspace: workspace.to_path_buf(),
-                        nonce,
-                    });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(source) => {
-                    return Err(Error::Io {
-                        operation: "create",
-                        path,
-                        source,
-                    })
-                }
+        match arcane_lock::OwnerLease::acquire(workspace, OWNER_ROLE) {
+            Ok(lease) => Ok(Self {
+                workspace: workspace.to_path_buf(),
+                _lease: lease,
+            }),
+            Err(error) if error.is_busy() => {
+                let owner_pid = match &error {
+                    arcane_lock::Error::Busy { holder, .. } => holder
+                        .as_ref()
+                        .and_then(|h| h.pid)
+                        .and_then(|pid| u32::try_from(pid).ok()),
+                    _ => None,
+                };
+                let endpoint = read_endpoint(workspace)
+                    .ok()
+                    .flatten()
+                    .filter(|r| owner_pid.is_none_or(|pid| pid == r.pid));
+                Err(Error::AlreadyRunning {
+                    url: endpoint
+                        .as_ref()
+                        .map(|r| r.url.clone())
+                        .unwrap_or_else(|| "(starting)".into()),
+                    pid: owner_pid.or(endpoint.map(|r| r.pid)).unwrap_or(0),
+                    endpoint_file: endpoint_path(workspace),
+                })
             }
-            let holder = read_lock(&path)?;
-            match holder {
-                // Being written right now, or vanished: try again.
-                None => std::thread::sleep(std::time::Duration::from_millis(50)),
-                Some(holder) if process_is_absent(holder.pid) => {
-                    // Stale: remove only if a re-read shows the same record.
-                    if let Some(again) = read_lock(&path)? {
-                        if again.nonce == holder.nonce {
-                            let _ = std::fs::remove_file(&path);
-                        }
-                    }
-                }
-                Some(holder) => {
-                    let endpoint = read_endpoint(workspace)
-                        .ok()
-                        .flatten()
-                        .filter(|r| r.pid == holder.pid);
-                    return Err(Error::AlreadyRunning {
-                        url: endpoint
-                            .map(|r| r.url)
-                            .unwrap_or_else(|| "(starting)".into()),
-                        pid: holder.pid,
-                        endpoint_file: endpoint_path(workspace),
-                    });
-                }
-            }
+            Err(error) => Err(Error::library(
+                "cannot take the Core host's owner lease",
+                error,
+            )),
         }
-        Err(Error::Io {
-            operation: "create",
-            path,
-            source: std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                "the owner lock keeps changing",
-            ),
-        })
-    }
-}
-
-fn read_lock(path: &Path) -> Result<Option<LockRecord>, Error> {
-    match std::fs::read(path) {
-        Ok(text) => Ok(serde_json::from_slice(&text).ok()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(Error::Io {
-            operation: "read",
-            path: path.to_path_buf(),
-            source,
-        }),
     }
 }
 
 impl Drop for OwnerLock {
     fn drop(&mut self) {
-        let path = lock_path(&self.workspace);
-        // Remove our records only if they are still ours.
-        if read_lock(&path)
+        // Remove the endpoint record only if it is still ours; the lease is released
+        // after it (field drop order), so no reader trusts a half-removed host.
+        if read_endpoint(&self.workspace)
             .ok()
             .flatten()
-            .is_some_and(|r| r.nonce == self.nonce)
+            .is_some_and(|r| r.pid == std::process::id())
         {
-            if read_endpoint(&self.workspace)
-                .ok()
-                .flatten()
-                .is_some_and(|r| r.pid == std::process::id())
-            {
-                let _ = std::fs::remove_file(endpoint_path(&self.workspace));
-            }
-            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(endpoint_path(&self.workspace));
         }
     }
 }
@@ -402,23 +349,47 @@ mod tests {
     }
 
     #[test]
-    fn a_live_owner_refuses_a_second_one_and_a_dead_one_is_recovered() {
+    fn a_live_owner_refuses_a_second_one_and_no_file_content_keeps_a_workspace_stuck() {
         let dir = tempfile::tempdir().unwrap();
         let first = OwnerLock::acquire(dir.path()).unwrap();
         let err = OwnerLock::acquire(dir.path()).unwrap_err();
         assert!(matches!(err, Error::AlreadyRunning { pid, .. } if pid == std::process::id()));
         drop(first);
-        assert!(!lock_path(dir.path()).exists());
-        // A lock left by a process that no longer exists is stale.
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let dead = child.id();
-        child.wait().unwrap();
-        std::fs::write(
-            lock_path(dir.path()),
-            format!(r#"{{"pid":{dead},"nonce":"x","startedAt":"t"}}"#),
-        )
-        .unwrap();
-        let _again = OwnerLock::acquire(dir.path()).unwrap();
+        // Issue: an empty `core.lock` (a crash between create and write) and one naming a
+        // live unrelated pid each kept every later host out, forever.
+        for content in [
+            "".to_string(),
+            format!(r#"{{"pid":1,"nonce":"x","startedAt":"t"}}"#),
+        ] {
+            std::fs::write(lock_path(dir.path()), content).unwrap();
+            let owner = OwnerLock::acquire(dir.path()).unwrap();
+            drop(owner);
+        }
+    }
+
+    #[test]
+    fn an_endpoint_file_is_believed_only_while_its_owner_lease_is_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = EndpointRecord {
+            protocol: "arcane/1".into(),
+            url: "http://127.0.0.1:1".into(),
+            host: "127.0.0.1".into(),
+            port: 1,
+            pid: std::process::id(),
+            token: new_token().unwrap(),
+            started_at: "2026-01-01T00:00:00.000Z".into(),
+        };
+        // Left behind with nobody holding the lease: not believed, although its pid lives.
+        write_endpoint(dir.path(), &record).unwrap();
+        assert!(matches!(
+            running_endpoint(dir.path()),
+            Err(Error::NotRunning { .. })
+        ));
+        let owner = OwnerLock::acquire(dir.path()).unwrap();
+        write_endpoint(dir.path(), &record).unwrap();
+        assert_eq!(running_endpoint(dir.path()).unwrap(), record);
+        drop(owner);
+        assert!(!endpoint_path(dir.path()).exists());
     }
 
     #[test]

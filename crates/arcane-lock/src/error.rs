@@ -385,7 +385,18 @@ impl Error {
         matches!(self, Error::Cancelled { .. })
     }
 
-    /// Whether this is `ARCANE_POLICY_DENIED`.
+    /// Whether the workspace directory does not exist.
+    pub fn is_missing(&self) -> bool {
+        matches!(
+            self,
+            Error::PolicyDenied {
+                reason: PolicyReason::Missing,
+                ..
+            }
+        )
+    }
+
+    /// Whether this is a refusal of the path or lease (`ARCANE_POLICY_DENIED`).
     pub fn is_policy_denied(&self) -> bool {
         matches!(self, Error::PolicyDenied { .. })
     }

@@ -764,13 +764,23 @@ pub(crate) fn lock_sentinel(
     arcane: &OwnedFd,
     create: bool,
 ) -> Result<Locked, Error> {
-    let path = ws.arcane_path(SENTINEL);
+    lock_sentinel_named(ws, arcane, SENTINEL, create)
+}
+
+/// [`lock_sentinel`] for the sentinel `name` (the owner leases' `<role>.lock` too).
+pub(crate) fn lock_sentinel_named(
+    ws: &Workspace,
+    arcane: &OwnedFd,
+    name: &CStr,
+    create: bool,
+) -> Result<Locked, Error> {
+    let path = ws.arcane_path(name);
     for _ in 0..16 {
-        let fd = match sys::open_sentinel(arcane.as_fd(), SENTINEL, create) {
+        let fd = match sys::open_sentinel(arcane.as_fd(), name, create) {
             Ok(fd) => fd,
             Err(e) if !create && sys::errno(&e) == sys::ENOENT => return Ok(Locked::Missing),
             Err(e) => {
-                let kind = sys::stat_at(arcane.as_fd(), SENTINEL).map(|s| s.kind).ok();
+                let kind = sys::stat_at(arcane.as_fd(), name).map(|s| s.kind).ok();
                 return Err(classify(&path, e, kind, "open the lock sentinel"));
             }
         };
@@ -798,7 +808,7 @@ pub(crate) fn lock_sentinel(
                 ))
             }
         }
-        match sys::stat_at(arcane.as_fd(), SENTINEL) {
+        match sys::stat_at(arcane.as_fd(), name) {
             Ok(at) if at.identity == ours.identity => return Ok(Locked::Yes(fd)),
             // Replaced or removed behind us: our lock is on an orphan inode. Retry.
             Ok(_) => continue,

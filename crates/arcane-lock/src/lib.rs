@@ -117,6 +117,7 @@ mod holder;
 mod inherit;
 mod inspect;
 mod lease;
+mod owner;
 mod record;
 mod recovery;
 mod registry;
@@ -130,6 +131,7 @@ pub use inspect::{recover, status, LockStatus, RecoverOptions, Recovered};
 pub use lease::{
     with_workspace_lock, AcquireOptions, Inheritance, Lease, NestedLease, WorkspaceLock,
 };
+pub use owner::{owner_lease_held, OwnerLease};
 
 // A lease can move to another thread (e.g. `spawn_blocking`) and errors cross threads.
 const _: () = {
@@ -138,4 +140,5 @@ const _: () = {
     assert_send_sync::<NestedLease<'static>>();
     assert_send_sync::<Error>();
     assert_send_sync::<AcquireOptions>();
+    assert_send_sync::<OwnerLease>();
 };

@@ -12,7 +12,7 @@ use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Where one of the child's standard streams goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum StdioMode {
     /// `/dev/null`.
     Null,
@@ -20,15 +20,18 @@ pub enum StdioMode {
     Inherit,
     /// A pipe the caller reads or writes ([`Child::stdout`] and friends).
     Piped,
+    /// An open file (a log).
+    File(Arc<std::fs::File>),
 }
 
 impl StdioMode {
-    fn stdio(self) -> Stdio {
-        match self {
+    fn stdio(&self) -> io::Result<Stdio> {
+        Ok(match self {
             StdioMode::Null => Stdio::null(),
             StdioMode::Inherit => Stdio::inherit(),
             StdioMode::Piped => Stdio::piped(),
-        }
+            StdioMode::File(file) => Stdio::from(file.try_clone()?),
+        })
     }
 }
 
@@ -416,9 +419,9 @@ fn fork_exec(spec: &Spec) -> io::Result<std::process::Child> {
     let mut command = Command::new(&spec.program);
     command
         .args(&spec.args)
-        .stdin(spec.stdin.stdio())
-        .stdout(spec.stdout.stdio())
-        .stderr(spec.stderr.stdio())
+        .stdin(spec.stdin.stdio()?)
+        .stdout(spec.stdout.stdio()?)
+        .stderr(spec.stderr.stdio()?)
         .process_group(0);
     for name in &spec.env_remove {
         command.env_remove(name);

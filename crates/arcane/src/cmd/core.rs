@@ -196,6 +196,10 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         .hint("run `arcane core --stdio`")
         .into());
     }
+    // One owner per workspace, as for `arcane serve`: a second host would start engines
+    // twice and overwrite the first one's ownership records.
+    crate::cmd::ensure_workspace(context)?;
+    let _owner = arcane_core::endpoint::OwnerLock::acquire(&context.workspace)?;
     let runtime = runtime()?;
     let outcome = runtime.block_on(async {
         // Events never go to stdout here: it carries frames.

@@ -26,7 +26,7 @@
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use arcane_bundle::{LaunchContext, VerifyOptions};
@@ -192,46 +192,23 @@ fn core(context: &Context, launch: &LaunchContext) -> Result<u8, CliError> {
 }
 
 /// The pid in a live endpoint file, if a Core host runs for this state root.
-fn running_core(endpoint: &Path) -> Option<u32> {
-    let bytes = std::fs::read(endpoint).ok()?;
-    let record: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    let pid = u32::try_from(record["pid"].as_u64()?).ok()?;
-    let pid_t = libc::pid_t::try_from(pid).ok()?;
-    // SAFETY: kill with signal 0 only checks whether the process exists.
-    let alive = unsafe { libc::kill(pid_t, 0) } == 0
-        || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-    alive.then_some(pid)
+/// The pid of the Core host serving `state_root`, when its endpoint file is proven by
+/// a held owner lease (see `arcane_core::endpoint`).
+fn running_core(state_root: &Path) -> Option<u32> {
+    arcane_core::endpoint::running_endpoint(state_root)
+        .ok()
+        .map(|record| record.pid)
 }
 
-/// A Core host this launch started; stopped (group SIGTERM, grace, SIGKILL) on drop.
+/// A Core host this launch started (through the shared process module: its own group,
+/// and it dies with this launch); stopped (group SIGTERM, grace, SIGKILL) on drop.
 struct StartedCore {
-    child: Child,
+    child: arcane_process::Child,
 }
 
 impl StartedCore {
-    fn signal(&self, signal: libc::c_int) {
-        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
-            // SAFETY: signals the process group this launch created for the child.
-            unsafe {
-                libc::kill(-pid, signal);
-            }
-        }
-    }
-
     fn stop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        self.signal(libc::SIGTERM);
-        let deadline = Instant::now() + CORE_STOP_GRACE;
-        while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        self.signal(libc::SIGKILL);
-        let _ = self.child.wait();
+        let _ = self.child.terminate(CORE_STOP_GRACE);
     }
 }
 
@@ -257,20 +234,20 @@ fn app_entry(
     let program = arcane_bundle::resolve_app_entry(&launch.bundle, relative)?;
     let endpoint = launch.endpoint_file();
     let mut started = None;
-    if running_core(&endpoint).is_none() {
+    if running_core(&launch.state_root).is_none() {
         // Start the Core host in the background: this same launcher in Core mode.
         let launcher = launch
             .bundle
             .resolve(arcane_bundle::manifest::LAUNCHER_PATH);
-        let mut command = Command::new(launcher);
-        command
-            .arg("launch")
-            .arg("--state-root")
-            .arg(&launch.state_root)
-            .arg("--output")
-            .arg("ndjson");
+        let mut command = arcane_process::Spec::new(launcher).args([
+            std::ffi::OsStr::new("launch"),
+            "--state-root".as_ref(),
+            launch.state_root.as_os_str(),
+            "--output".as_ref(),
+            "ndjson".as_ref(),
+        ]);
         if let Some(file) = &args.launch_config {
-            command.arg("--launch-config").arg(file);
+            command = command.args([std::ffi::OsStr::new("--launch-config"), file.as_os_str()]);
         }
         let log_dir = launch.state_root.join("logs");
         std::fs::create_dir_all(&log_dir).map_err(|e| {
@@ -302,33 +279,31 @@ fn app_entry(
             )
             .caused_by(e)
         })?;
-        command
-            .stdin(std::process::Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
-            .process_group(0);
-        let child = command.spawn().map_err(|e| {
+        command.stdout = arcane_process::StdioMode::File(log.into());
+        command.stderr = arcane_process::StdioMode::File(log_err.into());
+        let child = arcane_process::spawn(command).map_err(|e| {
             CommandError::new(codes::ARCANE_IO, "cannot start the Core host", json!({}))
                 .caused_by(e)
         })?;
         let mut core = StartedCore { child };
         context.output.event(&Event::new(
             "bundle.launch.core-started",
-            json!({"pid": core.child.id(), "log": log_path}),
+            json!({"pid": core.child.pid(), "log": log_path}),
         ));
         let deadline = Instant::now() + CORE_START_TIMEOUT;
         loop {
-            if running_core(&endpoint).is_some() {
+            if running_core(&launch.state_root).is_some() {
                 break;
             }
-            if let Ok(Some(status)) = core.child.try_wait() {
+            if let Some(status) = core.child.exit_status() {
                 return Err(CommandError::new(
                     codes::ARCANE_OPERATION_FAILED,
                     format!(
-                        "the Core host exited ({status}) before publishing `{}`",
+                        "the Core host exited ({}) before publishing `{}`",
+                        status.describe(),
                         endpoint.display()
                     ),
-                    json!({"status": status.code(), "log": log_path}),
+                    json!({"status": status.code, "log": log_path}),
                 )
                 .hint(format!("see `{}`", log_path.display()))
                 .into());

@@ -113,7 +113,7 @@ fn run_command(context: &Context, args: RunArgs) -> Result<u8, CliError> {
     let Some((program, rest)) = args.command.split_first() else {
         return Err(CommandError::usage("no command to run after `--`", json!({})).into());
     };
-    ensure_workspace(context)?;
+    crate::cmd::ensure_workspace(context)?;
     let lock = WorkspaceLock::acquire(&context.workspace, &options, &context.output)?;
     let mut child = match spawn_under(&lock, program, rest) {
         Ok(child) => child,
@@ -180,32 +180,6 @@ fn spawn_under(
         )
         .caused_by(error)
     })
-}
-
-/// Creates the workspace directory (mode 0700) when nothing exists at its path, so the
-/// default workspace works on a fresh machine. Anything that does exist there (a link,
-/// a file) is left for the lock's own checks to refuse.
-fn ensure_workspace(context: &Context) -> Result<(), CliError> {
-    let path = &context.workspace;
-    match std::fs::symlink_metadata(path) {
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            use std::os::unix::fs::DirBuilderExt;
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(path)
-                .map_err(|e| {
-                    CommandError::new(
-                        codes::ARCANE_IO,
-                        format!("cannot create the workspace `{}`", path.display()),
-                        json!({"path": path}),
-                    )
-                    .caused_by(e)
-                    .into()
-                })
-        }
-        _ => Ok(()),
-    }
 }
 
 fn lock_workspace(context: &Context) -> Value {

@@ -77,3 +77,29 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
         None
     }
 }
+
+/// Creates the workspace directory (mode 0700) when nothing exists at its path, so the
+/// default workspace works on a fresh machine. Anything that does exist there (a link,
+/// a file) is left for the lock's own checks to refuse.
+pub fn ensure_workspace(context: &crate::config::Context) -> Result<(), crate::error::CliError> {
+    let path = &context.workspace;
+    match std::fs::symlink_metadata(path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(path)
+                .map_err(|e| {
+                    crate::error::CommandError::new(
+                        arcane_report::codes::ARCANE_IO,
+                        format!("cannot create the workspace `{}`", path.display()),
+                        serde_json::json!({"path": path}),
+                    )
+                    .caused_by(e)
+                    .into()
+                })
+        }
+        _ => Ok(()),
+    }
+}

@@ -151,6 +151,7 @@ pub struct ConfigFile {
 /// start (130).
 pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     // One owner per workspace: a running host is the answer, whatever these flags say.
+    crate::cmd::ensure_workspace(context)?;
     let owner = arcane_core::endpoint::OwnerLock::acquire(&context.workspace)?;
     let configs = engine_configs(context, &args)?;
     let mut options = crate::cmd::core::ServeOptions::new(configs);

@@ -303,6 +303,17 @@ impl Served {
     }
 }
 
+/// Whether nothing holds the Core owner lease (`.arcane/core.lock`, which stays as
+/// the lease's sentinel).
+fn owner_lease_is_free(workspace: &std::path::Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(file) = std::fs::File::open(workspace.join(".arcane/core.lock")) else {
+        return true;
+    };
+    // SAFETY: flock on a descriptor we own; closing the file releases the probe.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
 fn process_exists(pid: i64) -> bool {
     // SAFETY: signal 0 only checks for existence (kill(2)).
     let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
@@ -503,7 +514,10 @@ fn sigterm_during_a_streaming_request_drains_and_leaves_no_process_behind() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(!served.workspace.path().join(".arcane/core.json").exists());
-    assert!(!served.workspace.path().join(".arcane/core.lock").exists());
+    assert!(
+        owner_lease_is_free(served.workspace.path()),
+        "the owner lease is still held"
+    );
     // The stream ended rather than hanging.
     let mut rest = Vec::new();
     let _ = stream.read_to_end(&mut rest);
@@ -607,4 +621,135 @@ fn the_port_is_chosen_once_and_a_busy_saved_port_is_an_error() {
     assert_eq!(second["port"], port);
     assert_ne!(second["token"], endpoint["token"]);
     assert_eq!(terminate(again), Some(0));
+}
+
+#[test]
+fn no_content_of_core_lock_keeps_a_workspace_stuck() {
+    // Issue: an empty `core.lock` (a crash between create and write) made every later
+    // `arcane serve` fail with "the owner lock keeps changing"; one naming a live
+    // unrelated pid made it report a running host, forever.
+    let mut unrelated = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    let contents = [
+        String::new(),
+        format!(
+            r#"{{"pid":{},"nonce":"x","startedAt":"2026-01-01T00:00:00Z"}}"#,
+            unrelated.id()
+        ),
+    ];
+    for content in contents {
+        let workspace = TestWorkspace::new();
+        std::fs::create_dir_all(workspace.path().join(".arcane")).unwrap();
+        std::fs::write(workspace.path().join(".arcane/core.lock"), &content).unwrap();
+        let mut child = serve_without_engine(&workspace);
+        let endpoint = wait_for_endpoint(&workspace, &mut child);
+        assert_eq!(endpoint["pid"], child.0.id(), "{content:?}");
+        assert_eq!(terminate(child), Some(0), "{content:?}");
+    }
+    let _ = unrelated.kill();
+    let _ = unrelated.wait();
+}
+
+#[test]
+fn core_stdio_refuses_a_workspace_a_host_serves_and_leaves_its_engine_alone() {
+    // Issue: `arcane core --stdio` next to `arcane serve` started a second engine,
+    // overwrote serve's ownership record and deleted it on exit.
+    let served = Served::start();
+    let endpoint = served.endpoint();
+    let records = served.workspace.path().join(".arcane/engines");
+    let snapshot = |dir: &std::path::Path| {
+        let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| {
+                        (
+                            e.file_name().to_string_lossy().into_owned(),
+                            std::fs::read(e.path()).unwrap_or_default(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        files.sort();
+        files
+    };
+    let before = snapshot(&records);
+    assert!(!before.is_empty(), "serve keeps an ownership record");
+    let mut stdio = served
+        .workspace
+        .arcane()
+        .args(["--output", "json", "core", "--stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = support::wait_for_exit(&mut stdio, Duration::from_secs(30), "core --stdio");
+    let mut out = String::new();
+    stdio
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(!status.success());
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("{out}"));
+    assert_eq!(v["error"]["code"], "CORE_ALREADY_RUNNING", "{v}");
+    assert_eq!(v["error"]["details"]["url"], endpoint["url"], "{v}");
+    assert_eq!(v["error"]["details"]["pid"], endpoint["pid"], "{v}");
+    assert_eq!(
+        snapshot(&records),
+        before,
+        "the ownership records were touched"
+    );
+    assert!(served.status().is_some(), "the running host still answers");
+}
+
+#[test]
+fn a_core_json_left_by_a_dead_host_is_never_trusted() {
+    // Issue: a `core.json` left by a dead host whose port a silent listener now holds
+    // made `arcane status` hang, and sent that listener the bearer token.
+    let workspace = TestWorkspace::new();
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = squatter.local_addr().unwrap().port();
+    std::fs::create_dir_all(workspace.path().join(".arcane")).unwrap();
+    let record = json!({
+        "protocol": "arcane/1", "url": format!("http://127.0.0.1:{port}"), "host": "127.0.0.1",
+        "port": port, "pid": std::process::id(), "token": "f".repeat(64),
+        "startedAt": "2026-01-01T00:00:00.000Z"
+    });
+    std::fs::write(
+        workspace.path().join(".arcane/core.json"),
+        record.to_string(),
+    )
+    .unwrap();
+    for command in [vec!["status"], vec!["chat", "hello"]] {
+        let mut child = workspace
+            .arcane()
+            .args(["--output", "json"])
+            .args(&command)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let status = support::wait_for_exit(&mut child, Duration::from_secs(30), command[0]);
+        let mut out = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        assert!(!status.success(), "{out}");
+        assert!(out.contains("CORE_NOT_RUNNING"), "{command:?}: {out}");
+    }
+    squatter.set_nonblocking(true).unwrap();
+    assert!(
+        squatter.accept().is_err(),
+        "a client connected to the squatter (and would have sent the token)"
+    );
 }
