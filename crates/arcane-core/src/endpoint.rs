@@ -359,7 +359,7 @@ mod tests {
         // live unrelated pid each kept every later host out, forever.
         for content in [
             "".to_string(),
-            format!(r#"{{"pid":1,"nonce":"x","startedAt":"t"}}"#),
+            r#"{"pid":1,"nonce":"x","startedAt":"t"}"#.to_string(),
         ] {
             std::fs::write(lock_path(dir.path()), content).unwrap();
             let owner = OwnerLock::acquire(dir.path()).unwrap();
