@@ -51,6 +51,37 @@ pub struct EndpointRecord {
     /// When the host started (RFC 3339 UTC).
     #[serde(rename = "startedAt")]
     pub started_at: String,
+    /// The registered files its engines use, so that removing them can be refused
+    /// while it runs ([`serving_host`]).
+    #[serde(default)]
+    pub serving: Serving,
+}
+
+/// The files a running host's engines use: model files and engine executables.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Serving {
+    /// Model files (GGUF).
+    pub models: Vec<PathBuf>,
+    /// Engine executables.
+    pub executables: Vec<PathBuf>,
+}
+
+impl Serving {
+    /// Whether `path` is one of these files (compared as given and canonicalized).
+    pub fn uses(&self, path: &Path) -> bool {
+        let canonical = std::fs::canonicalize(path).ok();
+        self.models.iter().chain(&self.executables).any(|used| {
+            used == path || canonical.is_some() && std::fs::canonicalize(used).ok() == canonical
+        })
+    }
+}
+
+/// The running host (lease-proven, see [`running_endpoint`]) whose engines use `path`,
+/// if any: what a removal of a registered model or runtime must refuse.
+pub fn serving_host(workspace: &Path, path: &Path) -> Option<EndpointRecord> {
+    running_endpoint(workspace)
+        .ok()
+        .filter(|record| record.serving.uses(path))
 }
 
 /// The path of `core.json` in `workspace`.
@@ -333,6 +364,7 @@ mod tests {
             pid: std::process::id(),
             token: new_token().unwrap(),
             started_at: "2026-01-01T00:00:00.000Z".into(),
+            serving: Serving::default(),
         };
         let path = write_endpoint(dir.path(), &record).unwrap();
         #[cfg(unix)]
@@ -378,6 +410,7 @@ mod tests {
             pid: std::process::id(),
             token: new_token().unwrap(),
             started_at: "2026-01-01T00:00:00.000Z".into(),
+            serving: Serving::default(),
         };
         // Left behind with nobody holding the lease: not believed, although its pid lives.
         write_endpoint(dir.path(), &record).unwrap();

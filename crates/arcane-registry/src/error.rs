@@ -167,6 +167,21 @@ pub enum Error {
         /// The digest of the bytes received.
         actual: String,
     },
+    /// A registered model's file no longer has the bytes it was registered with (a
+    /// hard-linked source edited in place, or the stored file replaced).
+    #[error("model `{id}` changed since it was registered: `{}` {}", path.display(), match actual { Some(actual) => format!("now has SHA-256 {actual}, not {expected}"), None => "is missing or not a regular file".to_string() })]
+    ModelChanged {
+        /// The model id.
+        id: String,
+        /// The stored file.
+        path: PathBuf,
+        /// Where it was added from.
+        source_path: String,
+        /// The SHA-256 recorded when it was added.
+        expected: String,
+        /// What it hashes to now (`None`: missing or not a regular file).
+        actual: Option<String>,
+    },
     /// A download ended before `Content-Length` bytes arrived.
     #[error("download of `{url}` was truncated: received {received} of {expected} bytes")]
     Truncated {
@@ -328,9 +343,9 @@ impl Diagnostic for Error {
             | Error::VersionUnknown { .. }
             | Error::ExecutableNotInArchive { .. } => codes::LOCAL_AI_RUNTIME_INVALID,
             Error::ModelInvalid { .. } => codes::LOCAL_AI_MODEL_INVALID,
-            Error::IntegrityFailed { .. } | Error::Truncated { .. } => {
-                codes::ARCANE_INTEGRITY_FAILED
-            }
+            Error::IntegrityFailed { .. }
+            | Error::Truncated { .. }
+            | Error::ModelChanged { .. } => codes::ARCANE_INTEGRITY_FAILED,
             Error::UnsafeArchiveEntry { .. } => codes::ARCANE_POLICY_DENIED,
             Error::ArchiveInvalid { .. }
             | Error::Download { .. }
@@ -391,6 +406,15 @@ impl Diagnostic for Error {
                 expected,
                 actual,
             } => json!({"subject": subject, "expected": expected, "actual": actual}),
+            Error::ModelChanged {
+                id,
+                path,
+                source_path,
+                expected,
+                actual,
+            } => {
+                json!({"id": id, "path": path, "source": source_path, "expected": expected, "actual": actual})
+            }
             Error::Truncated {
                 url,
                 expected,
@@ -476,6 +500,9 @@ impl Diagnostic for Error {
                         .into(),
                 ]
             }
+            Error::ModelChanged { id, source_path, .. } => vec![format!(
+                "if the new bytes are what you want, re-register it: `arcane model remove {id}` then `arcane model add {id} --file {source_path}`"
+            )],
             Error::Cancelled { .. } => Vec::new(),
             Error::Lock(error) => error.hints(),
             _ => Vec::new(),

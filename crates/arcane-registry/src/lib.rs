@@ -81,4 +81,4 @@ pub use id::{is_valid_id, normalize_sha256, MAX_ID_LEN};
 pub use registry::{
     AddModel, AddRuntime, InstallRuntime, LockSettings, Registry, DEFAULT_VERSION_TIMEOUT,
 };
-pub use types::{ArchiveOrigin, Engine, Model, Runtime, Source, Storage};
+pub use types::{ArchiveOrigin, Engine, FileStamp, Model, Runtime, Source, Storage};

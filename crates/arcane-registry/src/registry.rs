@@ -12,7 +12,7 @@ use crate::id::{check_id, check_version, normalize_sha256};
 use crate::store::{self, Document, Staging};
 use crate::types::{is_under, safe_file_name};
 use crate::{archive, download, gguf, hash, probe, progress};
-use crate::{ArchiveOrigin, Engine, Error, Model, Runtime, Source, Storage};
+use crate::{ArchiveOrigin, Engine, Error, FileStamp, Model, Runtime, Source, Storage};
 
 /// The default time limit for `<executable> --version`.
 pub const DEFAULT_VERSION_TIMEOUT: Duration = Duration::from_secs(20);
@@ -735,15 +735,18 @@ impl Registry {
             std::fs::rename(staging.path(), &destination)
                 .map_err(|e| Error::io("rename", staging.path(), e))?;
             staging.keep();
+            let path = destination.join(&file_name);
+            let stamp = FileStamp::of(&path).map_err(|e| Error::io("inspect", &path, e))?;
             let model = Model {
                 id: id.to_string(),
-                path: destination.join(&file_name),
+                path,
                 size,
                 sha256: actual,
                 gguf: info,
                 source: label.clone(),
                 storage,
                 added_at: arcane_report::time::now_rfc3339(),
+                stamp: Some(stamp),
             };
             document.models.push(model.clone());
             let saved = store::sync_dir(&self.models_dir()).and_then(|()| self.save(&document));
@@ -779,6 +782,50 @@ impl Registry {
             });
         }
         Ok(model)
+    }
+
+    /// Whether `model`'s file still looks as it did when it was registered: same inode,
+    /// size, modification and change time (only the size for records without a stamp).
+    /// Reads no file content.
+    pub fn model_unchanged(model: &Model) -> bool {
+        let Ok(now) = FileStamp::of(&model.path) else {
+            return false;
+        };
+        match model.stamp {
+            Some(recorded) => recorded == now,
+            None => now.size == model.size,
+        }
+    }
+
+    /// Checks, before a model is served, that its file is the one registered: the cheap
+    /// check of [`model_unchanged`](Self::model_unchanged) first, and only when that
+    /// fails a full re-hash. A file whose bytes changed is `ARCANE_INTEGRITY_FAILED`
+    /// ([`Error::ModelChanged`]) with a hint to re-add it.
+    pub fn check_model_file(&self, model: &Model, cancel: &CancelToken) -> Result<(), Error> {
+        if Self::model_unchanged(model) {
+            return Ok(());
+        }
+        let changed = |actual: Option<String>| Error::ModelChanged {
+            id: model.id.clone(),
+            path: model.path.clone(),
+            source_path: model.source.clone(),
+            expected: model.sha256.clone(),
+            actual,
+        };
+        match std::fs::symlink_metadata(&model.path) {
+            Ok(meta) if meta.is_file() => {}
+            _ => return Err(changed(None)),
+        }
+        let actual = {
+            let mut report =
+                progress::hash_reporter(&arcane_report::NullSink, &model.path, "verify");
+            hash::sha256_file(&model.path, cancel, &mut report)?
+        };
+        if actual == model.sha256 {
+            // Touched but identical (e.g. `touch`): serve it.
+            return Ok(());
+        }
+        Err(changed(Some(actual)))
     }
 
     /// Unregisters the model `id` and deletes its directory under `.arcane/models/`.

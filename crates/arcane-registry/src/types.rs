@@ -161,6 +161,40 @@ pub enum Storage {
     Download,
 }
 
+/// What a file looked like when it was registered: enough to notice, without reading
+/// it, that it changed (a hard-linked source edited in place keeps its inode but not
+/// its modification or change time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileStamp {
+    /// Device number.
+    pub dev: u64,
+    /// Inode number.
+    pub ino: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, nanoseconds since the epoch.
+    pub modified_ns: i64,
+    /// Status change time, nanoseconds since the epoch.
+    pub changed_ns: i64,
+}
+
+impl FileStamp {
+    /// The stamp of the file at `path` (not following a final symbolic link).
+    pub fn of(path: &std::path::Path) -> std::io::Result<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(path)?;
+        let ns = |secs: i64, nanos: i64| secs.saturating_mul(1_000_000_000).saturating_add(nanos);
+        Ok(FileStamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.len(),
+            modified_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            changed_ns: ns(meta.ctime(), meta.ctime_nsec()),
+        })
+    }
+}
+
 /// A registered GGUF model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -181,6 +215,10 @@ pub struct Model {
     pub storage: Storage,
     /// When it was registered (RFC 3339 UTC).
     pub added_at: String,
+    /// The stored file's stamp when it was registered (absent in records written before
+    /// stamps were kept: then only the size is compared cheaply).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamp: Option<FileStamp>,
 }
 
 impl Model {

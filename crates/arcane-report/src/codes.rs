@@ -22,6 +22,8 @@ codes! {
     ARCANE_USAGE,
     /// Another operation holds the workspace operation lock (or a lock could not be judged).
     ARCANE_WORKSPACE_BUSY,
+    /// The thing to remove is in use by a running Core host (a served model or runtime).
+    ARCANE_IN_USE,
     /// A path or file failed a safety rule (a symlink where none is allowed, a workspace
     /// that changed identity, a forged lease, a filesystem without working locks).
     ARCANE_POLICY_DENIED,

@@ -88,7 +88,7 @@ impl Diagnostic for CommandError {
 pub fn exit_code(code: &str) -> u8 {
     match code {
         codes::ARCANE_USAGE => 2,
-        codes::ARCANE_WORKSPACE_BUSY | codes::CORE_ALREADY_RUNNING => 75,
+        codes::ARCANE_WORKSPACE_BUSY | codes::CORE_ALREADY_RUNNING | codes::ARCANE_IN_USE => 75,
         codes::ARCANE_CANCELLED => 130,
         c if c.starts_with("BUNDLE_") => 2,
         _ => 1,

@@ -157,6 +157,7 @@ pub fn engine_config(
             None => registry.models()?.into_iter().next(),
         };
         if let Some(model) = model {
+            registry.check_model_file(&model, &context.cancel)?;
             config.alias = Some(model.id);
             config.model = Some(model.path);
         }
@@ -333,6 +334,18 @@ async fn serve_async(
         pid: std::process::id(),
         token: token.clone(),
         started_at: arcane_report::time::now_rfc3339(),
+        serving: endpoint::Serving {
+            models: options
+                .configs
+                .iter()
+                .filter_map(|c| c.model.clone())
+                .collect(),
+            executables: options
+                .configs
+                .iter()
+                .filter_map(|c| c.executable.clone())
+                .collect(),
+        },
     };
     let endpoint_file = endpoint::write_endpoint(workspace, &record)?;
     // The host's events come back here to be printed on this thread's `Output`.

@@ -103,3 +103,30 @@ pub fn ensure_workspace(context: &crate::config::Context) -> Result<(), crate::e
         _ => Ok(()),
     }
 }
+
+/// Refuses to remove `path` (the registered `kind` `id`) while a running Core host's
+/// engines use it (`ARCANE_IN_USE`, exit 75, naming the host), unless `force` is set.
+pub fn refuse_in_use(
+    context: &crate::config::Context,
+    kind: &str,
+    id: &str,
+    path: &std::path::Path,
+    force: bool,
+) -> Result<(), crate::error::CliError> {
+    if force {
+        return Ok(());
+    }
+    let Some(host) = arcane_core::endpoint::serving_host(&context.workspace, path) else {
+        return Ok(());
+    };
+    Err(crate::error::CommandError::new(
+        arcane_report::codes::ARCANE_IN_USE,
+        format!(
+            "{kind} `{id}` is in use by the Core host at {} (pid {})",
+            host.url, host.pid
+        ),
+        serde_json::json!({"kind": kind, "id": id, "path": path, "url": host.url, "pid": host.pid}),
+    )
+    .hint("stop that host (Ctrl-C in its terminal, or `kill -TERM PID`) and run this again, or pass `--force` to remove it anyway")
+    .into())
+}

@@ -67,6 +67,10 @@ struct RemoveArgs {
     /// The model's id (see `arcane model list`).
     #[arg(value_name = "ID")]
     id: String,
+
+    /// Remove it even while a running Core host serves it (its next load fails).
+    #[arg(long)]
+    force: bool,
 }
 
 /// Runs `arcane model`.
@@ -107,12 +111,22 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         }
         ModelCommand::List => {
             let models = registry.models()?;
+            let listed: Vec<_> = models
+                .iter()
+                .map(|model| {
+                    let mut value = json!(model);
+                    value["changed"] = json!(!Registry::model_unchanged(model));
+                    value
+                })
+                .collect();
             context.output.result(
                 &list_text(&models, context.output.verbose > 0),
-                &json!({"models": models}),
+                &json!({"models": listed}),
             );
         }
         ModelCommand::Remove(remove) => {
+            let record = registry.model(&remove.id)?;
+            crate::cmd::refuse_in_use(context, "model", &remove.id, &record.path, remove.force)?;
             let model = registry.remove_model(&remove.id, &context.output, &context.cancel)?;
             context.output.result(
                 &format!(
@@ -195,12 +209,19 @@ fn list_text(models: &[Model], full_digest: bool) -> String {
             ]
         })
         .collect();
-    table(
+    let mut text = table(
         &[
             "ID", "SIZE", "SHA-256", "ARCH", "PARAMS", "QUANT", "CONTEXT", "FILE",
         ],
         &rows,
-    )
+    );
+    for model in models.iter().filter(|m| !Registry::model_unchanged(m)) {
+        text.push_str(&format!(
+            "\nwarning: `{}` changed since it was added (its file was modified or replaced); the SHA-256 above is the registered one. Re-add it: `arcane model remove {}` then `arcane model add {} --file {}`",
+            model.id, model.id, model.id, model.source
+        ));
+    }
+    text
 }
 
 #[cfg(test)]

@@ -141,6 +141,10 @@ struct RemoveArgs {
     /// The runtime's id (see `arcane runtime list`).
     #[arg(value_name = "ID")]
     id: String,
+
+    /// Remove it even while a running Core host serves it (its next load fails).
+    #[arg(long)]
+    force: bool,
 }
 
 /// Runs `arcane runtime`.
@@ -201,6 +205,14 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
                 .result(&list_text(&runtimes), &json!({"runtimes": runtimes}));
         }
         RuntimeCommand::Remove(remove) => {
+            let record = registry.runtime(&remove.id)?;
+            crate::cmd::refuse_in_use(
+                context,
+                "runtime",
+                &remove.id,
+                &record.executable,
+                remove.force,
+            )?;
             let runtime = registry.remove_runtime(&remove.id, &context.output, &context.cancel)?;
             let what = if runtime.installed {
                 format!(

@@ -364,6 +364,8 @@ fn table_config(
                 };
                 CliError(Box::new(CommandError::new(arcane_report::Diagnostic::code(&e), e.to_string(), arcane_report::Diagnostic::details(&e)).hint(hint)))
             })?;
+            // A file edited in place since it was registered is refused before it runs.
+            registry.check_model_file(&registered, &arcane_report::CancelToken::new())?;
             config.model = Some(registered.path);
             if table.alias.is_none() {
                 config.alias = Some(model.clone());

@@ -473,3 +473,139 @@ fn ctrl_c_during_a_download_exits_130_and_leaves_no_partial_install() {
         .collect();
     assert!(left.is_empty(), "a cancelled install left {left:?}");
 }
+
+/// A free loopback port.
+fn free_loopback_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn a_model_or_runtime_a_running_host_serves_cannot_be_removed_without_force() {
+    // Issue: `model remove` and `runtime remove` succeeded while a running host served
+    // them; the next load, restart or recover failed.
+    let ws = TestWorkspace::new();
+    let added = run(ws
+        .arcane()
+        .args(["runtime", "add", "llama.cpp", "--executable"])
+        .arg(llama_server())
+        .args(["--backend", "cpu"]));
+    assert!(added.status.success(), "{}", stderr(&added));
+    let added = run(ws
+        .arcane()
+        .args(["model", "add", "smol", "--file"])
+        .arg(smollm2()));
+    assert!(added.status.success(), "{}", stderr(&added));
+    let engine_url = format!("http://127.0.0.1:{}", free_loopback_port());
+    let serve = ws
+        .arcane()
+        .args([
+            "serve",
+            "--model",
+            "smol",
+            "--device",
+            "cpu",
+            "--url",
+            &engine_url,
+        ])
+        .args(["--port", &free_loopback_port().to_string()])
+        .args(["--", "--ctx-size", "2048", "--threads", "2"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut serve = ChildGuard(serve);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let status = run(ws.arcane().args(["--output", "json", "status"]));
+        if status.status.success() && json(&status)["engines"][0]["state"] == "ready" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "serve did not become ready");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let host_pid = serve.0.id();
+    for (kind, id) in [("model", "smol"), ("runtime", "llama.cpp")] {
+        let out = run(ws.arcane().args(["--output", "json", kind, "remove", id]));
+        assert_eq!(out.status.code(), Some(75), "{kind}: {}", stdout(&out));
+        let v = json(&out);
+        assert_eq!(v["error"]["code"], "ARCANE_IN_USE", "{v}");
+        assert_eq!(v["error"]["details"]["pid"], host_pid, "{v}");
+        assert!(v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("pid {host_pid}")));
+    }
+    let listed = run(ws.arcane().args(["--output", "json", "model", "list"]));
+    assert_eq!(json(&listed)["models"].as_array().unwrap().len(), 1);
+    // `--force` says the user means it.
+    let out = run(ws.arcane().args(["model", "remove", "smol", "--force"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Once the host is gone, removal needs no force.
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(host_pid.to_string())
+        .status();
+    wait_for_exit(&mut serve.0, Duration::from_secs(60), "arcane serve");
+    let out = run(ws.arcane().args(["runtime", "remove", "llama.cpp"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn a_hard_linked_model_edited_in_place_is_flagged_and_refused_before_it_is_served() {
+    let ws = TestWorkspace::new();
+    let source = ws.path().join("source.gguf");
+    std::fs::copy(smollm2(), &source).unwrap();
+    let added = run(ws
+        .arcane()
+        .args(["--output", "json", "model", "add", "smol", "--file"])
+        .arg(&source));
+    assert!(added.status.success(), "{}", stderr(&added));
+    assert_eq!(json(&added)["model"]["storage"], "hard-link");
+    let listed = run(ws.arcane().args(["--output", "json", "model", "list"]));
+    assert_eq!(json(&listed)["models"][0]["changed"], false);
+    // Edit 16 bytes in the middle of the source: the registered hard link changes too.
+    {
+        use std::io::{Seek, SeekFrom};
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&source)
+            .unwrap();
+        file.seek(SeekFrom::Start(50_000_000)).unwrap();
+        file.write_all(&[0xAA; 16]).unwrap();
+    }
+    let listed = run(ws.arcane().args(["--output", "json", "model", "list"]));
+    assert_eq!(
+        json(&listed)["models"][0]["changed"],
+        true,
+        "{}",
+        stdout(&listed)
+    );
+    let human = run(ws.arcane().args(["model", "list"]));
+    assert!(
+        stdout(&human).contains("changed since it was added"),
+        "{}",
+        stdout(&human)
+    );
+    // Serving it is refused before any engine starts, with the way out.
+    let out = run(ws
+        .arcane()
+        .args(["--output", "json", "serve", "--executable"])
+        .arg(llama_server())
+        .args(["--model", "smol", "--device", "cpu"]));
+    assert!(!out.status.success());
+    let v = json(&out);
+    assert_eq!(v["error"]["code"], "ARCANE_INTEGRITY_FAILED", "{v}");
+    assert!(v.to_string().contains("arcane model remove smol"), "{v}");
+    assert!(
+        !ws.path().join(".arcane/engines").exists()
+            || std::fs::read_dir(ws.path().join(".arcane/engines"))
+                .unwrap()
+                .next()
+                .is_none()
+    );
+}
