@@ -17,6 +17,10 @@
 //! and only then reaps the leader. No signal is ever sent after the reap.
 //!
 //! [`stop_orphan`] stops a process a previous Arcane provably owned (see `records`).
+//!
+//! [`kill_all_now`] is the escalation path (a second Ctrl-C/SIGTERM while draining): it
+//! SIGKILLs every owned group not yet reaped, through the same [`Group`] rule, right
+//! before the process exits.
 
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, Read};
@@ -209,6 +213,26 @@ impl Drop for Child {
     }
 }
 
+/// Every owned group still alive, for [`kill_all_now`].
+fn live_groups() -> &'static Mutex<Vec<std::sync::Weak<Group>>> {
+    static LIVE: OnceLock<Mutex<Vec<std::sync::Weak<Group>>>> = OnceLock::new();
+    LIVE.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// SIGKILLs every owned process group that is not yet reaped, and returns how many were
+/// signalled: for a process about to exit at once (the second signal), so no engine
+/// outlives it even without the parent-death signal. Safe from any thread.
+pub fn kill_all_now() -> usize {
+    let groups: Vec<Arc<Group>> = live_groups()
+        .lock()
+        .map(|list| list.iter().filter_map(std::sync::Weak::upgrade).collect())
+        .unwrap_or_default();
+    groups
+        .iter()
+        .filter(|group| group.signal(libc::SIGKILL))
+        .count()
+}
+
 type SpawnReply = oneshot::Sender<io::Result<std::process::Child>>;
 
 /// The long-lived thread every owned child is forked from (see the module doc).
@@ -293,6 +317,10 @@ pub(crate) async fn spawn(spec: SpawnSpec) -> io::Result<Child> {
         pgid: pid as libc::pid_t,
         reaped: Mutex::new(false),
     });
+    if let Ok(mut live) = live_groups().lock() {
+        live.retain(|weak| weak.strong_count() > 0);
+        live.push(Arc::downgrade(&group));
+    }
     let (line_tx, lines) = mpsc::unbounded_channel();
     if let Some(stdout) = child.stdout.take() {
         read_lines(stdout, Stream::Stdout, line_tx.clone());
