@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arcane_core::http::{engine_client, full, EngineClient, HttpOptions};
+use arcane_core::http::{engine_client, full, Deadlines, EngineClient, HttpOptions};
 use arcane_core::localai::{AdoptLauncher, LocalAiService};
 use arcane_core::selection::Runtime;
 use arcane_core::{AppInfo, Host};
@@ -37,7 +37,10 @@ async fn post(client: &EngineClient, url: &str, token: Option<&str>, body: &str)
     }
     let request = request.body(full(body.to_string())).unwrap();
     let started = Instant::now();
-    let response = client.request(request).await.expect("request");
+    let response = client
+        .send(request, Deadlines::GENERATION, arcane_core::Peer::Host)
+        .await
+        .expect("request");
     assert!(response.status().is_success(), "{}", response.status());
     let _ = response.into_body().collect().await.unwrap();
     started.elapsed()

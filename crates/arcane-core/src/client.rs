@@ -1,17 +1,19 @@
 //! A small client of a running Core host, for the CLI's `arcane status` and
 //! `arcane chat` (and tests): reads `core.json`, authenticates with its token, calls
 //! `arcane/1` methods and streams chat completions through the OpenAI passthrough.
+//! Every exchange has [`Deadlines`] (default [`Deadlines::QUICK`] for calls and
+//! [`Deadlines::GENERATION`] for chat; [`CoreClient::with_deadlines`] sets both), so a
+//! host that does not answer is a `CORE_TIMEOUT` error naming the URL and deadline.
 
 use std::path::Path;
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper::{Method, Request};
 use serde_json::{json, Value};
 
 use crate::endpoint::{running_endpoint, EndpointRecord};
-use crate::error::Error;
-use crate::http::{engine_client, full, EngineClient};
+use crate::error::{Error, Peer};
+use crate::http::{collect, engine_client, full, Deadlines, EngineClient, HttpBody};
 use crate::protocol::PROTOCOL;
 
 /// A connection to a running Core host.
@@ -19,6 +21,7 @@ pub struct CoreClient {
     record: EndpointRecord,
     client: EngineClient,
     next_id: std::sync::atomic::AtomicU64,
+    deadlines: Option<Deadlines>,
 }
 
 impl CoreClient {
@@ -34,7 +37,14 @@ impl CoreClient {
             record,
             client: engine_client(),
             next_id: std::sync::atomic::AtomicU64::new(1),
+            deadlines: None,
         }
+    }
+
+    /// Uses `deadlines` for every exchange (calls and chat alike).
+    pub fn with_deadlines(mut self, deadlines: Deadlines) -> Self {
+        self.deadlines = Some(deadlines);
+        self
     }
 
     /// The host's endpoint record.
@@ -47,7 +57,8 @@ impl CoreClient {
         method: Method,
         path: &str,
         body: Option<Value>,
-    ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
+        deadlines: Deadlines,
+    ) -> Result<hyper::Response<HttpBody>, Error> {
         let url = format!("{}{}", self.record.url, path);
         let mut request = Request::builder().method(method).uri(&url).header(
             hyper::header::AUTHORIZATION,
@@ -63,10 +74,7 @@ impl CoreClient {
             url: url.clone(),
             source: Box::new(e),
         })?;
-        self.client.request(request).await.map_err(|e| Error::Http {
-            url,
-            source: Box::new(e),
-        })
+        self.client.send(request, deadlines, Peer::Host).await
     }
 
     async fn json(
@@ -76,17 +84,10 @@ impl CoreClient {
         body: Option<Value>,
     ) -> Result<(u16, Value), Error> {
         let url = format!("{}{}", self.record.url, path);
-        let response = self.send(method, path, body).await?;
+        let deadlines = self.deadlines.unwrap_or(Deadlines::QUICK);
+        let response = self.send(method, path, body, deadlines).await?;
         let status = response.status().as_u16();
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| Error::Http {
-                url: url.clone(),
-                source: Box::new(e),
-            })?
-            .to_bytes();
+        let bytes = collect(response, &url, Peer::Host).await?;
         let value = serde_json::from_slice(&bytes)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
         Ok((status, value))
@@ -133,20 +134,20 @@ impl CoreClient {
         payload["stream"] = json!(true);
         let path = "/v1/chat/completions";
         let url = format!("{}{}", self.record.url, path);
-        let response = self.send(Method::POST, path, Some(payload)).await?;
+        let deadlines = self.deadlines.unwrap_or(Deadlines::GENERATION);
+        let response = self
+            .send(Method::POST, path, Some(payload), deadlines)
+            .await?;
         let status = response.status().as_u16();
         if status != 200 {
-            let bytes = response
-                .into_body()
-                .collect()
+            let bytes = collect(response, &url, Peer::Host)
                 .await
-                .map(|b| b.to_bytes())
                 .unwrap_or_default();
             let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             return Err(remote(&value["error"], status));
         }
         let mut answer = String::new();
-        crate::http::stream_lines(response, &url, |line| {
+        crate::http::stream_lines(response, &url, Peer::Host, |line| {
             let Some(data) = line.strip_prefix("data:").map(str::trim) else {
                 return true;
             };

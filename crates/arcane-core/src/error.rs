@@ -2,6 +2,7 @@
 //! new variant forces a choice of code.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use arcane_report::{codes, Diagnostic};
 use serde_json::{json, Value};
@@ -205,6 +206,20 @@ pub enum Error {
         source: Box<dyn std::error::Error + Send + Sync>,
     },
 
+    /// An engine or the Core host did not answer within a deadline (see
+    /// [`Deadlines`](crate::http::Deadlines)).
+    #[error("`{url}` did not {} within {}", phase.describe(), seconds(*deadline))]
+    Timeout {
+        /// The URL asked.
+        url: String,
+        /// Which deadline passed.
+        phase: TimeoutPhase,
+        /// Its length.
+        deadline: Duration,
+        /// Who was asked.
+        peer: Peer,
+    },
+
     /// An engine answered a request with an error status.
     #[error("`{url}` answered HTTP {status}")]
     Upstream {
@@ -243,6 +258,66 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+}
+
+/// Which deadline of an HTTP exchange passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutPhase {
+    /// The TCP connection was not accepted in time.
+    Connect,
+    /// No response head came back in time.
+    Head,
+    /// A body (a stream) stopped sending data for longer than its idle deadline.
+    Stall,
+}
+
+impl TimeoutPhase {
+    /// The verb phrase the message uses (`did not … within 2 s`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Connect => "accept the connection",
+            Self::Head => "answer",
+            Self::Stall => "send more of its answer",
+        }
+    }
+
+    /// The wire name in `details.phase`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Connect => "connect",
+            Self::Head => "head",
+            Self::Stall => "stall",
+        }
+    }
+}
+
+/// Who an HTTP exchange talked to (it decides the hint of a [`Error::Timeout`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    /// A local-AI engine (llama.cpp, Ollama).
+    Engine,
+    /// The Core host (the CLI's client commands).
+    Host,
+}
+
+impl Peer {
+    /// `engine` or `host`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Engine => "engine",
+            Self::Host => "host",
+        }
+    }
+}
+
+/// `2 s`, `0.5 s`: a duration as a person reads it.
+fn seconds(duration: Duration) -> String {
+    let value = duration.as_secs_f64();
+    if value.fract() == 0.0 {
+        format!("{value:.0} s")
+    } else {
+        format!("{value} s")
+    }
 }
 
 impl Error {
@@ -287,6 +362,7 @@ impl Error {
             Self::Shutdown { .. } => 500,
             Self::Cancelled { .. } => 499,
             Self::Http { .. } | Self::Upstream { .. } | Self::Remote { .. } => 502,
+            Self::Timeout { .. } => 504,
             Self::PortInUse { .. }
             | Self::Io { .. }
             | Self::InvalidRecord { .. }
@@ -314,6 +390,7 @@ impl Diagnostic for Error {
             Self::NotRunning { .. } => codes::CORE_NOT_RUNNING,
             Self::EngineNotReady { .. } => codes::LOCAL_AI_SERVER_NOT_READY,
             Self::Http { .. } => codes::ARCANE_OPERATION_FAILED,
+            Self::Timeout { .. } => codes::CORE_TIMEOUT,
             Self::Upstream { .. } => codes::LOCAL_AI_REQUEST_FAILED,
             Self::Remote { .. } => codes::ARCANE_OPERATION_FAILED,
             Self::Library { code, .. } => code,
@@ -368,6 +445,17 @@ impl Diagnostic for Error {
                 retry_after,
             } => json!({"runtime": runtime, "state": state, "retryAfter": retry_after}),
             Self::Http { url, .. } => json!({"url": url}),
+            Self::Timeout {
+                url,
+                phase,
+                deadline,
+                peer,
+            } => json!({
+                "url": url,
+                "phase": phase.as_str(),
+                "deadlineSeconds": deadline.as_secs_f64(),
+                "peer": peer.as_str(),
+            }),
             Self::Upstream { url, status, body } => {
                 json!({"url": url, "status": status, "body": body})
             }
@@ -390,6 +478,17 @@ impl Diagnostic for Error {
                 retry_after: Some(_),
                 ..
             } => vec!["the engine is loading its model; retry in a few seconds".into()],
+            Self::Timeout {
+                peer: Peer::Engine,
+                ..
+            } => vec![
+                "the engine may be stopped (SIGSTOP), hung or overloaded: check its process (`arcane status` shows its pid), or restart it with `localai.services.recover`".into(),
+            ],
+            Self::Timeout {
+                peer: Peer::Host, ..
+            } => vec![
+                "the Core host, or the engine it forwards to, may be stopped (SIGSTOP), hung or busy: check their processes (the host's pid is in `.arcane/core.json`), or pass a longer `--timeout SECONDS`".into(),
+            ],
             Self::Library { hints, .. } => hints.clone(),
             _ => Vec::new(),
         }

@@ -17,21 +17,29 @@
 //! domain snapshots), never history; replay and subscription happen under the same
 //! lock as publishing, so nothing is lost or duplicated between them.
 //!
+//! Transports that forward work the host does not dispatch (the HTTP passthrough to
+//! an engine) take a [`Work`] from [`Host::accept_work`]: it is admitted and counted
+//! exactly like a request, and held until the response has been sent.
+//!
 //! [`Host::close`] (idempotent; also fired through a [`ShutdownHandle`]) runs the
 //! drain sequence: refuse new requests (`CORE_SHUTTING_DOWN`), cancel request-lifetime
-//! work, wait for every accepted request to be answered, run each service's `drain`
-//! then `dispose` concurrently (`dispose` even when `drain` fails), publish
+//! work, wait for every accepted request to be answered and every [`Work`] to end
+//! (those get until the drain deadline, [`HostBuilder::drain_deadline`], then are
+//! cancelled and awaited), run each service's `drain` then `dispose` concurrently
+//! (`dispose` even when `drain` fails; this is where engines are stopped, so no engine
+//! is signalled while the host still holds a request open on it), publish
 //! `core.state {state:"closed"}` and end every event stream.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use arcane_report::{error_json, Event, EventSink, NullSink};
 use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::error::Error;
 use crate::protocol::{Control, EventFrame, Request, Response, PROTOCOL};
@@ -161,6 +169,10 @@ struct Inner {
     active: watch::Sender<usize>,
     /// Parent of every request-lifetime token; fired when draining starts.
     request_work: CancellationToken,
+    /// Parent of every [`Work`] token; fired when the drain deadline passes.
+    held_work: CancellationToken,
+    /// How long a shutdown waits for [`Work`] before cancelling it.
+    drain_deadline: Duration,
     /// Fired by anyone wanting the host closed (signals, stdin EOF, `core.host.shutdown`).
     shutdown_requested: CancellationToken,
     /// Fired when draining starts (services watch it).
@@ -213,9 +225,20 @@ pub struct HostBuilder {
     names: HashSet<String>,
     methods: HashMap<String, (usize, Lifetime)>,
     observer: Arc<dyn EventSink>,
+    drain_deadline: Duration,
 }
 
+/// How long a shutdown waits for accepted [`Work`] by default.
+pub const DEFAULT_DRAIN_DEADLINE: Duration = Duration::from_secs(30);
+
 impl HostBuilder {
+    /// How long a shutdown waits for accepted [`Work`] (passthrough responses) to end
+    /// before it cancels what is left (default [`DEFAULT_DRAIN_DEADLINE`]).
+    pub fn drain_deadline(mut self, deadline: Duration) -> Self {
+        self.drain_deadline = deadline;
+        self
+    }
+
     /// The version `version.current` reports (default: this crate's).
     pub fn version(mut self, version: impl Into<String>) -> Self {
         self.version = version.into();
@@ -286,6 +309,8 @@ impl HostBuilder {
             admission: Mutex::new(false),
             active: watch::Sender::new(0),
             request_work: CancellationToken::new(),
+            held_work: CancellationToken::new(),
+            drain_deadline: self.drain_deadline,
             shutdown_requested: CancellationToken::new(),
             draining: CancellationToken::new(),
             closing: AtomicBool::new(false),
@@ -331,7 +356,25 @@ impl Host {
             names: HashSet::new(),
             methods: HashMap::new(),
             observer: Arc::new(NullSink),
+            drain_deadline: DEFAULT_DRAIN_DEADLINE,
         }
+    }
+
+    /// Admits one piece of work a transport runs itself (a passthrough exchange):
+    /// `None` once shutdown began. A shutdown waits for the returned [`Work`] to be
+    /// dropped, until the drain deadline, then fires [`Work::cancelled`].
+    pub fn accept_work(&self) -> Option<Work> {
+        let inner = &self.inner;
+        let admitted = inner.admission.lock().ok()?;
+        if !*admitted {
+            return None;
+        }
+        inner.active.send_modify(|n| *n += 1);
+        drop(admitted);
+        Some(Work {
+            host: Arc::clone(inner),
+            cancel: inner.held_work.child_token(),
+        })
     }
 
     /// Starts every service in the background and admits requests. Must be called
@@ -654,9 +697,17 @@ impl Inner {
         self.publish_state();
         // 2. Cancel request-lifetime work.
         self.request_work.cancel();
-        // 3. Wait for every accepted request to be answered.
+        // 3. Wait for every accepted request to be answered and every `Work` to end;
+        //    past the drain deadline, cancel the work (passthrough bodies are cut and
+        //    their upstream connections closed) and wait for it to let go.
         let mut active = self.active.subscribe();
-        let _ = active.wait_for(|n| *n == 0).await;
+        let drained = tokio::time::timeout(self.drain_deadline, active.wait_for(|n| *n == 0))
+            .await
+            .is_ok();
+        if !drained {
+            self.held_work.cancel();
+            let _ = active.wait_for(|n| *n == 0).await;
+        }
         // 4. Drain then dispose each service, concurrently.
         let mut tasks = tokio::task::JoinSet::new();
         for entry in &self.services {
@@ -696,6 +747,26 @@ impl Inner {
         if let Ok(mut subscribers) = self.subscribers.lock() {
             subscribers.clear();
         }
+    }
+}
+
+/// Work a transport runs itself, admitted by [`Host::accept_work`] and counted as an
+/// accepted request until dropped.
+pub struct Work {
+    host: Arc<Inner>,
+    cancel: CancellationToken,
+}
+
+impl Work {
+    /// Resolves when a shutdown's drain deadline passed: stop the work now.
+    pub fn cancelled(&self) -> WaitForCancellationFutureOwned {
+        self.cancel.clone().cancelled_owned()
+    }
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        self.host.active.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 

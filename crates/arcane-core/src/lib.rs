@@ -57,8 +57,8 @@ pub mod service;
 pub mod stdio;
 pub mod supervised;
 
-pub use error::{Error, FrameProblem};
-pub use host::{AppInfo, Connection, Host, HostBuilder, HostState, Prepared, ShutdownHandle};
+pub use error::{Error, FrameProblem, Peer, TimeoutPhase};
+pub use host::{AppInfo, Connection, Host, HostBuilder, HostState, Prepared, ShutdownHandle, Work};
 pub use service::{
     BoxError, BoxFuture, Lifetime, MethodResult, MethodSpec, RequestContext, Service,
     ServiceContext, ServiceState,

@@ -7,7 +7,10 @@
 //! events. Every change publishes `localai.state {runtimes[]}`.
 //!
 //! Engines start in the background when the service starts, so `localai.status` and
-//! `llama.status` answer at once (they only observe). Methods that need an engine
+//! `llama.status` answer at once from the service's own state (what the supervisor
+//! published, and the models fetched when the engine became ready); they never ask
+//! the engine, so a hung engine cannot hang them. Every call to an engine has
+//! [`Deadlines`]. Methods that need an engine
 //! (`llama.chat`, `llama.models`, `llama.load`, `ollama.*`) wait for it to settle and
 //! fail with `LOCAL_AI_SERVER_NOT_READY` when it failed or stopped.
 //!
@@ -30,13 +33,14 @@ use std::sync::{Arc, Mutex, Weak};
 
 use arcane_report::{error_json, CancelToken, Event, EventSink};
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper::{Method, Request};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::error::Error;
-use crate::http::{engine_client, full, EngineClient, Upstream, UpstreamTarget};
+use crate::error::{Error, Peer};
+use crate::http::{
+    collect, engine_client, full, Deadlines, EngineClient, HttpBody, Upstream, UpstreamTarget,
+};
 use crate::selection::Runtime;
 use crate::service::{
     BoxError, BoxFuture, MethodResult, MethodSpec, RequestContext, Service, ServiceContext,
@@ -236,12 +240,22 @@ impl LocalAiService {
             .to_string();
         let models = match slot.runtime {
             Runtime::LlamaCpp => self
-                .engine_json(Method::GET, &format!("{url}/v1/models"), None)
+                .engine_json(
+                    Method::GET,
+                    &format!("{url}/v1/models"),
+                    None,
+                    Deadlines::QUICK,
+                )
                 .await
                 .ok()
                 .and_then(|v| v["data"].as_array().cloned()),
             Runtime::Ollama => self
-                .engine_json(Method::GET, &format!("{url}/api/tags"), None)
+                .engine_json(
+                    Method::GET,
+                    &format!("{url}/api/tags"),
+                    None,
+                    Deadlines::QUICK,
+                )
                 .await
                 .ok()
                 .and_then(|v| v["models"].as_array().cloned()),
@@ -282,7 +296,8 @@ impl LocalAiService {
         method: Method,
         url: &str,
         body: Option<&Value>,
-    ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
+        deadlines: Deadlines,
+    ) -> Result<hyper::Response<HttpBody>, Error> {
         let mut request = Request::builder().method(method).uri(url);
         let body = match body {
             Some(body) => {
@@ -295,23 +310,13 @@ impl LocalAiService {
             url: url.into(),
             source: Box::new(e),
         })?;
-        let response = self
-            .client
-            .request(request)
-            .await
-            .map_err(|e| Error::Http {
-                url: url.into(),
-                source: Box::new(e),
-            })?;
+        let response = self.client.send(request, deadlines, Peer::Engine).await?;
         if response.status().is_success() {
             return Ok(response);
         }
         let status = response.status().as_u16();
-        let bytes = response
-            .into_body()
-            .collect()
+        let bytes = collect(response, url, Peer::Engine)
             .await
-            .map(|b| b.to_bytes())
             .unwrap_or_default();
         let text = String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]).into_owned();
         let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
@@ -327,17 +332,10 @@ impl LocalAiService {
         method: Method,
         url: &str,
         body: Option<&Value>,
+        deadlines: Deadlines,
     ) -> Result<Value, Error> {
-        let response = self.send(method, url, body).await?;
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| Error::Http {
-                url: url.into(),
-                source: Box::new(e),
-            })?;
-        let bytes = bytes.to_bytes();
+        let response = self.send(method, url, body, deadlines).await?;
+        let bytes = collect(response, url, Peer::Engine).await?;
         Ok(serde_json::from_slice(&bytes)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned())))
     }
@@ -388,18 +386,22 @@ impl LocalAiService {
         payload["stream"] = json!(stream);
         let url = format!("{base}/v1/chat/completions");
         if !stream {
-            return Ok(self.engine_json(Method::POST, &url, Some(&payload)).await?);
+            return Ok(self
+                .engine_json(Method::POST, &url, Some(&payload), Deadlines::GENERATION)
+                .await?);
         }
         let stream_id = parameters["streamId"]
             .as_str()
             .map(str::to_string)
             .unwrap_or_else(|| context.request_id.clone());
-        let response = self.send(Method::POST, &url, Some(&payload)).await?;
+        let response = self
+            .send(Method::POST, &url, Some(&payload), Deadlines::GENERATION)
+            .await?;
         let mut content = String::new();
         let mut finish_reason = Value::Null;
         let mut last = Value::Null;
         let mut chunks = 0usize;
-        crate::http::stream_lines(response, &url, |line| {
+        crate::http::stream_lines(response, &url, Peer::Engine, |line| {
             let Some(data) = line.strip_prefix("data:").map(str::trim) else {
                 return true;
             };
@@ -457,8 +459,15 @@ impl LocalAiService {
         };
         let url = format!("{base}{path}");
         if http_method == Method::GET {
-            return Ok(self.engine_json(Method::GET, &url, None).await?);
+            return Ok(self
+                .engine_json(Method::GET, &url, None, Deadlines::QUICK)
+                .await?);
         }
+        let deadlines = match method {
+            "ollama.show" => Deadlines::QUICK,
+            "ollama.pull" => Deadlines::TRANSFER,
+            _ => Deadlines::GENERATION,
+        };
         let mut body = match parameters.get("payload") {
             Some(Value::Object(p)) => Value::Object(p.clone()),
             _ => parameters.clone(),
@@ -471,7 +480,9 @@ impl LocalAiService {
         let stream = streams && body["stream"].as_bool().unwrap_or(false);
         body["stream"] = json!(stream);
         if !stream {
-            let result = self.engine_json(Method::POST, &url, Some(&body)).await?;
+            let result = self
+                .engine_json(Method::POST, &url, Some(&body), deadlines)
+                .await?;
             if method == "ollama.pull" {
                 self.refresh_models(slot).await;
             }
@@ -481,10 +492,12 @@ impl LocalAiService {
             .as_str()
             .map(str::to_string)
             .unwrap_or_else(|| context.request_id.clone());
-        let response = self.send(Method::POST, &url, Some(&body)).await?;
+        let response = self
+            .send(Method::POST, &url, Some(&body), deadlines)
+            .await?;
         let mut content = String::new();
         let mut last = Value::Null;
-        crate::http::stream_lines(response, &url, |line| {
+        crate::http::stream_lines(response, &url, Peer::Engine, |line| {
             let Ok(chunk) = serde_json::from_str::<Value>(line) else {
                 return true;
             };
@@ -701,16 +714,8 @@ impl Service for LocalAiService {
     ) -> BoxFuture<'static, MethodResult> {
         Box::pin(async move {
             match method.as_str() {
-                "localai.status" => {
-                    for slot in self
-                        .slots
-                        .iter()
-                        .filter(|s| s.view.borrow().state() == "ready")
-                    {
-                        self.refresh_models(slot).await;
-                    }
-                    Ok(self.state())
-                }
+                // The host's own state: asking a hung engine here would hang `status`.
+                "localai.status" => Ok(self.state()),
                 "localai.services.recover" => self.recover(parameters).await,
                 "llama.status" => Ok(self.require(Runtime::LlamaCpp)?.record()),
                 "llama.models" => {
@@ -912,17 +917,17 @@ impl EngineLauncher for AdoptLauncher {
             loop {
                 let request = Request::get(&probe_url).body(full(Bytes::new()));
                 let outcome = match request {
-                    Ok(request) => client.request(request).await.map_err(|e| e.to_string()),
+                    Ok(request) => client
+                        .send(request, Deadlines::QUICK, Peer::Engine)
+                        .await
+                        .map_err(|e| e.to_string()),
                     Err(e) => Err(e.to_string()),
                 };
                 let last_error = match outcome {
                     Ok(response) => {
                         let status = response.status();
-                        let body = response
-                            .into_body()
-                            .collect()
+                        let body = collect(response, &probe_url, Peer::Engine)
                             .await
-                            .map(|b| b.to_bytes())
                             .unwrap_or_default();
                         let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                         let ready = status.is_success()

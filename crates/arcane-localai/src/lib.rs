@@ -75,7 +75,7 @@ pub use config::{Engine, EngineConfig, RestartPolicy};
 pub use endpoint::Endpoint;
 pub use error::Error;
 pub use execution::SharedDeviceSource;
-pub use process::{ExitInfo, StopStep};
+pub use process::{kill_all_now, ExitInfo, StopStep};
 pub use state::{ServerSnapshot, ServerState};
 pub use supervisor::{AdoptedServer, ExitHook, OwnedServer, Server, StopReport, Supervisor};
 

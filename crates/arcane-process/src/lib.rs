@@ -30,4 +30,4 @@ mod identity;
 mod spawn;
 
 pub use identity::{exe, start_time, started_at, Identity, Liveness};
-pub use spawn::{spawn, Child, ExitInfo, Spec, StdioMode, StopStep};
+pub use spawn::{kill_all_now, spawn, Child, ExitInfo, Spec, StdioMode, StopStep};

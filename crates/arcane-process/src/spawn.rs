@@ -392,6 +392,27 @@ fn set_foreground(group: libc::pid_t) {
     }
 }
 
+/// Every group spawned here and not yet dropped, for [`kill_all_now`].
+fn live_groups() -> &'static Mutex<Vec<std::sync::Weak<Group>>> {
+    static LIVE: OnceLock<Mutex<Vec<std::sync::Weak<Group>>>> = OnceLock::new();
+    LIVE.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// SIGKILLs every child group spawned here that is not yet reaped, through the same
+/// reap-before-signal rule, and returns how many were signalled: for a process about to
+/// exit at once (a second Ctrl-C/SIGTERM), so no child outlives it even where the
+/// parent-death signal is not available. Safe from any thread.
+pub fn kill_all_now() -> usize {
+    let groups: Vec<Arc<Group>> = live_groups()
+        .lock()
+        .map(|list| list.iter().filter_map(std::sync::Weak::upgrade).collect())
+        .unwrap_or_default();
+    groups
+        .iter()
+        .filter(|group| group.signal(libc::SIGKILL))
+        .count()
+}
+
 type SpawnReply = mpsc::Sender<io::Result<std::process::Child>>;
 
 /// The long-lived thread every child is forked from (see the crate documentation).
@@ -511,6 +532,10 @@ pub fn spawn(spec: Spec) -> io::Result<Child> {
         pgid: pid as libc::pid_t,
         reaped: Mutex::new(false),
     });
+    if let Ok(mut live) = live_groups().lock() {
+        live.retain(|weak| weak.strong_count() > 0);
+        live.push(Arc::downgrade(&group));
+    }
     let terminal = if foreground {
         Terminal::hand_over(pid as libc::pid_t)
     } else {

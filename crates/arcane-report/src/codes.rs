@@ -90,6 +90,9 @@ codes! {
     CORE_PORT_IN_USE,
     /// No Core host is running for the workspace (client commands such as `arcane chat`).
     CORE_NOT_RUNNING,
+    /// The Core host or an engine did not answer within its deadline (connect, response
+    /// head, or a streamed body that stalled).
+    CORE_TIMEOUT,
 
     // --- bundles ---------------------------------------------------------------------
     /// A manifest path is invalid (absolute, `..`, empty segment, device name, …).

@@ -84,7 +84,9 @@ fn absolute(path: PathBuf) -> Result<PathBuf, CliError> {
     })
 }
 
-/// First SIGINT or SIGTERM fires the token; a second one exits at once with 130.
+/// First SIGINT or SIGTERM fires the token; a second one escalates: it stops waiting,
+/// SIGKILLs every engine this process owns (none is left behind, whatever the drain
+/// was waiting for) and exits at once with 130.
 fn install_signal_handlers(cancel: &CancelToken) {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
@@ -95,6 +97,7 @@ fn install_signal_handlers(cancel: &CancelToken) {
         for _ in signals.forever() {
             if cancel.is_cancelled() {
                 // Second signal: the user insists.
+                arcane_process::kill_all_now();
                 #[allow(clippy::exit)]
                 std::process::exit(130);
             }

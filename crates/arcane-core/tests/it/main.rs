@@ -4,6 +4,7 @@
 
 mod support;
 
+mod drain;
 mod host;
 mod http;
 mod llama;

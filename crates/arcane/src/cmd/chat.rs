@@ -3,8 +3,10 @@
 //! and streams the answer as it is generated.
 
 use std::io::Write;
+use std::time::Duration;
 
 use arcane_core::client::CoreClient;
+use arcane_core::http::Deadlines;
 use serde_json::json;
 
 use crate::cli::OutputMode;
@@ -29,11 +31,19 @@ pub struct Args {
     /// Sampling temperature (0 = deterministic).
     #[arg(long, value_name = "T")]
     pub temperature: Option<f64>,
+
+    /// Seconds to wait for the answer to start, and then between two streamed pieces
+    /// (default 120); a host or engine that does not answer in time is a
+    /// `CORE_TIMEOUT` error.
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
 }
 
 /// Runs `arcane chat`.
 pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
-    let client = CoreClient::from_workspace(&context.workspace)?;
+    let timeout = crate::cmd::serve::seconds("--timeout", args.timeout, Duration::from_secs(120))?;
+    let client =
+        CoreClient::from_workspace(&context.workspace)?.with_deadlines(Deadlines::uniform(timeout));
     let mut messages = Vec::new();
     if let Some(system) = &args.system {
         messages.push(json!({"role": "system", "content": system}));
@@ -44,35 +54,19 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         payload["temperature"] = json!(temperature);
     }
     let human = context.output.mode == OutputMode::Human;
-    let runtime = crate::cmd::core::runtime()?;
-    let cancel = context.cancel.clone();
-    let answer = runtime.block_on(async {
-        let chat = client.chat(payload, |delta| {
-            if human {
-                let mut out = std::io::stdout().lock();
-                let _ = out.write_all(delta.as_bytes());
-                let _ = out.flush();
-            }
-        });
-        // Ctrl-C drops the stream, which the host passes on to the engine.
-        let cancelled = async {
-            while !cancel.is_cancelled() {
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-        };
-        tokio::select! {
-            answer = chat => answer.map(Some),
-            _ = cancelled => Ok(None),
-        }
+    // Ctrl-C drops the stream, which the host passes on to the engine.
+    let answer = crate::cmd::core::block_on_client(context, "the chat", async {
+        let answer = client
+            .chat(payload, |delta| {
+                if human {
+                    let mut out = std::io::stdout().lock();
+                    let _ = out.write_all(delta.as_bytes());
+                    let _ = out.flush();
+                }
+            })
+            .await?;
+        Ok(answer)
     })?;
-    let Some(answer) = answer else {
-        return Err(crate::error::CommandError::new(
-            arcane_report::codes::ARCANE_CANCELLED,
-            "the chat was cancelled",
-            json!({}),
-        )
-        .into());
-    };
     if human {
         context.output.result("", &json!({}));
         let _ = writeln!(std::io::stdout());

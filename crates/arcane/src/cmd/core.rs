@@ -47,17 +47,19 @@ pub struct HostParts {
 /// Builds the host for `runtimes`: `execution-devices` and `local-ai` when llama.cpp or
 /// Ollama is selected, `model-assets` when llama.cpp is; unsupported runtimes are a
 /// usage error before anything starts. `launcher` makes the engine launcher for each
-/// selected engine.
+/// selected engine; `drain` bounds how long a shutdown waits for passthrough work.
 pub fn build_host(
     context: &Context,
     runtimes: &[String],
     observer: Arc<dyn EventSink>,
+    drain: std::time::Duration,
     launcher: &dyn Fn(Runtime) -> Result<Arc<dyn EngineLauncher>, CliError>,
 ) -> Result<HostParts, CliError> {
     let plan = plan(runtimes)?;
     let mut builder = Host::builder(AppInfo::default())
         .version(env!("CARGO_PKG_VERSION"))
-        .observer(observer);
+        .observer(observer)
+        .drain_deadline(drain);
     let mut local_ai = None;
     if plan.local_ai {
         builder = builder.service(DevicesService::new(LiveDevices::new()))?;
@@ -105,6 +107,40 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
             .caused_by(e)
             .into()
         })
+}
+
+/// Runs a client command's exchange with the host (`status`, `chat`) on a fresh
+/// runtime. The first SIGINT/SIGTERM ends it at once with `ARCANE_CANCELLED` (`what`
+/// names it in the message), whatever the host is doing.
+pub fn block_on_client<T>(
+    context: &Context,
+    what: &str,
+    exchange: impl std::future::Future<Output = Result<T, CliError>>,
+) -> Result<T, CliError> {
+    let runtime = runtime()?;
+    let cancel = context.cancel.clone();
+    let outcome = runtime.block_on(async {
+        // The token is a blocking primitive: poll it.
+        let cancelled = async {
+            while !cancel.is_cancelled() {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        };
+        tokio::select! {
+            outcome = exchange => Some(outcome),
+            () = cancelled => None,
+        }
+    });
+    // A connection task may still wait on a host that does not answer: do not join it.
+    runtime.shutdown_background();
+    outcome.unwrap_or_else(|| {
+        Err(CommandError::new(
+            codes::ARCANE_CANCELLED,
+            format!("{what} was cancelled"),
+            json!({}),
+        )
+        .into())
+    })
 }
 
 /// Per-engine choices that override what the registry implies.
@@ -206,7 +242,8 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         // Events never go to stdout here: it carries frames.
         let observer: Arc<dyn EventSink> = Arc::new(arcane_report::NullSink);
         let engines = EngineOptions::default();
-        let parts = build_host(context, &args.runtimes, observer, &|runtime| {
+        let drain = arcane_core::host::DEFAULT_DRAIN_DEADLINE;
+        let parts = build_host(context, &args.runtimes, observer, drain, &|runtime| {
             launcher(context, runtime, &engines)
         })?;
         let host = parts.host;
@@ -232,6 +269,8 @@ pub struct ServeOptions {
     pub listen: std::net::IpAddr,
     /// A port that overrides the saved one for this run (not saved).
     pub port: Option<u16>,
+    /// How long a shutdown waits for in-flight passthrough responses.
+    pub drain_deadline: std::time::Duration,
 }
 
 impl ServeOptions {
@@ -241,6 +280,7 @@ impl ServeOptions {
             configs,
             listen: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
             port: None,
+            drain_deadline: arcane_core::host::DEFAULT_DRAIN_DEADLINE,
         }
     }
 }
@@ -354,19 +394,25 @@ async fn serve_async(
         let _ = events.send(event);
     });
     let configs = options.configs.clone();
-    let parts = build_host(context, runtimes, observer, &|runtime| {
-        let config = configs
-            .iter()
-            .find(|c| c.engine.as_str() == runtime.id())
-            .cloned()
-            .ok_or_else(|| {
-                CliError::from(CommandError::usage(
-                    format!("no configuration for `{}`", runtime.id()),
-                    json!({}),
-                ))
-            })?;
-        Ok(SupervisedLauncher::new(&context.workspace, config) as Arc<dyn EngineLauncher>)
-    })?;
+    let parts = build_host(
+        context,
+        runtimes,
+        observer,
+        options.drain_deadline,
+        &|runtime| {
+            let config = configs
+                .iter()
+                .find(|c| c.engine.as_str() == runtime.id())
+                .cloned()
+                .ok_or_else(|| {
+                    CliError::from(CommandError::usage(
+                        format!("no configuration for `{}`", runtime.id()),
+                        json!({}),
+                    ))
+                })?;
+            Ok(SupervisedLauncher::new(&context.workspace, config) as Arc<dyn EngineLauncher>)
+        },
+    )?;
     let host = parts.host;
     let mut http_options = arcane_core::http::HttpOptions::new(token);
     if let Some(local_ai) = &parts.local_ai {

@@ -94,6 +94,13 @@ pub struct Args {
     #[arg(long, value_name = "PORT")]
     pub port: Option<u16>,
 
+    /// Seconds a shutdown (Ctrl-C, SIGTERM) waits for in-flight passthrough responses
+    /// (`/v1/chat/completions` and the rest, streamed ones included) to finish before
+    /// it cuts them; only then are the engines stopped (default 30). A second signal
+    /// stops waiting at once.
+    #[arg(long, value_name = "SECONDS")]
+    pub drain_timeout: Option<f64>,
+
     /// Extra engine arguments, after `--`.
     #[arg(last = true, value_name = "ENGINE_ARGS")]
     pub engine_args: Vec<String>,
@@ -159,6 +166,11 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         options.listen = listen;
     }
     options.port = args.port;
+    options.drain_deadline = seconds(
+        "--drain-timeout",
+        args.drain_timeout,
+        arcane_core::host::DEFAULT_DRAIN_DEADLINE,
+    )?;
     crate::cmd::core::serve(context, options, owner)
 }
 
@@ -281,7 +293,12 @@ fn engine_of(runtime: &str) -> Option<Engine> {
     runtime.parse::<Engine>().ok()
 }
 
-fn seconds(name: &str, value: Option<f64>, default: Duration) -> Result<Duration, CliError> {
+/// A positive number of seconds from a flag or `arcane.toml` field `name`, or `default`.
+pub(crate) fn seconds(
+    name: &str,
+    value: Option<f64>,
+    default: Duration,
+) -> Result<Duration, CliError> {
     match value {
         None => Ok(default),
         Some(v) if v.is_finite() && v > 0.0 && v < 1e7 => Ok(Duration::from_secs_f64(v)),

@@ -1,7 +1,12 @@
 //! `arcane status`: what the running Core host of this workspace is doing: its URL,
 //! services and their states, engines (state, owned or adopted, device) and devices.
+//! The host answers from its own state (it never asks an engine for this), and every
+//! call has a deadline (`--timeout`).
+
+use std::time::Duration;
 
 use arcane_core::client::CoreClient;
+use arcane_core::http::Deadlines;
 use serde_json::{json, Value};
 
 use crate::config::Context;
@@ -9,29 +14,36 @@ use crate::error::CliError;
 
 /// Arguments of `arcane status`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Seconds to wait for each answer of the Core host (default 10); a host that does
+    /// not answer in time is a `CORE_TIMEOUT` error.
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
+}
 
 /// Runs `arcane status`: reads `core.json`, asks the host, prints the answer.
-pub fn run(context: &Context, _args: Args) -> Result<u8, CliError> {
-    let client = CoreClient::from_workspace(&context.workspace)?;
-    let runtime = crate::cmd::core::runtime()?;
-    let (health, local_ai, devices) = runtime.block_on(async {
-        let health = client.health().await?;
-        let has_local_ai = health["services"]
-            .as_array()
-            .is_some_and(|s| s.iter().any(|s| s["name"] == "local-ai"));
-        let local_ai = if has_local_ai {
-            Some(client.call("localai.status", json!({})).await?)
-        } else {
-            None
-        };
-        let devices = if has_local_ai {
-            client.call("localai.devices", json!({})).await.ok()
-        } else {
-            None
-        };
-        Ok::<_, arcane_core::Error>((health, local_ai, devices))
-    })?;
+pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
+    let timeout = crate::cmd::serve::seconds("--timeout", args.timeout, Duration::from_secs(10))?;
+    let client =
+        CoreClient::from_workspace(&context.workspace)?.with_deadlines(Deadlines::uniform(timeout));
+    let (health, local_ai, devices) =
+        crate::cmd::core::block_on_client(context, "`arcane status`", async {
+            let health = client.health().await?;
+            let has_local_ai = health["services"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|s| s["name"] == "local-ai"));
+            let local_ai = if has_local_ai {
+                Some(client.call("localai.status", json!({})).await?)
+            } else {
+                None
+            };
+            let devices = if has_local_ai {
+                client.call("localai.devices", json!({})).await.ok()
+            } else {
+                None
+            };
+            Ok::<_, CliError>((health, local_ai, devices))
+        })?;
     let endpoint = client.endpoint();
     let value = json!({
         "url": endpoint.url,

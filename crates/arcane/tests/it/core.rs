@@ -468,8 +468,8 @@ fn sigterm_during_a_streaming_request_drains_and_leaves_no_process_behind() {
         .expect("the engine is owned");
     let endpoint = served.endpoint();
     let port = endpoint["port"].as_u64().unwrap();
-    // A long streamed chat through the passthrough.
-    let body = json!({"messages": [{"role": "user", "content": "Write a very long story."}], "max_tokens": 8000, "stream": true}).to_string();
+    // A streamed chat through the passthrough, short enough to finish within the drain.
+    let body = json!({"messages": [{"role": "user", "content": "Write a very long story."}], "max_tokens": 120, "stream": true}).to_string();
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port as u16)).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
@@ -518,9 +518,12 @@ fn sigterm_during_a_streaming_request_drains_and_leaves_no_process_behind() {
         owner_lease_is_free(served.workspace.path()),
         "the owner lease is still held"
     );
-    // The stream ended rather than hanging.
+    // The drain let the stream finish: it ends with its final event.
     let mut rest = Vec::new();
     let _ = stream.read_to_end(&mut rest);
+    let whole = [&first[..n], &rest[..]].concat();
+    let whole = String::from_utf8_lossy(&whole);
+    assert!(whole.contains("data: [DONE]"), "{whole}");
 }
 
 /// A minimal stand-in for an Ollama already running (answers every request with a
@@ -751,5 +754,176 @@ fn a_core_json_left_by_a_dead_host_is_never_trusted() {
     assert!(
         squatter.accept().is_err(),
         "a client connected to the squatter (and would have sent the token)"
+    );
+}
+
+/// A process held stopped (SIGSTOP) until dropped, which continues it (SIGCONT), also
+/// on panic, so it can be cleaned up.
+struct Stopped(libc::pid_t);
+
+impl Stopped {
+    fn new(pid: i64) -> Self {
+        let pid = pid as libc::pid_t;
+        // SAFETY: stopping a process this test started (directly or through `serve`).
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: continuing the process `new` stopped.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
+/// Runs an `arcane` client command to its end, bounded: a hang fails the test.
+fn client(served: &Served, args: &[&str]) -> std::process::Output {
+    let child = served
+        .workspace
+        .arcane()
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn arcane");
+    let mut guard = Guard(child);
+    let read = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = read(
+        guard
+            .0
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = read(
+        guard
+            .0
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let status = support::wait_for_exit(&mut guard.0, Duration::from_secs(60), &args.join(" "));
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
+/// Starts an `arcane` client command that will wait on a stopped peer, sends it one
+/// SIGTERM while it waits, and returns its exit code (bounded: a client that ignores
+/// the signal fails the test).
+fn terminate_waiting_client(served: &Served, args: &[&str]) -> Option<i32> {
+    let child = served
+        .workspace
+        .arcane()
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn arcane");
+    let mut guard = Guard(child);
+    // Time to install its signal handlers and reach the wait (not a timing assertion).
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: SIGTERM to the child this test spawned.
+    assert_eq!(
+        unsafe { libc::kill(guard.0.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    support::wait_for_exit(
+        &mut guard.0,
+        Duration::from_secs(30),
+        &format!("{} after one SIGTERM", args.join(" ")),
+    )
+    .code()
+}
+
+#[test]
+fn a_stopped_engine_hangs_neither_status_nor_chat() {
+    let served = Served::start();
+    let engine = served.status().unwrap()["engines"][0]["pid"]
+        .as_i64()
+        .expect("the engine is owned");
+    let _stopped = Stopped::new(engine);
+
+    // `status` answers from the host's state, without asking the engine.
+    let output = client(&served, &["--output", "json", "status"]);
+    assert!(output.status.success(), "{}", support::stderr(&output));
+    let status = support::json(&output);
+    assert_eq!(status["engines"][0]["state"], "ready");
+    assert!(!status["engines"][0]["models"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+
+    // `chat` fails with the deadline error instead of hanging.
+    let output = client(
+        &served,
+        &["--output", "json", "chat", "Hello", "--timeout", "2"],
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}",
+        support::stderr(&output)
+    );
+    let error = &support::json(&output)["error"];
+    assert_eq!(error["code"], "CORE_TIMEOUT", "{error}");
+    let url = format!(
+        "{}/v1/chat/completions",
+        served.endpoint()["url"].as_str().unwrap()
+    );
+    assert_eq!(error["details"]["url"], url.as_str());
+    assert_eq!(error["details"]["deadlineSeconds"], 2.0);
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains(&url) && message.contains("2 s"),
+        "{message}"
+    );
+    assert!(!error["hints"].as_array().unwrap().is_empty());
+
+    // A chat that waits on the stopped engine ends on one SIGTERM.
+    assert_eq!(
+        terminate_waiting_client(&served, &["chat", "Hello", "--timeout", "600"]),
+        Some(130)
+    );
+}
+
+#[test]
+fn a_stopped_host_is_a_deadline_error_and_one_sigterm_ends_a_waiting_status() {
+    let served = Served::start();
+    let host = served.endpoint()["pid"].as_i64().unwrap();
+    let _stopped = Stopped::new(host);
+
+    let output = client(&served, &["--output", "json", "status", "--timeout", "1"]);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}",
+        support::stderr(&output)
+    );
+    let error = &support::json(&output)["error"];
+    assert_eq!(error["code"], "CORE_TIMEOUT", "{error}");
+    let url = format!("{}/v1/health", served.endpoint()["url"].as_str().unwrap());
+    assert!(error["message"].as_str().unwrap().contains(&url), "{error}");
+
+    assert_eq!(
+        terminate_waiting_client(&served, &["status", "--timeout", "600"]),
+        Some(130)
+    );
+    assert_eq!(
+        terminate_waiting_client(&served, &["chat", "Hello", "--timeout", "600"]),
+        Some(130)
     );
 }

@@ -533,3 +533,208 @@ fn a_bad_configuration_is_a_usage_error_before_anything_starts() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// The running host's port and token, from `core.json`.
+fn host_endpoint(ws: &TestWorkspace) -> (u16, String) {
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(ws.path().join(".arcane/core.json")).unwrap())
+            .unwrap();
+    (
+        record["port"].as_u64().unwrap() as u16,
+        record["token"].as_str().unwrap().to_string(),
+    )
+}
+
+/// Starts `POST /v1/chat/completions` through the host's passthrough on a thread;
+/// the thread returns the raw reply (status line, headers, body) once the host closes
+/// the connection.
+fn completion(port: u16, token: &str, body: Value) -> std::thread::JoinHandle<(u16, String)> {
+    let body = body.to_string();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    std::thread::spawn(move || {
+        crate::support::http_exchange(&format!("127.0.0.1:{port}"), &request)
+    })
+}
+
+/// How many of the engine's slots are generating (llama-server `GET /slots`).
+fn processing_slots(engine_port: u16) -> usize {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", engine_port)) else {
+        return 0;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ =
+        stream.write_all(b"GET /slots HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text.matches("\"is_processing\":true").count()
+}
+
+/// Waits (bounded) until the host itself reports its engine ready (`arcane status`),
+/// which comes a little after the engine's own `local-ai.server.ready` event.
+fn wait_host_ready(ws: &TestWorkspace) {
+    let deadline = Instant::now() + START;
+    loop {
+        let out = crate::support::run(ws.arcane().args(["--output", "json", "status"]));
+        if out.status.success() && crate::support::json(&out)["engines"][0]["state"] == "ready" {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the host never reported ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits (bounded) until `count` slots of the engine are generating.
+fn wait_processing(engine_port: u16, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while processing_slots(engine_port) < count {
+        assert!(
+            Instant::now() < deadline,
+            "the engine never worked on {count} request(s)"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `arcane serve` owning the real llama-server with two slots, so a streamed and a
+/// non-streamed completion run at once.
+fn serve_two_slots(ws: &TestWorkspace, port: u16, drain: &str) -> Serve {
+    let mut args = real_args(port);
+    args.extend(["--device", "cpu", "--drain-timeout", drain].map(String::from));
+    args.extend(["--", "--parallel", "2", "--threads", "2"].map(String::from));
+    Serve::start(ws, &strs(&args))
+}
+
+fn stop_steps(lines: &[Value]) -> Vec<Value> {
+    lines
+        .iter()
+        .filter(|l| l["type"] == "local-ai.server.stopped")
+        .map(|l| l["data"]["stopStep"].clone())
+        .collect()
+}
+
+#[test]
+fn sigterm_waits_for_in_flight_passthrough_responses_then_the_engine_exits_on_sigterm() {
+    let ws = TestWorkspace::new();
+    let port = free_port();
+    let mut serve = serve_two_slots(&ws, port, "600");
+    let ready = serve.wait_for("local-ai.server.ready", START);
+    wait_host_ready(&ws);
+    let engine = ready["data"]["pid"].as_u64().unwrap() as u32;
+    let (host_port, token) = host_endpoint(&ws);
+    let messages =
+        serde_json::json!([{"role": "user", "content": "Write a long story about a lighthouse."}]);
+    let streamed = completion(
+        host_port,
+        &token,
+        serde_json::json!({"messages": messages, "max_tokens": 160, "stream": true}),
+    );
+    let whole = completion(
+        host_port,
+        &token,
+        serde_json::json!({"messages": messages, "max_tokens": 160}),
+    );
+    wait_processing(port, 2);
+
+    signal(serve.pid(), "TERM");
+    let (status, reply) = streamed.join().unwrap();
+    assert_eq!(status, 200, "{reply}");
+    assert!(
+        reply.trim_end().ends_with("data: [DONE]") || reply.contains("data: [DONE]\n"),
+        "the stream must end with its final `data: [DONE]`: {reply}"
+    );
+    let (status, reply) = whole.join().unwrap();
+    assert_eq!(status, 200, "{reply}");
+    let body = reply
+        .split_once("\r\n\r\n")
+        .map_or(reply.as_str(), |(_, b)| b);
+    let body: Value = serde_json::from_str(body).expect("a complete JSON completion");
+    assert!(
+        body["choices"][0]["message"]["content"].is_string(),
+        "{body}"
+    );
+
+    assert_eq!(serve.wait_exit(Duration::from_secs(120)), Some(0));
+    let lines = serve.rest();
+    // Stopped by its SIGTERM, not killed: nothing held a request open on it.
+    assert_eq!(
+        stop_steps(&lines),
+        [serde_json::json!("sigterm")],
+        "{lines:#?}"
+    );
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l["type"] == "process.cancellation.escalated"),
+        "{lines:#?}"
+    );
+    assert!(wait_gone(engine, Duration::from_secs(10)));
+}
+
+#[test]
+fn past_the_drain_deadline_passthrough_responses_are_cut_and_the_engine_still_exits_on_sigterm() {
+    let ws = TestWorkspace::new();
+    let port = free_port();
+    let mut serve = serve_two_slots(&ws, port, "1");
+    serve.wait_for("local-ai.server.ready", START);
+    wait_host_ready(&ws);
+    let (host_port, token) = host_endpoint(&ws);
+    let endless = serde_json::json!({
+        "messages": [{"role": "user", "content": "Count to one million."}],
+        "max_tokens": 6000, "ignore_eos": true, "stream": true,
+    });
+    let streamed = completion(host_port, &token, endless);
+    wait_processing(port, 1);
+
+    signal(serve.pid(), "TERM");
+    let (status, reply) = streamed.join().unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        !reply.contains("data: [DONE]"),
+        "a cut stream must not look complete"
+    );
+    assert_eq!(serve.wait_exit(Duration::from_secs(120)), Some(0));
+    let lines = serve.rest();
+    assert_eq!(
+        stop_steps(&lines),
+        [serde_json::json!("sigterm")],
+        "{lines:#?}"
+    );
+}
+
+#[test]
+fn a_second_sigterm_during_the_drain_ends_the_host_and_leaves_no_engine() {
+    let ws = TestWorkspace::new();
+    let port = free_port();
+    let mut serve = serve_two_slots(&ws, port, "600");
+    let ready = serve.wait_for("local-ai.server.ready", START);
+    wait_host_ready(&ws);
+    let engine = ready["data"]["pid"].as_u64().unwrap() as u32;
+    let (host_port, token) = host_endpoint(&ws);
+    let endless = serde_json::json!({
+        "messages": [{"role": "user", "content": "Count to one million."}],
+        "max_tokens": 6000, "ignore_eos": true, "stream": true,
+    });
+    let streamed = completion(host_port, &token, endless);
+    wait_processing(port, 1);
+
+    signal(serve.pid(), "TERM");
+    // The first signal started the drain, which waits for the stream.
+    loop {
+        let state = serve.wait_for("core.state", Duration::from_secs(30));
+        if state["data"]["state"] == "draining" {
+            break;
+        }
+    }
+    assert!(alive(engine), "the engine is kept while the drain waits");
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(30)), Some(130));
+    assert!(
+        wait_gone(engine, Duration::from_secs(30)),
+        "llama-server (pid {engine}) outlived the escalated stop"
+    );
+    let _ = streamed.join();
+}
