@@ -50,8 +50,10 @@ impl AcquireOptions {
         })
     }
 
-    /// Waits up to `duration` for a busy workspace (polling with jittered back-off),
-    /// emitting `workspace.operation.waiting` once. `Duration::ZERO` tries once.
+    /// Waits up to `duration` for a busy workspace, emitting `workspace.operation.waiting`
+    /// once. A holder's flock is waited for in the kernel, which hands it over the moment
+    /// it is released; a record that says busy on its own (a JavaScript SDK holder) is
+    /// polled with jittered back-off. `Duration::ZERO` tries once.
     pub fn wait(mut self, duration: Duration) -> Self {
         self.wait = Some(duration);
         self
@@ -187,70 +189,43 @@ impl WorkspaceLock {
         let deadline = options.wait.map(|wait| started + wait);
         let mut announced = false;
         let mut backoff = Backoff::new();
+        let mut handed = None;
         loop {
             if options.cancelled() {
                 return Err(cancelled());
             }
-            let busy = match try_once(&ws, options, events)? {
+            let busy = match try_once(&ws, options, events, handed.take())? {
                 Ok(lock) => {
-                    events.emit(Event::new(
-                        "workspace.operation.locked",
-                        json!({
-                            "workspaceRoot": lock.workspace,
-                            "operation": lock.operation,
-                            "lockPath": ws.arcane_path(RECORD),
-                            "nonce": lock.nonce,
-                            "pid": sys::own_pid(),
-                            "waitedMilliseconds": announced.then(|| started.elapsed().as_millis() as u64),
-                        }),
-                    ));
-                    if options.cancelled() {
-                        // Cancelled while taking it: give it back before any work runs.
-                        let _ = lock.release_with_events(events);
-                        return Err(cancelled());
-                    }
-                    return Ok(lock);
+                    let waited = announced.then(|| started.elapsed());
+                    return locked(lock, &ws, waited, options, events).map_err(|()| cancelled());
                 }
                 Err(busy) => busy,
             };
             let now = Instant::now();
             let Some(deadline) = deadline.filter(|d| now < *d) else {
-                return Err(match busy {
-                    Error::Busy {
-                        workspace,
-                        reason,
-                        holder,
-                        ..
-                    } => Error::Busy {
-                        workspace,
-                        reason,
-                        holder,
-                        waited: options.wait.map(|_| started.elapsed()),
-                    },
-                    other => other,
-                });
+                return Err(waited_for(busy, options.wait.map(|_| started.elapsed())));
             };
             if !announced {
                 announced = true;
-                let (holder, reason) = match &busy {
-                    Error::Busy { holder, reason, .. } => {
-                        (holder.as_deref().cloned(), reason.clone())
-                    }
-                    _ => (None, BusyReason::Locked),
-                };
-                events.emit(Event::new(
-                    "workspace.operation.waiting",
-                    json!({
-                        "workspaceRoot": ws.canonical,
-                        "operation": options.operation,
-                        "lockPath": ws.arcane_path(RECORD),
-                        "holder": holder.as_ref().map(Holder::to_json),
-                        "reason": reason.name(),
-                        "waitMilliseconds": options.wait.map(|w| w.as_millis() as u64),
-                        "wait": options.wait.map(human_duration),
-                    }),
-                ));
+                announce_wait(&ws, &busy, options, events);
             }
+            if matches!(
+                &busy,
+                Error::Busy {
+                    reason: BusyReason::Locked,
+                    ..
+                }
+            ) {
+                // Another Arcane process holds the flock: let the kernel hand it over
+                // the moment it is released, instead of polling.
+                match hand_off(&ws, deadline, options.cancel.as_ref())? {
+                    HandOff::Locked(fd) => handed = Some(fd),
+                    HandOff::Cancelled => return Err(cancelled()),
+                    HandOff::TimedOut => {}
+                }
+                continue;
+            }
+            // Busy for a reason the record gives (an SDK holder): poll with back-off.
             let delay = backoff.next().min(deadline - now);
             match &options.cancel {
                 Some(token) => {
@@ -566,11 +541,139 @@ pub fn with_workspace_lock<T, E: From<Error>>(
     }
 }
 
+/// Emits `workspace.operation.locked` for a fresh lease; `Err(())` when cancellation
+/// came while it was taken (the lease is given back before any work runs).
+fn locked(
+    lock: WorkspaceLock,
+    ws: &Workspace,
+    waited: Option<Duration>,
+    options: &AcquireOptions,
+    events: &dyn EventSink,
+) -> Result<WorkspaceLock, ()> {
+    events.emit(Event::new(
+        "workspace.operation.locked",
+        json!({
+            "workspaceRoot": lock.workspace,
+            "operation": lock.operation,
+            "lockPath": ws.arcane_path(RECORD),
+            "nonce": lock.nonce,
+            "pid": sys::own_pid(),
+            "waitedMilliseconds": waited.map(|w| w.as_millis() as u64),
+        }),
+    ));
+    if options.cancelled() {
+        let _ = lock.release_with_events(events);
+        return Err(());
+    }
+    Ok(lock)
+}
+
+/// A busy error that says how long it waited.
+fn waited_for(busy: Error, waited: Option<Duration>) -> Error {
+    match busy {
+        Error::Busy {
+            workspace,
+            reason,
+            holder,
+            ..
+        } => Error::Busy {
+            workspace,
+            reason,
+            holder,
+            waited,
+        },
+        other => other,
+    }
+}
+
+/// Emits `workspace.operation.waiting` (once per acquisition).
+fn announce_wait(ws: &Workspace, busy: &Error, options: &AcquireOptions, events: &dyn EventSink) {
+    let (holder, reason) = match busy {
+        Error::Busy { holder, reason, .. } => (holder.as_deref().cloned(), reason.clone()),
+        _ => (None, BusyReason::Locked),
+    };
+    events.emit(Event::new(
+        "workspace.operation.waiting",
+        json!({
+            "workspaceRoot": ws.canonical,
+            "operation": options.operation,
+            "lockPath": ws.arcane_path(RECORD),
+            "holder": holder.as_ref().map(Holder::to_json),
+            "reason": reason.name(),
+            "waitMilliseconds": options.wait.map(|w| w.as_millis() as u64),
+            "wait": options.wait.map(human_duration),
+        }),
+    ));
+}
+
+/// How a kernel hand-off of the flock ended.
+enum HandOff {
+    /// We hold the flock on this descriptor (the caller re-checks the path).
+    Locked(OwnedFd),
+    /// The deadline passed first.
+    TimedOut,
+    /// Cancellation fired first.
+    Cancelled,
+}
+
+/// Waits for the sentinel's flock in the kernel (a blocking `flock(LOCK_EX)` on a fresh
+/// descriptor, on a helper thread) until it is ours, `deadline` passes or `cancel`
+/// fires. The kernel wakes a blocked waiter the moment the holder releases, so a waiter
+/// gets the lock in microseconds instead of at its next poll.
+///
+/// `flock` has no timeout: a helper thread abandoned at the deadline stays blocked until
+/// the holder releases, then drops its descriptor at once (its send fails), which
+/// unlocks it. A timed-out or cancelled wait may therefore leave one blocked thread
+/// behind until then; it holds nothing.
+fn hand_off(
+    ws: &Workspace,
+    deadline: Instant,
+    cancel: Option<&CancelToken>,
+) -> Result<HandOff, Error> {
+    let path = ws.arcane_path(SENTINEL);
+    let Some(arcane) = ws.open_arcane(false)? else {
+        return Ok(HandOff::TimedOut);
+    };
+    let fd = match sys::open_sentinel(arcane.as_fd(), SENTINEL, false) {
+        Ok(fd) => fd,
+        Err(e) => {
+            let kind = sys::stat_at(arcane.as_fd(), SENTINEL).map(|s| s.kind).ok();
+            return Err(classify(&path, e, kind, "open the lock sentinel"));
+        }
+    };
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("arcane-lock-wait".into())
+        .spawn(move || {
+            let outcome = sys::lock_exclusive_blocking(fd.as_fd()).map(|()| fd);
+            let _ = sender.send(outcome);
+        })
+        .map_err(|e| Error::io("start a waiter for", &path, e))?;
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(HandOff::TimedOut);
+        }
+        if cancel.is_some_and(CancelToken::is_cancelled) {
+            return Ok(HandOff::Cancelled);
+        }
+        // Short slices so cancellation is noticed promptly.
+        let slice = (deadline - now).min(Duration::from_millis(50));
+        match receiver.recv_timeout(slice) {
+            Ok(Ok(fd)) => return Ok(HandOff::Locked(fd)),
+            Ok(Err(e)) => return Err(Error::io("lock", &path, e)),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Ok(HandOff::TimedOut),
+        }
+    }
+}
+
 /// One attempt: `Ok(Ok(lock))`, `Ok(Err(busy))` on contention, `Err` on anything else.
 fn try_once(
     ws: &Workspace,
     options: &AcquireOptions,
     events: &dyn EventSink,
+    handed: Option<OwnedFd>,
 ) -> Result<Result<WorkspaceLock, Error>, Error> {
     let busy = |reason, holder| Error::busy(&ws.canonical, reason, holder);
     let acquired = SystemTime::now();
@@ -598,7 +701,19 @@ fn try_once(
             None,
         ));
     }
-    let sentinel = match lock_sentinel(ws, &arcane, true)? {
+    // A descriptor the kernel handed over counts only if the path still names it.
+    let handed = handed.filter(|fd| {
+        let ours = sys::stat_fd(fd.as_fd()).map(|s| s.identity).ok();
+        ours.is_some()
+            && sys::stat_at(arcane.as_fd(), SENTINEL)
+                .map(|s| s.identity)
+                .ok()
+                == ours
+    });
+    let sentinel = match handed
+        .map(Locked::Yes)
+        .map_or_else(|| lock_sentinel(ws, &arcane, true), Ok)?
+    {
         Locked::Yes(fd) => fd,
         Locked::No => return Ok(Err(busy(BusyReason::Locked, read_holder(&arcane)))),
         Locked::Missing => unreachable_missing(ws)?,

@@ -226,6 +226,11 @@ pub(crate) fn duplicate(fd: std::os::fd::RawFd) -> io::Result<OwnedFd> {
     retry(|| rustix::io::fcntl_dupfd_cloexec(borrowed, 0))
 }
 
+/// `flock(fd, LOCK_EX)`, blocking until it is ours (`EINTR` retried).
+pub(crate) fn lock_exclusive_blocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    retry(|| rustix::fs::flock(fd, FlockOperation::LockExclusive))
+}
+
 /// `flock(fd, LOCK_UN)`.
 pub(crate) fn unlock(fd: BorrowedFd<'_>) -> io::Result<()> {
     retry(|| rustix::fs::flock(fd, FlockOperation::Unlock))
