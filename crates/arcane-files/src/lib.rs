@@ -1,0 +1,238 @@
+//! The file-system primitives every Arcane crate shares, each written once:
+//!
+//! * [`write_atomic`]: a file is replaced whole or not at all. The bytes go to a
+//!   temporary name in the same directory (created exclusively, with the final mode),
+//!   are fsynced, renamed over the target, and the directory is fsynced so the rename
+//!   survives a crash. A failure removes only the temporary file it created.
+//! * [`stream_sha256`]: the one streaming SHA-256 loop (chunked reads, `EINTR` retried,
+//!   a stop check before every chunk, per-chunk progress, an optional copy of the bytes
+//!   to a writer, an optional size limit). Callers wrap it with their own errors,
+//!   cancellation and progress reporting.
+//! * [`sync_dir`]: fsync a directory (after a rename or creation inside it).
+//!
+//! No function here follows policy (who may write where); the callers' containment and
+//! ownership checks decide the paths.
+#![warn(missing_docs)]
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sha2::{Digest, Sha256};
+
+/// The chunk size of every streaming read (large enough to keep the hasher busy).
+pub const CHUNK: usize = 1 << 20;
+
+/// Replaces `path` with `bytes` atomically, with permission bits `mode` (applied
+/// explicitly, so the umask cannot widen or narrow them). The parent directory must
+/// exist. On error the target is untouched and the temporary file is removed.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let directory = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "file".into());
+    let temporary = directory.join(format!(
+        ".{name}.{}.{}.tmp",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut file = File::options()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&temporary)?;
+        file.write_all(bytes)?;
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&temporary, path)?;
+        sync_dir(directory)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    result
+}
+
+/// Fsyncs the directory `dir`, so entries created or renamed in it survive a crash.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// What [`stream_sha256`] read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Streamed {
+    /// How many bytes were read.
+    pub bytes: u64,
+    /// Their SHA-256, 64 lowercase hex digits.
+    pub sha256: String,
+}
+
+/// Why [`stream_sha256`] did not finish.
+#[derive(Debug)]
+pub enum StreamError {
+    /// `stop` returned true before a chunk.
+    Stopped,
+    /// Reading the source failed.
+    Read(io::Error),
+    /// Writing the copy failed.
+    Write(io::Error),
+}
+
+/// Options of [`stream_sha256`].
+pub struct Stream<'a> {
+    /// Also write every byte here (a copy being made while it is hashed).
+    pub copy_to: Option<&'a mut dyn Write>,
+    /// Stop reading once more than this many bytes were read (a file that grew).
+    pub limit: Option<u64>,
+    /// Checked before every chunk; `true` ends the stream with [`StreamError::Stopped`].
+    pub stop: &'a dyn Fn() -> bool,
+    /// Called with the size of every chunk after it was hashed.
+    pub on_chunk: &'a mut dyn FnMut(u64),
+}
+
+/// Hashes everything `reader` yields (see the crate documentation).
+pub fn stream_sha256(
+    reader: &mut dyn Read,
+    buffer: &mut [u8],
+    options: Stream<'_>,
+) -> Result<Streamed, StreamError> {
+    let Stream {
+        mut copy_to,
+        limit,
+        stop,
+        on_chunk,
+    } = options;
+    let mut hasher = Sha256::new();
+    let mut bytes = 0u64;
+    loop {
+        if stop() {
+            return Err(StreamError::Stopped);
+        }
+        let n = match reader.read(buffer) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(StreamError::Read(e)),
+        };
+        hasher.update(&buffer[..n]);
+        if let Some(copy) = copy_to.as_mut() {
+            copy.write_all(&buffer[..n]).map_err(StreamError::Write)?;
+        }
+        bytes += n as u64;
+        on_chunk(n as u64);
+        if limit.is_some_and(|limit| bytes > limit) {
+            break;
+        }
+    }
+    Ok(Streamed {
+        bytes,
+        sha256: hex::encode(hasher.finalize()),
+    })
+}
+
+/// [`stream_sha256`] with no copy, no limit, no stop and no progress.
+pub fn sha256_of(reader: &mut dyn Read) -> io::Result<Streamed> {
+    let mut buffer = vec![0u8; CHUNK];
+    stream_sha256(
+        reader,
+        &mut buffer,
+        Stream {
+            copy_to: None,
+            limit: None,
+            stop: &|| false,
+            on_chunk: &mut |_| {},
+        },
+    )
+    .map_err(|e| match e {
+        StreamError::Read(e) | StreamError::Write(e) => e,
+        StreamError::Stopped => io::Error::from(io::ErrorKind::Interrupted),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_writes_replace_whole_files_with_the_mode_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("record.json");
+        write_atomic(&path, b"first", 0o600).unwrap();
+        write_atomic(&path, b"second", 0o640).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"second");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640);
+        // Nothing but the target is left behind.
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn a_failed_atomic_write_leaves_the_target_and_no_debris() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("taken");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("inside"), b"x").unwrap();
+        // Renaming a file over a non-empty directory fails.
+        assert!(write_atomic(&target, b"new", 0o600).is_err());
+        assert!(target.join("inside").exists());
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert_eq!(names.len(), 1, "the temporary file was removed");
+    }
+
+    #[test]
+    fn streaming_hashes_copies_limits_and_stops() {
+        let data = vec![7u8; 3 * 1024 + 5];
+        let expected = hex::encode(Sha256::digest(&data));
+        assert_eq!(sha256_of(&mut &data[..]).unwrap().sha256, expected);
+        let mut copy = Vec::new();
+        let mut chunks = 0u64;
+        let mut buffer = vec![0u8; 1024];
+        let streamed = stream_sha256(
+            &mut &data[..],
+            &mut buffer,
+            Stream {
+                copy_to: Some(&mut copy),
+                limit: None,
+                stop: &|| false,
+                on_chunk: &mut |n| chunks += n,
+            },
+        )
+        .unwrap();
+        assert_eq!(streamed.bytes, data.len() as u64);
+        assert_eq!(chunks, data.len() as u64);
+        assert_eq!(copy, data);
+        let limited = stream_sha256(
+            &mut &data[..],
+            &mut buffer,
+            Stream {
+                copy_to: None,
+                limit: Some(1000),
+                stop: &|| false,
+                on_chunk: &mut |_| {},
+            },
+        )
+        .unwrap();
+        assert_eq!(limited.bytes, 1024, "stops at the first chunk past the limit");
+        let stopped = stream_sha256(
+            &mut &data[..],
+            &mut buffer,
+            Stream {
+                copy_to: None,
+                limit: None,
+                stop: &|| true,
+                on_chunk: &mut |_| {},
+            },
+        );
+        assert!(matches!(stopped, Err(StreamError::Stopped)));
+    }
+}
