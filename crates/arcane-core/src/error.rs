@@ -21,7 +21,8 @@ pub enum FrameProblem {
     TooLarge,
     /// The body is not valid UTF-8.
     InvalidUtf8,
-    /// The body is not valid JSON, or not a JSON object.
+    /// The body is not valid JSON (valid JSON that is not an object is a frame, answered
+    /// `ok:false` by the protocol layer).
     InvalidJson,
 }
 
