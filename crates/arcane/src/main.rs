@@ -9,6 +9,7 @@ mod cmd;
 mod config;
 mod error;
 mod output;
+mod toml_keys;
 
 use std::process::ExitCode;
 

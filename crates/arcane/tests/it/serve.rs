@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::support::{llama_server, smollm2, TestWorkspace};
 
@@ -532,4 +532,55 @@ fn a_bad_configuration_is_a_usage_error_before_anything_starts() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// Issue 10, item 7: a misspelt key (`[[engines]]`, `modle`) or an empty `engine` list
+/// is refused naming the key, the file and the known keys; the built-in default never
+/// runs in its place.
+#[test]
+fn unknown_keys_and_an_empty_engine_list_in_arcane_toml_are_refused() {
+    let cases = [
+        (
+            "[[engines]]\nruntime = \"llama.cpp\"\n",
+            "engines",
+            Some("engine"),
+        ),
+        ("engine = []\nengin = 1\n", "engin", Some("engine")),
+        (
+            "[[engine]]\nruntime = \"llama.cpp\"\nmodle = \"x\"\n",
+            "modle",
+            Some("model"),
+        ),
+        ("[server]\nport = 1\n", "server", None),
+    ];
+    for (text, key, suggestion) in cases {
+        let ws = TestWorkspace::new();
+        let path = ws.path().join("arcane.toml");
+        std::fs::write(&path, text).unwrap();
+        let output = ws
+            .arcane()
+            .args(["--output", "json", "serve"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{text}");
+        let error = &crate::support::json(&output)["error"];
+        assert_eq!(error["code"], "ARCANE_USAGE", "{text}");
+        assert_eq!(error["details"]["key"], key, "{text}: {error}");
+        assert_eq!(error["details"]["path"], json!(path), "{text}");
+        assert!(error["details"]["known"]
+            .as_array()
+            .is_some_and(|k| !k.is_empty()));
+        assert_eq!(error["details"]["suggestion"], json!(suggestion), "{text}");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(&format!("`{key}`")), "{message}");
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(!ws.path().join(".arcane/core.json").exists(), "{text}");
+    }
+    let ws = TestWorkspace::new();
+    std::fs::write(ws.path().join("arcane.toml"), "engine = []\n").unwrap();
+    let output = ws.arcane().arg("serve").output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("lists no engines"), "{stderr}");
+    assert!(stderr.contains("[[engine]]"), "{stderr}");
 }
