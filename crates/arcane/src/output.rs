@@ -2,9 +2,9 @@
 //!
 //! * `human`: lines for a person on stdout, diagnostics and events on stderr,
 //!   progress bars only when stderr is a terminal.
-//! * `json`: exactly one JSON document on stdout (the result, or the error object).
+//! * `json`: exactly one JSON document on stdout (the result, or `{"error": {…}}`).
 //! * `ndjson`: events as `{type,time,data}` lines on stdout as they happen, then the
-//!   result (or the error) as the last line.
+//!   result (or `{"type": "error", "error": {…}}`) as the last line.
 //!
 //! In machine modes stdout carries only data; anything for a person goes to stderr.
 //! A closed stdout (`arcane … | head`) is not an error.
@@ -104,8 +104,11 @@ impl Output {
         }
     }
 
-    /// Renders an error: `error: …`, `caused by: …` lines and hints for a person, or
-    /// `{"code","message","details"}` for machines (on stdout, as the result).
+    /// Renders an error: `error: …`, `caused by: …` lines, the engine's last output
+    /// lines (when the details carry them) and hints for a person; for machines, on
+    /// stdout as the result, `{"error": E}` (`json`) or `{"type": "error", "error": E}`
+    /// (`ndjson`), where `E` is `{"code", "message", "details"}` plus `"causes"` and
+    /// `"hints"` when there are any (`arcane_report::error_json`).
     pub fn error(&self, error: &dyn Diagnostic) {
         match self.mode {
             OutputMode::Human => {
@@ -119,6 +122,7 @@ impl Output {
                     source = cause.source();
                 }
                 let details = error.details();
+                text.push_str(&last_lines_text(&details));
                 if self.verbose > 0 && !details.is_null() {
                     text.push_str(&format!("\n  details: {details}"));
                 }
@@ -151,6 +155,30 @@ impl EventSink for Output {
     }
 }
 
+/// The most engine output lines a human error shows (`details.lastLines` keeps more).
+const SHOWN_LAST_LINES: usize = 10;
+
+/// The last lines an engine printed (`details.lastLines`, as the supervisor's errors
+/// carry them), indented under the error: often the real cause, e.g. `error: invalid
+/// argument: --ctx-sise`. Empty when there are none.
+fn last_lines_text(details: &Value) -> String {
+    let lines: Vec<&str> = details["lastLines"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    let shown = &lines[lines.len().saturating_sub(SHOWN_LAST_LINES)..];
+    let mut text = String::from("\n  the engine's last output lines:");
+    for line in shown {
+        text.push_str(&format!("\n    | {line}"));
+    }
+    text
+}
+
 /// The human line for an event, or `None` to keep it quiet at this verbosity.
 /// Each command module renders its own subsystem's events (see `cmd::human_event`);
 /// unknown events show as their type and data at `-v`.
@@ -158,5 +186,22 @@ fn human_event(event: &Event, verbose: u8) -> Option<String> {
     match crate::cmd::human_event(event, verbose) {
         Some(line) => Some(line),
         None => (verbose > 1).then(|| format!("{} {}", event.kind, event.data)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_engine_lines_are_shown_bounded_and_in_order() {
+        let lines: Vec<String> = (1..=15).map(|i| format!("line {i}")).collect();
+        let text = last_lines_text(&serde_json::json!({"lastLines": lines}));
+        assert!(text.contains("| line 15"), "{text}");
+        assert!(text.contains("| line 6\n"), "{text}");
+        assert!(!text.contains("| line 5\n"), "{text}");
+        assert!(text.find("line 6").unwrap() < text.find("line 15").unwrap());
+        assert_eq!(last_lines_text(&serde_json::json!({"lastLines": []})), "");
+        assert_eq!(last_lines_text(&Value::Null), "");
     }
 }

@@ -452,11 +452,7 @@ async fn serve_async(
 fn remote_error(error: &serde_json::Value) -> CommandError {
     let code = error["code"]
         .as_str()
-        .unwrap_or(codes::ARCANE_OPERATION_FAILED);
-    let code = codes::ALL
-        .iter()
-        .copied()
-        .find(|c| *c == code)
+        .and_then(codes::known)
         .unwrap_or(codes::ARCANE_OPERATION_FAILED);
     let mut command = CommandError::new(
         code,

@@ -584,3 +584,91 @@ fn unknown_keys_and_an_empty_engine_list_in_arcane_toml_are_refused() {
     assert!(stderr.contains("lists no engines"), "{stderr}");
     assert!(stderr.contains("[[engine]]"), "{stderr}");
 }
+
+/// `arcane serve` on the fake engine at a free port, with `engine_args` after `--`.
+fn fake_serve_args(ws: &TestWorkspace, port: u16, engine_args: &[&str]) -> Vec<String> {
+    let model = ws.path().join("fake.gguf");
+    std::fs::write(&model, b"GGUF").unwrap();
+    let mut args: Vec<String> = vec![
+        "--executable".into(),
+        fake_llama().display().to_string(),
+        "--model".into(),
+        model.display().to_string(),
+        "--url".into(),
+        format!("http://127.0.0.1:{port}"),
+        "--".into(),
+    ];
+    args.extend(engine_args.iter().map(|a| a.to_string()));
+    args
+}
+
+/// Issue 10, item 8: an engine that exits before it is ready shows its last output
+/// lines (the real cause) in the human error without `-v`, and in `details` in JSON.
+#[test]
+fn an_engine_that_exits_before_ready_shows_its_last_lines_without_verbose() {
+    let ws = TestWorkspace::new();
+    let args = fake_serve_args(&ws, free_port(), &["--fake-mode", "exit-early=3"]);
+    let output = ws.arcane().arg("serve").args(&args).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let error = &stderr[stderr.find("error: ").expect("an error line")..];
+    assert!(error.contains("exited before it was ready"), "{stderr}");
+    assert!(
+        error.contains("| error: failed to load model (fake early exit)"),
+        "{stderr}"
+    );
+    let output = ws
+        .arcane()
+        .args(["--output", "json", "serve"])
+        .args(&args)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let error = &crate::support::json(&output)["error"];
+    assert_eq!(error["code"], "LOCAL_AI_SERVER_FAILED");
+    let lines = error["details"]["lastLines"].as_array().expect("lastLines");
+    assert!(
+        lines.iter().any(|l| l
+            .as_str()
+            .is_some_and(|l| l.contains("failed to load model"))),
+        "{error}"
+    );
+}
+
+/// Issue 10, item 8: after the engine crashed, `arcane chat` says what happened (the
+/// engine's error as its cause) with the real top-level code and hints naming what to
+/// run, and `arcane status` never prints `pid null`.
+#[test]
+fn chat_after_an_engine_crash_names_the_crash_and_what_to_run() {
+    let ws = TestWorkspace::new();
+    let args = fake_serve_args(&ws, free_port(), &["--fake-mode", "crash-after=0.3"]);
+    let mut serve = Serve::start(&ws, &strs(&args));
+    serve.wait_for("local-ai.server.ready", Duration::from_secs(60));
+    serve.wait_for("local-ai.server.error", Duration::from_secs(60));
+    let output = ws
+        .arcane()
+        .args(["--output", "json", "chat", "hello"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let error = &crate::support::json(&output)["error"];
+    assert_eq!(error["code"], "LOCAL_AI_SERVER_NOT_READY", "{error}");
+    assert_eq!(error["details"]["state"], "error", "{error}");
+    let causes = error["causes"].to_string();
+    assert!(causes.contains("exit code 7"), "{error}");
+    let hints = error["hints"].to_string();
+    assert!(hints.contains("arcane status"), "{error}");
+    assert!(hints.contains("localai.services.recover"), "{error}");
+    let output = ws.arcane().args(["chat", "hello"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("is error"), "{stderr}");
+    assert!(stderr.contains("caused by:"), "{stderr}");
+    assert!(stderr.contains("exit code 7"), "{stderr}");
+    let output = ws.arcane().arg("status").output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    assert!(!stdout.contains("null"), "{stdout}");
+    assert!(stdout.contains("engine  llama.cpp"), "{stdout}");
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(30)), Some(0));
+}
