@@ -650,3 +650,44 @@ fn the_port_is_chosen_once_and_a_busy_saved_port_is_an_error() {
     assert_ne!(second["token"], endpoint["token"]);
     assert_eq!(terminate(again), Some(0));
 }
+
+/// Issue 10, item 8: under `--output json|ndjson` a command line clap refuses is the
+/// same JSON error as every other failure (`ARCANE_USAGE`, exit 2), wherever `--output`
+/// stands; without it, clap's own text.
+#[test]
+fn usage_errors_are_json_under_machine_output_modes() {
+    let workspace = TestWorkspace::new();
+    let cases: [(&[&str], &str); 3] = [
+        (&["--output", "json", "model", "lis"], "json"),
+        (&["lock", "run", "--bogus", "--output", "json"], "json"),
+        (
+            &["serve", "--restart", "sometimes", "--output=ndjson"],
+            "ndjson",
+        ),
+    ];
+    for (args, mode) in cases {
+        let output = support::run(workspace.arcane().args(args));
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let value = support::json(&output);
+        let error = if mode == "ndjson" {
+            assert_eq!(value["type"], "error", "{value}");
+            &value["error"]
+        } else {
+            &value["error"]
+        };
+        assert_eq!(error["code"], "ARCANE_USAGE", "{args:?}: {value}");
+        assert!(error["message"].is_string(), "{value}");
+    }
+    let output = support::run(
+        workspace
+            .arcane()
+            .args(["--output", "json", "model", "lis"]),
+    );
+    assert!(support::json(&output)["error"]["hints"]
+        .to_string()
+        .contains("`list`"));
+    let output = support::run(workspace.arcane().args(["model", "lis"]));
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    assert!(support::stderr(&output).contains("unrecognized subcommand"));
+}
