@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use crate::cli::OutputMode;
 use crate::config::Context;
-use crate::error::{CliError, CommandError};
+use crate::error::{Cause, CliError, CommandError};
 
 /// Arguments of `arcane chat`.
 #[derive(Debug, clap::Args)]
@@ -91,11 +91,6 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     Ok(0)
 }
 
-/// What the engine's own error said, as the `caused by:` line of a not-ready error.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct EngineError(String);
-
 /// A not-ready engine, explained: the host's error (its code, details and hints) with
 /// the engine's own error from `localai.status` (e.g. how it crashed) as its cause.
 /// Without that record (an older host, a slow answer) the host's error is kept as is.
@@ -126,13 +121,13 @@ async fn explain_not_ready(client: &CoreClient, error: arcane_core::Error) -> Cl
     if let Value::Object(map) = &mut details {
         map.insert("engineError".into(), engine_error.clone());
     }
-    let mut explained =
-        CommandError::new(error.code(), error.to_string(), details).caused_by(EngineError(
-            engine_error["message"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        ));
+    let message = engine_error["message"].as_str().unwrap_or_default();
+    let causes = engine_error["causes"].as_array().into_iter().flatten();
+    let chain = std::iter::once(message).chain(causes.filter_map(Value::as_str));
+    let mut explained = CommandError::new(error.code(), error.to_string(), details);
+    if let Some(cause) = Cause::chain(chain) {
+        explained = explained.caused_by(cause);
+    }
     for hint in error.hints() {
         explained = explained.hint(hint);
     }

@@ -469,6 +469,10 @@ fn remote_error(error: &serde_json::Value) -> CommandError {
     {
         command = command.hint(hint);
     }
+    let causes = error["causes"].as_array().into_iter().flatten();
+    if let Some(cause) = crate::error::Cause::chain(causes.filter_map(|c| c.as_str())) {
+        command = command.caused_by(cause);
+    }
     command
 }
 

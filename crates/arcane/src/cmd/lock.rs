@@ -116,7 +116,8 @@ fn run_command(context: &Context, args: RunArgs) -> Result<u8, CliError> {
         return Err(CommandError::usage("no command to run after `--`", json!({})).into());
     };
     ensure_workspace(context)?;
-    let lock = WorkspaceLock::acquire(&context.workspace, &options, &context.output)?;
+    let lock = WorkspaceLock::acquire(&context.workspace, &options, &context.output)
+        .map_err(|error| wait_hint(error, args.wait.is_some()))?;
     let mut child = match Command::new(program).args(rest).spawn() {
         Ok(child) => child,
         Err(error) => {
@@ -165,6 +166,18 @@ fn run_command(context: &Context, args: RunArgs) -> Result<u8, CliError> {
         }),
     );
     Ok(exit)
+}
+
+/// A busy workspace gets the hint about `--wait`, which this command has (the lock
+/// library's own hints name no flag).
+fn wait_hint(error: arcane_lock::Error, waited: bool) -> CliError {
+    let busy = error.is_busy();
+    let error = CliError::from(error);
+    match (busy, waited) {
+        (false, _) => error,
+        (true, false) => error.with_hint("pass `--wait 30s` to wait for the holder"),
+        (true, true) => error.with_hint("pass a longer `--wait`"),
+    }
 }
 
 /// Creates the workspace directory (mode 0700) when nothing exists at its path, so the

@@ -872,3 +872,36 @@ fn a_dot_arcane_the_user_cannot_enter_is_a_typed_permission_refusal() {
     assert_eq!(v["error"]["code"], "ARCANE_POLICY_DENIED");
     assert_eq!(v["error"]["details"]["reason"], "permission-denied");
 }
+
+/// Issue 10, item 10: a busy workspace's hints name `--wait` only for the command that
+/// has it (`lock run`); `lock recover` (like `serve`) gets the neutral one.
+#[test]
+fn busy_hints_name_wait_only_where_the_command_has_it() {
+    let ws = TestWorkspace::new();
+    let mut reaper = Reaper::default();
+    start_holder(&ws, "serve", &mut reaper);
+    let out = run(ws.arcane().args([
+        "lock",
+        "run",
+        "--operation",
+        "build",
+        "--wait",
+        "200ms",
+        "--",
+        "true",
+    ]));
+    assert_eq!(out.status.code(), Some(75));
+    assert!(
+        stderr(&out).contains("pass a longer `--wait`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(ws.arcane().args(["lock", "recover"]));
+    assert_eq!(out.status.code(), Some(75));
+    let err = stderr(&out);
+    assert!(err.contains("hint:"), "{err}");
+    assert!(
+        !err.contains("--wait"),
+        "`lock recover` has no `--wait`: {err}"
+    );
+}

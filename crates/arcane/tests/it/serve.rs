@@ -672,3 +672,20 @@ fn chat_after_an_engine_crash_names_the_crash_and_what_to_run() {
     signal(serve.pid(), "TERM");
     assert_eq!(serve.wait_exit(Duration::from_secs(30)), Some(0));
 }
+
+/// Issue 10, item 8: a failed first start keeps the engine error's causes (they cross
+/// the host as `causes`), so the human error says why, e.g. why a spawn failed.
+#[test]
+fn a_failed_first_start_keeps_its_causes() {
+    let ws = TestWorkspace::new();
+    let executable = ws.path().join("not-executable");
+    std::fs::write(&executable, "#!/bin/sh\n").unwrap();
+    let mut args = fake_serve_args(&ws, free_port(), &[]);
+    args[1] = executable.display().to_string();
+    let output = ws.arcane().arg("serve").args(&args).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let error = &stderr[stderr.find("error: ").expect("an error line")..];
+    assert!(error.contains("could not start"), "{stderr}");
+    assert!(error.contains("caused by: Permission denied"), "{stderr}");
+}
