@@ -689,3 +689,84 @@ fn a_failed_first_start_keeps_its_causes() {
     assert!(error.contains("could not start"), "{stderr}");
     assert!(error.contains("caused by: Permission denied"), "{stderr}");
 }
+
+/// Issue 10, item 10: `--restart on-failure` that runs out of restarts prints a line
+/// saying so (engine, count, last error) instead of going quiet.
+#[test]
+fn giving_up_restarting_prints_a_clear_line() {
+    let ws = TestWorkspace::new();
+    let port = free_port();
+    std::fs::write(ws.path().join("fake.gguf"), b"GGUF").unwrap();
+    let config = format!(
+        "[[engine]]\nurl = \"http://127.0.0.1:{port}\"\nexecutable = \"{}\"\nmodel = \"fake.gguf\"\nargs = [\"--fake-mode\", \"crash-after=0.2\"]\nrestart = \"on-failure\"\nmax_restarts = 1\nrestart_backoff = 0.1\n",
+        fake_llama().display()
+    );
+    std::fs::write(ws.path().join("arcane.toml"), config).unwrap();
+    /// Kills `arcane serve` (which stops its engine) if the test fails midway.
+    struct Killed(Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Killed(
+        ws.arcane()
+            .arg("serve")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.0.stderr.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = Vec::new();
+    let line = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains("gave up restarting") => break line,
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("no give-up line; saw {seen:#?}"),
+        }
+    };
+    assert!(
+        line.contains("gave up restarting `llama.cpp` after 1 restart: `llama.cpp` stopped unexpectedly (exit code 7)"),
+        "{line}"
+    );
+    signal(child.0.id(), "TERM");
+    let status = crate::support::wait_for_exit(&mut child.0, Duration::from_secs(30), "serve");
+    assert_eq!(status.code(), Some(0));
+}
+
+/// Issue 10, item 11: with nothing registered, `serve --runtime ollama` says how to
+/// register Ollama, not llama.cpp.
+#[test]
+fn the_missing_runtime_hint_names_the_runtime_asked_for() {
+    let ws = TestWorkspace::new();
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let output = ws
+        .arcane()
+        .args([
+            "--output",
+            "json",
+            "serve",
+            "--runtime",
+            "ollama",
+            "--url",
+            &url,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let error = &crate::support::json(&output)["error"];
+    assert_eq!(error["code"], "ARCANE_PREREQUISITE_MISSING", "{error}");
+    let hints = error["hints"].to_string();
+    assert!(hints.contains("arcane runtime add ollama"), "{hints}");
+    assert!(!hints.contains("llama.cpp"), "{hints}");
+}
