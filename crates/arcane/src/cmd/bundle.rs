@@ -61,7 +61,8 @@ pub struct BuildArgs {
     #[arg(long = "model", value_name = "ID", required = true, num_args = 1..)]
     pub models: Vec<String>,
 
-    /// The output directory. Must not exist.
+    /// The output directory. Must not exist; missing parent directories are created
+    /// (and removed again if the build fails).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
 
