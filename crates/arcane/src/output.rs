@@ -155,6 +155,42 @@ impl EventSink for Output {
     }
 }
 
+/// How long a progress bar runs before it shows a rate. Earlier, the first update
+/// (which may carry everything done before the bar existed) divided by almost no time
+/// makes rates such as `643.59 GiB/s`.
+const RATE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The one progress-bar style of the CLI: `template` as indicatif reads it, plus
+/// `{rate}` (binary units, `MiB/s`) and `{decimal_rate}` (`MB/s`), which stay empty
+/// until the bar has run for [`RATE_AFTER`]. Use these instead of indicatif's
+/// `{bytes_per_sec}`. `None` when the template is invalid (the bar keeps the default).
+pub fn progress_style(template: &str) -> Option<indicatif::ProgressStyle> {
+    let style = indicatif::ProgressStyle::with_template(template).ok()?;
+    let rate = |decimal: bool| {
+        move |state: &indicatif::ProgressState, out: &mut dyn std::fmt::Write| {
+            let _ = out.write_str(&rate_text(state.elapsed(), state.per_sec(), decimal));
+        }
+    };
+    Some(
+        style
+            .with_key("rate", rate(false))
+            .with_key("decimal_rate", rate(true)),
+    )
+}
+
+/// A rate for a person, or nothing while too little time has passed to tell.
+fn rate_text(elapsed: std::time::Duration, per_second: f64, decimal: bool) -> String {
+    if elapsed < RATE_AFTER || !per_second.is_finite() || per_second < 0.0 {
+        return String::new();
+    }
+    let bytes = per_second as u64;
+    if decimal {
+        format!("{}/s", indicatif::DecimalBytes(bytes))
+    } else {
+        format!("{}/s", indicatif::BinaryBytes(bytes))
+    }
+}
+
 /// The most engine output lines a human error shows (`details.lastLines` keeps more).
 const SHOWN_LAST_LINES: usize = 10;
 
@@ -192,6 +228,84 @@ fn human_event(event: &Event, verbose: u8) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_rate_is_shown_before_enough_time_has_passed() {
+        let huge = 643.59 * 1024.0 * 1024.0 * 1024.0;
+        assert_eq!(
+            rate_text(std::time::Duration::from_millis(2), huge, false),
+            ""
+        );
+        assert_eq!(
+            rate_text(std::time::Duration::ZERO, f64::INFINITY, true),
+            ""
+        );
+        assert_eq!(
+            rate_text(
+                std::time::Duration::from_secs(2),
+                2.0 * 1024.0 * 1024.0,
+                false
+            ),
+            "2.00 MiB/s"
+        );
+        assert_eq!(
+            rate_text(std::time::Duration::from_secs(2), 2e6, true),
+            "2.00 MB/s"
+        );
+    }
+
+    /// A terminal that records what a bar draws.
+    #[derive(Debug, Clone, Default)]
+    struct Screen(std::sync::Arc<std::sync::Mutex<String>>);
+
+    impl indicatif::TermLike for Screen {
+        fn width(&self) -> u16 {
+            200
+        }
+        fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn write_line(&self, line: &str) -> std::io::Result<()> {
+            self.write_str(&format!("{line}\n"))
+        }
+        fn write_str(&self, text: &str) -> std::io::Result<()> {
+            if let Ok(mut screen) = self.0.lock() {
+                screen.push_str(text);
+            }
+            Ok(())
+        }
+        fn clear_line(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Issue 10, item 11: the first update of a bar (bytes done before it existed, no
+    /// time elapsed) draws no rate.
+    #[test]
+    fn a_bars_first_draw_has_no_rate() {
+        let screen = Screen::default();
+        let target = indicatif::ProgressDrawTarget::term_like(Box::new(screen.clone()));
+        let bar = indicatif::ProgressBar::with_draw_target(Some(10 << 30), target);
+        bar.set_style(progress_style("{msg} {bytes}/{total_bytes} {rate}").unwrap());
+        bar.set_message("building");
+        bar.set_position(5 << 30);
+        bar.tick();
+        let drawn = screen.0.lock().unwrap().clone();
+        assert!(drawn.contains("building 5.00 GiB/10.00 GiB"), "{drawn:?}");
+        assert!(!drawn.contains("/s"), "{drawn:?}");
+    }
 
     #[test]
     fn the_last_engine_lines_are_shown_bounded_and_in_order() {

@@ -303,8 +303,8 @@ impl EventSink for ProgressSink<'_> {
                 if let Ok(mut bar) = self.bar.lock() {
                     let bar = bar.get_or_insert_with(|| {
                         let bar = indicatif::ProgressBar::new(total);
-                        if let Ok(style) = indicatif::ProgressStyle::with_template(
-                            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
+                        if let Some(style) = crate::output::progress_style(
+                            "{msg} [{bar:30}] {bytes}/{total_bytes} {rate}",
                         ) {
                             bar.set_style(style.progress_chars("=> "));
                         }
