@@ -41,6 +41,9 @@ codes! {
     ARCANE_ALREADY_EXISTS,
     /// A held lock was deleted or replaced behind its holder's back.
     ARCANE_LOCK_COMPROMISED,
+    /// The workspace named by `--workspace` or `ARCANE_WORKSPACE` does not exist (a
+    /// command that only reads it never creates it). Exits 2, like a usage error.
+    ARCANE_WORKSPACE_NOT_FOUND,
 
     // --- local AI --------------------------------------------------------------------
     /// The execution target cannot be honoured by this runtime or backend.

@@ -37,6 +37,8 @@ pub struct GlobalArgs {
 
     /// The workspace directory (holds `.arcane/`: lock, registry, engine records).
     /// Default: `$ARCANE_WORKSPACE`, else `$XDG_DATA_HOME/arcane`, else `~/.local/share/arcane`.
+    /// Commands that change it create it; commands that only read it refuse a named one
+    /// that does not exist (`ARCANE_WORKSPACE_NOT_FOUND`).
     #[arg(long, global = true, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
 

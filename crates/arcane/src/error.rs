@@ -165,11 +165,12 @@ impl Diagnostic for CommandError {
     }
 }
 
-/// The exit code for an error code: 2 usage, 75 busy (EX_TEMPFAIL), 130 cancelled,
+/// The exit code for an error code: 2 usage (and a named workspace that does not
+/// exist), 75 busy (EX_TEMPFAIL), 130 cancelled,
 /// 1 anything else. Bundle integrity failures exit 2 as `arcane bundle verify` documents.
 pub fn exit_code(code: &str) -> u8 {
     match code {
-        codes::ARCANE_USAGE => 2,
+        codes::ARCANE_USAGE | codes::ARCANE_WORKSPACE_NOT_FOUND => 2,
         codes::ARCANE_WORKSPACE_BUSY | codes::CORE_ALREADY_RUNNING => 75,
         codes::ARCANE_CANCELLED => 130,
         c if c.starts_with("BUNDLE_") => 2,
@@ -210,6 +211,7 @@ mod tests {
     #[test]
     fn codes_map_to_documented_exit_codes() {
         assert_eq!(exit_code(codes::ARCANE_USAGE), 2);
+        assert_eq!(exit_code(codes::ARCANE_WORKSPACE_NOT_FOUND), 2);
         assert_eq!(exit_code(codes::ARCANE_WORKSPACE_BUSY), 75);
         assert_eq!(exit_code(codes::ARCANE_CANCELLED), 130);
         assert_eq!(exit_code(codes::ARCANE_POLICY_DENIED), 1);

@@ -71,6 +71,13 @@ struct RecoverArgs {
     break_foreign_host: Option<String>,
 }
 
+impl Args {
+    /// Whether this needs an existing workspace (`status`, `recover`); `run` creates one.
+    pub fn needs_existing_workspace(&self) -> bool {
+        !matches!(self.command, LockCommand::Run(_))
+    }
+}
+
 /// Runs `arcane lock`.
 pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     match args.command {

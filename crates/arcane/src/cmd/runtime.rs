@@ -143,6 +143,17 @@ struct RemoveArgs {
     id: String,
 }
 
+impl Args {
+    /// Whether this needs an existing workspace (`list`, `remove`); `add` and `install`
+    /// create one.
+    pub fn needs_existing_workspace(&self) -> bool {
+        matches!(
+            self.command,
+            RuntimeCommand::List | RuntimeCommand::Remove(_)
+        )
+    }
+}
+
 /// Runs `arcane runtime`.
 pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     let registry = Registry::new(&context.workspace);

@@ -201,8 +201,16 @@ fn run_creates_a_missing_workspace_but_status_does_not() {
         .args(["lock", "status"]));
     assert_eq!(
         out.status.code(),
-        Some(1),
+        Some(2),
         "status refuses a missing workspace"
+    );
+    assert!(
+        stderr(&out).contains(&format!(
+            "the workspace `{}` does not exist",
+            fresh.display()
+        )),
+        "{}",
+        stderr(&out)
     );
     assert!(!fresh.exists());
     let out = run(Command::new(crate::support::arcane_bin())
