@@ -3,7 +3,8 @@
 //! Theory of operation:
 //!
 //! 1. **Validate** every input before any side effect: `--out` must not exist (a
-//!    bundle never overwrites an earlier build) and must not lie inside the app
+//!    bundle never overwrites an earlier build; its missing parent directories are
+//!    created in step 3, and removed again if the build fails) and must not lie inside the app
 //!    directory; the app directory holds only regular files and directories whose
 //!    relative paths pass the bundle path grammar.
 //! 2. **Resolve** runtimes and models from the registry while holding the workspace
@@ -178,8 +179,7 @@ pub fn build(
             json!({"out": out}),
         ));
     };
-    let parent = std::fs::canonicalize(parent)
-        .map_err(|e| Error::io("open the parent of `--out`", parent, e))?;
+    let (parent, missing_parents) = physical_parent(&out, parent)?;
     let app_dir = std::fs::canonicalize(&request.app_dir)
         .map_err(|e| Error::io("open app directory", &request.app_dir, e))?;
     if !app_dir.is_dir() {
@@ -259,7 +259,8 @@ pub fn build(
         json!({"runtimes": runtimes.iter().map(|r| &r.id).collect::<Vec<_>>(), "models": models.iter().map(|m| &m.id).collect::<Vec<_>>(), "files": plan.len(), "bytes": sizes}),
     ));
 
-    // 3. Assemble in a temporary sibling.
+    // 3. Assemble in a temporary sibling (creating the missing parents of `--out`).
+    let mut created_parents = CreatedDirs::create(&missing_parents)?;
     let temporary = parent.join(format!(
         ".{}.partial-{}",
         out_name.to_string_lossy(),
@@ -294,6 +295,7 @@ pub fn build(
     ) {
         Ok(manifest) => {
             guard.0 = None;
+            created_parents.keep();
             let bytes = manifest.files.iter().map(|f| f.size).sum();
             events.emit(Event::new(
                 "bundle.build.finished",
@@ -316,6 +318,73 @@ pub fn build(
                     source,
                 }),
             }
+        }
+    }
+}
+
+/// The physical path of `--out`'s parent, and the directories on the way to it that do
+/// not exist yet (outermost first, physical paths), which the build creates just before
+/// assembling. A missing part that is not a plain name (`..`) is refused.
+fn physical_parent(out: &Path, parent: &Path) -> Result<(PathBuf, Vec<PathBuf>), Error> {
+    let mut missing = Vec::new();
+    let mut existing = parent;
+    let physical = loop {
+        match std::fs::canonicalize(existing) {
+            Ok(physical) => break physical,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                let (Some(name), Some(up)) = (existing.file_name(), existing.parent()) else {
+                    return Err(Error::input(
+                        format!(
+                            "`--out {}` climbs out of a directory that does not exist",
+                            out.display()
+                        ),
+                        json!({"out": out}),
+                    ));
+                };
+                missing.push(name.to_os_string());
+                existing = up;
+            }
+            Err(error) => return Err(Error::io("open the parent of `--out`", existing, error)),
+        }
+    };
+    let mut dirs = Vec::new();
+    let mut path = physical;
+    for name in missing.iter().rev() {
+        path.push(name);
+        dirs.push(path.clone());
+    }
+    Ok((path, dirs))
+}
+
+/// Parent directories of `--out` that this build created; removed again (innermost
+/// first, only if still empty) unless [`CreatedDirs::keep`] is called, so a failed or
+/// cancelled build leaves only what was there before.
+struct CreatedDirs(Vec<PathBuf>);
+
+impl CreatedDirs {
+    /// Creates each of `dirs` (outermost first); one that appeared meanwhile is not ours.
+    fn create(dirs: &[PathBuf]) -> Result<Self, Error> {
+        let mut created = CreatedDirs(Vec::new());
+        for dir in dirs {
+            match std::fs::create_dir(dir) {
+                Ok(()) => created.0.push(dir.clone()),
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(error) => return Err(Error::io("create", dir, error)),
+            }
+        }
+        Ok(created)
+    }
+
+    /// Keeps the directories (the build succeeded).
+    fn keep(&mut self) {
+        self.0.clear();
+    }
+}
+
+impl Drop for CreatedDirs {
+    fn drop(&mut self) {
+        for dir in self.0.drain(..).rev() {
+            let _ = std::fs::remove_dir(dir);
         }
     }
 }

@@ -178,5 +178,12 @@ fn remote(error: &Value, status: u16) -> Error {
             .map(str::to_string)
             .unwrap_or_else(|| format!("the Core host answered HTTP {status}")),
         details: error.get("details").cloned().unwrap_or(Value::Null),
+        hints: error["hints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect(),
     }
 }

@@ -22,7 +22,8 @@ pub enum FrameProblem {
     TooLarge,
     /// The body is not valid UTF-8.
     InvalidUtf8,
-    /// The body is not valid JSON, or not a JSON object.
+    /// The body is not valid JSON (valid JSON that is not an object is a frame, answered
+    /// `ok:false` by the protocol layer).
     InvalidJson,
 }
 
@@ -186,7 +187,7 @@ pub enum Error {
     },
 
     /// The engine a request needs is not ready.
-    #[error("engine `{runtime}` is {state}")]
+    #[error("engine `{runtime}` {}", engine_state_text(state))]
     EngineNotReady {
         /// `llama.cpp` or `ollama`.
         runtime: String,
@@ -231,7 +232,9 @@ pub enum Error {
         body: Value,
     },
 
-    /// The Core host answered a client with an error frame.
+    /// The Core host answered a client with an error frame. Its code is this error's
+    /// code when this build knows it (else `ARCANE_OPERATION_FAILED`, with the sent code
+    /// in the details), and its details and hints are kept.
     #[error("{message}")]
     Remote {
         /// The code it sent.
@@ -240,6 +243,8 @@ pub enum Error {
         message: String,
         /// Its details.
         details: Value,
+        /// Its hints.
+        hints: Vec<String>,
     },
 
     /// A library the host drives (devices, supervisor, registry) failed; its code,
@@ -392,7 +397,9 @@ impl Diagnostic for Error {
             Self::Http { .. } => codes::ARCANE_OPERATION_FAILED,
             Self::Timeout { .. } => codes::CORE_TIMEOUT,
             Self::Upstream { .. } => codes::LOCAL_AI_REQUEST_FAILED,
-            Self::Remote { .. } => codes::ARCANE_OPERATION_FAILED,
+            Self::Remote { code, .. } => {
+                codes::known(code).unwrap_or(codes::ARCANE_OPERATION_FAILED)
+            }
             Self::Library { code, .. } => code,
         }
     }
@@ -459,7 +466,10 @@ impl Diagnostic for Error {
             Self::Upstream { url, status, body } => {
                 json!({"url": url, "status": status, "body": body})
             }
-            Self::Remote { code, details, .. } => json!({"code": code, "details": details}),
+            Self::Remote { code, details, .. } => match codes::known(code) {
+                Some(_) => details.clone(),
+                None => json!({"code": code, "details": details}),
+            },
             Self::Library { details, .. } => details.clone(),
         }
     }
@@ -489,9 +499,25 @@ impl Diagnostic for Error {
             } => vec![
                 "the Core host, or the engine it forwards to, may be stopped (SIGSTOP), hung or busy: check their processes (the host's pid is in `.arcane/core.json`), or pass a longer `--timeout SECONDS`".into(),
             ],
-            Self::Library { hints, .. } => hints.clone(),
+            Self::EngineNotReady { state, .. } if state == "error" || state == "stopped" => vec![
+                "`arcane status` shows what happened to the engine".into(),
+                "start it again with the `localai.services.recover` RPC, or restart `arcane serve`".into(),
+            ],
+            Self::Remote { hints, .. } | Self::Library { hints, .. } => hints.clone(),
             _ => Vec::new(),
         }
+    }
+}
+
+/// How [`Error::EngineNotReady`] words an engine state after "engine `id`".
+fn engine_state_text(state: &str) -> String {
+    match state {
+        "error" => "failed and is not serving".into(),
+        "stopped" => "is stopped".into(),
+        "starting" => "is still starting".into(),
+        "loading" => "is still loading its model".into(),
+        "not selected" => "is not selected on this host".into(),
+        other => format!("is not ready ({other})"),
     }
 }
 

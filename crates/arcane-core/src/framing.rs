@@ -5,7 +5,8 @@
 //! arrive split or concatenated in any way; [`Decoder`] buffers it. Errors
 //! ([`FrameProblem`]): a header block without a length, a length that is not a
 //! decimal number, a frame (or header block) over the size limit, input that ends in
-//! the middle of a frame, a body that is not UTF-8 or not a JSON object. Unlike the
+//! the middle of a frame, a body that is not UTF-8 or not JSON. Valid JSON that is not
+//! an object is still a frame (the protocol layer answers it `ok:false`). Unlike the
 //! SDK, frames have a size limit ([`DEFAULT_MAX_FRAME`]) so a peer cannot make the
 //! host buffer without bound.
 
@@ -93,12 +94,8 @@ impl Decoder {
                 format!("invalid JSON at line {} column {}", e.line(), e.column()),
             )
         })?;
-        if !value.is_object() {
-            return Err(Error::frame(
-                FrameProblem::InvalidJson,
-                "the body is not a JSON object",
-            ));
-        }
+        // Any valid JSON is a frame: one that is not an object (`[1]`, `"hi"`, `null`) is
+        // answered `ok:false` by the protocol layer and the transport stays open.
         Ok(Some(value))
     }
 
@@ -221,7 +218,6 @@ mod tests {
                 FrameProblem::InvalidUtf8,
             ),
             (b"Content-Length: 2\r\n\r\n{]", FrameProblem::InvalidJson),
-            (b"Content-Length: 2\r\n\r\n[]", FrameProblem::InvalidJson),
         ];
         for (input, expected) in cases {
             let mut decoder = Decoder::new(1024);
@@ -232,6 +228,16 @@ mod tests {
                 "{}",
                 String::from_utf8_lossy(input)
             );
+        }
+    }
+
+    #[test]
+    fn valid_json_that_is_not_an_object_is_still_a_frame() {
+        for body in ["[1]", "\"hi\"", "null", "3"] {
+            let mut decoder = Decoder::new(1024);
+            decoder.push(&encode(body.as_bytes()));
+            let expected: Value = serde_json::from_str(body).unwrap();
+            assert_eq!(decoder.next_frame().unwrap(), Some(expected), "{body}");
         }
     }
 

@@ -222,7 +222,10 @@ mod tests {
             },
         )
         .unwrap();
-        assert_eq!(limited.bytes, 1024, "stops at the first chunk past the limit");
+        assert_eq!(
+            limited.bytes, 1024,
+            "stops at the first chunk past the limit"
+        );
         let stopped = stream_sha256(
             &mut &data[..],
             &mut buffer,

@@ -123,6 +123,19 @@ pub enum Error {
         last_lines: Vec<String>,
     },
 
+    /// A server Arcane did not start (it already answered) stayed loading for the
+    /// startup timeout. Raising the timeout is rarely the answer: something else serves
+    /// that URL.
+    #[error("the server at `{url}`, which Arcane did not start, still answered `loading` after {} s", timeout.as_secs_f64())]
+    ExternalNotReady {
+        /// The engine id.
+        engine: String,
+        /// The url it answers on.
+        url: String,
+        /// The configured startup timeout.
+        timeout: Duration,
+    },
+
     /// The owned engine stayed loading without printing anything for the stall timeout.
     #[error("`{engine}` stalled while loading: no progress for {} s", stall.as_secs_f64())]
     Stalled {
@@ -241,6 +254,7 @@ impl Diagnostic for Error {
             Error::PortInUse { .. } => codes::LOCAL_AI_PORT_IN_USE,
             Error::ExitedEarly { .. } => codes::LOCAL_AI_SERVER_FAILED,
             Error::StartupTimeout { .. } => codes::LOCAL_AI_SERVER_FAILED,
+            Error::ExternalNotReady { .. } => codes::LOCAL_AI_SERVER_FAILED,
             Error::Stalled { .. } => codes::LOCAL_AI_SERVER_FAILED,
             Error::NotReady { .. } => codes::LOCAL_AI_SERVER_FAILED,
             Error::VersionMismatch { .. } => codes::LOCAL_AI_VERSION_MISMATCH,
@@ -294,6 +308,13 @@ impl Diagnostic for Error {
             } => json!({
                 "engine": engine, "timeoutMs": timeout.as_millis() as u64, "lastLines": last_lines,
             }),
+            Error::ExternalNotReady {
+                engine,
+                url,
+                timeout,
+            } => json!({
+                "engine": engine, "url": url, "timeoutMs": timeout.as_millis() as u64, "external": true,
+            }),
             Error::Stalled {
                 engine,
                 stall,
@@ -337,9 +358,9 @@ impl Diagnostic for Error {
 
     fn hints(&self) -> Vec<String> {
         match self {
-            Error::ExecutableMissing { .. } => vec![
-                "register one with `arcane runtime add llama.cpp --executable PATH`, or pass `--executable FILE`".into(),
-            ],
+            Error::ExecutableMissing { engine, .. } => vec![format!(
+                "register one with `arcane runtime add {engine} --executable PATH`, or pass `--executable FILE`"
+            )],
             Error::ExternalSelection { .. } => vec![
                 "stop the external server, or drop `--device`/`--backend` to adopt it as it is".into(),
             ],
@@ -349,6 +370,10 @@ impl Diagnostic for Error {
             Error::StartupTimeout { .. } => {
                 vec!["raise `startup_timeout` in `arcane.toml` for large models".into()]
             }
+            Error::ExternalNotReady { url, .. } => vec![
+                format!("something else already serves `{url}`; Arcane adopted it and never starts or stops it, so stop that server or wait until it has loaded"),
+                "or run Arcane's own engine on a free address: `--url http://127.0.0.1:PORT` (`url` in `arcane.toml`)".into(),
+            ],
             Error::Stalled { .. } => {
                 vec!["raise `stall_timeout` in `arcane.toml` if loading is just slow".into()]
             }

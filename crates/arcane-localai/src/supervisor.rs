@@ -16,8 +16,9 @@
 //!   and last lines. Cancellation stops the child and fails with `ARCANE_CANCELLED`.
 //!
 //! An owned server is then watched by one monitor task that owns the child: it sees a
-//! crash at once (`error`, restart with backoff under [`RestartPolicy::OnFailure`]),
-//! and performs [`OwnedServer::stop`] (SIGTERM to the group, grace, SIGKILL). Dropping
+//! crash at once (`error`, restart with backoff under [`RestartPolicy::OnFailure`];
+//! when no restart is left, one last `error` whose message says it gave up, with
+//! `details.gaveUp`), and performs [`OwnedServer::stop`] (SIGTERM to the group, grace, SIGKILL). Dropping
 //! every [`OwnedServer`] handle stops the engine; dropping the monitor (runtime shut
 //! down) kills it.
 //!
@@ -30,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use arcane_report::{error_json, CancelToken, Event, EventSink};
+use arcane_report::{codes, error_json, CancelToken, Event, EventSink};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -489,10 +490,10 @@ impl Context {
                 ProbeOutcome::Ready { version } => return Ok(version),
                 ProbeOutcome::Loading if Instant::now() < deadline => {}
                 ProbeOutcome::Loading => {
-                    return Err(Error::StartupTimeout {
+                    return Err(Error::ExternalNotReady {
                         engine: self.engine().as_str().into(),
+                        url: self.endpoint().origin(),
                         timeout: self.config.startup_timeout,
-                        last_lines: Vec::new(),
                     })
                 }
                 other => {
@@ -1038,7 +1039,11 @@ impl Monitor {
             return None;
         };
         loop {
-            if self.restarts >= max_restarts || *self.stop.borrow() {
+            if *self.stop.borrow() {
+                return None;
+            }
+            if self.restarts >= max_restarts {
+                self.publish_gave_up();
                 return None;
             }
             let delay = backoff
@@ -1086,6 +1091,32 @@ impl Monitor {
                 }
             }
         }
+    }
+
+    /// Says once, as the final `error`, that the restart policy is exhausted: "gave up
+    /// restarting `llama.cpp` after N restarts: <the last error>" (`details.gaveUp`).
+    fn publish_gave_up(&self) {
+        let last = self.context.publisher.snapshot().error;
+        let reason = last
+            .as_ref()
+            .and_then(|e| e["message"].as_str())
+            .unwrap_or("it failed")
+            .to_string();
+        let restarts = self.restarts;
+        let noun = if restarts == 1 { "restart" } else { "restarts" };
+        let mut record = last.unwrap_or_else(|| json!({"code": codes::LOCAL_AI_SERVER_FAILED}));
+        record["message"] = Value::String(format!(
+            "gave up restarting `{}` after {restarts} {noun}: {reason}",
+            self.context.engine()
+        ));
+        if !record["details"].is_object() {
+            record["details"] = json!({});
+        }
+        record["details"]["gaveUp"] = Value::Bool(true);
+        record["details"]["restarts"] = json!(restarts);
+        self.context
+            .publisher
+            .publish(ServerState::Error, |s| s.error = Some(record));
     }
 
     fn publish_error(&self, error: &Error) {

@@ -317,10 +317,14 @@ impl Diagnostic for Error {
                 BusyReason::NestedActive { .. } => {
                     vec!["finish or release the active nested lease first".into()]
                 }
+                // Neutral on purpose: only the caller knows whether its command has a
+                // flag that waits longer (`arcane lock run --wait`), so it adds that hint.
                 _ if waited.is_none() => vec![
-                    "wait for the holder to finish, or pass `--wait 30s` to wait for it".into(),
+                    "wait for the holder to finish, then try again (`arcane lock status` shows it)".into(),
                 ],
-                _ => vec!["pass a longer `--wait`, or check what the holder is doing".into()],
+                _ => vec![
+                    "check what the holder is doing (`arcane lock status` shows it), then try again".into(),
+                ],
             },
             Error::PolicyDenied { reason, .. } => match reason {
                 PolicyReason::UnsupportedFilesystem { .. } => vec![

@@ -43,6 +43,9 @@ codes! {
     ARCANE_ALREADY_EXISTS,
     /// A held lock was deleted or replaced behind its holder's back.
     ARCANE_LOCK_COMPROMISED,
+    /// The workspace named by `--workspace` or `ARCANE_WORKSPACE` does not exist (a
+    /// command that only reads it never creates it). Exits 2, like a usage error.
+    ARCANE_WORKSPACE_NOT_FOUND,
 
     // --- local AI --------------------------------------------------------------------
     /// The execution target cannot be honoured by this runtime or backend.
@@ -125,9 +128,24 @@ codes! {
     BUNDLE_FILE_CHANGED,
 }
 
+/// The table's constant for `code`, or `None` for a code this build does not know (a
+/// newer peer's). Lets a client keep the code a host sent instead of replacing it.
+pub fn known(code: &str) -> Option<&'static str> {
+    ALL.iter().copied().find(|known| *known == code)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
+
+    #[test]
+    fn known_codes_are_found_and_others_are_not() {
+        assert_eq!(
+            super::known("LOCAL_AI_SERVER_NOT_READY"),
+            Some(super::LOCAL_AI_SERVER_NOT_READY)
+        );
+        assert_eq!(super::known("NOT_A_CODE"), None);
+    }
 
     #[test]
     fn every_code_is_listed_once_and_well_formed() {

@@ -17,6 +17,9 @@ pub struct Context {
     pub output: Output,
     /// The workspace root (may not exist yet).
     pub workspace: PathBuf,
+    /// What named the workspace (`--workspace`, `ARCANE_WORKSPACE`); `None` for the
+    /// platform default.
+    pub workspace_named_by: Option<&'static str>,
     /// Fired by the first SIGINT/SIGTERM; commands pass it to long library calls.
     pub cancel: CancelToken,
 }
@@ -25,9 +28,12 @@ impl Context {
     /// Resolves the workspace (flag, `ARCANE_WORKSPACE`, XDG data dir, home) and
     /// installs the signal handlers that fire [`Context::cancel`].
     pub fn resolve(global: &GlobalArgs, output: Output) -> Result<Self, CliError> {
-        let workspace = match &global.workspace {
-            Some(dir) => dir.clone(),
-            None => default_workspace()?,
+        let (workspace, workspace_named_by) = match &global.workspace {
+            Some(dir) => (dir.clone(), Some("--workspace")),
+            None => match env_path("ARCANE_WORKSPACE") {
+                Some(dir) => (dir, Some("ARCANE_WORKSPACE")),
+                None => (default_workspace()?, None),
+            },
         };
         let workspace = absolute(workspace)?;
         // A lease passed down by `arcane lock run` (proven before use, see arcane-lock).
@@ -37,16 +43,34 @@ impl Context {
         Ok(Self {
             output,
             workspace,
+            workspace_named_by,
             cancel,
         })
     }
+
+    /// Fails with `ARCANE_WORKSPACE_NOT_FOUND` when the workspace was named
+    /// (`--workspace`, `ARCANE_WORKSPACE`) and nothing exists at that path: a misspelt
+    /// name must not read as an empty workspace. The platform default may be missing
+    /// (a fresh machine), which reads as empty.
+    pub fn require_named_workspace(&self) -> Result<(), CliError> {
+        let Some(named_by) = self.workspace_named_by else {
+            return Ok(());
+        };
+        match std::fs::symlink_metadata(&self.workspace) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Err(CommandError::new(
+                arcane_report::codes::ARCANE_WORKSPACE_NOT_FOUND,
+                format!("the workspace `{}` does not exist", self.workspace.display()),
+                json!({"path": self.workspace, "namedBy": named_by}),
+            )
+            .hint(format!("check the directory given by `{named_by}`; commands that change a workspace (`arcane model add`, `arcane runtime add`, `arcane serve`) create it, commands that read one never do"))
+            .into()),
+            _ => Ok(()),
+        }
+    }
 }
 
-/// `$ARCANE_WORKSPACE`, else `$XDG_DATA_HOME/arcane`, else `$HOME/.local/share/arcane`.
+/// `$XDG_DATA_HOME/arcane`, else `$HOME/.local/share/arcane`.
 fn default_workspace() -> Result<PathBuf, CliError> {
-    if let Some(dir) = env_path("ARCANE_WORKSPACE") {
-        return Ok(dir);
-    }
     if let Some(dir) = env_path("XDG_DATA_HOME") {
         return Ok(dir.join("arcane"));
     }

@@ -9,13 +9,17 @@ mod cmd;
 mod config;
 mod error;
 mod output;
+mod toml_keys;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return cli::refused(error),
+    };
     let output = output::Output::new(cli.global.output, cli.global.verbose);
     let context = match config::Context::resolve(&cli.global, output) {
         Ok(context) => context,

@@ -225,6 +225,42 @@ fn a_cancelled_build_removes_only_what_it_created() {
     assert_eq!(entries(setup.dir.path()), ["app", "workspace"]);
 }
 
+/// Issue 10, item 11: `--out ./dist/my-app` (the documented example) works when
+/// `dist/` does not exist yet; a build that fails removes only the parents it created.
+#[test]
+fn missing_parents_of_the_output_are_created_and_removed_again_on_failure() {
+    let setup = Setup::new();
+    let out = setup.dir.path().join("dist/nested/my-app");
+    let outcome = build(&setup.request(&out), &NullSink, &CancelToken::new()).expect("build");
+    assert_eq!(outcome.root, out.canonicalize().unwrap());
+    assert_eq!(entries(&setup.dir.path().join("dist/nested")), ["my-app"]);
+
+    // A cancelled build into new parents under an existing one removes just the new ones.
+    let out = setup.dir.path().join("dist/fresh/deeper/my-app");
+    let cancel = CancelToken::new();
+    let canceller = cancel.clone();
+    let events = move |event: arcane_report::Event| {
+        if event.kind == "bundle.build.progress" {
+            canceller.cancel();
+        }
+    };
+    let error = build(&setup.request(&out), &events, &cancel).unwrap_err();
+    assert_eq!(error.code(), codes::ARCANE_CANCELLED);
+    assert_eq!(entries(&setup.dir.path().join("dist")), ["nested"]);
+
+    // Refused before any side effect: nothing is created at all.
+    let out = setup.dir.path().join("other/my-app");
+    let mut request = setup.request(&out);
+    request.models = vec!["no-such-model".into()];
+    build(&request, &NullSink, &CancelToken::new()).unwrap_err();
+    assert!(!setup.dir.path().join("other").exists());
+    // A missing parent inside the app directory is still inside it.
+    let out = setup.dir.path().join("app/build/my-app");
+    let error = build(&setup.request(&out), &NullSink, &CancelToken::new()).unwrap_err();
+    assert_eq!(error.code(), codes::ARCANE_USAGE, "{error}");
+    assert!(!setup.dir.path().join("app/build").exists());
+}
+
 #[test]
 fn unknown_models_and_app_symlinks_fail_before_anything_is_written() {
     let setup = Setup::new();

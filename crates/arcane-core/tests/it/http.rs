@@ -304,6 +304,23 @@ async fn sse_replays_then_streams_only_the_clients_own_request_events() {
     assert_eq!(control["result"]["replayed"], 4);
 }
 
+/// Issue 10, item 12 (the HTTP side): valid JSON that is not an object is answered
+/// `ok:false`, as on stdio, and the host keeps answering.
+#[tokio::test]
+async fn rpc_bodies_that_are_json_but_not_objects_are_answered_ok_false() {
+    let served = serve(None).await;
+    for body in [json!([1]), json!("hi"), Value::Null] {
+        let (status, response) = post(&served, "/v1/rpc", None, body.clone()).await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(response["ok"], false, "{body}: {response}");
+        assert_eq!(response["error"]["code"], "RPC_FRAME_INVALID", "{body}");
+    }
+    let ping =
+        json!({"protocol": "arcane/1", "type": "request", "id": "p", "method": "system.ping"});
+    let (status, response) = post(&served, "/v1/rpc", None, ping).await;
+    assert_eq!((status, &response["ok"]), (200, &json!(true)));
+}
+
 #[tokio::test]
 async fn shutdown_rpc_closes_the_host_and_ends_event_streams() {
     let served = serve(None).await;

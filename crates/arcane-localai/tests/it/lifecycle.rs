@@ -321,6 +321,42 @@ async fn a_crash_is_restarted_under_on_failure() {
     assert!(!alive(second));
 }
 
+/// Issue 10, item 10: when `on-failure` has no restart left it says so, once, naming
+/// the engine, the count and the last error.
+#[tokio::test]
+async fn giving_up_after_the_last_restart_is_a_clear_error() {
+    let ws = workspace();
+    let port = free_port();
+    let (supervisor, events) = supervisor(ws.path());
+    let mut config = fake_llama(port, &["crash-after=0.2"]);
+    config.restart = RestartPolicy::OnFailure {
+        max_restarts: 1,
+        backoff: Duration::from_millis(50),
+    };
+    let server = owned(supervisor.start(config, CancelToken::new()).await.unwrap());
+    let report = tokio::time::timeout(Duration::from_secs(60), server.wait())
+        .await
+        .expect("down for good after its one restart");
+    assert_eq!(report.snapshot.state, ServerState::Error);
+    assert_eq!(report.snapshot.restarts, 1);
+    let errors = events_of(&events, "local-ai.server.error");
+    let gave_up: Vec<_> = errors
+        .iter()
+        .filter(|e| e["error"]["details"]["gaveUp"] == true)
+        .collect();
+    assert_eq!(gave_up.len(), 1, "{errors:#?}");
+    let message = gave_up[0]["error"]["message"].as_str().unwrap();
+    assert_eq!(
+        message,
+        "gave up restarting `llama.cpp` after 1 restart: `llama.cpp` stopped unexpectedly (exit code 7)"
+    );
+    assert_eq!(
+        errors.last(),
+        gave_up.last().copied(),
+        "it is the last word"
+    );
+}
+
 #[tokio::test]
 async fn a_port_bound_by_another_process_is_reported_as_such() {
     let ws = workspace();
@@ -377,6 +413,60 @@ fn bind_only(port: u16) -> std::process::Child {
     std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
     assert_eq!(line.trim(), "bound");
     child
+}
+
+/// Issue 10, item 10: a server Arcane did not start that keeps answering `loading`
+/// (a squatter) is not blamed on `startup_timeout`: the error says that something else
+/// serves the URL, names it, and how to pick another `--url`; it is left running.
+#[tokio::test]
+async fn an_external_server_loading_forever_is_named_not_blamed_on_the_timeout() {
+    let ws = workspace();
+    let port = free_port();
+    let external = external_fake_llama(port, &["loading-forever"]);
+    let (supervisor, events) = supervisor(ws.path());
+    let mut config = fake_llama(port, &[]);
+    config.startup_timeout = Duration::from_millis(800);
+    let error = supervisor
+        .start(config, CancelToken::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::ExternalNotReady { .. }), "{error:?}");
+    let url = format!("http://127.0.0.1:{port}");
+    assert!(error.to_string().contains(&url), "{error}");
+    assert!(error.to_string().contains("did not start"), "{error}");
+    let hints = error.hints().join("\n");
+    assert!(!hints.contains("startup_timeout"), "{hints}");
+    assert!(
+        hints.contains(&format!("something else already serves `{url}`")),
+        "{hints}"
+    );
+    assert!(hints.contains("--url"), "{hints}");
+    assert_eq!(error.details()["external"], true);
+    assert!(events_of(&events, "process.starting").is_empty());
+    assert!(alive(external.pid()), "an adopted server is never stopped");
+}
+
+/// Issue 10, item 11: the missing-runtime hint names the engine that was asked for.
+#[tokio::test]
+async fn the_missing_executable_hint_names_the_engine_asked_for() {
+    let ws = workspace();
+    let (supervisor, _events) = supervisor(ws.path());
+    let mut config = arcane_localai::EngineConfig::new(arcane_localai::Engine::Ollama);
+    config.url = format!("http://127.0.0.1:{}", free_port());
+    let error = supervisor
+        .start(config, CancelToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, Error::ExecutableMissing { .. }),
+        "{error:?}"
+    );
+    let hints = error.hints().join("\n");
+    assert!(
+        hints.contains("`arcane runtime add ollama --executable PATH`"),
+        "{hints}"
+    );
+    assert!(!hints.contains("llama.cpp"), "{hints}");
 }
 
 #[tokio::test]

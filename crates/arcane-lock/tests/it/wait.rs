@@ -5,7 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use arcane_lock::{Error, WorkspaceLock};
-use arcane_report::{CancelToken, Collector, Event, EventSink, NullSink};
+use arcane_report::{CancelToken, Collector, Diagnostic, Event, EventSink, NullSink};
 
 use crate::support::*;
 
@@ -57,6 +57,12 @@ fn a_wait_emits_one_waiting_event_and_gives_up_busy_at_the_deadline() {
         other => panic!("{other:?}"),
     }
     assert!(err.to_string().contains("gave up after waiting"), "{err}");
+    // Issue 10, item 10: no `--wait` hint from the library (`serve` has no such flag).
+    assert!(
+        !err.hints().iter().any(|h| h.contains("--wait")),
+        "{:?}",
+        err.hints()
+    );
     let types = sink.types();
     assert_eq!(types, ["workspace.operation.waiting"]);
     let data = &sink.events()[0].data;

@@ -61,7 +61,8 @@ pub struct BuildArgs {
     #[arg(long = "model", value_name = "ID", required = true, num_args = 1..)]
     pub models: Vec<String>,
 
-    /// The output directory. Must not exist.
+    /// The output directory. Must not exist; missing parent directories are created
+    /// (and removed again if the build fails).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
 
@@ -302,8 +303,8 @@ impl EventSink for ProgressSink<'_> {
                 if let Ok(mut bar) = self.bar.lock() {
                     let bar = bar.get_or_insert_with(|| {
                         let bar = indicatif::ProgressBar::new(total);
-                        if let Ok(style) = indicatif::ProgressStyle::with_template(
-                            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
+                        if let Some(style) = crate::output::progress_style(
+                            "{msg} [{bar:30}] {bytes}/{total_bytes} {rate}",
                         ) {
                             bar.set_style(style.progress_chars("=> "));
                         }

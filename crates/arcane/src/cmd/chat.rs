@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use arcane_core::client::CoreClient;
 use arcane_core::http::Deadlines;
-use serde_json::json;
+use arcane_report::{codes, Diagnostic};
+use serde_json::{json, Value};
 
 use crate::cli::OutputMode;
 use crate::config::Context;
-use crate::error::CliError;
+use crate::error::{Cause, CliError, CommandError};
 
 /// Arguments of `arcane chat`.
 #[derive(Debug, clap::Args)]
@@ -64,8 +65,13 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
                     let _ = out.flush();
                 }
             })
-            .await?;
-        Ok(answer)
+            .await;
+        match answer {
+            Err(error) if error.code() == codes::LOCAL_AI_SERVER_NOT_READY => {
+                Err(explain_not_ready(&client, error).await)
+            }
+            other => other.map_err(CliError::from),
+        }
     })?;
     if human {
         context.output.result("", &json!({}));
@@ -76,4 +82,47 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
             .result("", &json!({"answer": answer, "url": client.endpoint().url}));
     }
     Ok(0)
+}
+
+/// A not-ready engine, explained: the host's error (its code, details and hints) with
+/// the engine's own error from `localai.status` (e.g. how it crashed) as its cause.
+/// Without that record (an older host, a slow answer) the host's error is kept as is.
+async fn explain_not_ready(client: &CoreClient, error: arcane_core::Error) -> CliError {
+    let runtime = error.details()["runtime"]
+        .as_str()
+        .unwrap_or("llama.cpp")
+        .to_string();
+    let status = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        client.call("localai.status", json!({})),
+    )
+    .await;
+    let engine_error = match status {
+        Ok(Ok(status)) => status["runtimes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|engine| engine["id"] == runtime.as_str())
+            .map(|engine| engine["error"].clone())
+            .filter(|e| e["message"].is_string()),
+        _ => None,
+    };
+    let Some(engine_error) = engine_error else {
+        return error.into();
+    };
+    let mut details = error.details();
+    if let Value::Object(map) = &mut details {
+        map.insert("engineError".into(), engine_error.clone());
+    }
+    let message = engine_error["message"].as_str().unwrap_or_default();
+    let causes = engine_error["causes"].as_array().into_iter().flatten();
+    let chain = std::iter::once(message).chain(causes.filter_map(Value::as_str));
+    let mut explained = CommandError::new(error.code(), error.to_string(), details);
+    if let Some(cause) = Cause::chain(chain) {
+        explained = explained.caused_by(cause);
+    }
+    for hint in error.hints() {
+        explained = explained.hint(hint);
+    }
+    explained.into()
 }

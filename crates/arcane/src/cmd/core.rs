@@ -515,11 +515,7 @@ async fn serve_async(
 fn remote_error(error: &serde_json::Value) -> CommandError {
     let code = error["code"]
         .as_str()
-        .unwrap_or(codes::ARCANE_OPERATION_FAILED);
-    let code = codes::ALL
-        .iter()
-        .copied()
-        .find(|c| *c == code)
+        .and_then(codes::known)
         .unwrap_or(codes::ARCANE_OPERATION_FAILED);
     let mut command = CommandError::new(
         code,
@@ -535,6 +531,10 @@ fn remote_error(error: &serde_json::Value) -> CommandError {
         .filter_map(|h| h.as_str())
     {
         command = command.hint(hint);
+    }
+    let causes = error["causes"].as_array().into_iter().flatten();
+    if let Some(cause) = crate::error::Cause::chain(causes.filter_map(|c| c.as_str())) {
+        command = command.caused_by(cause);
     }
     command
 }

@@ -69,6 +69,13 @@ struct RecoverArgs {
     break_foreign_host: Option<String>,
 }
 
+impl Args {
+    /// Whether this needs an existing workspace (`status`, `recover`); `run` creates one.
+    pub fn needs_existing_workspace(&self) -> bool {
+        !matches!(self.command, LockCommand::Run(_))
+    }
+}
+
 /// Runs `arcane lock`.
 pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     match args.command {
@@ -114,7 +121,8 @@ fn run_command(context: &Context, args: RunArgs) -> Result<u8, CliError> {
         return Err(CommandError::usage("no command to run after `--`", json!({})).into());
     };
     crate::cmd::ensure_workspace(context)?;
-    let lock = WorkspaceLock::acquire(&context.workspace, &options, &context.output)?;
+    let lock = WorkspaceLock::acquire(&context.workspace, &options, &context.output)
+        .map_err(|error| wait_hint(error, args.wait.is_some()))?;
     let mut child = match spawn_under(&lock, program, rest) {
         Ok(child) => child,
         Err(error) => {
@@ -147,6 +155,18 @@ fn run_command(context: &Context, args: RunArgs) -> Result<u8, CliError> {
         }),
     );
     Ok(exit)
+}
+
+/// A busy workspace gets the hint about `--wait`, which this command has (the lock
+/// library's own hints name no flag).
+fn wait_hint(error: arcane_lock::Error, waited: bool) -> CliError {
+    let busy = error.is_busy();
+    let error = CliError::from(error);
+    match (busy, waited) {
+        (false, _) => error,
+        (true, false) => error.with_hint("pass `--wait 30s` to wait for the holder"),
+        (true, true) => error.with_hint("pass a longer `--wait`"),
+    }
 }
 
 /// Starts the command tied to the lease: it inherits the locked descriptor (so the lock

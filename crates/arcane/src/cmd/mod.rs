@@ -44,8 +44,31 @@ pub enum Command {
     Launch(launch::Args),
 }
 
+impl Command {
+    /// Whether the command needs the workspace to exist already: it only reads it (or
+    /// removes from it), so a directory named by `--workspace` or `ARCANE_WORKSPACE`
+    /// that does not exist is a mistake to report, not an empty workspace. The commands
+    /// that change a workspace create it; `devices`, `bundle verify` and `launch` do not
+    /// use it.
+    fn needs_existing_workspace(&self) -> bool {
+        match self {
+            Command::Lock(args) => args.needs_existing_workspace(),
+            Command::Model(args) => args.needs_existing_workspace(),
+            Command::Runtime(args) => args.needs_existing_workspace(),
+            Command::Bundle(args) => matches!(args.command, bundle::BundleCommand::Build(_)),
+            Command::Status(_) | Command::Chat(_) => true,
+            Command::Devices(_) | Command::Serve(_) | Command::Core(_) | Command::Launch(_) => {
+                false
+            }
+        }
+    }
+}
+
 /// Runs `command`; returns the process exit code on success.
 pub fn run(context: &Context, command: Command) -> Result<u8, CliError> {
+    if command.needs_existing_workspace() {
+        context.require_named_workspace()?;
+    }
     match command {
         Command::Lock(args) => lock::run(context, args),
         Command::Devices(args) => devices::run(context, args),

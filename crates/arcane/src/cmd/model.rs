@@ -73,6 +73,13 @@ struct RemoveArgs {
     force: bool,
 }
 
+impl Args {
+    /// Whether this needs an existing workspace (`list`, `remove`); only `add` creates one.
+    pub fn needs_existing_workspace(&self) -> bool {
+        !matches!(self.command, ModelCommand::Add(_))
+    }
+}
+
 /// Runs `arcane model`.
 pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     let registry = Registry::new(&context.workspace);

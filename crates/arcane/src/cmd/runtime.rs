@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use arcane_devices::Backend;
 use arcane_registry::{AddRuntime, Engine, InstallRuntime, Registry, Runtime, Source};
 use arcane_report::{Event, EventSink};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget};
 use serde_json::json;
 
 use crate::config::Context;
@@ -145,6 +145,17 @@ struct RemoveArgs {
     /// Remove it even while a running Core host serves it (its next load fails).
     #[arg(long)]
     force: bool,
+}
+
+impl Args {
+    /// Whether this needs an existing workspace (`list`, `remove`); `add` and `install`
+    /// create one.
+    pub fn needs_existing_workspace(&self) -> bool {
+        matches!(
+            self.command,
+            RuntimeCommand::List | RuntimeCommand::Remove(_)
+        )
+    }
 }
 
 /// Runs `arcane runtime`.
@@ -380,11 +391,11 @@ impl<'a> ProgressSink<'a> {
                 None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
             };
             let template = if total.is_some() {
-                "{msg} [{bar:30}] {decimal_bytes}/{decimal_total_bytes} {decimal_bytes_per_sec} eta {eta}"
+                "{msg} [{bar:30}] {decimal_bytes}/{decimal_total_bytes} {decimal_rate} eta {eta}"
             } else {
-                "{msg} {spinner} {decimal_bytes} {decimal_bytes_per_sec}"
+                "{msg} {spinner} {decimal_bytes} {decimal_rate}"
             };
-            if let Ok(style) = ProgressStyle::with_template(template) {
+            if let Some(style) = crate::output::progress_style(template) {
                 bar.set_style(style.progress_chars("=> "));
             }
             bar.set_message(label.to_string());

@@ -145,8 +145,9 @@ pub struct EngineTable {
     pub restart_backoff: Option<f64>,
 }
 
-/// The whole `arcane.toml` (only `[[engine]]` is read here).
+/// The whole `arcane.toml`: only `[[engine]]`; any other key is refused.
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     /// The engines to run.
     #[serde(default)]
@@ -277,16 +278,42 @@ fn load_config(context: &Context, args: &Args) -> Result<(Option<ConfigFile>, Pa
         )
         .caused_by(e)
     })?;
-    let file: ConfigFile = toml::from_str(&text).map_err(|e| {
+    let invalid = |e: toml::de::Error| {
         CommandError::usage(
             format!("`{}` is not a valid Arcane configuration", path.display()),
             json!({"path": path}),
         )
         .caused_by(e)
         .hint("see `docs/arcane.toml.example` for the format")
-    })?;
+    };
+    let table: toml::Table = toml::from_str(&text).map_err(invalid)?;
+    check_keys(&path, &table)?;
+    let file: ConfigFile = toml::from_str(&text).map_err(invalid)?;
+    if table.contains_key("engine") && file.engine.is_empty() {
+        return Err(CommandError::usage(
+            format!("`engine` in `{}` lists no engines", path.display()),
+            json!({"path": path, "key": "engine"}),
+        )
+        .hint("add an `[[engine]]` table (see `docs/arcane.toml.example`), or remove the `engine` key to run the built-in default")
+        .into());
+    }
     let base = path.parent().map(Path::to_path_buf).unwrap_or(cwd);
     Ok((Some(file), base))
+}
+
+/// Refuses unknown keys at the top level and in every `[[engine]]` table: a typo must
+/// not silently fall back to the built-in default.
+fn check_keys(path: &Path, table: &toml::Table) -> Result<(), CommandError> {
+    use crate::toml_keys::{field_names, refuse_unknown};
+    refuse_unknown(path, "the top level", table, field_names::<ConfigFile>())?;
+    let engines = table.get("engine").and_then(toml::Value::as_array);
+    for (index, engine) in engines.into_iter().flatten().enumerate() {
+        if let Some(engine) = engine.as_table() {
+            let place = format!("`[[engine]]` #{}", index + 1);
+            refuse_unknown(path, &place, engine, field_names::<EngineTable>())?;
+        }
+    }
+    Ok(())
 }
 
 fn engine_of(runtime: &str) -> Option<Engine> {

@@ -58,14 +58,27 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     Ok(0)
 }
 
+/// How an engine relates to this host, in words: never a bare `pid null`.
+fn ownership(engine: &Value) -> String {
+    match (engine["owned"] == true, engine["pid"].as_u64()) {
+        (true, Some(pid)) => format!("owned, pid {pid}"),
+        (true, None) => "owned, no process running".to_string(),
+        (false, _) if engine["external"] == true => "adopted (not started by Arcane)".to_string(),
+        (false, _) => "not running".to_string(),
+    }
+}
+
 fn human(value: &Value) -> String {
     let text = |v: &Value| v.as_str().unwrap_or("?").to_string();
-    let mut lines = vec![format!(
-        "Core host {} at {} (pid {})",
+    let mut host = format!(
+        "Core host {} at {}",
         text(&value["state"]),
-        text(&value["url"]),
-        value["pid"]
-    )];
+        text(&value["url"])
+    );
+    if let Some(pid) = value["pid"].as_u64() {
+        host.push_str(&format!(" (pid {pid})"));
+    }
+    let mut lines = vec![host];
     for service in value["services"].as_array().into_iter().flatten() {
         lines.push(format!(
             "  service {:<18} {}",
@@ -74,13 +87,7 @@ fn human(value: &Value) -> String {
         ));
     }
     for engine in value["engines"].as_array().into_iter().flatten() {
-        let ownership = if engine["owned"] == true {
-            format!("owned, pid {}", engine["pid"])
-        } else if engine["external"] == true {
-            "adopted".to_string()
-        } else {
-            "not running".to_string()
-        };
+        let ownership = ownership(engine);
         let mut line = format!(
             "  engine  {:<18} {} at {} ({ownership})",
             text(&engine["id"]),
@@ -109,4 +116,31 @@ fn human(value: &Value) -> String {
         ));
     }
     lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engines_without_a_pid_are_described_in_words() {
+        let cases = [
+            (json!({"owned": true, "pid": 42}), "owned, pid 42"),
+            (
+                json!({"owned": true, "pid": null}),
+                "owned, no process running",
+            ),
+            (
+                json!({"owned": false, "external": true, "pid": null}),
+                "adopted (not started by Arcane)",
+            ),
+            (json!({"owned": false, "external": false}), "not running"),
+        ];
+        for (engine, expected) in cases {
+            assert_eq!(ownership(&engine), expected, "{engine}");
+        }
+        let value = json!({"state": "ready", "url": "http://127.0.0.1:1", "pid": null,
+            "engines": [{"id": "llama.cpp", "state": "ready", "url": "u", "owned": false, "external": true, "pid": null}]});
+        assert!(!human(&value).contains("null"), "{}", human(&value));
+    }
 }

@@ -21,7 +21,11 @@ impl Drop for Guard {
 }
 
 fn frame(value: &Value) -> Vec<u8> {
-    let body = value.to_string();
+    raw_frame(&value.to_string())
+}
+
+/// One frame with a raw body.
+fn raw_frame(body: &str) -> Vec<u8> {
     let mut out = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
     out.extend(body.as_bytes());
     out
@@ -182,6 +186,44 @@ fn stdio_decode_errors_close_the_transport_cleanly() {
             "{reason}: the host still drains"
         );
     }
+}
+
+/// Issue 10, item 12: valid JSON that is not an object is answered `ok:false` and the
+/// transport stays open (docs/protocol.md), so a later request is still answered.
+#[test]
+fn stdio_answers_non_object_json_frames_and_stays_open() {
+    let workspace = TestWorkspace::new();
+    let mut child = spawn_stdio(&workspace, &[]);
+    let mut stdin = child.0.stdin.take().unwrap();
+    for body in ["[1]", "\"hi\"", "null"] {
+        stdin.write_all(&raw_frame(body)).unwrap();
+    }
+    stdin
+        .write_all(&frame(&request("after", "system.ping")))
+        .unwrap();
+    stdin.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(stdin);
+    let (code, stdout, stderr) = finish(child);
+    assert_eq!(code, 0, "the transport must not fail: {stderr}");
+    let frames = frames(&stdout);
+    let refusals: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f["type"] == "response" && f["ok"] == false)
+        .collect();
+    assert_eq!(refusals.len(), 3, "{frames:?}");
+    for refusal in refusals {
+        assert_eq!(refusal["error"]["code"], "RPC_FRAME_INVALID");
+    }
+    assert!(
+        !frames.iter().any(|f| f["event"] == "core.error"),
+        "no transport error: {frames:?}"
+    );
+    let ping = frames
+        .iter()
+        .find(|f| f["type"] == "response" && f["id"] == "after")
+        .unwrap_or_else(|| panic!("the request after them was not answered: {frames:?}"));
+    assert_eq!(ping["result"], json!({"ok": true}));
 }
 
 #[test]
@@ -926,4 +968,45 @@ fn a_stopped_host_is_a_deadline_error_and_one_sigterm_ends_a_waiting_status() {
         terminate_waiting_client(&served, &["chat", "Hello", "--timeout", "600"]),
         Some(130)
     );
+}
+
+/// Issue 10, item 8: under `--output json|ndjson` a command line clap refuses is the
+/// same JSON error as every other failure (`ARCANE_USAGE`, exit 2), wherever `--output`
+/// stands; without it, clap's own text.
+#[test]
+fn usage_errors_are_json_under_machine_output_modes() {
+    let workspace = TestWorkspace::new();
+    let cases: [(&[&str], &str); 3] = [
+        (&["--output", "json", "model", "lis"], "json"),
+        (&["lock", "run", "--bogus", "--output", "json"], "json"),
+        (
+            &["serve", "--restart", "sometimes", "--output=ndjson"],
+            "ndjson",
+        ),
+    ];
+    for (args, mode) in cases {
+        let output = support::run(workspace.arcane().args(args));
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let value = support::json(&output);
+        let error = if mode == "ndjson" {
+            assert_eq!(value["type"], "error", "{value}");
+            &value["error"]
+        } else {
+            &value["error"]
+        };
+        assert_eq!(error["code"], "ARCANE_USAGE", "{args:?}: {value}");
+        assert!(error["message"].is_string(), "{value}");
+    }
+    let output = support::run(
+        workspace
+            .arcane()
+            .args(["--output", "json", "model", "lis"]),
+    );
+    assert!(support::json(&output)["error"]["hints"]
+        .to_string()
+        .contains("`list`"));
+    let output = support::run(workspace.arcane().args(["model", "lis"]));
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    assert!(support::stderr(&output).contains("unrecognized subcommand"));
 }

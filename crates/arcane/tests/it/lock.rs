@@ -207,8 +207,16 @@ fn run_creates_a_missing_workspace_but_status_does_not() {
         .args(["lock", "status"]));
     assert_eq!(
         out.status.code(),
-        Some(1),
+        Some(2),
         "status refuses a missing workspace"
+    );
+    assert!(
+        stderr(&out).contains(&format!(
+            "the workspace `{}` does not exist",
+            fresh.display()
+        )),
+        "{}",
+        stderr(&out)
     );
     assert!(!fresh.exists());
     let out = run(Command::new(crate::support::arcane_bin())
@@ -1198,4 +1206,37 @@ fn a_lease_claimed_without_its_descriptor_is_refused() {
         "true",
     ]));
     assert_eq!(json(&out)["error"]["code"], "ARCANE_POLICY_DENIED");
+}
+
+/// Issue 10, item 10: a busy workspace's hints name `--wait` only for the command that
+/// has it (`lock run`); `lock recover` (like `serve`) gets the neutral one.
+#[test]
+fn busy_hints_name_wait_only_where_the_command_has_it() {
+    let ws = TestWorkspace::new();
+    let mut reaper = Reaper::default();
+    start_holder(&ws, "serve", &mut reaper);
+    let out = run(ws.arcane().args([
+        "lock",
+        "run",
+        "--operation",
+        "build",
+        "--wait",
+        "200ms",
+        "--",
+        "true",
+    ]));
+    assert_eq!(out.status.code(), Some(75));
+    assert!(
+        stderr(&out).contains("pass a longer `--wait`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(ws.arcane().args(["lock", "recover"]));
+    assert_eq!(out.status.code(), Some(75));
+    let err = stderr(&out);
+    assert!(err.contains("hint:"), "{err}");
+    assert!(
+        !err.contains("--wait"),
+        "`lock recover` has no `--wait`: {err}"
+    );
 }

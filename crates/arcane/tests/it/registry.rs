@@ -609,3 +609,76 @@ fn a_hard_linked_model_edited_in_place_is_flagged_and_refused_before_it_is_serve
                 .is_none()
     );
 }
+
+/// Issue 10, item 11: read commands on a misspelt `--workspace` (or `ARCANE_WORKSPACE`)
+/// fail naming the missing directory instead of reporting an empty workspace, and
+/// create nothing; a command that changes the workspace still creates it.
+#[test]
+fn read_commands_on_a_missing_named_workspace_name_it() {
+    let parent = TestWorkspace::new();
+    let missing = parent.path().join("worksapce");
+    let read_commands: [&[&str]; 6] = [
+        &["model", "list"],
+        &["runtime", "list"],
+        &["lock", "status"],
+        &["status"],
+        &["chat", "hello"],
+        &["model", "remove", "x"],
+    ];
+    for args in read_commands {
+        let output = run(Command::new(crate::support::arcane_bin())
+            .arg("--output")
+            .arg("json")
+            .arg("--workspace")
+            .arg(&missing)
+            .args(args)
+            .env_remove("ARCANE_WORKSPACE"));
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        let error = &json(&output)["error"];
+        assert_eq!(error["code"], "ARCANE_WORKSPACE_NOT_FOUND", "{args:?}");
+        assert_eq!(
+            error["details"]["path"],
+            serde_json::json!(missing),
+            "{args:?}"
+        );
+        assert!(!missing.exists(), "{args:?} created it");
+    }
+    let output = run(Command::new(crate::support::arcane_bin())
+        .args(["model", "list"])
+        .env("ARCANE_WORKSPACE", &missing));
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("ARCANE_WORKSPACE"),
+        "{}",
+        stderr(&output)
+    );
+    // A mutating command creates the named workspace, after which reads work.
+    let output = run(Command::new(crate::support::arcane_bin())
+        .arg("--workspace")
+        .arg(&missing)
+        .args(["lock", "run", "--operation", "demo", "--", "true"]));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let output = run(Command::new(crate::support::arcane_bin())
+        .arg("--workspace")
+        .arg(&missing)
+        .args(["model", "list"]));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+}
+
+/// The platform default workspace may not exist yet (a fresh machine): reading it is
+/// an empty workspace, not an error.
+#[test]
+fn read_commands_on_a_fresh_default_workspace_read_it_as_empty() {
+    let home = TestWorkspace::new();
+    let output = run(Command::new(crate::support::arcane_bin())
+        .args(["--output", "json", "model", "list"])
+        .env_remove("ARCANE_WORKSPACE")
+        .env("XDG_DATA_HOME", home.path().join("data")));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(!home.path().join("data").exists());
+}

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::support::{llama_server, smollm2, TestWorkspace};
 
@@ -737,4 +737,241 @@ fn a_second_sigterm_during_the_drain_ends_the_host_and_leaves_no_engine() {
         "llama-server (pid {engine}) outlived the escalated stop"
     );
     let _ = streamed.join();
+}
+
+/// Issue 10, item 7: a misspelt key (`[[engines]]`, `modle`) or an empty `engine` list
+/// is refused naming the key, the file and the known keys; the built-in default never
+/// runs in its place.
+#[test]
+fn unknown_keys_and_an_empty_engine_list_in_arcane_toml_are_refused() {
+    let cases = [
+        (
+            "[[engines]]\nruntime = \"llama.cpp\"\n",
+            "engines",
+            Some("engine"),
+        ),
+        ("engine = []\nengin = 1\n", "engin", Some("engine")),
+        (
+            "[[engine]]\nruntime = \"llama.cpp\"\nmodle = \"x\"\n",
+            "modle",
+            Some("model"),
+        ),
+        ("[server]\nport = 1\n", "server", None),
+    ];
+    for (text, key, suggestion) in cases {
+        let ws = TestWorkspace::new();
+        let path = ws.path().join("arcane.toml");
+        std::fs::write(&path, text).unwrap();
+        let output = ws
+            .arcane()
+            .args(["--output", "json", "serve"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{text}");
+        let error = &crate::support::json(&output)["error"];
+        assert_eq!(error["code"], "ARCANE_USAGE", "{text}");
+        assert_eq!(error["details"]["key"], key, "{text}: {error}");
+        assert_eq!(error["details"]["path"], json!(path), "{text}");
+        assert!(error["details"]["known"]
+            .as_array()
+            .is_some_and(|k| !k.is_empty()));
+        assert_eq!(error["details"]["suggestion"], json!(suggestion), "{text}");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(&format!("`{key}`")), "{message}");
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(!ws.path().join(".arcane/core.json").exists(), "{text}");
+    }
+    let ws = TestWorkspace::new();
+    std::fs::write(ws.path().join("arcane.toml"), "engine = []\n").unwrap();
+    let output = ws.arcane().arg("serve").output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("lists no engines"), "{stderr}");
+    assert!(stderr.contains("[[engine]]"), "{stderr}");
+}
+
+/// `arcane serve` on the fake engine at a free port, with `engine_args` after `--`.
+fn fake_serve_args(ws: &TestWorkspace, port: u16, engine_args: &[&str]) -> Vec<String> {
+    let model = ws.path().join("fake.gguf");
+    std::fs::write(&model, b"GGUF").unwrap();
+    let mut args: Vec<String> = vec![
+        "--executable".into(),
+        fake_llama().display().to_string(),
+        "--model".into(),
+        model.display().to_string(),
+        "--url".into(),
+        format!("http://127.0.0.1:{port}"),
+        "--".into(),
+    ];
+    args.extend(engine_args.iter().map(|a| a.to_string()));
+    args
+}
+
+/// Issue 10, item 8: an engine that exits before it is ready shows its last output
+/// lines (the real cause) in the human error without `-v`, and in `details` in JSON.
+#[test]
+fn an_engine_that_exits_before_ready_shows_its_last_lines_without_verbose() {
+    let ws = TestWorkspace::new();
+    let args = fake_serve_args(&ws, free_port(), &["--fake-mode", "exit-early=3"]);
+    let output = ws.arcane().arg("serve").args(&args).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let error = &stderr[stderr.find("error: ").expect("an error line")..];
+    assert!(error.contains("exited before it was ready"), "{stderr}");
+    assert!(
+        error.contains("| error: failed to load model (fake early exit)"),
+        "{stderr}"
+    );
+    let output = ws
+        .arcane()
+        .args(["--output", "json", "serve"])
+        .args(&args)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let error = &crate::support::json(&output)["error"];
+    assert_eq!(error["code"], "LOCAL_AI_SERVER_FAILED");
+    let lines = error["details"]["lastLines"].as_array().expect("lastLines");
+    assert!(
+        lines.iter().any(|l| l
+            .as_str()
+            .is_some_and(|l| l.contains("failed to load model"))),
+        "{error}"
+    );
+}
+
+/// Issue 10, item 8: after the engine crashed, `arcane chat` says what happened (the
+/// engine's error as its cause) with the real top-level code and hints naming what to
+/// run, and `arcane status` never prints `pid null`.
+#[test]
+fn chat_after_an_engine_crash_names_the_crash_and_what_to_run() {
+    let ws = TestWorkspace::new();
+    let args = fake_serve_args(&ws, free_port(), &["--fake-mode", "crash-after=0.3"]);
+    let mut serve = Serve::start(&ws, &strs(&args));
+    serve.wait_for("local-ai.server.ready", Duration::from_secs(60));
+    serve.wait_for("local-ai.server.error", Duration::from_secs(60));
+    let output = ws
+        .arcane()
+        .args(["--output", "json", "chat", "hello"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let error = &crate::support::json(&output)["error"];
+    assert_eq!(error["code"], "LOCAL_AI_SERVER_NOT_READY", "{error}");
+    assert_eq!(error["details"]["state"], "error", "{error}");
+    let causes = error["causes"].to_string();
+    assert!(causes.contains("exit code 7"), "{error}");
+    let hints = error["hints"].to_string();
+    assert!(hints.contains("arcane status"), "{error}");
+    assert!(hints.contains("localai.services.recover"), "{error}");
+    let output = ws.arcane().args(["chat", "hello"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("is error"), "{stderr}");
+    assert!(stderr.contains("caused by:"), "{stderr}");
+    assert!(stderr.contains("exit code 7"), "{stderr}");
+    let output = ws.arcane().arg("status").output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    assert!(!stdout.contains("null"), "{stdout}");
+    assert!(stdout.contains("engine  llama.cpp"), "{stdout}");
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(30)), Some(0));
+}
+
+/// Issue 10, item 8: a failed first start keeps the engine error's causes (they cross
+/// the host as `causes`), so the human error says why, e.g. why a spawn failed.
+#[test]
+fn a_failed_first_start_keeps_its_causes() {
+    let ws = TestWorkspace::new();
+    let executable = ws.path().join("not-executable");
+    std::fs::write(&executable, "#!/bin/sh\n").unwrap();
+    let mut args = fake_serve_args(&ws, free_port(), &[]);
+    args[1] = executable.display().to_string();
+    let output = ws.arcane().arg("serve").args(&args).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let error = &stderr[stderr.find("error: ").expect("an error line")..];
+    assert!(error.contains("could not start"), "{stderr}");
+    assert!(error.contains("caused by: Permission denied"), "{stderr}");
+}
+
+/// Issue 10, item 10: `--restart on-failure` that runs out of restarts prints a line
+/// saying so (engine, count, last error) instead of going quiet.
+#[test]
+fn giving_up_restarting_prints_a_clear_line() {
+    let ws = TestWorkspace::new();
+    let port = free_port();
+    std::fs::write(ws.path().join("fake.gguf"), b"GGUF").unwrap();
+    let config = format!(
+        "[[engine]]\nurl = \"http://127.0.0.1:{port}\"\nexecutable = \"{}\"\nmodel = \"fake.gguf\"\nargs = [\"--fake-mode\", \"crash-after=0.2\"]\nrestart = \"on-failure\"\nmax_restarts = 1\nrestart_backoff = 0.1\n",
+        fake_llama().display()
+    );
+    std::fs::write(ws.path().join("arcane.toml"), config).unwrap();
+    /// Kills `arcane serve` (which stops its engine) if the test fails midway.
+    struct Killed(Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Killed(
+        ws.arcane()
+            .arg("serve")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.0.stderr.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = Vec::new();
+    let line = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains("gave up restarting") => break line,
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("no give-up line; saw {seen:#?}"),
+        }
+    };
+    assert!(
+        line.contains("gave up restarting `llama.cpp` after 1 restart: `llama.cpp` stopped unexpectedly (exit code 7)"),
+        "{line}"
+    );
+    signal(child.0.id(), "TERM");
+    let status = crate::support::wait_for_exit(&mut child.0, Duration::from_secs(30), "serve");
+    assert_eq!(status.code(), Some(0));
+}
+
+/// Issue 10, item 11: with nothing registered, `serve --runtime ollama` says how to
+/// register Ollama, not llama.cpp.
+#[test]
+fn the_missing_runtime_hint_names_the_runtime_asked_for() {
+    let ws = TestWorkspace::new();
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let output = ws
+        .arcane()
+        .args([
+            "--output",
+            "json",
+            "serve",
+            "--runtime",
+            "ollama",
+            "--url",
+            &url,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let error = &crate::support::json(&output)["error"];
+    assert_eq!(error["code"], "ARCANE_PREREQUISITE_MISSING", "{error}");
+    let hints = error["hints"].to_string();
+    assert!(hints.contains("arcane runtime add ollama"), "{hints}");
+    assert!(!hints.contains("llama.cpp"), "{hints}");
 }
