@@ -175,7 +175,7 @@ pub struct LaunchContext {
 impl LaunchContext {
     /// The Core host's endpoint file under the state root: `<state-root>/.arcane/core.json`.
     pub fn endpoint_file(&self) -> PathBuf {
-        self.state_root.join(".arcane").join("core.json")
+        arcane_workspace::layout::core_endpoint(&self.state_root)
     }
 
     /// A JSON summary (for `--output json` and logs).

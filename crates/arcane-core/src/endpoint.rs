@@ -30,9 +30,6 @@ use serde_json::json;
 
 use crate::error::Error;
 
-/// The directory under the workspace root holding Arcane's state.
-pub const STATE_DIR: &str = ".arcane";
-
 /// `core.json`: how clients reach the running host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EndpointRecord {
@@ -86,17 +83,17 @@ pub fn serving_host(workspace: &Path, path: &Path) -> Option<EndpointRecord> {
 
 /// The path of `core.json` in `workspace`.
 pub fn endpoint_path(workspace: &Path) -> PathBuf {
-    workspace.join(STATE_DIR).join("core.json")
+    arcane_workspace::layout::core_endpoint(workspace)
 }
 
 /// The path of the saved port in `workspace`.
 pub fn port_path(workspace: &Path) -> PathBuf {
-    workspace.join(STATE_DIR).join("core-port.json")
+    arcane_workspace::layout::core_port(workspace)
 }
 
 /// The path of the owner lock in `workspace`.
 pub fn lock_path(workspace: &Path) -> PathBuf {
-    workspace.join(STATE_DIR).join("core.lock")
+    arcane_workspace::layout::core_lock(workspace)
 }
 
 fn io<'a>(operation: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
@@ -253,7 +250,7 @@ pub fn saved_port(workspace: &Path) -> Result<Option<u16>, Error> {
 /// Saves `port` unless a port is already saved (exclusive create).
 pub fn save_port(workspace: &Path, port: u16) -> Result<(), Error> {
     let path = port_path(workspace);
-    let directory = workspace.join(STATE_DIR);
+    let directory = arcane_workspace::layout::state_dir(workspace);
     std::fs::create_dir_all(&directory).map_err(io("create", &directory))?;
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
@@ -274,7 +271,7 @@ pub fn save_port(workspace: &Path, port: u16) -> Result<(), Error> {
 }
 
 /// The owner lease's role: its sentinel is `.arcane/core.lock`.
-pub const OWNER_ROLE: &str = "core";
+pub const OWNER_ROLE: &str = arcane_workspace::layout::CORE_OWNER_ROLE;
 
 /// Proof that this process owns the workspace's Core host: the owner lease for
 /// [`OWNER_ROLE`]. Dropping it removes `core.json` (if it is still this host's) and

@@ -205,12 +205,10 @@ impl EngineConfig {
         let models_dir = match (&self.model, &self.models_dir) {
             (Some(_), None) if self.engine == Engine::LlamaCpp => None,
             (_, Some(dir)) => Some(absolute(dir)),
-            (_, None) => Some(
-                workspace
-                    .join(".arcane")
-                    .join("models")
-                    .join(self.engine.as_str()),
-            ),
+            (_, None) => Some(arcane_workspace::layout::engine_models_dir(
+                workspace,
+                self.engine,
+            )),
         };
         Ok(Validated {
             endpoint,

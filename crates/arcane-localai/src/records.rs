@@ -85,10 +85,7 @@ pub(crate) enum Judgement {
 
 /// The record file of server `id`.
 pub(crate) fn path(workspace: &Path, id: &str) -> PathBuf {
-    workspace
-        .join(".arcane")
-        .join("engines")
-        .join(format!("{id}.json"))
+    arcane_workspace::layout::engine_record(workspace, id)
 }
 
 /// This process as an owner.

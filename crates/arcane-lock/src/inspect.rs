@@ -244,7 +244,7 @@ fn quarantine(
     })?;
     sys::rename_noreplace_at(arcane.as_fd(), RECORD, &cname)
         .map_err(|e| Error::io("quarantine the lock record", ws.arcane_path(RECORD), e))?;
-    let path = ws.canonical.join(".arcane").join(&name);
+    let path = arcane_workspace::layout::state_dir(&ws.canonical).join(&name);
     events.emit(Event::new(
         "workspace.operation.stale-quarantined",
         json!({"workspaceRoot": ws.canonical, "quarantinePath": path, "problem": problem}),

@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use arcane_report::{error_json, CancelToken, Event, EventSink};
+use arcane_workspace::layout;
 use serde_json::json;
 
 use crate::error::{BusyReason, Error, PolicyReason};
@@ -21,9 +22,9 @@ use crate::sys::{self, Kind, Stamp, TryLock};
 use crate::workspace::{classify, Workspace};
 
 /// The sentinel that carries the advisory lock; created once, never removed.
-pub(crate) const SENTINEL: &CStr = c"workspace-operation.lock";
+pub(crate) const SENTINEL: &CStr = layout::LOCK_SENTINEL_NAME;
 /// The published JSON record.
-pub(crate) const RECORD: &CStr = c"workspace-operation.lock.json";
+pub(crate) const RECORD: &CStr = layout::LOCK_RECORD_NAME;
 /// Where a record is written before it is published (debris is overwritten).
 pub(crate) const TEMPORARY: &CStr = c".workspace-operation.lock.json.tmp";
 /// Where a stale record is moved before it is removed (debris is overwritten).
@@ -295,10 +296,7 @@ impl WorkspaceLock {
         let Some(held) = &self.held else {
             return Ok(());
         };
-        let path = self
-            .workspace
-            .join(".arcane")
-            .join("workspace-operation.lock.json");
+        let path = layout::lock_record(&self.workspace);
         let compromised = |what| Error::Compromised {
             path: path.clone(),
             operation: self.operation.clone(),
@@ -351,10 +349,7 @@ impl WorkspaceLock {
             // The ancestor that took the lock releases it; we only stop using it.
             return Ok(());
         }
-        let path = self
-            .workspace
-            .join(".arcane")
-            .join("workspace-operation.lock.json");
+        let path = layout::lock_record(&self.workspace);
         let compromised = |what| Error::Compromised {
             path: path.clone(),
             operation: self.operation.clone(),
@@ -686,15 +681,20 @@ fn try_once(
     let Some(arcane) = ws.open_arcane(true)? else {
         return Err(Error::io(
             "open",
-            ws.canonical.join(".arcane"),
+            layout::state_dir(&ws.canonical),
             std::io::Error::from_raw_os_error(sys::ENOENT),
         ));
     };
-    let fs = sys::unsupported_filesystem(arcane.as_fd())
-        .map_err(|e| Error::io("inspect the filesystem of", ws.canonical.join(".arcane"), e))?;
+    let fs = sys::unsupported_filesystem(arcane.as_fd()).map_err(|e| {
+        Error::io(
+            "inspect the filesystem of",
+            layout::state_dir(&ws.canonical),
+            e,
+        )
+    })?;
     if let Some(filesystem) = fs {
         return Err(Error::policy(
-            ws.canonical.join(".arcane"),
+            layout::state_dir(&ws.canonical),
             PolicyReason::UnsupportedFilesystem {
                 filesystem: filesystem.to_string(),
             },
@@ -806,7 +806,7 @@ fn adopt(
     let Some(arcane) = ws.open_arcane(false)? else {
         return Err(Error::io(
             "open",
-            ws.canonical.join(".arcane"),
+            layout::state_dir(&ws.canonical),
             std::io::Error::from_raw_os_error(sys::ENOENT),
         ));
     };

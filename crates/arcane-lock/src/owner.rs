@@ -71,15 +71,19 @@ impl OwnerLease {
         let Some(arcane) = ws.open_arcane(true)? else {
             return Err(Error::io(
                 "open",
-                ws.canonical.join(".arcane"),
+                arcane_workspace::layout::state_dir(&ws.canonical),
                 std::io::Error::from_raw_os_error(sys::ENOENT),
             ));
         };
-        if let Some(filesystem) = sys::unsupported_filesystem(arcane.as_fd())
-            .map_err(|e| Error::io("inspect the filesystem of", ws.canonical.join(".arcane"), e))?
-        {
+        if let Some(filesystem) = sys::unsupported_filesystem(arcane.as_fd()).map_err(|e| {
+            Error::io(
+                "inspect the filesystem of",
+                arcane_workspace::layout::state_dir(&ws.canonical),
+                e,
+            )
+        })? {
             return Err(Error::policy(
-                ws.canonical.join(".arcane"),
+                arcane_workspace::layout::state_dir(&ws.canonical),
                 PolicyReason::UnsupportedFilesystem {
                     filesystem: filesystem.to_string(),
                 },

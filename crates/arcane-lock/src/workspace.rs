@@ -17,7 +17,7 @@ use crate::error::{Error, PolicyReason};
 use crate::sys::{self, Identity, Kind};
 
 /// The lock directory's name inside the workspace.
-pub(crate) const ARCANE_DIR: &CStr = c".arcane";
+pub(crate) const ARCANE_DIR: &CStr = arcane_workspace::layout::STATE_DIR_C;
 
 /// An opened, verified workspace directory.
 pub(crate) struct Workspace {
@@ -61,15 +61,13 @@ impl Workspace {
 
     /// The path of a file inside `.arcane`, for messages and events.
     pub(crate) fn arcane_path(&self, name: &CStr) -> PathBuf {
-        self.canonical
-            .join(".arcane")
-            .join(name.to_string_lossy().as_ref())
+        arcane_workspace::layout::state_file(&self.canonical, name)
     }
 
     /// Opens `.arcane`, creating it (mode 0700) when `create` is set. `Ok(None)` when it
     /// does not exist and `create` is not set.
     pub(crate) fn open_arcane(&self, create: bool) -> Result<Option<OwnedFd>, Error> {
-        let path = self.canonical.join(".arcane");
+        let path = arcane_workspace::layout::state_dir(&self.canonical);
         match sys::open_directory_at(self.dir.as_fd(), ARCANE_DIR) {
             Ok(fd) => return Ok(Some(fd)),
             Err(e) if sys::errno(&e) == sys::ENOENT => {

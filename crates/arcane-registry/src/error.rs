@@ -509,3 +509,9 @@ impl Diagnostic for Error {
         }
     }
 }
+
+impl From<arcane_workspace::UnknownEngine> for Error {
+    fn from(error: arcane_workspace::UnknownEngine) -> Self {
+        Error::UnknownEngine { value: error.value }
+    }
+}

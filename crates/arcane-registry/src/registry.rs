@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use arcane_devices::Backend;
 use arcane_report::{CancelToken, Event, EventSink};
+use arcane_workspace::layout;
 use serde_json::json;
 
 use crate::id::{check_id, check_version, normalize_sha256};
@@ -209,21 +210,17 @@ impl Registry {
 
     /// `<workspace>/.arcane/registry.json`.
     pub fn file(&self) -> PathBuf {
-        self.state_dir().join("registry.json")
+        layout::registry_file(&self.workspace)
     }
 
     /// `<workspace>/.arcane/runtimes`: installed runtimes, `<engine>/<version>[-<backend>]/`.
     pub fn runtimes_dir(&self) -> PathBuf {
-        self.state_dir().join("runtimes")
+        layout::runtimes_dir(&self.workspace)
     }
 
     /// `<workspace>/.arcane/models`: model files, `<id>/<file name>`.
     pub fn models_dir(&self) -> PathBuf {
-        self.state_dir().join("models")
-    }
-
-    fn state_dir(&self) -> PathBuf {
-        self.workspace.join(".arcane")
+        layout::models_dir(&self.workspace)
     }
 
     fn load(&self) -> Result<Document, Error> {

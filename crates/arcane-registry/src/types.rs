@@ -2,76 +2,14 @@
 //! serialized (camelCase) both in `.arcane/registry.json` and in `--output json`.
 
 use std::ffi::OsString;
-use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 use arcane_devices::Backend;
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, GgufInfo};
 
-/// An inference engine Arcane can run. Serialized as `"llama.cpp"` or `"ollama"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Engine {
-    /// llama.cpp's `llama-server`.
-    #[serde(rename = "llama.cpp")]
-    LlamaCpp,
-    /// Ollama's `ollama serve`.
-    #[serde(rename = "ollama")]
-    Ollama,
-}
-
-impl Engine {
-    /// Both engines.
-    pub const ALL: [Engine; 2] = [Engine::LlamaCpp, Engine::Ollama];
-
-    /// The engine's name, also the default runtime id: `llama.cpp` or `ollama`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Engine::LlamaCpp => "llama.cpp",
-            Engine::Ollama => "ollama",
-        }
-    }
-
-    /// The SDK's default listener URL: `http://127.0.0.1:8080` for llama.cpp,
-    /// `http://127.0.0.1:11434` for Ollama.
-    pub fn default_url(self) -> &'static str {
-        match self {
-            Engine::LlamaCpp => "http://127.0.0.1:8080",
-            Engine::Ollama => "http://127.0.0.1:11434",
-        }
-    }
-
-    /// The file name of the engine's server executable in an archive.
-    pub fn executable_name(self) -> &'static str {
-        match self {
-            Engine::LlamaCpp => "llama-server",
-            Engine::Ollama => "ollama",
-        }
-    }
-}
-
-impl fmt::Display for Engine {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Engine {
-    type Err = Error;
-
-    /// Parses `llama.cpp` (also `llama`, `llama-cpp`, `llamacpp`) or `ollama`; the error names the value.
-    fn from_str(value: &str) -> Result<Self, Self::Err> {
-        match value.trim().to_ascii_lowercase().as_str() {
-            "llama.cpp" | "llama" | "llama-cpp" | "llamacpp" => Ok(Engine::LlamaCpp),
-            "ollama" => Ok(Engine::Ollama),
-            _ => Err(Error::UnknownEngine {
-                value: value.to_string(),
-            }),
-        }
-    }
-}
+pub use arcane_workspace::Engine;
 
 /// Where an installed runtime's archive came from, and the digest it was checked against.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -307,26 +245,6 @@ pub(crate) fn is_under(path: &Path, dir: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn engines_parse_and_serialize_by_name() {
-        assert_eq!("llama.cpp".parse::<Engine>().unwrap(), Engine::LlamaCpp);
-        assert_eq!("Ollama".parse::<Engine>().unwrap(), Engine::Ollama);
-        assert!(
-            matches!("vllm".parse::<Engine>(), Err(Error::UnknownEngine { value }) if value == "vllm")
-        );
-        assert_eq!(
-            serde_json::to_string(&Engine::LlamaCpp).unwrap(),
-            "\"llama.cpp\""
-        );
-        assert_eq!(
-            serde_json::from_str::<Engine>("\"ollama\"").unwrap(),
-            Engine::Ollama
-        );
-        for engine in Engine::ALL {
-            assert_eq!(engine.to_string().parse::<Engine>().unwrap(), engine);
-        }
-    }
 
     #[test]
     fn sources_and_file_names() {

@@ -1,0 +1,127 @@
+//! The workspace layout: `<root>/.arcane` and everything Arcane keeps in it.
+//!
+//! ```text
+//! <root>/.arcane/                      mode 0700
+//!   workspace-operation.lock           the operation lock's flock sentinel (never removed)
+//!   workspace-operation.lock.json      its record (the JavaScript SDK's schema 1)
+//!   core.lock                          the Core host's owner lease (flock sentinel)
+//!   core.json                          how to reach the running host (0600: holds the token)
+//!   core-port.json                     the host's stable port, chosen once
+//!   registry.json                      registered runtimes and models
+//!   runtimes/<engine>/<version>/       installed runtimes
+//!   models/<id>/<file>                 registered model files
+//!   models/<engine>/                   an engine's own model store (router mode, Ollama)
+//!   engines/<id>.json                  ownership records of engines Arcane started
+//! ```
+//!
+//! Functions take the workspace root and return full paths; the `*_NAME` constants are
+//! the bare names for code that opens files relative to a directory descriptor.
+
+use std::ffi::CStr;
+use std::path::{Path, PathBuf};
+
+/// The state directory's name under the workspace root.
+pub const STATE_DIR: &str = ".arcane";
+/// [`STATE_DIR`] for `*at` system calls.
+pub const STATE_DIR_C: &CStr = c".arcane";
+/// The operation lock's sentinel, inside [`STATE_DIR`].
+pub const LOCK_SENTINEL_NAME: &CStr = c"workspace-operation.lock";
+/// The operation lock's record, inside [`STATE_DIR`].
+pub const LOCK_RECORD_NAME: &CStr = c"workspace-operation.lock.json";
+/// The Core host's owner-lease role (its sentinel is `<role>.lock`).
+pub const CORE_OWNER_ROLE: &str = "core";
+
+/// `<root>/.arcane`.
+pub fn state_dir(root: &Path) -> PathBuf {
+    root.join(STATE_DIR)
+}
+
+/// `<root>/.arcane/<name>`, for a name given as one of the `*_NAME` constants.
+pub fn state_file(root: &Path, name: &CStr) -> PathBuf {
+    state_dir(root).join(name.to_string_lossy().as_ref())
+}
+
+/// `<root>/.arcane/workspace-operation.lock.json`.
+pub fn lock_record(root: &Path) -> PathBuf {
+    state_file(root, LOCK_RECORD_NAME)
+}
+
+/// The sentinel of an owner-lease `role`: `<root>/.arcane/<role>.lock`.
+pub fn owner_sentinel(root: &Path, role: &str) -> PathBuf {
+    state_dir(root).join(format!("{role}.lock"))
+}
+
+/// `<root>/.arcane/core.lock`: the Core host's owner lease.
+pub fn core_lock(root: &Path) -> PathBuf {
+    owner_sentinel(root, CORE_OWNER_ROLE)
+}
+
+/// `<root>/.arcane/core.json`: the running host's endpoint and token.
+pub fn core_endpoint(root: &Path) -> PathBuf {
+    state_dir(root).join("core.json")
+}
+
+/// `<root>/.arcane/core-port.json`: the host's saved port.
+pub fn core_port(root: &Path) -> PathBuf {
+    state_dir(root).join("core-port.json")
+}
+
+/// `<root>/.arcane/registry.json`.
+pub fn registry_file(root: &Path) -> PathBuf {
+    state_dir(root).join("registry.json")
+}
+
+/// `<root>/.arcane/runtimes`.
+pub fn runtimes_dir(root: &Path) -> PathBuf {
+    state_dir(root).join("runtimes")
+}
+
+/// `<root>/.arcane/models`.
+pub fn models_dir(root: &Path) -> PathBuf {
+    state_dir(root).join("models")
+}
+
+/// `<root>/.arcane/models/<engine>`: an engine's own model store.
+pub fn engine_models_dir(root: &Path, engine: crate::Engine) -> PathBuf {
+    models_dir(root).join(engine.as_str())
+}
+
+/// `<root>/.arcane/engines`.
+pub fn engines_dir(root: &Path) -> PathBuf {
+    state_dir(root).join("engines")
+}
+
+/// `<root>/.arcane/engines/<id>.json`: the ownership record of engine `id`.
+pub fn engine_record(root: &Path, id: &str) -> PathBuf {
+    engines_dir(root).join(format!("{id}.json"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_path_lives_under_the_state_directory() {
+        let root = Path::new("/w");
+        let state = Path::new("/w/.arcane");
+        for path in [
+            lock_record(root),
+            core_lock(root),
+            core_endpoint(root),
+            core_port(root),
+            registry_file(root),
+            runtimes_dir(root),
+            models_dir(root),
+            engine_models_dir(root, crate::Engine::Ollama),
+            engine_record(root, "llama.cpp"),
+        ] {
+            assert!(path.starts_with(state), "{}", path.display());
+        }
+        assert_eq!(core_lock(root), Path::new("/w/.arcane/core.lock"));
+        assert_eq!(
+            lock_record(root),
+            Path::new("/w/.arcane/workspace-operation.lock.json")
+        );
+        assert_eq!(STATE_DIR_C.to_str().unwrap(), STATE_DIR);
+    }
+}
