@@ -93,6 +93,12 @@ pub enum PolicyReason {
     },
     /// The workspace path is empty.
     Empty,
+    /// Something Arcane did not create occupies a name the lock writes its own debris to
+    /// (for example a directory at the stale record's aside name).
+    InTheWay {
+        /// What was found.
+        found: &'static str,
+    },
     /// A lease claimed through the environment could not be proven (see the
     /// inheritance rule in the crate documentation).
     InheritedLease {
@@ -110,6 +116,7 @@ impl PolicyReason {
             PolicyReason::PermissionDenied => "permission-denied",
             PolicyReason::UnsupportedFilesystem { .. } => "unsupported-filesystem",
             PolicyReason::Empty => "empty",
+            PolicyReason::InTheWay { .. } => "in-the-way",
             PolicyReason::InheritedLease { .. } => "inherited-lease",
         }
     }
@@ -124,6 +131,9 @@ impl PolicyReason {
                 format!("it is on a `{filesystem}` filesystem, where advisory locks do not work dependably")
             }
             PolicyReason::Empty => "the path is empty".into(),
+            PolicyReason::InTheWay { found } => {
+                format!("it is {found} where the lock keeps its own temporary files")
+            }
             PolicyReason::InheritedLease { why } => {
                 format!("an inherited lease was claimed but not proven: {why}")
             }
@@ -334,6 +344,9 @@ impl Diagnostic for Error {
                     vec!["check the owner and mode of the workspace and its `.arcane` directory".into()]
                 }
                 PolicyReason::Missing => vec!["create the workspace directory first".into()],
+                PolicyReason::InTheWay { .. } => vec![
+                    "nothing of Arcane's is there: inspect it, move it elsewhere, and run the command again".into(),
+                ],
                 PolicyReason::InheritedLease { .. } => vec![format!(
                     "run nested operations as the command of `arcane lock run`, which passes the locked descriptor; unset `{}` otherwise",
                     crate::inherit::LEASE_VARIABLE

@@ -1011,7 +1011,20 @@ pub(crate) fn remove_stale(
         Ok(()) => {}
         // Gone already (an SDK process removed it): nothing to recover.
         Err(e) if sys::errno(&e) == sys::ENOENT => return Ok(Ok(())),
-        Err(e) => return Err(Error::io("move the stale lock record aside", &path, e)),
+        Err(e) => {
+            // Something that is not our debris sits at the aside name (a directory, a
+            // link): name *it*, not the record, so the person knows what to remove.
+            return Err(match sys::stat_at(arcane.as_fd(), STALE) {
+                Ok(stamp) if stamp.kind != Kind::Regular => Error::policy(
+                    ws.arcane_path(STALE),
+                    PolicyReason::InTheWay {
+                        found: stamp.kind.describe(),
+                    },
+                    Some(e),
+                ),
+                _ => Error::io("move the stale lock record aside", &path, e),
+            });
+        }
     }
     let moved = sys::stat_at(arcane.as_fd(), STALE)
         .map_err(|e| Error::io("inspect the stale lock record", &path, e))?;

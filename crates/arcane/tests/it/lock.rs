@@ -1240,3 +1240,39 @@ fn busy_hints_name_wait_only_where_the_command_has_it() {
         "`lock recover` has no `--wait`: {err}"
     );
 }
+
+#[test]
+fn a_directory_at_the_stale_aside_name_is_named_with_a_hint_and_kept() {
+    // Issue: `run` and `recover` failed naming the record, not the directory in the way.
+    let ws = TestWorkspace::new();
+    plant(&ws, &arcane_record(&ws, dead_pid(), 1, "serve"));
+    let aside = ws
+        .path()
+        .join(".arcane/.workspace-operation.lock.json.stale");
+    std::fs::create_dir(&aside).unwrap();
+    std::fs::write(aside.join("keep"), b"mine").unwrap();
+    for command in [
+        vec!["lock", "run", "--operation", "build", "--", "true"],
+        vec!["lock", "recover"],
+    ] {
+        let out = run(ws.arcane().args(["--output", "json"]).args(&command));
+        assert_ne!(out.status.code(), Some(0), "{command:?}");
+        let v = json(&out);
+        assert_eq!(
+            v["error"]["code"], "ARCANE_POLICY_DENIED",
+            "{command:?}: {v}"
+        );
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(".workspace-operation.lock.json.stale"),
+            "{message}"
+        );
+        assert!(message.contains("a directory"), "{message}");
+        assert!(!v["error"]["hints"].as_array().unwrap().is_empty(), "{v}");
+    }
+    assert_eq!(std::fs::read(aside.join("keep")).unwrap(), b"mine");
+    assert!(
+        record(&ws).exists(),
+        "the stale record stays until the way is clear"
+    );
+}
