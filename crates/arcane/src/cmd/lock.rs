@@ -29,6 +29,12 @@ enum LockCommand {
     /// Hold the workspace lock while CMD runs, then release it; exits with CMD's exit
     /// code. A busy workspace exits 75 (`ARCANE_WORKSPACE_BUSY`) unless `--wait` is given.
     ///
+    /// CMD inherits the lease (the locked descriptor and `ARCANE_WORKSPACE_LEASE`), so
+    /// Arcane commands it runs on the same workspace proceed at once instead of waiting
+    /// for it, and the lock stays held for as long as CMD, or anything it leaves behind,
+    /// lives. CMD runs in its own process group (the terminal's foreground group, so it
+    /// gets Ctrl-C itself) and dies with `arcane lock run`, even after `kill -9`.
+    ///
     /// Example: `arcane --workspace ~/w lock run --operation model.add --wait 30s -- cp a b`
     Run(RunArgs),
     /// Show whether the workspace lock is free, held (pid, host, operation, since,
