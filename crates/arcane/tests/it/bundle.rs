@@ -25,6 +25,9 @@ struct RealBundle {
     bundle: PathBuf,
 }
 
+/// Writes the Core host's pid (from the endpoint record) to `$1`, then waits.
+const HOLD: &str = "#!/bin/sh\nsed -n 's/.*\"pid\": *\\([0-9]*\\).*/\\1/p' \"$ARCANE_CORE_ENDPOINT\" > \"$1.tmp\"\nmv \"$1.tmp\" \"$1\"\nexec sleep 600\n";
+
 const SHOW_ENDPOINT: &str = "#!/bin/sh\nprintf 'endpoint=%s\\n' \"$ARCANE_CORE_ENDPOINT\"\nprintf 'args=%s\\n' \"$*\"\ncat \"$ARCANE_CORE_ENDPOINT\"\n";
 
 impl RealBundle {
@@ -71,6 +74,12 @@ impl RealBundle {
         )
         .unwrap();
         std::fs::write(app.join("tools/show-endpoint"), SHOW_ENDPOINT).unwrap();
+        std::fs::write(app.join("tools/hold"), HOLD).unwrap();
+        std::fs::set_permissions(
+            app.join("tools/hold"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
         std::fs::set_permissions(
             app.join("tools/show-endpoint"),
             std::fs::Permissions::from_mode(0o755),
@@ -806,4 +815,55 @@ fn ctrl_c_during_a_build_removes_only_what_the_build_created() {
         std::fs::read(dir.path().join("earlier")).unwrap(),
         b"not ours"
     );
+}
+
+#[test]
+fn the_background_core_of_an_app_entry_dies_with_a_killed_launch() {
+    // Issue: the background Core host of `launch --arcane-app-entry` had no
+    // parent-death signal and was orphaned when its launch died (a second Ctrl-C).
+    let real = RealBundle::new();
+    let state_root = real.dir.path().join("state");
+    let pidfile = real.dir.path().join("core.pid");
+    let mut command = real.launch();
+    command
+        .arg("launch")
+        .arg("--state-root")
+        .arg(&state_root)
+        .args(["--arcane-app-entry", "tools/hold"])
+        .arg(&pidfile)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut launch = GroupGuard(command.spawn().unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let core: i32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break pid;
+        }
+        assert!(
+            launch.0.try_wait().unwrap().is_none(),
+            "launch exited early; log: {}",
+            std::fs::read_to_string(state_root.join("logs/core.log")).unwrap_or_default()
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the Core host never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // SAFETY: SIGKILL to the launch process this test started (not its group).
+    unsafe { libc::kill(launch.0.id() as libc::pid_t, libc::SIGKILL) };
+    let _ = launch.0.wait();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while arcane_process::start_time(core as u32).is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the Core host (pid {core}) outlived its killed launch"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
