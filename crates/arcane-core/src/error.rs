@@ -25,6 +25,9 @@ pub enum FrameProblem {
     /// The body is not valid JSON (valid JSON that is not an object is a frame, answered
     /// `ok:false` by the protocol layer).
     InvalidJson,
+    /// An object in the body has the same key twice (`"method"` twice would let a
+    /// filter and the dispatcher see different methods).
+    DuplicateKey,
 }
 
 impl FrameProblem {
@@ -37,6 +40,7 @@ impl FrameProblem {
             Self::TooLarge => "IPC_FRAME_TOO_LARGE",
             Self::InvalidUtf8 => "IPC_INVALID_UTF8",
             Self::InvalidJson => "IPC_INVALID_JSON",
+            Self::DuplicateKey => "IPC_DUPLICATE_KEY",
         }
     }
 }

@@ -88,12 +88,7 @@ impl Decoder {
                 format!("invalid UTF-8 at byte {}", e.utf8_error().valid_up_to()),
             )
         })?;
-        let value: Value = serde_json::from_str(&text).map_err(|e| {
-            Error::frame(
-                FrameProblem::InvalidJson,
-                format!("invalid JSON at line {} column {}", e.line(), e.column()),
-            )
-        })?;
+        let value = parse_strict(&text)?;
         // Any valid JSON is a frame: one that is not an object (`[1]`, `"hi"`, `null`) is
         // answered `ok:false` by the protocol layer and the transport stays open.
         Ok(Some(value))
@@ -167,6 +162,34 @@ fn parse_header(block: &[u8], max_frame: usize) -> Result<usize, Error> {
         ));
     }
     Ok(length)
+}
+
+#[cfg(test)]
+mod strict_tests {
+    use super::*;
+    use arcane_report::Diagnostic;
+
+    #[test]
+    fn duplicate_keys_are_refused_at_any_depth_and_unique_ones_parse_unchanged() {
+        for bad in [
+            r#"{"method":"system.ping","method":"core.host.shutdown"}"#,
+            r#"{"id":"1","params":{"a":1,"a":2}}"#,
+            r#"[{"x":1},{"y":1,"y":2}]"#,
+        ] {
+            let error = parse_strict(bad).unwrap_err();
+            assert_eq!(error.details()["reason"], "IPC_DUPLICATE_KEY", "{bad}");
+        }
+        let good = r#"{"id":"1","method":"m","params":{"a":[1,2.5,true,null,"s"],"b":{}}}"#;
+        assert_eq!(
+            parse_strict(good).unwrap(),
+            serde_json::from_str::<Value>(good).unwrap()
+        );
+        assert_eq!(
+            parse_strict("{").unwrap_err().details()["reason"],
+            "IPC_INVALID_JSON"
+        );
+        assert!(parse_strict("[1] 2").is_err(), "trailing data");
+    }
 }
 
 #[cfg(test)]
@@ -266,5 +289,98 @@ mod tests {
             problem(decoder.next_frame().unwrap_err()),
             FrameProblem::TooLarge
         );
+    }
+}
+
+/// Parses a frame's JSON, refusing an object that has the same key twice anywhere in it
+/// (serde_json alone keeps the last one: `"method":"system.ping","method":"core.host.shutdown"`
+/// would be read as the second). Used by every transport.
+pub fn parse_strict(text: &str) -> Result<Value, Error> {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let parsed = serde::Deserialize::deserialize(&mut deserializer)
+        .and_then(|StrictValue(value)| deserializer.end().map(|()| value));
+    parsed.map_err(|e| {
+        if e.to_string().starts_with(DUPLICATE) {
+            Error::frame(
+                FrameProblem::DuplicateKey,
+                format!(
+                    "{} (at line {} column {})",
+                    e.to_string().split(" at line").next().unwrap_or(DUPLICATE),
+                    e.line(),
+                    e.column()
+                ),
+            )
+        } else {
+            Error::frame(
+                FrameProblem::InvalidJson,
+                format!("invalid JSON at line {} column {}", e.line(), e.column()),
+            )
+        }
+    })
+}
+
+const DUPLICATE: &str = "duplicate key";
+
+/// A JSON value whose objects have unique keys.
+struct StrictValue(Value);
+
+impl<'de> serde::Deserialize<'de> for StrictValue {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StrictVisitor).map(StrictValue)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        serde::Deserialize::deserialize(d).map(|StrictValue(v)| v)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(StrictValue(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!("{DUPLICATE} `{key}`")));
+            }
+            let StrictValue(value) = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
     }
 }

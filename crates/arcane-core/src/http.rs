@@ -584,15 +584,8 @@ async fn read_frame(
             ),
         )
     })?;
-    serde_json::from_str(text).map_err(|_| {
-        error_response(
-            StatusCode::BAD_REQUEST,
-            &Error::frame(
-                crate::error::FrameProblem::InvalidJson,
-                "the body is not JSON",
-            ),
-        )
-    })
+    crate::framing::parse_strict(text)
+        .map_err(|error| error_response(StatusCode::BAD_REQUEST, &error))
 }
 
 async fn rpc(shared: &Shared, request: Request<Incoming>) -> Response<HttpBody> {

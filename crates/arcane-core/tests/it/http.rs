@@ -423,3 +423,43 @@ async fn an_event_stream_that_stops_reading_is_dropped_instead_of_buffering_with
     .await;
     assert_eq!((status, response["ok"].as_bool()), (200, Some(true)));
 }
+
+#[tokio::test]
+async fn a_frame_with_a_duplicate_key_is_refused_and_never_dispatched() {
+    // Issue: `"method":"system.ping","method":"core.host.shutdown"` shut the host down
+    // (the last key won).
+    let served = serve(None).await;
+    let good = format!("Bearer {}", served.token);
+    let smuggled = r#"{"protocol":"arcane/1","type":"request","id":"1","method":"system.ping","method":"core.host.shutdown"}"#;
+    let (status, head, body) = raw_http(
+        served.address,
+        &rpc_head(&served, Some(&good), None, None),
+        smuggled,
+    )
+    .await;
+    assert_eq!(status, 400);
+    let answer: Value = serde_json::from_str(&dechunk(&head, &body)).unwrap();
+    assert_eq!(answer["error"]["code"], "RPC_FRAME_INVALID", "{answer}");
+    assert_eq!(
+        answer["error"]["details"]["reason"], "IPC_DUPLICATE_KEY",
+        "{answer}"
+    );
+    // Nested duplicates too, and the host is still up and answering.
+    let nested = r#"{"protocol":"arcane/1","type":"request","id":"2","method":"test.echo","parameters":{"x":1,"x":2}}"#;
+    let (status, _, _) = raw_http(
+        served.address,
+        &rpc_head(&served, Some(&good), None, None),
+        nested,
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(served.service.calls(), 0);
+    let (status, response) = post(
+        &served,
+        "/v1/rpc",
+        None,
+        json!({"protocol": "arcane/1", "type": "request", "id": "3", "method": "system.ping"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{response}");
+}
