@@ -313,23 +313,75 @@ impl Writer<'_> {
         })
     }
 
-    /// After extraction: every link must resolve (physically) inside the root.
+    /// After extraction: every link must resolve inside the root, following the links
+    /// the archive created the way the kernel would, whether or not the final target
+    /// exists (a link to a name that does not exist *yet* is no safer: anything may be
+    /// created there later).
     fn check_links(&self) -> Result<(), Error> {
-        let root =
-            std::fs::canonicalize(self.root).map_err(|e| Error::io("resolve", self.root, e))?;
         for (name, relative) in &self.links {
-            if let Ok(resolved) = std::fs::canonicalize(self.root.join(relative)) {
-                if !resolved.starts_with(&root) {
-                    return Err(unsafe_entry(
-                        self.label,
-                        name,
-                        "the link points outside the install directory",
-                    ));
-                }
+            if resolve_inside(self.root, relative).is_none() {
+                return Err(unsafe_entry(
+                    self.label,
+                    name,
+                    "the link points outside the install directory",
+                ));
             }
         }
         Ok(())
     }
+}
+
+/// The most links one resolution follows (Linux's own limit, `MAXSYMLINKS`).
+const MAX_LINK_HOPS: usize = 40;
+
+/// Resolves `relative` (a path under `root`) component by component as the kernel would,
+/// reading each symbolic link met on the way (never letting the system follow one) and
+/// splicing its target in, but lexically: components that do not exist are kept as
+/// names. `None` when the path leaves `root` (through `..` or an absolute target) or
+/// loops.
+pub(crate) fn resolve_inside(root: &Path, relative: &Path) -> Option<PathBuf> {
+    use std::collections::VecDeque;
+    let mut pending: VecDeque<String> = relative
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let mut resolved: Vec<String> = Vec::new();
+    let mut hops = 0;
+    while let Some(part) = pending.pop_front() {
+        match part.as_str() {
+            "" | "." => continue,
+            ".." => {
+                resolved.pop()?;
+                continue;
+            }
+            "/" => return None,
+            _ => {}
+        }
+        let candidate = resolved
+            .iter()
+            .fold(root.to_path_buf(), |path, part| path.join(part))
+            .join(&part);
+        let is_link = std::fs::symlink_metadata(&candidate)
+            .map(|meta| meta.file_type().is_symlink())
+            .unwrap_or(false);
+        if !is_link {
+            resolved.push(part);
+            continue;
+        }
+        hops += 1;
+        if hops > MAX_LINK_HOPS {
+            return None;
+        }
+        let target = std::fs::read_link(&candidate).ok()?;
+        let target = target.to_str()?;
+        if target.starts_with('/') {
+            return None;
+        }
+        for piece in target.split('/').rev() {
+            pending.push_front(piece.to_string());
+        }
+    }
+    Some(resolved.iter().collect())
 }
 
 #[cfg(unix)]
@@ -435,8 +487,19 @@ fn extract_tar(file: &mut File, writer: &mut Writer<'_>) -> Result<(), Error> {
 
 fn extract_zip(file: &mut File, writer: &mut Writer<'_>) -> Result<(), Error> {
     let label = writer.label.to_string();
+    let declared = central_directory_entries(file)
+        .map_err(|e| invalid(&label, "cannot read its directory", Some(Box::new(e))))?;
     let mut archive = zip::ZipArchive::new(file)
         .map_err(|e| invalid(&label, "cannot read its directory", Some(Box::new(e))))?;
+    // The reader keeps one entry per name (the last); the directory itself says how many
+    // there are. A difference is a name that appears twice, which tar refuses too.
+    if declared != Some(archive.len() as u64) {
+        return Err(unsafe_entry(
+            &label,
+            "(central directory)",
+            "an entry name appears twice",
+        ));
+    }
     for index in 0..archive.len() {
         writer.check_cancel()?;
         let mut entry = archive
@@ -477,6 +540,49 @@ fn extract_zip(file: &mut File, writer: &mut Writer<'_>) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// How many entries a zip's central directory declares (from the end-of-central-directory
+/// record, or its zip64 form), without interpreting names. `None` when the record is
+/// missing.
+fn central_directory_entries(file: &mut File) -> std::io::Result<Option<u64>> {
+    use std::io::{Seek, SeekFrom};
+    let length = file.seek(SeekFrom::End(0))?;
+    let tail_length = length.min(22 + 65_535 + 20);
+    file.seek(SeekFrom::Start(length - tail_length))?;
+    let mut tail = vec![0u8; tail_length as usize];
+    file.read_exact(&mut tail)?;
+    file.seek(SeekFrom::Start(0))?;
+    let Some(eocd) = (0..tail.len().saturating_sub(21))
+        .rev()
+        .find(|&i| tail[i..i + 4] == [0x50, 0x4b, 0x05, 0x06])
+    else {
+        return Ok(None);
+    };
+    let total = u64::from(u16::from_le_bytes([tail[eocd + 10], tail[eocd + 11]]));
+    if total != 0xFFFF {
+        return Ok(Some(total));
+    }
+    // Zip64: the locator sits just before the record and points at the zip64 record,
+    // whose entry count is a u64 at offset 32.
+    let Some(locator) = eocd.checked_sub(20) else {
+        return Ok(None);
+    };
+    if tail[locator..locator + 4] != [0x50, 0x4b, 0x06, 0x07] {
+        return Ok(None);
+    }
+    let mut offset = [0u8; 8];
+    offset.copy_from_slice(&tail[locator + 8..locator + 16]);
+    let mut record = [0u8; 40];
+    file.seek(SeekFrom::Start(u64::from_le_bytes(offset)))?;
+    file.read_exact(&mut record)?;
+    file.seek(SeekFrom::Start(0))?;
+    if record[..4] != [0x50, 0x4b, 0x06, 0x06] {
+        return Ok(None);
+    }
+    let mut count = [0u8; 8];
+    count.copy_from_slice(&record[32..40]);
+    Ok(Some(u64::from_le_bytes(count)))
 }
 
 /// Finds the shallowest regular file (or link to one inside `root`) called `name`

@@ -351,3 +351,66 @@ fn a_build_for_another_machine_installs_without_the_run_check() {
     assert!(matches!(error, Error::VersionRequired { .. }), "{error:?}");
     assert_eq!(error.code(), codes::ARCANE_USAGE);
 }
+
+#[test]
+fn a_link_chain_escaping_through_a_target_that_does_not_exist_yet_is_refused() {
+    // Issue: `a/…/h/up -> ../../../../../../../..` (inside) and
+    // `build/bin/libllama.so -> ../../a/…/h/up/../../tmp/x/not-yet-lib` installed with
+    // rc 0: `up` is the install root, so `up/../..` leaves it; the same chain to an
+    // existing file was refused.
+    let mut entries: Vec<Entry> = vec![
+        Entry::dir("build/"),
+        Entry::dir("build/bin/"),
+        Entry::exe("build/bin/llama-server", fake_llama_server_script(1)),
+    ];
+    let mut deep = String::new();
+    for part in ["a", "b", "c", "d", "e", "f", "g", "h"] {
+        deep.push_str(part);
+        deep.push('/');
+        entries.push(Entry::dir(&deep));
+    }
+    entries.push(Entry::symlink(
+        &format!("{deep}up"),
+        "../../../../../../../..",
+    ));
+    let escape = format!("../../{deep}up/../../tmp/x/not-yet-lib");
+    entries.push(Entry::symlink("build/bin/libllama.so", &escape));
+    assert_refused(tar_gz(&entries), "build/bin/libllama.so");
+    assert_refused(zip(&entries), "build/bin/libllama.so");
+    // The same kind of chain that stays inside is fine: `up/build` is `build`.
+    let mut inside = entries.clone();
+    inside.pop();
+    inside.push(Entry::file("build/bin/libllama.so.0", "lib"));
+    inside.push(Entry::symlink(
+        "build/bin/libllama.so",
+        &format!("../../{deep}up/build/bin/libllama.so.0"),
+    ));
+    let dir = tempdir();
+    let workspace = workspace_in(&dir);
+    install(&workspace, &tar_gz(&inside), |o| o.version("b1")).unwrap();
+}
+
+#[test]
+fn a_zip_with_an_entry_name_twice_is_refused_like_tar() {
+    let mut entries = release_entries(1);
+    entries.push(Entry::file("LICENSX", "the second LICENSE"));
+    let mut archive = zip(&entries);
+    // Rename the second entry to the first one's name in its local header and in the
+    // central directory (same length, so every offset stays valid).
+    let mut i = 0;
+    while let Some(at) = archive[i..].windows(7).position(|w| w == b"LICENSX") {
+        archive[i + at..i + at + 7].copy_from_slice(b"LICENSE");
+        i += at + 7;
+    }
+    let dir = tempdir();
+    let workspace = workspace_in(&dir);
+    let error = install(&workspace, &archive, |o| o.version("b1")).unwrap_err();
+    assert_eq!(error.code(), codes::ARCANE_POLICY_DENIED, "{error}");
+    assert!(error.to_string().contains("appears twice"), "{error}");
+    assert_clean(&workspace);
+    // tar refuses the same case.
+    let mut entries = release_entries(1);
+    entries.push(Entry::file("LICENSE", "the second LICENSE"));
+    let error = install(&workspace, &tar_gz(&entries), |o| o.version("b1")).unwrap_err();
+    assert_eq!(error.code(), codes::ARCANE_POLICY_DENIED, "{error}");
+}
