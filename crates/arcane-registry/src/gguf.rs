@@ -156,6 +156,13 @@ impl Reader<'_> {
         }
         let tensor_count = self.u64()?;
         let metadata_count = self.u64()?;
+        if tensor_count == 0 {
+            return Err(invalid(
+                self.path,
+                "it holds no tensors: a GGUF header with no weights is not a model".to_string(),
+                None,
+            ));
+        }
         if tensor_count > MAX_TENSORS || metadata_count > MAX_KEYS {
             return Err(invalid(
                 self.path,
@@ -443,6 +450,21 @@ pub fn write_test_gguf(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_header_without_tensors_is_not_a_model() {
+        // Issue: a 24-byte GGUF (magic, version, zero tensors, zero keys) was accepted.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("empty.gguf");
+        let mut bytes = b"GGUF".to_vec();
+        bytes.extend_from_slice(&3u32.to_le_bytes());
+        bytes.extend_from_slice(&0u64.to_le_bytes());
+        bytes.extend_from_slice(&0u64.to_le_bytes());
+        assert_eq!(bytes.len(), 24);
+        std::fs::write(&path, &bytes).unwrap();
+        let error = read_gguf(&path).unwrap_err();
+        assert!(error.to_string().contains("no tensors"), "{error}");
+    }
 
     #[test]
     fn reads_the_metadata_that_matters() {
