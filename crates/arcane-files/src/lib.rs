@@ -9,6 +9,9 @@
 //!   to a writer, an optional size limit). Callers wrap it with their own errors,
 //!   cancellation and progress reporting.
 //! * [`sync_dir`]: fsync a directory (after a rename or creation inside it).
+//! * [`open_regular`]: open a file a user named without ever blocking (a FIFO would
+//!   block a plain open until a writer appears) and refuse anything that is not a
+//!   regular file, naming what it is.
 //!
 //! No function here follows policy (who may write where); the callers' containment and
 //! ownership checks decide the paths.
@@ -65,6 +68,48 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
 /// Fsyncs the directory `dir`, so entries created or renamed in it survive a crash.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+/// What kind of file `meta` describes, for messages: `a FIFO`, `a socket`, ….
+pub fn describe_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = meta.file_type();
+    if kind.is_file() {
+        "a regular file"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else {
+        "a special file"
+    }
+}
+
+/// Opens `path` for reading without blocking (`O_NONBLOCK`, which has no effect on a
+/// regular file) and insists it is a regular file; anything else is an
+/// [`io::ErrorKind::InvalidInput`] error whose message names what it is
+/// (`is a FIFO, not a regular file`). A final symbolic link is followed.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    let file = File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("is {}, not a regular file", describe_kind(&meta)),
+        ));
+    }
+    Ok(file)
 }
 
 /// What [`stream_sha256`] read.
@@ -187,6 +232,26 @@ mod tests {
         assert!(target.join("inside").exists());
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
         assert_eq!(names.len(), 1, "the temporary file was removed");
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("model.gguf");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        // Would block forever with a plain open (no writer ever comes).
+        let error = open_regular(&fifo).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+        assert!(error.to_string().contains("a FIFO"), "{error}");
+        let error = open_regular(dir.path()).unwrap_err();
+        assert!(error.to_string().contains("a directory"), "{error}");
+        let file = dir.path().join("ok");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(open_regular(&file).is_ok());
     }
 
     #[test]

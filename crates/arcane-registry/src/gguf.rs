@@ -95,7 +95,14 @@ const MAX_KEEP_STRING: u64 = 1 << 16;
 /// found) when the file is not GGUF, has an unsupported version (only 2 and 3 are
 /// read), or its header is truncated or malformed.
 pub fn read_gguf(path: &Path) -> Result<GgufInfo, Error> {
-    let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+    let file = arcane_files::open_regular(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidInput {
+            // A FIFO, socket, device or directory: named, never read (nor waited on).
+            invalid(path, format!("it {e}"), None)
+        } else {
+            Error::io("open", path, e)
+        }
+    })?;
     let size = file
         .metadata()
         .map_err(|e| Error::io("inspect", path, e))?

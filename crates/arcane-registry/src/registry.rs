@@ -658,7 +658,14 @@ impl Registry {
         let source = match &options.source {
             Source::File(path) => {
                 let path = std::path::absolute(path).map_err(|e| Error::io("resolve", path, e))?;
-                // Refuse a non-GGUF file before anything else.
+                // A symbolic link is resolved to the file it names, which is what gets
+                // linked or copied and recorded as the source (never the link itself).
+                let path = match std::fs::symlink_metadata(&path) {
+                    Ok(meta) if meta.file_type().is_symlink() => std::fs::canonicalize(&path)
+                        .map_err(|e| Error::io("resolve the link", &path, e))?,
+                    _ => path,
+                };
+                // Refuse a non-GGUF file (or a FIFO, socket, device) before anything else.
                 gguf::read_gguf(&path)?;
                 Source::File(path)
             }

@@ -682,3 +682,68 @@ fn read_commands_on_a_fresh_default_workspace_read_it_as_empty() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(!home.path().join("data").exists());
 }
+
+#[test]
+fn model_add_of_a_fifo_is_refused_at_once_naming_what_it_is() {
+    // Issue: `model add --file fifo.gguf` blocked in open, ignored SIGTERM and outlived a
+    // 10-minute timeout.
+    let ws = TestWorkspace::new();
+    let fifo = ws.path().join("fifo.gguf");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let mut child = ws
+        .arcane()
+        .args(["--output", "json", "model", "add", "f", "--file"])
+        .arg(&fifo)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = wait_for_exit(&mut child, Duration::from_secs(30), "model add of a FIFO");
+    assert!(!status.success());
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(out.contains("a FIFO, not a regular file"), "{out}");
+    let listed = run(ws.arcane().args(["--output", "json", "model", "list"]));
+    assert!(json(&listed)["models"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn model_add_of_a_symlink_registers_the_file_it_names() {
+    // Issue: an absolute link was stored as the "hard link" itself; a relative one failed
+    // naming an internal staging path.
+    let ws = TestWorkspace::new();
+    let real = ws.path().join("real.gguf");
+    std::fs::copy(smollm2(), &real).unwrap();
+    let links = ws.path().join("links");
+    std::fs::create_dir(&links).unwrap();
+    std::os::unix::fs::symlink(&real, links.join("absolute.gguf")).unwrap();
+    std::os::unix::fs::symlink("../real.gguf", links.join("relative.gguf")).unwrap();
+    for (id, link) in [("abs", "absolute.gguf"), ("rel", "relative.gguf")] {
+        let out = run(ws
+            .arcane()
+            .args(["--output", "json", "model", "add", id, "--file"])
+            .arg(links.join(link)));
+        assert!(out.status.success(), "{id}: {}", stdout(&out));
+        let model = json(&out)["model"].clone();
+        assert_eq!(
+            model["source"],
+            std::fs::canonicalize(&real).unwrap().display().to_string(),
+            "{model}"
+        );
+        let stored = std::path::PathBuf::from(model["path"].as_str().unwrap());
+        let meta = std::fs::symlink_metadata(&stored).unwrap();
+        assert!(
+            meta.file_type().is_file(),
+            "{id}: the stored model is a link"
+        );
+    }
+}
