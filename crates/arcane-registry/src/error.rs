@@ -182,6 +182,12 @@ pub enum Error {
         /// What it hashes to now (`None`: missing or not a regular file).
         actual: Option<String>,
     },
+    /// The file changed while it was being read (hashed or copied).
+    #[error("`{}` changed while it was being read; nothing was registered", path.display())]
+    SourceChanged {
+        /// The file.
+        path: PathBuf,
+    },
     /// A download ended before `Content-Length` bytes arrived.
     #[error("download of `{url}` was truncated: received {received} of {expected} bytes")]
     Truncated {
@@ -351,7 +357,8 @@ impl Diagnostic for Error {
             | Error::Download { .. }
             | Error::HttpStatus { .. }
             | Error::RegistryCorrupt { .. }
-            | Error::RegistryVersion { .. } => codes::ARCANE_OPERATION_FAILED,
+            | Error::RegistryVersion { .. }
+            | Error::SourceChanged { .. } => codes::ARCANE_OPERATION_FAILED,
             Error::Cancelled { .. } => codes::ARCANE_CANCELLED,
             Error::Io { .. } => codes::ARCANE_IO,
             Error::Lock(error) => error.code(),
@@ -406,6 +413,7 @@ impl Diagnostic for Error {
                 expected,
                 actual,
             } => json!({"subject": subject, "expected": expected, "actual": actual}),
+            Error::SourceChanged { path } => json!({"path": path}),
             Error::ModelChanged {
                 id,
                 path,
@@ -500,6 +508,9 @@ impl Diagnostic for Error {
                         .into(),
                 ]
             }
+            Error::SourceChanged { .. } => vec![
+                "something wrote to the file while Arcane read it: let that finish, then run the command again".into(),
+            ],
             Error::ModelChanged { id, source_path, .. } => vec![format!(
                 "if the new bytes are what you want, re-register it: `arcane model remove {id}` then `arcane model add {id} --file {source_path}`"
             )],

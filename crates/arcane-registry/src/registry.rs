@@ -697,17 +697,17 @@ impl Registry {
                 Source::File(path) => match std::fs::hard_link(path, &staged) {
                     Ok(()) => {
                         let mut report = progress::hash_reporter(events, path, "hash");
-                        (
-                            Storage::HardLink,
-                            hash::sha256_file(&staged, cancel, &mut report)?,
-                        )
+                        let digest = unchanged_while(path, &staged, || {
+                            hash::sha256_file(&staged, cancel, &mut report)
+                        })?;
+                        (Storage::HardLink, digest)
                     }
                     Err(_) => {
                         let mut report = progress::hash_reporter(events, path, "copy");
-                        (
-                            Storage::Copy,
-                            hash::copy_and_hash(path, &staged, cancel, &mut report)?.1,
-                        )
+                        let (_, digest) = unchanged_while(path, path, || {
+                            hash::copy_and_hash(path, &staged, cancel, &mut report)
+                        })?;
+                        (Storage::Copy, digest)
                     }
                 },
                 Source::Url(url) => (
@@ -863,6 +863,26 @@ impl Registry {
         ));
         Ok(model)
     }
+}
+
+/// Runs `read` (a hash or copy of `file`) and fails with [`Error::SourceChanged`] when
+/// `file` is not the same afterwards: another inode, or another size, modification or
+/// change time. A digest of bytes that changed under the reader matches neither the old
+/// nor the new file, so it must never be recorded. `source` names the file in errors.
+fn unchanged_while<T>(
+    source: &Path,
+    file: &Path,
+    read: impl FnOnce() -> Result<T, Error>,
+) -> Result<T, Error> {
+    let before = FileStamp::of(file).map_err(|e| Error::io("inspect", file, e))?;
+    let value = read()?;
+    let after = FileStamp::of(file).map_err(|e| Error::io("inspect", file, e))?;
+    if before != after {
+        return Err(Error::SourceChanged {
+            path: source.to_path_buf(),
+        });
+    }
+    Ok(value)
 }
 
 /// `b4500` from a release archive named `llama-b4500-bin-ubuntu-x64.zip`.

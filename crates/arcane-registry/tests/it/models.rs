@@ -342,3 +342,47 @@ fn verify_notices_a_hard_linked_source_edited_in_place() {
     assert_eq!(error.details()["expected"], model.sha256);
     assert_eq!(error.details()["actual"], sha256sum(&source));
 }
+
+#[test]
+fn a_file_that_changes_while_it_is_hashed_or_copied_is_not_registered() {
+    // Issue: overwriting 16 bytes of a GGUF during `model add` registered a digest that
+    // matches neither the old nor the new file.
+    let shm = tempfile::Builder::new()
+        .prefix("arcane-registry-")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    let dir = tempdir();
+    for (place, storage) in [(dir.path(), "hard link"), (shm.path(), "copy")] {
+        let source = place.join(format!("changing-{}.gguf", storage.len()));
+        std::fs::copy(smollm2(), &source).unwrap();
+        let written = std::sync::Mutex::new(false);
+        let target = source.clone();
+        let sink = move |event: arcane_report::Event| {
+            let mut done = written.lock().unwrap();
+            if event.kind == "registry.hash.progress" && !*done {
+                *done = true;
+                use std::io::{Seek, SeekFrom, Write};
+                let mut file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&target)
+                    .unwrap();
+                file.seek(SeekFrom::Start(50_000_000)).unwrap();
+                file.write_all(&[0x55; 16]).unwrap();
+            }
+        };
+        let workspace = dir.path().join(format!("ws-{}", storage.len()));
+        let registry = Registry::new(&workspace);
+        let error = registry
+            .add_model(&AddModel::file("m", &source), &sink, &CancelToken::new())
+            .unwrap_err();
+        assert!(
+            matches!(error, Error::SourceChanged { .. }),
+            "{storage}: {error}"
+        );
+        assert!(error
+            .to_string()
+            .contains("changed while it was being read"));
+        assert!(!error.hints().is_empty());
+        assert!(registry.models().unwrap().is_empty(), "{storage}");
+    }
+}
