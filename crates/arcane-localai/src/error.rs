@@ -204,6 +204,17 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// The directory of ownership records (`.arcane/engines`) is not a physical
+    /// directory of the workspace (a symbolic link, a file): nothing is started.
+    #[error("refusing to keep engine records in `{}`", path.display())]
+    RecordsRefused {
+        /// The records directory.
+        path: std::path::PathBuf,
+        /// The physical-path check's error; its code is this error's code.
+        #[source]
+        source: arcane_lock::Error,
+    },
+
     /// The workspace lock guarding ownership records could not be taken.
     #[error("could not take the workspace lock to record the `{engine}` server")]
     Lock {
@@ -261,7 +272,7 @@ impl Diagnostic for Error {
             Error::Execution { source, .. } => source.code(),
             Error::Cancelled { .. } => codes::ARCANE_CANCELLED,
             Error::Io { .. } => codes::ARCANE_IO,
-            Error::Lock { source, .. } => source.code(),
+            Error::Lock { source, .. } | Error::RecordsRefused { source, .. } => source.code(),
         }
     }
 
@@ -353,6 +364,9 @@ impl Diagnostic for Error {
             Error::Lock { engine, source } => {
                 json!({"engine": engine, "lock": source.details()})
             }
+            Error::RecordsRefused { path, source } => {
+                json!({"path": path, "check": source.details()})
+            }
         }
     }
 
@@ -378,7 +392,7 @@ impl Diagnostic for Error {
                 vec!["raise `stall_timeout` in `arcane.toml` if loading is just slow".into()]
             }
             Error::Execution { source, .. } => source.hints(),
-            Error::Lock { source, .. } => source.hints(),
+            Error::Lock { source, .. } | Error::RecordsRefused { source, .. } => source.hints(),
             _ => Vec::new(),
         }
     }

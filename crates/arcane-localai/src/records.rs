@@ -83,6 +83,42 @@ pub(crate) enum Judgement {
     Orphan,
 }
 
+/// Checks, before an engine starts, that `.arcane/engines` is a physical directory of the
+/// workspace (created 0700 when missing), so no record is ever written through a link.
+pub(crate) async fn check_dir(workspace: &Path) -> Result<(), Error> {
+    let workspace = workspace.to_path_buf();
+    let engines = arcane_workspace::layout::engines_dir(&workspace);
+    let checked = tokio::task::spawn_blocking(move || {
+        if !workspace.exists() {
+            // A first `serve` may run before anything created the workspace.
+            std::os::unix::fs::DirBuilderExt::mode(
+                std::fs::DirBuilder::new().recursive(true),
+                0o700,
+            )
+            .create(&workspace)
+            .map_err(|source| Error::Io {
+                operation: "create",
+                path: workspace.clone(),
+                source,
+            })?;
+        }
+        arcane_lock::state_subdir(&workspace, "engines")
+            .map(|_| ())
+            .map_err(|source| Error::RecordsRefused {
+                path: arcane_workspace::layout::engines_dir(&workspace),
+                source,
+            })
+    })
+    .await;
+    checked.unwrap_or_else(|_| {
+        Err(Error::Io {
+            operation: "check",
+            path: engines,
+            source: std::io::Error::other("the check did not finish"),
+        })
+    })
+}
+
 /// The record file of server `id`.
 pub(crate) fn path(workspace: &Path, id: &str) -> PathBuf {
     arcane_workspace::layout::engine_record(workspace, id)

@@ -548,6 +548,7 @@ impl Context {
 
     /// Stops a proven orphan of an earlier Arcane, removes stale records.
     async fn reap_orphan(&self) -> Result<(), Error> {
+        records::check_dir(&self.workspace).await?;
         let Some(record) = records::read(&self.workspace, &self.config.id) else {
             return Ok(());
         };

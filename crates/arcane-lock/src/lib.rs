@@ -121,6 +121,7 @@ mod owner;
 mod record;
 mod recovery;
 mod registry;
+mod state;
 mod sys;
 mod workspace;
 
@@ -132,6 +133,7 @@ pub use lease::{
     with_workspace_lock, AcquireOptions, Inheritance, Lease, NestedLease, WorkspaceLock,
 };
 pub use owner::{owner_lease_held, OwnerLease};
+pub use state::state_subdir;
 
 // A lease can move to another thread (e.g. `spawn_blocking`) and errors cross threads.
 const _: () = {

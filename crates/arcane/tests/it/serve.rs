@@ -975,3 +975,42 @@ fn the_missing_runtime_hint_names_the_runtime_asked_for() {
     assert!(hints.contains("arcane runtime add ollama"), "{hints}");
     assert!(!hints.contains("llama.cpp"), "{hints}");
 }
+
+/// Issue 14, item 12: with `.arcane/engines` a symbolic link, `serve` wrote engine
+/// ownership records through it; with `.arcane` a link, it started llama-server and
+/// wrote `core.json` (which holds the token) before refusing. Now both are refused
+/// before anything starts, and nothing is written through either link.
+#[test]
+fn a_linked_state_directory_is_refused_before_anything_starts() {
+    for linked in [".arcane", ".arcane/engines"] {
+        let ws = TestWorkspace::new();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let link = ws.path().join(linked);
+        std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), &link).unwrap();
+        let port = free_port();
+        let out = crate::support::run(
+            ws.arcane()
+                .args(["--output", "json", "serve", "--executable"])
+                .arg(llama_server())
+                .arg("--model")
+                .arg(smollm2())
+                .args([
+                    "--device",
+                    "cpu",
+                    "--url",
+                    &format!("http://127.0.0.1:{port}"),
+                ])
+                .args(["--port", &free_port().to_string()]),
+        );
+        assert!(!out.status.success(), "{linked}");
+        let v = crate::support::json(&out);
+        assert_eq!(v["error"]["code"], "ARCANE_POLICY_DENIED", "{linked}: {v}");
+        assert_eq!(
+            std::fs::read_dir(elsewhere.path()).unwrap().count(),
+            0,
+            "{linked}: something was written through the link"
+        );
+        assert!(health(port).is_none(), "{linked}: an engine was started");
+    }
+}
