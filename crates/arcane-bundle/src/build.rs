@@ -788,10 +788,9 @@ fn assemble(
             failures,
         });
     }
-    let temporary = root.join(format!("{MANIFEST_NAME}.tmp"));
-    write_synced(&temporary, &manifest.to_bytes())?;
-    std::fs::rename(&temporary, root.join(MANIFEST_NAME))
-        .map_err(|e| Error::io("rename", &temporary, e))?;
+    let manifest_path = root.join(MANIFEST_NAME);
+    arcane_files::write_atomic(&manifest_path, &manifest.to_bytes(), 0o644)
+        .map_err(|e| Error::io("write", &manifest_path, e))?;
     sync_tree_dirs(root)?;
     Ok(manifest)
 }
@@ -853,20 +852,6 @@ fn copy_hashing(
     Ok((size, hex::encode(hasher.finalize())))
 }
 
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let mut file = File::options()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .open(path)
-        .map_err(|e| Error::io("create", path, e))?;
-    file.write_all(bytes)
-        .map_err(|e| Error::io("write", path, e))?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o644))
-        .map_err(|e| Error::io("chmod", path, e))?;
-    file.sync_all().map_err(|e| Error::io("fsync", path, e))
-}
-
 /// fsyncs every directory of the tree, so the renamed bundle is durable.
 fn sync_tree_dirs(dir: &Path) -> Result<(), Error> {
     for entry in std::fs::read_dir(dir)
@@ -879,9 +864,7 @@ fn sync_tree_dirs(dir: &Path) -> Result<(), Error> {
     }
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
         .map_err(|e| Error::io("chmod", dir, e))?;
-    File::open(dir)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| Error::io("fsync", dir, e))
+    arcane_files::sync_dir(dir).map_err(|e| Error::io("fsync", dir, e))
 }
 
 /// Renames `temporary` to `out` without ever replacing an existing `out`.
@@ -911,9 +894,7 @@ fn commit(temporary: &Path, out: &Path) -> Result<(), Error> {
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     rename_checked(temporary, out)?;
     if let Some(parent) = out.parent() {
-        File::open(parent)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| Error::io("fsync", parent, e))?;
+        arcane_files::sync_dir(parent).map_err(|e| Error::io("fsync", parent, e))?;
     }
     Ok(())
 }
