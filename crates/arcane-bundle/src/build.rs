@@ -26,13 +26,12 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use arcane_report::{CancelToken, Event, EventSink};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
 use crate::error::Error;
 use crate::hash::Progress;
@@ -739,7 +738,7 @@ fn assemble(
 ) -> Result<Manifest, Error> {
     let progress = Progress::new("bundle.build.progress", events, plan.len() as u64, total);
     let mut files = Vec::with_capacity(plan.len());
-    let mut buffer = vec![0u8; 1 << 20];
+    let mut buffer = vec![0u8; arcane_files::CHUNK];
     let mut created_dirs: HashSet<PathBuf> = HashSet::new();
     for planned in plan {
         let destination = planned
@@ -821,27 +820,23 @@ fn copy_hashing(
         .mode(mode)
         .open(destination)
         .map_err(|e| Error::io("create", destination, e))?;
-    let mut hasher = Sha256::new();
-    let mut size = 0u64;
-    loop {
-        if cancel.is_cancelled() {
-            return Err(Error::Cancelled {
-                operation: "bundle build",
-            });
-        }
-        let read = match input.read(buffer) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::io("read", source, e)),
-        };
-        hasher.update(&buffer[..read]);
-        output
-            .write_all(&buffer[..read])
-            .map_err(|e| Error::io("write", destination, e))?;
-        size += read as u64;
-        progress.add_bytes(read as u64);
-    }
+    let streamed = arcane_files::stream_sha256(
+        &mut input,
+        buffer,
+        arcane_files::Stream {
+            copy_to: Some(&mut output),
+            limit: None,
+            stop: &|| cancel.is_cancelled(),
+            on_chunk: &mut |n| progress.add_bytes(n),
+        },
+    )
+    .map_err(|e| match e {
+        arcane_files::StreamError::Stopped => Error::Cancelled {
+            operation: "bundle build",
+        },
+        arcane_files::StreamError::Read(e) => Error::io("read", source, e),
+        arcane_files::StreamError::Write(e) => Error::io("write", destination, e),
+    })?;
     // The umask may have cleared bits; set the normalised mode explicitly.
     output
         .set_permissions(std::fs::Permissions::from_mode(mode))
@@ -849,7 +844,7 @@ fn copy_hashing(
     output
         .sync_all()
         .map_err(|e| Error::io("fsync", destination, e))?;
-    Ok((size, hex::encode(hasher.finalize())))
+    Ok((streamed.bytes, streamed.sha256))
 }
 
 /// fsyncs every directory of the tree, so the renamed bundle is durable.
