@@ -1,6 +1,7 @@
 //! [`Registry`]: reading the registry, and the mutations (each under the workspace
 //! operation lock, each atomic).
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -32,6 +33,10 @@ pub struct AddRuntime {
     pub id: Option<String>,
     /// The time limit for `--version`.
     pub version_timeout: Duration,
+    /// The loader search path the caller was started with (the value of
+    /// [`arcane_process::LOADER_PATH_VARIABLE`]); `--version` runs with the runtime's
+    /// own library directories first, then this ([`arcane_process::loader_path`]).
+    pub inherited_loader_path: Option<OsString>,
 }
 
 impl AddRuntime {
@@ -43,6 +48,7 @@ impl AddRuntime {
             backend: None,
             id: None,
             version_timeout: DEFAULT_VERSION_TIMEOUT,
+            inherited_loader_path: None,
         }
     }
 
@@ -55,6 +61,12 @@ impl AddRuntime {
     /// Sets the id.
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
+        self
+    }
+
+    /// Sets the loader search path the caller was started with.
+    pub fn inherited_loader_path(mut self, value: Option<OsString>) -> Self {
+        self.inherited_loader_path = value;
         self
     }
 }
@@ -79,6 +91,10 @@ pub struct InstallRuntime {
     pub id: Option<String>,
     /// The time limit for `--version`.
     pub version_timeout: Duration,
+    /// The loader search path the caller was started with (the value of
+    /// [`arcane_process::LOADER_PATH_VARIABLE`]); `--version` runs with the runtime's
+    /// own library directories first, then this ([`arcane_process::loader_path`]).
+    pub inherited_loader_path: Option<OsString>,
     /// Whether to check that the installed executable runs here (`--version`). Turn it
     /// off only to install a build for another machine (a CUDA build on a host without
     /// a GPU, say); the version must then be given or be in the archive's name
@@ -97,6 +113,7 @@ impl InstallRuntime {
             backend: None,
             id: None,
             version_timeout: DEFAULT_VERSION_TIMEOUT,
+            inherited_loader_path: None,
             check_runs: true,
         }
     }
@@ -122,6 +139,12 @@ impl InstallRuntime {
     /// Sets the id.
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
+        self
+    }
+
+    /// Sets the loader search path the caller was started with.
+    pub fn inherited_loader_path(mut self, value: Option<OsString>) -> Self {
+        self.inherited_loader_path = value;
         self
     }
 }
@@ -351,6 +374,7 @@ impl Registry {
             options.engine,
             &executable,
             &library_dirs,
+            options.inherited_loader_path.as_deref(),
             options.version_timeout,
             cancel,
         )?;
@@ -503,6 +527,7 @@ impl Registry {
                     options.engine,
                     &staged_executable,
                     &staged_libraries,
+                    options.inherited_loader_path.as_deref(),
                     options.version_timeout,
                     cancel,
                 )?)

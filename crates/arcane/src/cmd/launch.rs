@@ -8,9 +8,10 @@
 //! root `~/.local/share/Arcane/<appId>` on Linux), the state root is created, and this
 //! process becomes `<bundle>/bin/arcane --workspace <state-root> serve --runtime
 //! llama.cpp --executable <bundle runtime> --url http://127.0.0.1:<free port> --model
-//! <bundle model> [--device TARGET] [--port PORT]` through `exec` (the runtime's
-//! library directory first on `LD_LIBRARY_PATH`), so signals reach the Core host
-//! directly. Nothing is written inside the bundle.
+//! <bundle model> [--device TARGET] [--port PORT]` through `exec`, so signals reach
+//! the Core host directly. Its loader path is the runtime's library directories first,
+//! then the inherited value ([`arcane_process::loader_path`]). Nothing is written
+//! inside the bundle.
 //!
 //! **App-entry mode** (`launch --arcane-app-entry REL [ARGS…]`, which must come last):
 //! after the same verification, `app/REL` must be a listed `exec` file (escapes and
@@ -125,18 +126,11 @@ fn serve_command(launch: &LaunchContext) -> Result<Command, CliError> {
             .arg(&runtime.executable);
         let port = free_loopback_port()?;
         command.arg("--url").arg(format!("http://127.0.0.1:{port}"));
-        let variable = if cfg!(target_os = "macos") {
-            "DYLD_LIBRARY_PATH"
-        } else {
-            "LD_LIBRARY_PATH"
+        let inherited = crate::config::inherited_loader_path();
+        match arcane_process::loader_path(&runtime.library_dirs, inherited.as_deref()) {
+            (variable, Some(value)) => command.env(variable, value),
+            (variable, None) => command.env_remove(variable),
         };
-        let mut paths: Vec<PathBuf> = runtime.library_dirs.clone();
-        if let Some(inherited) = env_path(variable) {
-            paths.extend(std::env::split_paths(&inherited));
-        }
-        if let Ok(joined) = std::env::join_paths(paths) {
-            command.env(variable, joined);
-        }
     }
     if let Some(model) = &launch.model {
         command.arg("--model").arg(&model.path);
