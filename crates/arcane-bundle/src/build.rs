@@ -167,6 +167,72 @@ pub fn build(
     cancel: &CancelToken,
 ) -> Result<BuildOutcome, Error> {
     // 1. Validate.
+    let output = validate(request)?;
+    events.emit(Event::new(
+        "bundle.build.started",
+        json!({"out": output.out, "app": output.app_dir}),
+    ));
+    let mut plan: Vec<Planned> = vec![Planned {
+        destination: LAUNCHER_PATH.into(),
+        source: request.launcher.clone(),
+        exec: true,
+    }];
+    let app = plan_app(&output.app_dir, &request.app, &mut plan)?;
+
+    // 2. Resolve runtimes and models under the workspace lock.
+    let (runtimes, models) = resolve(request, events, cancel)?;
+    let host = Target::host();
+    let mut runtime_entries = Vec::new();
+    for runtime in &runtimes {
+        runtime_entries.push(plan_runtime(runtime, &host, &mut plan)?);
+    }
+    let model_entries = plan_models(&models, &mut plan);
+    let sizes = check_plan(&plan)?;
+    events.emit(Event::new(
+        "bundle.build.resolved",
+        json!({"runtimes": runtimes.iter().map(|r| &r.id).collect::<Vec<_>>(), "models": models.iter().map(|m| &m.id).collect::<Vec<_>>(), "files": plan.len(), "bytes": sizes}),
+    ));
+
+    // 3. Assemble in a temporary sibling (creating the missing parents of `--out`).
+    let skeleton = Manifest {
+        schema_version: manifest::SCHEMA_VERSION,
+        kind: manifest::KIND.into(),
+        bundle_id: uuid_v4(),
+        builder: Builder {
+            name: "arcane".into(),
+            version: request.builder_version.clone(),
+        },
+        app,
+        target: host,
+        runtimes: runtime_entries,
+        models: model_entries,
+        launch: LaunchDefaults {
+            runtime: None,
+            model: None,
+            execution_target: request.execution_target.clone(),
+        },
+        files: Vec::new(),
+    };
+    assemble_into_place(&output, &plan, skeleton, sizes, events, cancel)
+}
+
+/// Where a build goes, once validated.
+struct Output {
+    /// The bundle's final path (under the physical parent).
+    out: PathBuf,
+    /// The physical parent of `out`.
+    parent: PathBuf,
+    /// The last component of `out`.
+    out_name: std::ffi::OsString,
+    /// The parents of `out` that do not exist yet, outermost first.
+    missing_parents: Vec<PathBuf>,
+    /// The app directory (canonical).
+    app_dir: PathBuf,
+}
+
+/// Step 1 of [`build`]: `--out` does not exist, has a parent outside the app
+/// directory, and the app directory is a directory.
+fn validate(request: &BuildRequest) -> Result<Output, Error> {
     let out =
         std::path::absolute(&request.out).map_err(|e| Error::io("resolve", &request.out, e))?;
     if out.symlink_metadata().is_ok() {
@@ -197,27 +263,20 @@ pub fn build(
             json!({"out": out, "app": app_dir}),
         ));
     }
-    let out = parent.join(out_name);
-    events.emit(Event::new(
-        "bundle.build.started",
-        json!({"out": out, "app": app_dir}),
-    ));
-    let mut plan: Vec<Planned> = vec![Planned {
-        destination: LAUNCHER_PATH.into(),
-        source: request.launcher.clone(),
-        exec: true,
-    }];
-    let app = plan_app(&app_dir, &request.app, &mut plan)?;
+    let out_name = out_name.to_os_string();
+    Ok(Output {
+        out: parent.join(&out_name),
+        parent,
+        out_name,
+        missing_parents,
+        app_dir,
+    })
+}
 
-    // 2. Resolve runtimes and models under the workspace lock.
-    let (runtimes, models) = resolve(request, events, cancel)?;
-    let host = Target::host();
-    let mut runtime_entries = Vec::new();
-    for runtime in &runtimes {
-        runtime_entries.push(plan_runtime(runtime, &host, &mut plan)?);
-    }
+/// Places every model under `models/<id>/` and returns their manifest entries.
+fn plan_models(models: &[arcane_registry::Model], plan: &mut Vec<Planned>) -> Vec<ModelEntry> {
     let mut model_entries = Vec::new();
-    for model in &models {
+    for model in models {
         let file_name = model
             .file_name()
             .filter(|n| check_path(n).is_ok())
@@ -237,6 +296,11 @@ pub fn build(
             format: "gguf".into(),
         });
     }
+    model_entries
+}
+
+/// No two planned paths collide; returns the total size of the sources.
+fn check_plan(plan: &[Planned]) -> Result<u64, Error> {
     let conflicts = check_path_set(plan.iter().map(|p| p.destination.as_str()));
     if let Some(conflict) = conflicts.first() {
         return Err(Error::input(
@@ -248,50 +312,38 @@ pub fn build(
         ));
     }
     let mut sizes = 0u64;
-    for planned in &plan {
+    for planned in plan {
         sizes += std::fs::metadata(&planned.source)
             .map_err(|e| Error::io("inspect", &planned.source, e))?
             .len();
     }
-    events.emit(Event::new(
-        "bundle.build.resolved",
-        json!({"runtimes": runtimes.iter().map(|r| &r.id).collect::<Vec<_>>(), "models": models.iter().map(|m| &m.id).collect::<Vec<_>>(), "files": plan.len(), "bytes": sizes}),
-    ));
+    Ok(sizes)
+}
 
-    // 3. Assemble in a temporary sibling (creating the missing parents of `--out`).
-    let mut created_parents = CreatedDirs::create(&missing_parents)?;
-    let temporary = parent.join(format!(
+/// Step 3 of [`build`]: creates the missing parents and a temporary sibling of `out`,
+/// assembles the bundle there and renames it into place. On failure the temporary
+/// directory (and the parents this build created) are removed.
+fn assemble_into_place(
+    output: &Output,
+    plan: &[Planned],
+    skeleton: Manifest,
+    sizes: u64,
+    events: &dyn EventSink,
+    cancel: &CancelToken,
+) -> Result<BuildOutcome, Error> {
+    let out = &output.out;
+    let mut created_parents = CreatedDirs::create(&output.missing_parents)?;
+    let temporary = output.parent.join(format!(
         ".{}.partial-{}",
-        out_name.to_string_lossy(),
+        output.out_name.to_string_lossy(),
         random_hex(8)
     ));
     std::fs::create_dir(&temporary).map_err(|e| Error::io("create", &temporary, e))?;
     let mut guard = RemoveOnDrop(Some(temporary.clone()));
-    let manifest_skeleton = Manifest {
-        schema_version: manifest::SCHEMA_VERSION,
-        kind: manifest::KIND.into(),
-        bundle_id: uuid_v4(),
-        builder: Builder {
-            name: "arcane".into(),
-            version: request.builder_version.clone(),
-        },
-        app,
-        target: host,
-        runtimes: runtime_entries,
-        models: model_entries,
-        launch: LaunchDefaults {
-            runtime: None,
-            model: None,
-            execution_target: request.execution_target.clone(),
-        },
-        files: Vec::new(),
-    };
-    match assemble(&temporary, &plan, manifest_skeleton, sizes, events, cancel).and_then(
-        |manifest| {
-            commit(&temporary, &out)?;
-            Ok(manifest)
-        },
-    ) {
+    match assemble(&temporary, plan, skeleton, sizes, events, cancel).and_then(|manifest| {
+        commit(&temporary, out)?;
+        Ok(manifest)
+    }) {
         Ok(manifest) => {
             guard.0 = None;
             created_parents.keep();
@@ -301,7 +353,7 @@ pub fn build(
                 json!({"root": out, "bundleId": manifest.bundle_id, "files": manifest.files.len(), "bytes": bytes}),
             ));
             Ok(BuildOutcome {
-                root: out,
+                root: out.clone(),
                 manifest,
                 bytes,
             })
