@@ -26,13 +26,12 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use arcane_report::{CancelToken, Event, EventSink};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
 use crate::error::Error;
 use crate::hash::Progress;
@@ -168,6 +167,72 @@ pub fn build(
     cancel: &CancelToken,
 ) -> Result<BuildOutcome, Error> {
     // 1. Validate.
+    let output = validate(request)?;
+    events.emit(Event::new(
+        "bundle.build.started",
+        json!({"out": output.out, "app": output.app_dir}),
+    ));
+    let mut plan: Vec<Planned> = vec![Planned {
+        destination: LAUNCHER_PATH.into(),
+        source: request.launcher.clone(),
+        exec: true,
+    }];
+    let app = plan_app(&output.app_dir, &request.app, &mut plan)?;
+
+    // 2. Resolve runtimes and models under the workspace lock.
+    let (runtimes, models) = resolve(request, events, cancel)?;
+    let host = Target::host();
+    let mut runtime_entries = Vec::new();
+    for runtime in &runtimes {
+        runtime_entries.push(plan_runtime(runtime, &host, &mut plan)?);
+    }
+    let model_entries = plan_models(&models, &mut plan);
+    let sizes = check_plan(&plan)?;
+    events.emit(Event::new(
+        "bundle.build.resolved",
+        json!({"runtimes": runtimes.iter().map(|r| &r.id).collect::<Vec<_>>(), "models": models.iter().map(|m| &m.id).collect::<Vec<_>>(), "files": plan.len(), "bytes": sizes}),
+    ));
+
+    // 3. Assemble in a temporary sibling (creating the missing parents of `--out`).
+    let skeleton = Manifest {
+        schema_version: manifest::SCHEMA_VERSION,
+        kind: manifest::KIND.into(),
+        bundle_id: uuid_v4(),
+        builder: Builder {
+            name: "arcane".into(),
+            version: request.builder_version.clone(),
+        },
+        app,
+        target: host,
+        runtimes: runtime_entries,
+        models: model_entries,
+        launch: LaunchDefaults {
+            runtime: None,
+            model: None,
+            execution_target: request.execution_target.clone(),
+        },
+        files: Vec::new(),
+    };
+    assemble_into_place(&output, &plan, skeleton, sizes, events, cancel)
+}
+
+/// Where a build goes, once validated.
+struct Output {
+    /// The bundle's final path (under the physical parent).
+    out: PathBuf,
+    /// The physical parent of `out`.
+    parent: PathBuf,
+    /// The last component of `out`.
+    out_name: std::ffi::OsString,
+    /// The parents of `out` that do not exist yet, outermost first.
+    missing_parents: Vec<PathBuf>,
+    /// The app directory (canonical).
+    app_dir: PathBuf,
+}
+
+/// Step 1 of [`build`]: `--out` does not exist, has a parent outside the app
+/// directory, and the app directory is a directory.
+fn validate(request: &BuildRequest) -> Result<Output, Error> {
     let out =
         std::path::absolute(&request.out).map_err(|e| Error::io("resolve", &request.out, e))?;
     if out.symlink_metadata().is_ok() {
@@ -198,27 +263,20 @@ pub fn build(
             json!({"out": out, "app": app_dir}),
         ));
     }
-    let out = parent.join(out_name);
-    events.emit(Event::new(
-        "bundle.build.started",
-        json!({"out": out, "app": app_dir}),
-    ));
-    let mut plan: Vec<Planned> = vec![Planned {
-        destination: LAUNCHER_PATH.into(),
-        source: request.launcher.clone(),
-        exec: true,
-    }];
-    let app = plan_app(&app_dir, &request.app, &mut plan)?;
+    let out_name = out_name.to_os_string();
+    Ok(Output {
+        out: parent.join(&out_name),
+        parent,
+        out_name,
+        missing_parents,
+        app_dir,
+    })
+}
 
-    // 2. Resolve runtimes and models under the workspace lock.
-    let (runtimes, models) = resolve(request, events, cancel)?;
-    let host = Target::host();
-    let mut runtime_entries = Vec::new();
-    for runtime in &runtimes {
-        runtime_entries.push(plan_runtime(runtime, &host, &mut plan)?);
-    }
+/// Places every model under `models/<id>/` and returns their manifest entries.
+fn plan_models(models: &[arcane_registry::Model], plan: &mut Vec<Planned>) -> Vec<ModelEntry> {
     let mut model_entries = Vec::new();
-    for model in &models {
+    for model in models {
         let file_name = model
             .file_name()
             .filter(|n| check_path(n).is_ok())
@@ -238,6 +296,11 @@ pub fn build(
             format: "gguf".into(),
         });
     }
+    model_entries
+}
+
+/// No two planned paths collide; returns the total size of the sources.
+fn check_plan(plan: &[Planned]) -> Result<u64, Error> {
     let conflicts = check_path_set(plan.iter().map(|p| p.destination.as_str()));
     if let Some(conflict) = conflicts.first() {
         return Err(Error::input(
@@ -249,50 +312,38 @@ pub fn build(
         ));
     }
     let mut sizes = 0u64;
-    for planned in &plan {
+    for planned in plan {
         sizes += std::fs::metadata(&planned.source)
             .map_err(|e| Error::io("inspect", &planned.source, e))?
             .len();
     }
-    events.emit(Event::new(
-        "bundle.build.resolved",
-        json!({"runtimes": runtimes.iter().map(|r| &r.id).collect::<Vec<_>>(), "models": models.iter().map(|m| &m.id).collect::<Vec<_>>(), "files": plan.len(), "bytes": sizes}),
-    ));
+    Ok(sizes)
+}
 
-    // 3. Assemble in a temporary sibling (creating the missing parents of `--out`).
-    let mut created_parents = CreatedDirs::create(&missing_parents)?;
-    let temporary = parent.join(format!(
+/// Step 3 of [`build`]: creates the missing parents and a temporary sibling of `out`,
+/// assembles the bundle there and renames it into place. On failure the temporary
+/// directory (and the parents this build created) are removed.
+fn assemble_into_place(
+    output: &Output,
+    plan: &[Planned],
+    skeleton: Manifest,
+    sizes: u64,
+    events: &dyn EventSink,
+    cancel: &CancelToken,
+) -> Result<BuildOutcome, Error> {
+    let out = &output.out;
+    let mut created_parents = CreatedDirs::create(&output.missing_parents)?;
+    let temporary = output.parent.join(format!(
         ".{}.partial-{}",
-        out_name.to_string_lossy(),
+        output.out_name.to_string_lossy(),
         random_hex(8)
     ));
     std::fs::create_dir(&temporary).map_err(|e| Error::io("create", &temporary, e))?;
     let mut guard = RemoveOnDrop(Some(temporary.clone()));
-    let manifest_skeleton = Manifest {
-        schema_version: manifest::SCHEMA_VERSION,
-        kind: manifest::KIND.into(),
-        bundle_id: uuid_v4(),
-        builder: Builder {
-            name: "arcane".into(),
-            version: request.builder_version.clone(),
-        },
-        app,
-        target: host,
-        runtimes: runtime_entries,
-        models: model_entries,
-        launch: LaunchDefaults {
-            runtime: None,
-            model: None,
-            execution_target: request.execution_target.clone(),
-        },
-        files: Vec::new(),
-    };
-    match assemble(&temporary, &plan, manifest_skeleton, sizes, events, cancel).and_then(
-        |manifest| {
-            commit(&temporary, &out)?;
-            Ok(manifest)
-        },
-    ) {
+    match assemble(&temporary, plan, skeleton, sizes, events, cancel).and_then(|manifest| {
+        commit(&temporary, out)?;
+        Ok(manifest)
+    }) {
         Ok(manifest) => {
             guard.0 = None;
             created_parents.keep();
@@ -302,7 +353,7 @@ pub fn build(
                 json!({"root": out, "bundleId": manifest.bundle_id, "files": manifest.files.len(), "bytes": bytes}),
             ));
             Ok(BuildOutcome {
-                root: out,
+                root: out.clone(),
                 manifest,
                 bytes,
             })
@@ -739,7 +790,7 @@ fn assemble(
 ) -> Result<Manifest, Error> {
     let progress = Progress::new("bundle.build.progress", events, plan.len() as u64, total);
     let mut files = Vec::with_capacity(plan.len());
-    let mut buffer = vec![0u8; 1 << 20];
+    let mut buffer = vec![0u8; arcane_files::CHUNK];
     let mut created_dirs: HashSet<PathBuf> = HashSet::new();
     for planned in plan {
         let destination = planned
@@ -788,10 +839,9 @@ fn assemble(
             failures,
         });
     }
-    let temporary = root.join(format!("{MANIFEST_NAME}.tmp"));
-    write_synced(&temporary, &manifest.to_bytes())?;
-    std::fs::rename(&temporary, root.join(MANIFEST_NAME))
-        .map_err(|e| Error::io("rename", &temporary, e))?;
+    let manifest_path = root.join(MANIFEST_NAME);
+    arcane_files::write_atomic(&manifest_path, &manifest.to_bytes(), 0o644)
+        .map_err(|e| Error::io("write", &manifest_path, e))?;
     sync_tree_dirs(root)?;
     Ok(manifest)
 }
@@ -822,27 +872,23 @@ fn copy_hashing(
         .mode(mode)
         .open(destination)
         .map_err(|e| Error::io("create", destination, e))?;
-    let mut hasher = Sha256::new();
-    let mut size = 0u64;
-    loop {
-        if cancel.is_cancelled() {
-            return Err(Error::Cancelled {
-                operation: "bundle build",
-            });
-        }
-        let read = match input.read(buffer) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::io("read", source, e)),
-        };
-        hasher.update(&buffer[..read]);
-        output
-            .write_all(&buffer[..read])
-            .map_err(|e| Error::io("write", destination, e))?;
-        size += read as u64;
-        progress.add_bytes(read as u64);
-    }
+    let streamed = arcane_files::stream_sha256(
+        &mut input,
+        buffer,
+        arcane_files::Stream {
+            copy_to: Some(&mut output),
+            limit: None,
+            stop: &|| cancel.is_cancelled(),
+            on_chunk: &mut |n| progress.add_bytes(n),
+        },
+    )
+    .map_err(|e| match e {
+        arcane_files::StreamError::Stopped => Error::Cancelled {
+            operation: "bundle build",
+        },
+        arcane_files::StreamError::Read(e) => Error::io("read", source, e),
+        arcane_files::StreamError::Write(e) => Error::io("write", destination, e),
+    })?;
     // The umask may have cleared bits; set the normalised mode explicitly.
     output
         .set_permissions(std::fs::Permissions::from_mode(mode))
@@ -850,21 +896,7 @@ fn copy_hashing(
     output
         .sync_all()
         .map_err(|e| Error::io("fsync", destination, e))?;
-    Ok((size, hex::encode(hasher.finalize())))
-}
-
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let mut file = File::options()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .open(path)
-        .map_err(|e| Error::io("create", path, e))?;
-    file.write_all(bytes)
-        .map_err(|e| Error::io("write", path, e))?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o644))
-        .map_err(|e| Error::io("chmod", path, e))?;
-    file.sync_all().map_err(|e| Error::io("fsync", path, e))
+    Ok((streamed.bytes, streamed.sha256))
 }
 
 /// fsyncs every directory of the tree, so the renamed bundle is durable.
@@ -879,9 +911,7 @@ fn sync_tree_dirs(dir: &Path) -> Result<(), Error> {
     }
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
         .map_err(|e| Error::io("chmod", dir, e))?;
-    File::open(dir)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| Error::io("fsync", dir, e))
+    arcane_files::sync_dir(dir).map_err(|e| Error::io("fsync", dir, e))
 }
 
 /// Renames `temporary` to `out` without ever replacing an existing `out`.
@@ -911,9 +941,7 @@ fn commit(temporary: &Path, out: &Path) -> Result<(), Error> {
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     rename_checked(temporary, out)?;
     if let Some(parent) = out.parent() {
-        File::open(parent)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| Error::io("fsync", parent, e))?;
+        arcane_files::sync_dir(parent).map_err(|e| Error::io("fsync", parent, e))?;
     }
     Ok(())
 }

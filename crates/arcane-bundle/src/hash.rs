@@ -9,7 +9,6 @@
 //! instead of trusted (packaging-spec §4.3, case 16).
 
 use std::fs::File;
-use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -18,10 +17,9 @@ use std::time::{Duration, Instant};
 
 use arcane_report::{CancelToken, Event, EventSink};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
 /// Read size per `read(2)`.
-const CHUNK: usize = 1 << 20;
+const CHUNK: usize = arcane_files::CHUNK;
 /// Least time between two progress events.
 const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 
@@ -208,30 +206,32 @@ fn hash_one(
     if before.len() != job.size {
         return Outcome::Changed(format!("its size changed to {}", before.len()));
     }
-    let mut hasher = Sha256::new();
-    let mut total = 0u64;
-    loop {
-        if cancel.is_cancelled() || stop.load(Ordering::Relaxed) {
-            return Outcome::Changed("hashing was cancelled".into());
+    // Reading stops one chunk past the expected size: a file that grew is reported
+    // below without reading all of it.
+    let streamed = arcane_files::stream_sha256(
+        &mut file,
+        buffer,
+        arcane_files::Stream {
+            copy_to: None,
+            limit: Some(job.size),
+            stop: &|| cancel.is_cancelled() || stop.load(Ordering::Relaxed),
+            on_chunk: &mut |n| progress.add_bytes(n),
+        },
+    );
+    let streamed = match streamed {
+        Ok(streamed) => streamed,
+        Err(arcane_files::StreamError::Stopped) => {
+            return Outcome::Changed("hashing was cancelled".into())
         }
-        let read = match file.read(buffer) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(error) => return Outcome::Io(error),
-        };
-        hasher.update(&buffer[..read]);
-        total += read as u64;
-        progress.add_bytes(read as u64);
-        if total > job.size {
-            break;
+        Err(arcane_files::StreamError::Read(error) | arcane_files::StreamError::Write(error)) => {
+            return Outcome::Io(error)
         }
-    }
+    };
     let after = match file.metadata() {
         Ok(metadata) => metadata,
         Err(error) => return Outcome::Io(error),
     };
-    if total != job.size
+    if streamed.bytes != job.size
         || after.len() != before.len()
         || after.mtime() != before.mtime()
         || after.mtime_nsec() != before.mtime_nsec()
@@ -240,13 +240,14 @@ fn hash_one(
     {
         return Outcome::Changed("it changed while it was being read".into());
     }
-    Outcome::Digest(hex::encode(hasher.finalize()))
+    Outcome::Digest(streamed.sha256)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use arcane_report::Collector;
+    use sha2::{Digest, Sha256};
 
     #[test]
     fn hashes_many_files_in_job_order_on_several_threads() {

@@ -268,23 +268,33 @@ impl Manifest {
     /// the app, and the launch defaults. Paths that fail here must never be opened.
     pub fn check(&self) -> Vec<Failure> {
         let mut failures = Vec::new();
-        let invalid = |message: String, details: Value| {
-            Failure::at(
-                codes::BUNDLE_MANIFEST_INVALID,
-                MANIFEST_NAME,
-                message,
-                details,
-            )
-        };
+        // 1. Identity fields.
+        self.check_identity(&mut failures);
+        // 2. files[]: grammar, layout, digest syntax, order, set rules.
+        self.check_files(&mut failures);
+        // 3. The launcher.
+        self.check_launcher(&mut failures);
+        // 4. Runtimes.
+        self.check_runtimes(&mut failures);
+        // 5. Models.
+        self.check_models(&mut failures);
+        // 6. The app's start file.
+        self.check_app_start(&mut failures);
+        // 7. Launch defaults refer to entries that exist.
+        self.check_launch_defaults(&mut failures);
+        failures
+    }
 
+    /// Step 1 of [`Manifest::check`]: the bundle id, app id, target and file count.
+    fn check_identity(&self, failures: &mut Vec<Failure>) {
         if !is_uuid(&self.bundle_id) {
-            failures.push(invalid(
+            failures.push(manifest_invalid(
                 format!("bundleId `{}` is not a UUID", self.bundle_id),
                 json!({"field": "bundleId", "value": self.bundle_id}),
             ));
         }
         if !is_app_id(&self.app.id) {
-            failures.push(invalid(
+            failures.push(manifest_invalid(
                 format!(
                     "app id `{}` does not match `[a-z0-9][a-z0-9.-]{{0,63}}`",
                     self.app.id
@@ -295,13 +305,13 @@ impl Manifest {
         if !["linux", "macos", "windows"].contains(&self.target.os.as_str())
             || !["x64", "arm64"].contains(&self.target.arch.as_str())
         {
-            failures.push(invalid(
+            failures.push(manifest_invalid(
                 format!("target `{}` is not a known os-arch", self.target),
                 json!({"field": "target", "value": self.target}),
             ));
         }
         if self.files.len() > MAX_FILES {
-            failures.push(invalid(
+            failures.push(manifest_invalid(
                 format!(
                     "lists {} files, at most {MAX_FILES} are allowed",
                     self.files.len()
@@ -309,8 +319,11 @@ impl Manifest {
                 json!({"field": "files", "count": self.files.len()}),
             ));
         }
+    }
 
-        // files[]: grammar, layout, digest syntax, order.
+    /// Step 2 of [`Manifest::check`]: every `files[]` entry's path and digest, the
+    /// order of the list and the path-set rules.
+    fn check_files(&self, failures: &mut Vec<Failure>) {
         for entry in &self.files {
             if let Some(failure) = path_failure(&entry.path, "files[]") {
                 failures.push(failure);
@@ -345,7 +358,7 @@ impl Manifest {
             .windows(2)
             .find(|w| w[0].path.as_bytes() > w[1].path.as_bytes())
         {
-            failures.push(invalid(
+            failures.push(manifest_invalid(
                 format!("files[] is not sorted by raw UTF-8 bytes (`{}` comes before `{}`)", pair[0].path, pair[1].path),
                 json!({"field": "files", "reason": "unsorted", "first": pair[0].path, "second": pair[1].path}),
             ));
@@ -373,8 +386,10 @@ impl Manifest {
                 json!({"reason": conflict.reason, "other": conflict.other}),
             ));
         }
+    }
 
-        // The launcher.
+    /// Step 3 of [`Manifest::check`]: the launcher is listed as executable.
+    fn check_launcher(&self, failures: &mut Vec<Failure>) {
         match self.file(LAUNCHER_PATH) {
             Some(entry) if entry.exec => {}
             _ => failures.push(Failure::at(
@@ -384,133 +399,149 @@ impl Manifest {
                 json!({"field": "files[]", "reason": "launcher-missing"}),
             )),
         }
+    }
 
-        // Runtimes.
+    /// Step 4 of [`Manifest::check`]: runtime ids are valid and unique, and each
+    /// runtime passes [`Manifest::check_runtime`].
+    fn check_runtimes(&self, failures: &mut Vec<Failure>) {
         let mut runtime_ids = HashSet::new();
         for runtime in &self.runtimes {
-            let field = format!("runtimes[{}]", runtime.id);
             if !is_segment_id(&runtime.id) || !runtime_ids.insert(runtime.id.as_str()) {
-                failures.push(invalid(
+                failures.push(manifest_invalid(
                     format!("runtime id `{}` is invalid or repeated", runtime.id),
                     json!({"field": "runtimes[].id", "value": runtime.id}),
                 ));
                 continue;
             }
-            if !["llama.cpp", "ollama"].contains(&runtime.engine.as_str()) {
-                failures.push(invalid(
+            self.check_runtime(runtime, failures);
+        }
+    }
+
+    /// One runtime: engine, backend, executable and library directories.
+    fn check_runtime(&self, runtime: &RuntimeEntry, failures: &mut Vec<Failure>) {
+        let field = format!("runtimes[{}]", runtime.id);
+        if !["llama.cpp", "ollama"].contains(&runtime.engine.as_str()) {
+            failures.push(manifest_invalid(
+                format!(
+                    "runtime `{}` has unknown engine `{}`",
+                    runtime.id, runtime.engine
+                ),
+                json!({"field": "runtimes[].engine", "value": runtime.engine}),
+            ));
+        }
+        if !["cpu", "cuda", "vulkan", "metal", "rocm", "auto"].contains(&runtime.backend.as_str()) {
+            failures.push(manifest_invalid(
+                format!(
+                    "runtime `{}` has unknown backend `{}`",
+                    runtime.id, runtime.backend
+                ),
+                json!({"field": "runtimes[].backend", "value": runtime.backend}),
+            ));
+        }
+        let area = format!("runtimes/{}/", runtime.id);
+        if let Some(failure) = path_failure(&runtime.executable, &field)
+            .or_else(|| outside_area(&runtime.executable, &area, &field))
+        {
+            failures.push(failure);
+        } else {
+            match self.file(&runtime.executable) {
+                Some(entry) if entry.exec => {}
+                Some(_) => failures.push(Failure::at(
+                    codes::BUNDLE_RUNTIME_MISSING,
+                    &runtime.executable,
                     format!(
-                        "runtime `{}` has unknown engine `{}`",
-                        runtime.id, runtime.engine
+                        "the executable of runtime `{}` is listed without `exec`",
+                        runtime.id
                     ),
-                    json!({"field": "runtimes[].engine", "value": runtime.engine}),
-                ));
-            }
-            if !["cpu", "cuda", "vulkan", "metal", "rocm", "auto"]
-                .contains(&runtime.backend.as_str())
-            {
-                failures.push(invalid(
+                    json!({"runtime": runtime.id, "reason": "not-executable"}),
+                )),
+                None => failures.push(Failure::at(
+                    codes::BUNDLE_RUNTIME_MISSING,
+                    &runtime.executable,
                     format!(
-                        "runtime `{}` has unknown backend `{}`",
-                        runtime.id, runtime.backend
+                        "the executable of runtime `{}` is not listed in files[]",
+                        runtime.id
                     ),
-                    json!({"field": "runtimes[].backend", "value": runtime.backend}),
-                ));
-            }
-            let area = format!("runtimes/{}/", runtime.id);
-            if let Some(failure) = path_failure(&runtime.executable, &field)
-                .or_else(|| outside_area(&runtime.executable, &area, &field))
-            {
-                failures.push(failure);
-            } else {
-                match self.file(&runtime.executable) {
-                    Some(entry) if entry.exec => {}
-                    Some(_) => failures.push(Failure::at(
-                        codes::BUNDLE_RUNTIME_MISSING,
-                        &runtime.executable,
-                        format!(
-                            "the executable of runtime `{}` is listed without `exec`",
-                            runtime.id
-                        ),
-                        json!({"runtime": runtime.id, "reason": "not-executable"}),
-                    )),
-                    None => failures.push(Failure::at(
-                        codes::BUNDLE_RUNTIME_MISSING,
-                        &runtime.executable,
-                        format!(
-                            "the executable of runtime `{}` is not listed in files[]",
-                            runtime.id
-                        ),
-                        json!({"runtime": runtime.id, "reason": "not-listed"}),
-                    )),
-                }
-            }
-            for dir in &runtime.library_dirs {
-                if let Some(failure) =
-                    path_failure(dir, &field).or_else(|| outside_area(dir, &area, &field))
-                {
-                    failures.push(failure);
-                    continue;
-                }
-                let prefix = format!("{dir}/");
-                if !self.files.iter().any(|f| f.path.starts_with(&prefix)) {
-                    failures.push(Failure::at(
-                        codes::BUNDLE_RUNTIME_MISSING,
-                        dir,
-                        format!(
-                            "library directory of runtime `{}` holds no listed file",
-                            runtime.id
-                        ),
-                        json!({"runtime": runtime.id, "reason": "library-dir-empty"}),
-                    ));
-                }
+                    json!({"runtime": runtime.id, "reason": "not-listed"}),
+                )),
             }
         }
+        for dir in &runtime.library_dirs {
+            if let Some(failure) =
+                path_failure(dir, &field).or_else(|| outside_area(dir, &area, &field))
+            {
+                failures.push(failure);
+                continue;
+            }
+            let prefix = format!("{dir}/");
+            if !self.files.iter().any(|f| f.path.starts_with(&prefix)) {
+                failures.push(Failure::at(
+                    codes::BUNDLE_RUNTIME_MISSING,
+                    dir,
+                    format!(
+                        "library directory of runtime `{}` holds no listed file",
+                        runtime.id
+                    ),
+                    json!({"runtime": runtime.id, "reason": "library-dir-empty"}),
+                ));
+            }
+        }
+    }
 
-        // Models.
+    /// Step 5 of [`Manifest::check`]: model ids are valid and unique, and each model
+    /// passes [`Manifest::check_model`].
+    fn check_models(&self, failures: &mut Vec<Failure>) {
         let mut model_ids = HashSet::new();
         for model in &self.models {
-            let field = format!("models[{}]", model.id);
             if !is_segment_id(&model.id) || !model_ids.insert(model.id.as_str()) {
-                failures.push(invalid(
+                failures.push(manifest_invalid(
                     format!("model id `{}` is invalid or repeated", model.id),
                     json!({"field": "models[].id", "value": model.id}),
                 ));
                 continue;
             }
-            if model.format != "gguf" {
-                failures.push(invalid(
-                    format!("model `{}` has unknown format `{}`", model.id, model.format),
-                    json!({"field": "models[].format", "value": model.format}),
-                ));
-            }
-            let area = format!("models/{}/", model.id);
-            if let Some(failure) = path_failure(&model.path, &field)
-                .or_else(|| outside_area(&model.path, &area, &field))
-            {
-                failures.push(failure);
-                continue;
-            }
-            match self.file(&model.path) {
-                Some(entry) if entry.sha256 == model.sha256 => {}
-                Some(entry) => failures.push(Failure::at(
-                    codes::BUNDLE_MANIFEST_INVALID,
-                    &model.path,
-                    format!(
-                        "model `{}` records sha256 `{}` but files[] records `{}`",
-                        model.id, model.sha256, entry.sha256
-                    ),
-                    json!({"model": model.id, "expected": entry.sha256, "actual": model.sha256}),
-                )),
-                None => failures.push(Failure::at(
-                    codes::BUNDLE_MODEL_MISSING,
-                    &model.path,
-                    format!("the file of model `{}` is not listed in files[]", model.id),
-                    json!({"model": model.id}),
-                )),
-            }
+            self.check_model(model, failures);
         }
+    }
 
-        // The app's start file.
+    /// One model: format, path and the digest `files[]` records for it.
+    fn check_model(&self, model: &ModelEntry, failures: &mut Vec<Failure>) {
+        let field = format!("models[{}]", model.id);
+        if model.format != "gguf" {
+            failures.push(manifest_invalid(
+                format!("model `{}` has unknown format `{}`", model.id, model.format),
+                json!({"field": "models[].format", "value": model.format}),
+            ));
+        }
+        let area = format!("models/{}/", model.id);
+        if let Some(failure) =
+            path_failure(&model.path, &field).or_else(|| outside_area(&model.path, &area, &field))
+        {
+            failures.push(failure);
+            return;
+        }
+        match self.file(&model.path) {
+            Some(entry) if entry.sha256 == model.sha256 => {}
+            Some(entry) => failures.push(Failure::at(
+                codes::BUNDLE_MANIFEST_INVALID,
+                &model.path,
+                format!(
+                    "model `{}` records sha256 `{}` but files[] records `{}`",
+                    model.id, model.sha256, entry.sha256
+                ),
+                json!({"model": model.id, "expected": entry.sha256, "actual": model.sha256}),
+            )),
+            None => failures.push(Failure::at(
+                codes::BUNDLE_MODEL_MISSING,
+                &model.path,
+                format!("the file of model `{}` is not listed in files[]", model.id),
+                json!({"model": model.id}),
+            )),
+        }
+    }
+
+    /// Step 6 of [`Manifest::check`]: the app's start file is a listed file under `app/`.
+    fn check_app_start(&self, failures: &mut Vec<Failure>) {
         if let Some(start) = &self.app.start {
             if let Some(failure) = path_failure(start, "app.start")
                 .or_else(|| outside_area(start, "app/", "app.start"))
@@ -525,11 +556,13 @@ impl Manifest {
                 ));
             }
         }
+    }
 
-        // Launch defaults refer to entries that exist.
+    /// Step 7 of [`Manifest::check`]: `launch.runtime` and `launch.model` name entries.
+    fn check_launch_defaults(&self, failures: &mut Vec<Failure>) {
         if let Some(id) = &self.launch.runtime {
             if !self.runtimes.iter().any(|r| &r.id == id) {
-                failures.push(invalid(
+                failures.push(manifest_invalid(
                     format!("launch.runtime `{id}` is not in runtimes[]"),
                     json!({"field": "launch.runtime", "value": id}),
                 ));
@@ -537,13 +570,12 @@ impl Manifest {
         }
         if let Some(id) = &self.launch.model {
             if !self.models.iter().any(|m| &m.id == id) {
-                failures.push(invalid(
+                failures.push(manifest_invalid(
                     format!("launch.model `{id}` is not in models[]"),
                     json!({"field": "launch.model", "value": id}),
                 ));
             }
         }
-        failures
     }
 
     /// The paths of `files[]` that passed [`Manifest::check`]'s path rules, mapped to
@@ -567,6 +599,16 @@ impl Manifest {
             .map(|f| (f.path.clone(), f.clone()))
             .collect()
     }
+}
+
+/// A `BUNDLE_MANIFEST_INVALID` failure located at the manifest itself.
+fn manifest_invalid(message: String, details: Value) -> Failure {
+    Failure::at(
+        codes::BUNDLE_MANIFEST_INVALID,
+        MANIFEST_NAME,
+        message,
+        details,
+    )
 }
 
 fn path_failure(path: &str, field: &str) -> Option<Failure> {

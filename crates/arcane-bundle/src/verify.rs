@@ -156,13 +156,7 @@ pub fn verify(
     events: &dyn EventSink,
     cancel: &CancelToken,
 ) -> Result<VerifyReport, Error> {
-    let root = std::fs::canonicalize(root).map_err(|e| Error::io("open bundle", root, e))?;
-    let root_fd = rustix::fs::open(
-        &root,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| Error::io("open bundle", &root, e.into()))?;
+    let (root, root_fd) = open_root(root)?;
     events.emit(Event::new("bundle.verify.started", json!({"root": root})));
     let mut report = VerifyReport {
         root: root.clone(),
@@ -189,8 +183,40 @@ pub fn verify(
     report.bundle_id = Some(manifest.bundle_id.clone());
 
     // 2. The target.
+    if options.check_target {
+        check_target(&manifest, &mut report);
+    }
+
+    // 3. The tree.
+    let listed = manifest.openable(&report.failures);
+    let (seen, present) = walk_tree(&root_fd, &listed, &mut report, cancel)?;
+
+    // 4. Presence, size and mode of every listed file.
+    let (jobs, entries) = check_listed_files(&root, &listed, &seen, &present, &mut report);
+
+    // 5. Content.
+    check_content(&jobs, &entries, options, events, cancel, &mut report)?;
+    report.manifest = Some(manifest);
+    finish(events, &report);
+    Ok(report)
+}
+
+/// Canonicalizes `root` and opens it as a directory.
+fn open_root(root: &Path) -> Result<(PathBuf, OwnedFd), Error> {
+    let root = std::fs::canonicalize(root).map_err(|e| Error::io("open bundle", root, e))?;
+    let root_fd = rustix::fs::open(
+        &root,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| Error::io("open bundle", &root, e.into()))?;
+    Ok((root, root_fd))
+}
+
+/// Step 2 of [`verify`]: the bundle targets this host.
+fn check_target(manifest: &Manifest, report: &mut VerifyReport) {
     let host = Target::host();
-    if options.check_target && manifest.target != host {
+    if manifest.target != host {
         report.push(Failure::whole(
             codes::BUNDLE_TARGET_MISMATCH,
             format!(
@@ -200,9 +226,32 @@ pub fn verify(
             json!({"expected": manifest.target, "host": host}),
         ));
     }
+}
 
-    // 3. The tree.
-    let listed = manifest.openable(&report.failures);
+/// Step 3 of [`verify`]: walks the tree, reporting what is not listed; returns the
+/// regular files it saw and the listed paths present as something else.
+fn walk_tree(
+    root_fd: &OwnedFd,
+    listed: &HashMap<String, FileEntry>,
+    report: &mut VerifyReport,
+    cancel: &CancelToken,
+) -> Result<(HashMap<String, Seen>, HashSet<String>), Error> {
+    let directories = listed_directories(listed);
+    let mut walk = Walk {
+        listed,
+        directories: &directories,
+        seen: HashMap::new(),
+        present: HashSet::new(),
+        report,
+        cancel,
+    };
+    walk.directory(root_fd, "", 0)?;
+    let Walk { seen, present, .. } = walk;
+    Ok((seen, present))
+}
+
+/// Every directory a listed path lies in (`a`, `a/b` for `a/b/c`).
+fn listed_directories(listed: &HashMap<String, FileEntry>) -> HashSet<String> {
     let mut directories: HashSet<String> = HashSet::new();
     for path in listed.keys() {
         let mut end = 0;
@@ -212,18 +261,18 @@ pub fn verify(
             end += 1;
         }
     }
-    let mut walk = Walk {
-        listed: &listed,
-        directories: &directories,
-        seen: HashMap::new(),
-        present: HashSet::new(),
-        report: &mut report,
-        cancel,
-    };
-    walk.directory(&root_fd, "", 0)?;
-    let Walk { seen, present, .. } = walk;
+    directories
+}
 
-    // 4. Presence, size and mode of every listed file.
+/// Step 4 of [`verify`]: presence, size and mode of every listed file, in path order.
+/// Returns the hashing jobs and, index for index, the entries they check.
+fn check_listed_files<'m>(
+    root: &Path,
+    listed: &'m HashMap<String, FileEntry>,
+    seen: &HashMap<String, Seen>,
+    present: &HashSet<String>,
+    report: &mut VerifyReport,
+) -> (Vec<Job>, Vec<&'m FileEntry>) {
     let mut jobs = Vec::new();
     let mut entries: Vec<&FileEntry> = Vec::new();
     let mut sorted: Vec<&FileEntry> = listed.values().collect();
@@ -240,35 +289,13 @@ pub fn verify(
             }
             continue;
         };
-        if stat.nlink > 1 {
-            continue; // Reported as BUNDLE_HARDLINK by the walk; its content is not trusted.
-        }
-        if stat.size != entry.size {
-            report.push(Failure::at(
-                codes::BUNDLE_SIZE_MISMATCH,
-                &entry.path,
-                format!("has {} bytes, the manifest lists {}", stat.size, entry.size),
-                json!({"expected": entry.size, "actual": stat.size}),
-            ));
+        if !check_listed_file(entry, stat, report) {
             continue;
-        }
-        let executable = stat.mode & 0o111 != 0;
-        if executable != entry.exec {
-            report.push(Failure::at(
-                codes::BUNDLE_MODE_MISMATCH,
-                &entry.path,
-                if entry.exec {
-                    "is listed as executable but is not".to_string()
-                } else {
-                    "is executable but not listed as such".to_string()
-                },
-                json!({"expectedExec": entry.exec, "mode": format!("{:o}", stat.mode & 0o7777)}),
-            ));
         }
         let path = entry
             .path
             .split('/')
-            .fold(root.clone(), |path, segment| path.join(segment));
+            .fold(root.to_path_buf(), |path, segment| path.join(segment));
         jobs.push(Job {
             path,
             size: entry.size,
@@ -276,8 +303,49 @@ pub fn verify(
         });
         entries.push(entry);
     }
+    (jobs, entries)
+}
 
-    // 5. Content.
+/// The size and mode of one listed file that exists; `false` when its content is not
+/// to be hashed (a hard link, or the wrong size).
+fn check_listed_file(entry: &FileEntry, stat: &Seen, report: &mut VerifyReport) -> bool {
+    if stat.nlink > 1 {
+        return false; // Reported as BUNDLE_HARDLINK by the walk; its content is not trusted.
+    }
+    if stat.size != entry.size {
+        report.push(Failure::at(
+            codes::BUNDLE_SIZE_MISMATCH,
+            &entry.path,
+            format!("has {} bytes, the manifest lists {}", stat.size, entry.size),
+            json!({"expected": entry.size, "actual": stat.size}),
+        ));
+        return false;
+    }
+    let executable = stat.mode & 0o111 != 0;
+    if executable != entry.exec {
+        report.push(Failure::at(
+            codes::BUNDLE_MODE_MISMATCH,
+            &entry.path,
+            if entry.exec {
+                "is listed as executable but is not".to_string()
+            } else {
+                "is executable but not listed as such".to_string()
+            },
+            json!({"expectedExec": entry.exec, "mode": format!("{:o}", stat.mode & 0o7777)}),
+        ));
+    }
+    true
+}
+
+/// Step 5 of [`verify`]: hashes the files on every core and compares the digests.
+fn check_content(
+    jobs: &[Job],
+    entries: &[&FileEntry],
+    options: &VerifyOptions,
+    events: &dyn EventSink,
+    cancel: &CancelToken,
+    report: &mut VerifyReport,
+) -> Result<(), Error> {
     let bytes_total: u64 = jobs.iter().map(|j| j.size).sum();
     let progress = Progress::new(
         "bundle.verify.progress",
@@ -286,7 +354,7 @@ pub fn verify(
         bytes_total,
     );
     let threads = options.threads.unwrap_or_else(hash::default_threads);
-    let outcomes = hash::hash_all(&jobs, threads, &progress, cancel).ok_or(Error::Cancelled {
+    let outcomes = hash::hash_all(jobs, threads, &progress, cancel).ok_or(Error::Cancelled {
         operation: "bundle verify",
     })?;
     for (entry, outcome) in entries.iter().zip(outcomes) {
@@ -317,9 +385,7 @@ pub fn verify(
             )),
         }
     }
-    report.manifest = Some(manifest);
-    finish(events, &report);
-    Ok(report)
+    Ok(())
 }
 
 /// Verifies and returns the bundle, or [`Error::Integrity`] listing every failure.
@@ -451,152 +517,185 @@ impl Walk<'_> {
                 operation: "bundle verify",
             });
         }
-        let display = |prefix: &str| {
-            if prefix.is_empty() {
-                ".".to_string()
-            } else {
-                prefix.to_string()
-            }
-        };
-        let dir = rustix::fs::Dir::read_from(fd)
-            .map_err(|e| Error::io("read directory", display(prefix), e.into()))?;
-        let mut names = Vec::new();
-        for entry in dir {
-            let entry =
-                entry.map_err(|e| Error::io("read directory", display(prefix), e.into()))?;
-            let name = entry.file_name().to_bytes();
-            if name == b"." || name == b".." {
-                continue;
-            }
-            names.push(name.to_vec());
+        for name in sorted_names(fd, prefix)? {
+            self.entry(fd, prefix, &name, depth)?;
         }
-        names.sort();
-        for name in names {
-            let shown = String::from_utf8_lossy(&name).into_owned();
-            let relative = if prefix.is_empty() {
-                shown.clone()
-            } else {
-                format!("{prefix}/{shown}")
-            };
-            let Ok(text) = std::str::from_utf8(&name) else {
+        Ok(())
+    }
+
+    /// One entry `name` of the directory `fd` (at `prefix`, `depth` levels down).
+    fn entry(
+        &mut self,
+        fd: &OwnedFd,
+        prefix: &str,
+        name: &[u8],
+        depth: usize,
+    ) -> Result<(), Error> {
+        let shown = String::from_utf8_lossy(name).into_owned();
+        let relative = if prefix.is_empty() {
+            shown.clone()
+        } else {
+            format!("{prefix}/{shown}")
+        };
+        let Ok(text) = std::str::from_utf8(name) else {
+            self.report.push(Failure::at(
+                codes::BUNDLE_PATH_INVALID,
+                &relative,
+                "is not valid UTF-8",
+                json!({"reason": "not-utf8"}),
+            ));
+            return Ok(());
+        };
+        if prefix.is_empty() && text == MANIFEST_NAME {
+            return Ok(()); // Checked by read_manifest.
+        }
+        let stat = match rustix::fs::statat(fd, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW)
+        {
+            Ok(stat) => stat,
+            Err(rustix::io::Errno::NOENT) => return Ok(()), // Vanished since the listing; judged below as missing if listed.
+            Err(error) => return Err(Error::io("inspect", shown_dir(&relative), error.into())),
+        };
+        match FileType::from_raw_mode(stat.st_mode as _) {
+            FileType::Symlink => {
+                self.present.insert(relative.clone());
+                let target = rustix::fs::readlinkat(fd, OsStr::from_bytes(name), Vec::new())
+                    .map(|t| t.to_string_lossy().into_owned())
+                    .unwrap_or_default();
                 self.report.push(Failure::at(
-                    codes::BUNDLE_PATH_INVALID,
+                    codes::BUNDLE_SYMLINK,
                     &relative,
-                    "is not valid UTF-8",
-                    json!({"reason": "not-utf8"}),
+                    format!("is a symlink (to `{target}`)"),
+                    json!({"target": target}),
                 ));
-                continue;
-            };
-            if prefix.is_empty() && text == MANIFEST_NAME {
-                continue; // Checked by read_manifest.
             }
-            let stat =
-                match rustix::fs::statat(fd, OsStr::from_bytes(&name), AtFlags::SYMLINK_NOFOLLOW) {
-                    Ok(stat) => stat,
-                    Err(rustix::io::Errno::NOENT) => continue, // Vanished since the listing; judged below as missing if listed.
-                    Err(error) => {
-                        return Err(Error::io("inspect", display(&relative), error.into()))
-                    }
-                };
-            match FileType::from_raw_mode(stat.st_mode as _) {
-                FileType::Symlink => {
-                    self.present.insert(relative.clone());
-                    let target = rustix::fs::readlinkat(fd, OsStr::from_bytes(&name), Vec::new())
-                        .map(|t| t.to_string_lossy().into_owned())
-                        .unwrap_or_default();
-                    self.report.push(Failure::at(
-                        codes::BUNDLE_SYMLINK,
-                        &relative,
-                        format!("is a symlink (to `{target}`)"),
-                        json!({"target": target}),
-                    ));
-                }
-                FileType::Directory => {
-                    self.present.insert(relative.clone());
-                    if !self.directories.contains(&relative) {
-                        self.report.push(Failure::at(
-                            codes::BUNDLE_UNLISTED,
-                            &relative,
-                            "is a directory that holds no listed file",
-                            json!({"kind": "directory"}),
-                        ));
-                    }
-                    if depth >= MAX_DEPTH {
-                        self.report.push(Failure::at(
-                            codes::BUNDLE_PATH_INVALID,
-                            &relative,
-                            "is nested too deeply",
-                            json!({"reason": "too-deep"}),
-                        ));
-                        continue;
-                    }
-                    let child = match rustix::fs::openat(
-                        fd,
-                        OsStr::from_bytes(&name),
-                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                        Mode::empty(),
-                    ) {
-                        Ok(child) => child,
-                        Err(rustix::io::Errno::LOOP) | Err(rustix::io::Errno::NOTDIR) => {
-                            self.report.push(Failure::at(
-                                codes::BUNDLE_FILE_CHANGED,
-                                &relative,
-                                "was replaced while the bundle was walked",
-                                json!({}),
-                            ));
-                            continue;
-                        }
-                        Err(error) => {
-                            return Err(Error::io(
-                                "open directory",
-                                display(&relative),
-                                error.into(),
-                            ))
-                        }
-                    };
-                    self.directory(&child, &relative, depth + 1)?;
-                }
-                FileType::RegularFile => {
-                    let nlink = stat.st_nlink as u64;
-                    if nlink > 1 {
-                        self.report.push(Failure::at(
-                            codes::BUNDLE_HARDLINK,
-                            &relative,
-                            format!("has {nlink} hard links"),
-                            json!({"nlink": nlink}),
-                        ));
-                    }
-                    if !self.listed.contains_key(&relative) {
-                        self.report.push(Failure::at(
-                            codes::BUNDLE_UNLISTED,
-                            &relative,
-                            "is not listed in the manifest",
-                            json!({"kind": "file", "size": stat.st_size as u64}),
-                        ));
-                        continue;
-                    }
-                    self.seen.insert(
-                        relative,
-                        Seen {
-                            dev: stat.st_dev as u64,
-                            ino: stat.st_ino as u64,
-                            size: stat.st_size as u64,
-                            mode: stat.st_mode as u32,
-                            nlink,
-                        },
-                    );
-                }
-                _ => {
-                    self.present.insert(relative.clone());
-                    self.report.push(Failure::at(
-                        codes::BUNDLE_SPECIAL_FILE,
-                        &relative,
-                        "is a special file (FIFO, socket or device)",
-                        json!({"mode": format!("{:o}", stat.st_mode as u32)}),
-                    ));
-                }
+            FileType::Directory => self.subdirectory(fd, name, relative, depth)?,
+            FileType::RegularFile => self.regular_file(relative, &stat),
+            _ => {
+                self.present.insert(relative.clone());
+                self.report.push(Failure::at(
+                    codes::BUNDLE_SPECIAL_FILE,
+                    &relative,
+                    "is a special file (FIFO, socket or device)",
+                    json!({"mode": format!("{:o}", stat.st_mode as u32)}),
+                ));
             }
         }
         Ok(())
     }
+
+    /// A directory entry: reported when it holds no listed file or lies too deep,
+    /// otherwise opened (without following a link swapped in) and walked.
+    fn subdirectory(
+        &mut self,
+        fd: &OwnedFd,
+        name: &[u8],
+        relative: String,
+        depth: usize,
+    ) -> Result<(), Error> {
+        self.present.insert(relative.clone());
+        if !self.directories.contains(&relative) {
+            self.report.push(Failure::at(
+                codes::BUNDLE_UNLISTED,
+                &relative,
+                "is a directory that holds no listed file",
+                json!({"kind": "directory"}),
+            ));
+        }
+        if depth >= MAX_DEPTH {
+            self.report.push(Failure::at(
+                codes::BUNDLE_PATH_INVALID,
+                &relative,
+                "is nested too deeply",
+                json!({"reason": "too-deep"}),
+            ));
+            return Ok(());
+        }
+        let child = match rustix::fs::openat(
+            fd,
+            OsStr::from_bytes(name),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(child) => child,
+            Err(rustix::io::Errno::LOOP) | Err(rustix::io::Errno::NOTDIR) => {
+                self.report.push(Failure::at(
+                    codes::BUNDLE_FILE_CHANGED,
+                    &relative,
+                    "was replaced while the bundle was walked",
+                    json!({}),
+                ));
+                return Ok(());
+            }
+            Err(error) => {
+                return Err(Error::io(
+                    "open directory",
+                    shown_dir(&relative),
+                    error.into(),
+                ))
+            }
+        };
+        self.directory(&child, &relative, depth + 1)
+    }
+
+    /// A regular file: reported when hard-linked or unlisted, otherwise remembered for
+    /// the size, mode and content checks.
+    // `stat`'s field types differ between platforms (`st_nlink` is 32 bits on some), so
+    // the casts are needed there even where they are not here.
+    #[allow(clippy::unnecessary_cast)]
+    fn regular_file(&mut self, relative: String, stat: &rustix::fs::Stat) {
+        let nlink = stat.st_nlink as u64;
+        if nlink > 1 {
+            self.report.push(Failure::at(
+                codes::BUNDLE_HARDLINK,
+                &relative,
+                format!("has {nlink} hard links"),
+                json!({"nlink": nlink}),
+            ));
+        }
+        if !self.listed.contains_key(&relative) {
+            self.report.push(Failure::at(
+                codes::BUNDLE_UNLISTED,
+                &relative,
+                "is not listed in the manifest",
+                json!({"kind": "file", "size": stat.st_size as u64}),
+            ));
+            return;
+        }
+        self.seen.insert(
+            relative,
+            Seen {
+                dev: stat.st_dev as u64,
+                ino: stat.st_ino as u64,
+                size: stat.st_size as u64,
+                mode: stat.st_mode as u32,
+                nlink,
+            },
+        );
+    }
+}
+
+/// A directory's relative path as errors show it (`.` for the root).
+fn shown_dir(prefix: &str) -> String {
+    if prefix.is_empty() {
+        ".".to_string()
+    } else {
+        prefix.to_string()
+    }
+}
+
+/// The names in the directory `fd` (at `prefix`), without `.` and `..`, sorted.
+fn sorted_names(fd: &OwnedFd, prefix: &str) -> Result<Vec<Vec<u8>>, Error> {
+    let dir = rustix::fs::Dir::read_from(fd)
+        .map_err(|e| Error::io("read directory", shown_dir(prefix), e.into()))?;
+    let mut names = Vec::new();
+    for entry in dir {
+        let entry = entry.map_err(|e| Error::io("read directory", shown_dir(prefix), e.into()))?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        names.push(name.to_vec());
+    }
+    names.sort();
+    Ok(names)
 }

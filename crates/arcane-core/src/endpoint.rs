@@ -127,33 +127,12 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     difference == 0
 }
 
-/// Writes `bytes` to `path` atomically with mode 0600: a temporary file in the same
-/// directory, fsynced, renamed into place.
+/// Writes `bytes` to `path` atomically with mode 0600 (through
+/// [`arcane_files::write_atomic`]), creating the parent directory first.
 pub fn write_private_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let directory = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(directory).map_err(io("create", directory))?;
-    let temporary = directory.join(format!(
-        ".{}.{}.tmp",
-        path.file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("record"),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let _ = std::fs::remove_file(&temporary);
-        let mut file = options.open(&temporary).map_err(io("create", &temporary))?;
-        file.write_all(bytes).map_err(io("write", &temporary))?;
-        file.sync_all().map_err(io("sync", &temporary))?;
-        std::fs::rename(&temporary, path).map_err(io("rename into", path))
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    result
+    arcane_files::write_atomic(path, bytes, 0o600).map_err(io("write", path))
 }
 
 /// Writes `core.json` (mode 0600, atomically).

@@ -13,7 +13,9 @@
 //!
 //! The child inherits Arcane's environment with these additions on top, minus the
 //! variables the resolver removes (e.g. other vendors' device selectors), plus
-//! `ARCANE_ENGINE_NONCE`, which lets a later Arcane prove it started the process.
+//! `ARCANE_ENGINE_NONCE`, which lets a later Arcane prove it started the process, and
+//! the loader search path of [`arcane_process::loader_path`] (the runtime's library
+//! directories first, then the inherited value).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -103,14 +105,17 @@ pub(crate) fn engine_command(
             }
         }
     }
-    if !config.library_dirs.is_empty() {
-        let joined = config
-            .library_dirs
-            .iter()
-            .map(|d| d.display().to_string())
-            .collect::<Vec<_>>()
-            .join(":");
-        env.insert("LD_LIBRARY_PATH".into(), joined);
+    let inherited = config.inherited_loader_path.as_deref();
+    match arcane_process::loader_path(&config.library_dirs, inherited) {
+        // Environment values are text here; a non-UTF-8 directory name is written
+        // lossily (as every path on the command line is).
+        (variable, Some(value)) => {
+            env.insert(variable.into(), value.to_string_lossy().into_owned());
+        }
+        // Nothing to search: the child must not inherit an empty (current-directory)
+        // entry either.
+        (variable, None) if inherited.is_some() => env_remove.push(variable.into()),
+        (_, None) => {}
     }
     env.insert(NONCE_VARIABLE.into(), nonce.into());
     env_remove.retain(|name| !env.contains_key(name));
@@ -249,5 +254,29 @@ mod tests {
         assert_eq!(command.args, ["serve", "--x"]);
         assert_eq!(command.env["OLLAMA_HOST"], "http://127.0.0.1:11500");
         assert_eq!(command.env["OLLAMA_MODELS"], "/app/.arcane/models/ollama");
+    }
+
+    #[test]
+    fn the_runtime_libraries_come_first_and_the_inherited_loader_path_is_kept() {
+        let variable = arcane_process::LOADER_PATH_VARIABLE;
+        let mut config = EngineConfig::new(Engine::LlamaCpp);
+        config.library_dirs = vec!["/r/lib".into()];
+        config.inherited_loader_path = Some("/usr/cuda/lib::/r/lib".into());
+        let command = build(&config, &DeviceLaunch::default());
+        assert_eq!(command.env[variable], "/r/lib:/usr/cuda/lib");
+
+        // An inherited value with nothing but empty (current-directory) entries is
+        // removed, not passed on.
+        config.library_dirs.clear();
+        config.inherited_loader_path = Some(":".into());
+        let command = build(&config, &DeviceLaunch::default());
+        assert!(!command.env.contains_key(variable));
+        assert!(command.env_remove.iter().any(|name| name == variable));
+
+        // A caller that passes no inherited value leaves the child's variable alone.
+        config.inherited_loader_path = None;
+        let command = build(&config, &DeviceLaunch::default());
+        assert!(!command.env.contains_key(variable));
+        assert!(!command.env_remove.iter().any(|name| name == variable));
     }
 }

@@ -64,8 +64,15 @@ pub struct EngineConfig {
     pub extra_args: Vec<String>,
     /// The engine executable to start when nothing listens (none: adopt only).
     pub executable: Option<PathBuf>,
-    /// Directories the executable loads shared libraries from (`LD_LIBRARY_PATH`).
+    /// Directories the executable loads shared libraries from: first on the engine's
+    /// loader search path (the rule is [`arcane_process::loader_path`]).
     pub library_dirs: Vec<PathBuf>,
+    /// The loader search path Arcane was started with (the value of
+    /// [`arcane_process::LOADER_PATH_VARIABLE`]), kept after `library_dirs` so the
+    /// libraries it points at still resolve. `None` when the caller does not pass it:
+    /// the engine then inherits the variable untouched when there are no
+    /// `library_dirs`, and gets only `library_dirs` otherwise.
+    pub inherited_loader_path: Option<std::ffi::OsString>,
     /// How long an owned engine may take to become ready (default 120 s).
     pub startup_timeout: Duration,
     /// How long an owned engine may stay loading without printing anything (default 60 s).
@@ -107,6 +114,7 @@ impl EngineConfig {
             extra_args: Vec::new(),
             executable: None,
             library_dirs: Vec::new(),
+            inherited_loader_path: None,
             startup_timeout: Duration::from_secs(120),
             stall_timeout: Duration::from_secs(60),
             stop_grace: Duration::from_secs(10),

@@ -29,7 +29,6 @@
 //!
 //! A record whose process is gone, or fails the proof, is stale and is removed.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -162,7 +161,10 @@ pub(crate) fn judge(record: &Record) -> Judgement {
     Judgement::Orphan
 }
 
-/// Writes `record` atomically (temporary name, fsync, rename, fsync of the directory).
+/// The permission bits of an ownership record.
+const RECORD_MODE: u32 = 0o644;
+
+/// Writes `record` atomically (through [`arcane_files::write_atomic`]).
 pub(crate) fn write(workspace: &Path, record: &Record) -> Result<(), Error> {
     let target = path(workspace, &record.id);
     let Some(dir) = target.parent() else {
@@ -177,28 +179,13 @@ pub(crate) fn write(workspace: &Path, record: &Record) -> Result<(), Error> {
         }
     };
     std::fs::create_dir_all(dir).map_err(io("create", dir))?;
-    let temporary = dir.join(format!(".{}.{}.tmp", record.id, record.nonce));
-    let result = (|| {
-        let mut file = std::fs::File::create(&temporary).map_err(io("write", &temporary))?;
-        let bytes = serde_json::to_vec_pretty(record).map_err(|e| Error::Io {
-            operation: "serialize",
-            path: temporary.clone(),
-            source: std::io::Error::other(e),
-        })?;
-        file.write_all(&bytes)
-            .and_then(|_| file.write_all(b"\n"))
-            .and_then(|_| file.sync_all())
-            .map_err(io("write", &temporary))?;
-        std::fs::rename(&temporary, &target).map_err(io("rename", &target))?;
-        if let Ok(dir) = std::fs::File::open(dir) {
-            let _ = dir.sync_all();
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    result
+    let mut bytes = serde_json::to_vec_pretty(record).map_err(|e| Error::Io {
+        operation: "serialize",
+        path: target.clone(),
+        source: std::io::Error::other(e),
+    })?;
+    bytes.push(b'\n');
+    arcane_files::write_atomic(&target, &bytes, RECORD_MODE).map_err(io("write", &target))
 }
 
 /// Removes the record of `id` if it still carries `nonce` (never someone else's).

@@ -21,13 +21,19 @@
 //! period, then sends SIGKILL. Dropping a [`Child`] without a stop kills its group
 //! (kill-on-drop).
 //!
+//! The dynamic loader's search path of a child that runs a runtime ([`loader_path`])
+//! is built by one rule, in `loader.rs`: the runtime's directories first, then the
+//! inherited value, de-duplicated, with no empty entry.
+//!
 //! A process Arcane did not start is never signalled through this crate. A pid is
 //! identified by its start time ([`Identity`]): a recorded pid whose start time
 //! differs is another process, however alive it is.
 #![warn(missing_docs)]
 
 mod identity;
+mod loader;
 mod spawn;
 
 pub use identity::{exe, start_time, started_at, Identity, Liveness};
+pub use loader::{loader_path, LOADER_PATH_VARIABLE};
 pub use spawn::{kill_all_now, spawn, Child, ExitInfo, Spec, StdioMode, StopStep};

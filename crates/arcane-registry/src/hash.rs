@@ -1,18 +1,19 @@
-//! Streaming SHA-256: the one hasher used to verify archives, models and (through
-//! [`sha256_file`]) bundles. Reads in 1 MiB chunks, checks the cancellation token
-//! between chunks and reports progress after each one.
+//! Streaming SHA-256 for the registry: archives, models and (through [`sha256_file`])
+//! bundles. The loop itself is [`arcane_files::stream_sha256`] (1 MiB chunks); this
+//! module wraps it with the registry's errors, its cancellation token (checked before
+//! every chunk) and its `progress(done, total)` callback (called after every chunk).
 
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::Path;
 
+use arcane_files::{Stream, StreamError};
 use arcane_report::CancelToken;
-use sha2::{Digest, Sha256};
 
 use crate::Error;
 
 /// The chunk size of every streaming read (large enough to keep the hasher busy).
-pub(crate) const CHUNK: usize = 1 << 20;
+pub(crate) const CHUNK: usize = arcane_files::CHUNK;
 
 /// Hashes the file at `path`, returning its SHA-256 as 64 lowercase hex digits.
 ///
@@ -47,24 +48,46 @@ pub fn sha256_reader(
     cancel: &CancelToken,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<String, Error> {
-    let mut hasher = Sha256::new();
+    stream(reader, None, total, cancel, progress)
+        .map(|(_, sha256)| sha256)
+        .map_err(|e| stream_error(e, "hashing", path, path))
+}
+
+/// Runs the shared loop with the registry's cancellation and progress.
+fn stream(
+    reader: &mut dyn Read,
+    copy_to: Option<&mut dyn Write>,
+    total: u64,
+    cancel: &CancelToken,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(u64, String), StreamError> {
     let mut buffer = vec![0u8; CHUNK];
     let mut done = 0u64;
-    loop {
-        if cancel.is_cancelled() {
-            return Err(Error::cancelled("hashing"));
-        }
-        let n = match reader.read(&mut buffer) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::io("read", path, e)),
-        };
-        hasher.update(&buffer[..n]);
-        done += n as u64;
-        progress(done, total);
+    let streamed = arcane_files::stream_sha256(
+        reader,
+        &mut buffer,
+        Stream {
+            // Reborrowed, so the stream's lifetime can be this call's.
+            copy_to: copy_to.map(|w| w as &mut dyn Write),
+            limit: None,
+            stop: &|| cancel.is_cancelled(),
+            on_chunk: &mut |n| {
+                done += n;
+                progress(done, total);
+            },
+        },
+    )?;
+    Ok((streamed.bytes, streamed.sha256))
+}
+
+/// The registry's error for a stream that did not finish: `operation` names what was
+/// cancelled, `from` the source of a failed read, `to` the target of a failed write.
+fn stream_error(error: StreamError, operation: &'static str, from: &Path, to: &Path) -> Error {
+    match error {
+        StreamError::Stopped => Error::cancelled(operation),
+        StreamError::Read(e) => Error::io("read", from, e),
+        StreamError::Write(e) => Error::io("write", to, e),
     }
-    Ok(hex::encode(hasher.finalize()))
 }
 
 /// Copies `from` to the new file `to` (which must not exist), hashing the bytes on the
@@ -99,28 +122,10 @@ fn copy_and_hash_inner(
         .create_new(true)
         .open(to)
         .map_err(|e| Error::io("create", to, e))?;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; CHUNK];
-    let mut done = 0u64;
-    loop {
-        if cancel.is_cancelled() {
-            return Err(Error::cancelled("copying"));
-        }
-        let n = match source.read(&mut buffer) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::io("read", from, e)),
-        };
-        hasher.update(&buffer[..n]);
-        target
-            .write_all(&buffer[..n])
-            .map_err(|e| Error::io("write", to, e))?;
-        done += n as u64;
-        progress(done, total);
-    }
+    let (done, sha256) = stream(&mut source, Some(&mut target), total, cancel, progress)
+        .map_err(|e| stream_error(e, "copying", from, to))?;
     target.sync_all().map_err(|e| Error::io("sync", to, e))?;
-    Ok((done, hex::encode(hasher.finalize())))
+    Ok((done, sha256))
 }
 
 #[cfg(test)]

@@ -8,11 +8,13 @@
 //! prints `ollama version is 0.5.7`, or `Warning: client version is 0.5.7` when no
 //! Ollama server is running. Both streams are read.
 
+use std::ffi::OsStr;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use arcane_process::{Child, ExitInfo, Spec};
 use arcane_report::CancelToken;
 
 use crate::{Engine, Error};
@@ -38,80 +40,29 @@ fn tail(text: &str) -> String {
     text[start..].to_string()
 }
 
-/// Runs `executable --version` (with `library_dirs` on the loader path) and parses it.
+/// How long a version check that ran out of time (or was cancelled) gets between
+/// SIGTERM and SIGKILL.
+const STOP_GRACE: Duration = Duration::from_millis(500);
+
+/// How often the wait for the exit looks at the cancellation token.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Runs `executable --version` and parses it. The child is started by
+/// [`arcane_process::spawn`] (its own process group, the parent-death signal armed,
+/// reaped by the process module) with the loader path of
+/// [`arcane_process::loader_path`]: `library_dirs` first, then `inherited`. When it
+/// outlives `timeout` or `cancel` fires, its whole group is stopped.
 pub(crate) fn probe(
     engine: Engine,
     executable: &Path,
     library_dirs: &[PathBuf],
+    inherited: Option<&OsStr>,
     timeout: Duration,
     cancel: &CancelToken,
 ) -> Result<Probed, Error> {
-    let mut command = Command::new(executable);
-    command
-        .arg("--version")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // Only the runtime's own directories: the caller's `LD_LIBRARY_PATH` is not read
-    // (libraries never read the environment), and the probe only proves the runtime
-    // starts with what it ships.
-    if let Some(value) = crate::types::library_path(library_dirs, None) {
-        command.env(crate::Runtime::library_path_variable(), value);
-    }
-    let mut child = command
-        .spawn()
-        .map_err(|source| Error::ExecutableDoesNotRun {
-            executable: executable.to_path_buf(),
-            source,
-        })?;
-    let mut readers = Vec::new();
-    for stream in [
-        child
-            .stdout
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        readers.push(std::thread::spawn(move || {
-            let mut stream = stream;
-            let mut buffer = Vec::new();
-            let _ = stream.by_ref().take(1 << 20).read_to_end(&mut buffer);
-            buffer
-        }));
-    }
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) => {}
-            Err(source) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(Error::ExecutableDoesNotRun {
-                    executable: executable.to_path_buf(),
-                    source,
-                });
-            }
-        }
-        if cancel.is_cancelled() || started.elapsed() >= timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            if cancel.is_cancelled() {
-                return Err(Error::cancelled("version check"));
-            }
-            return Err(Error::ExecutableTimedOut {
-                executable: executable.to_path_buf(),
-                seconds: timeout.as_secs(),
-            });
-        }
-        cancel.wait_timeout(Duration::from_millis(20));
-    };
+    let mut child = start(executable, library_dirs, inherited)?;
+    let readers = read_output(&mut child);
+    let status = wait(&mut child, executable, timeout, cancel)?;
     let mut output = String::new();
     for reader in readers {
         if let Ok(bytes) = reader.join() {
@@ -122,7 +73,7 @@ pub(crate) fn probe(
     if !status.success() {
         return Err(Error::ExecutableFailed {
             executable: executable.to_path_buf(),
-            status: status.to_string(),
+            status: status.describe(),
             output: tail(&output),
         });
     }
@@ -131,6 +82,77 @@ pub(crate) fn probe(
         engine: engine.to_string(),
         output: tail(&output),
     })
+}
+
+/// Spawns `executable --version`, stdin from `/dev/null`, both output streams piped.
+fn start(
+    executable: &Path,
+    library_dirs: &[PathBuf],
+    inherited: Option<&OsStr>,
+) -> Result<Child, Error> {
+    let mut spec = Spec::new(executable).args(["--version"]);
+    match arcane_process::loader_path(library_dirs, inherited) {
+        (variable, Some(value)) => spec = spec.env(variable, value),
+        // Nothing to search: the child must not inherit an empty (current-directory)
+        // entry either.
+        (variable, None) if inherited.is_some() => spec.env_remove.push(variable.into()),
+        (_, None) => {}
+    }
+    arcane_process::spawn(spec).map_err(|source| Error::ExecutableDoesNotRun {
+        executable: executable.to_path_buf(),
+        source,
+    })
+}
+
+/// Reads the child's stdout and stderr (up to 1 MiB each) on their own threads.
+fn read_output(child: &mut Child) -> Vec<JoinHandle<Vec<u8>>> {
+    let streams = [
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    ];
+    streams
+        .into_iter()
+        .flatten()
+        .map(|stream| {
+            std::thread::spawn(move || {
+                let mut buffer = Vec::new();
+                let _ = stream.take(1 << 20).read_to_end(&mut buffer);
+                buffer
+            })
+        })
+        .collect()
+}
+
+/// Waits for the exit; stops the child's group when `timeout` passes or `cancel` fires.
+fn wait(
+    child: &mut Child,
+    executable: &Path,
+    timeout: Duration,
+    cancel: &CancelToken,
+) -> Result<ExitInfo, Error> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.wait_timeout(POLL) {
+            return Ok(status);
+        }
+        if cancel.is_cancelled() {
+            child.terminate(STOP_GRACE);
+            return Err(Error::cancelled("version check"));
+        }
+        if Instant::now() >= deadline {
+            child.terminate(STOP_GRACE);
+            return Err(Error::ExecutableTimedOut {
+                executable: executable.to_path_buf(),
+                seconds: timeout.as_secs(),
+            });
+        }
+    }
 }
 
 /// Finds the engine's version in `--version` output.

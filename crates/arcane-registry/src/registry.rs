@@ -1,6 +1,7 @@
 //! [`Registry`]: reading the registry, and the mutations (each under the workspace
 //! operation lock, each atomic).
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -33,6 +34,10 @@ pub struct AddRuntime {
     pub id: Option<String>,
     /// The time limit for `--version`.
     pub version_timeout: Duration,
+    /// The loader search path the caller was started with (the value of
+    /// [`arcane_process::LOADER_PATH_VARIABLE`]); `--version` runs with the runtime's
+    /// own library directories first, then this ([`arcane_process::loader_path`]).
+    pub inherited_loader_path: Option<OsString>,
 }
 
 impl AddRuntime {
@@ -44,6 +49,7 @@ impl AddRuntime {
             backend: None,
             id: None,
             version_timeout: DEFAULT_VERSION_TIMEOUT,
+            inherited_loader_path: None,
         }
     }
 
@@ -56,6 +62,12 @@ impl AddRuntime {
     /// Sets the id.
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
+        self
+    }
+
+    /// Sets the loader search path the caller was started with.
+    pub fn inherited_loader_path(mut self, value: Option<OsString>) -> Self {
+        self.inherited_loader_path = value;
         self
     }
 }
@@ -80,6 +92,10 @@ pub struct InstallRuntime {
     pub id: Option<String>,
     /// The time limit for `--version`.
     pub version_timeout: Duration,
+    /// The loader search path the caller was started with (the value of
+    /// [`arcane_process::LOADER_PATH_VARIABLE`]); `--version` runs with the runtime's
+    /// own library directories first, then this ([`arcane_process::loader_path`]).
+    pub inherited_loader_path: Option<OsString>,
     /// Whether to check that the installed executable runs here (`--version`). Turn it
     /// off only to install a build for another machine (a CUDA build on a host without
     /// a GPU, say); the version must then be given or be in the archive's name
@@ -98,6 +114,7 @@ impl InstallRuntime {
             backend: None,
             id: None,
             version_timeout: DEFAULT_VERSION_TIMEOUT,
+            inherited_loader_path: None,
             check_runs: true,
         }
     }
@@ -123,6 +140,12 @@ impl InstallRuntime {
     /// Sets the id.
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
+        self
+    }
+
+    /// Sets the loader search path the caller was started with.
+    pub fn inherited_loader_path(mut self, value: Option<OsString>) -> Self {
+        self.inherited_loader_path = value;
         self
     }
 }
@@ -348,6 +371,7 @@ impl Registry {
             options.engine,
             &executable,
             &library_dirs,
+            options.inherited_loader_path.as_deref(),
             options.version_timeout,
             cancel,
         )?;
@@ -398,177 +422,21 @@ impl Registry {
         events: &dyn EventSink,
         cancel: &CancelToken,
     ) -> Result<Runtime, Error> {
-        let expected = normalize_sha256(&options.sha256)?;
-        if let Some(version) = &options.version {
-            check_version(version)?;
-        }
-        if let Some(id) = &options.id {
-            check_id("runtime", id)?;
-        }
-        let backend = options.backend.unwrap_or(if cfg!(target_os = "macos") {
-            Backend::Metal
-        } else {
-            Backend::Cpu
-        });
-        let archive_source = match &options.archive {
-            Source::File(path) => {
-                Source::File(std::path::absolute(path).map_err(|e| Error::io("resolve", path, e))?)
-            }
-            url => url.clone(),
-        };
-        let label = archive_source.display();
-        let names = |version: &str| {
-            let dir_name = match options.backend {
-                Some(b) => format!("{version}-{b}"),
-                None => version.to_string(),
-            };
-            let id = options
-                .id
-                .clone()
-                .unwrap_or_else(|| format!("{}-{dir_name}", options.engine.as_str()));
-            (dir_name, id)
-        };
-        let engine_dir = self.runtimes_dir().join(options.engine.as_str());
+        let plan = InstallPlan::new(self, options)?;
         // Fail fast, before the lock and the download, when the version is known.
         if let Some(version) = &options.version {
-            let (dir_name, id) = names(version);
-            check_id("runtime", &id)?;
-            if self.runtimes()?.iter().any(|r| r.id == id) {
-                return Err(Error::RuntimeExists { id });
-            }
-            if engine_dir.join(&dir_name).exists() {
-                return Err(Error::DestinationExists {
-                    path: engine_dir.join(dir_name),
-                });
-            }
+            self.check_install_free(&plan, version)?;
         }
         let runtime = self.locked("runtime-install", events, cancel, || {
             let staging = Staging::create(&self.runtimes_dir(), "install")?;
             // 1. Get the archive's bytes and check their digest.
-            let (mut file, actual) = match &archive_source {
-                Source::Url(url) => {
-                    let path = staging.path().join("archive");
-                    let (_, actual) = download::download(url, &path, events, cancel)?;
-                    let file =
-                        std::fs::File::open(&path).map_err(|e| Error::io("open", &path, e))?;
-                    (file, actual)
-                }
-                Source::File(path) => {
-                    let mut file =
-                        std::fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
-                    let total = file
-                        .metadata()
-                        .map_err(|e| Error::io("inspect", path, e))?
-                        .len();
-                    let mut report = progress::hash_reporter(events, path, "verify");
-                    let actual = hash::sha256_reader(&mut file, total, path, cancel, &mut report)?;
-                    (file, actual)
-                }
-            };
-            if actual != expected {
-                return Err(Error::IntegrityFailed {
-                    subject: label.clone(),
-                    expected: expected.clone(),
-                    actual,
-                });
-            }
+            let file = plan.fetch_verified(staging.path(), events, cancel)?;
             // 2. Extract it into the staging directory.
-            let root = staging.path().join("root");
-            std::fs::create_dir(&root).map_err(|e| Error::io("create", &root, e))?;
-            events.emit(Event::new(
-                "registry.runtime.extracting",
-                json!({"archive": label, "destination": root}),
-            ));
-            archive::extract(&mut file, &label, &root, cancel)?;
-            drop(file);
+            let root = plan.extract(file, staging.path(), events, cancel)?;
             // 3. Find the server and check it runs.
-            let name = options.engine.executable_name();
-            let staged_executable = archive::find_executable(&root, name).ok_or_else(|| {
-                Error::ExecutableNotInArchive {
-                    archive: label.clone(),
-                    name: name.to_string(),
-                }
-            })?;
-            make_executable(&staged_executable)?;
-            let staged_libraries = archive::library_dirs(&staged_executable);
-            let probed = if options.check_runs {
-                events.emit(Event::new(
-                    "registry.runtime.probing",
-                    json!({"executable": staged_executable}),
-                ));
-                Some(probe::probe(
-                    options.engine,
-                    &staged_executable,
-                    &staged_libraries,
-                    options.version_timeout,
-                    cancel,
-                )?)
-            } else {
-                None
-            };
-            let version = match (&options.version, &probed) {
-                (Some(version), _) => version.clone(),
-                (None, Some(probed)) => {
-                    check_version(&probed.version)?;
-                    probed.version.clone()
-                }
-                (None, None) => {
-                    version_from_name(&archive_source).ok_or_else(|| Error::VersionRequired {
-                        archive: label.clone(),
-                    })?
-                }
-            };
-            let (dir_name, id) = names(&version);
-            check_id("runtime", &id)?;
+            let staged = plan.find_server(&root, events, cancel)?;
             // 4. Move it into place, never over an earlier install.
-            let mut document = self.load()?;
-            if document.runtimes.iter().any(|r| r.id == id) {
-                return Err(Error::RuntimeExists { id });
-            }
-            let destination = engine_dir.join(&dir_name);
-            if std::fs::symlink_metadata(&destination).is_ok() {
-                return Err(Error::DestinationExists { path: destination });
-            }
-            std::fs::create_dir_all(&engine_dir)
-                .map_err(|e| Error::io("create", &engine_dir, e))?;
-            let relative_executable = staged_executable
-                .strip_prefix(&root)
-                .unwrap_or(&staged_executable)
-                .to_path_buf();
-            let relative_libraries: Vec<PathBuf> = staged_libraries
-                .iter()
-                .map(|d| {
-                    let canonical_root =
-                        std::fs::canonicalize(&root).unwrap_or_else(|_| root.clone());
-                    d.strip_prefix(&canonical_root).unwrap_or(d).to_path_buf()
-                })
-                .collect();
-            std::fs::rename(&root, &destination).map_err(|e| Error::io("rename", &root, e))?;
-            let runtime = Runtime {
-                id,
-                engine: options.engine,
-                version,
-                build_info: probed.map(|p| p.build_info),
-                backend,
-                executable: destination.join(relative_executable),
-                library_dirs: relative_libraries
-                    .iter()
-                    .map(|d| destination.join(d))
-                    .collect(),
-                installed: true,
-                root: Some(destination.clone()),
-                archive: Some(ArchiveOrigin {
-                    location: label.clone(),
-                    sha256: expected.clone(),
-                }),
-                added_at: arcane_report::time::now_rfc3339(),
-            };
-            document.runtimes.push(runtime.clone());
-            let saved = store::sync_dir(&engine_dir).and_then(|()| self.save(&document));
-            if let Err(error) = saved {
-                let _ = store::remove_tree(&destination);
-                return Err(error);
-            }
+            let runtime = self.move_into_place(&plan, &root, staged)?;
             drop(staging);
             Ok(runtime)
         })?;
@@ -576,6 +444,82 @@ impl Registry {
             "registry.runtime.installed",
             json!({"runtime": runtime}),
         ));
+        Ok(runtime)
+    }
+
+    /// Neither the id nor the directory of `plan`'s install of `version` is taken.
+    fn check_install_free(&self, plan: &InstallPlan<'_>, version: &str) -> Result<(), Error> {
+        let (dir_name, id) = plan.names(version);
+        check_id("runtime", &id)?;
+        if self.runtimes()?.iter().any(|r| r.id == id) {
+            return Err(Error::RuntimeExists { id });
+        }
+        if plan.engine_dir.join(&dir_name).exists() {
+            return Err(Error::DestinationExists {
+                path: plan.engine_dir.join(dir_name),
+            });
+        }
+        Ok(())
+    }
+
+    /// Step 4 of [`Registry::install_runtime`] (under the lock): renames the extracted
+    /// `root` to its final directory and records it; a failed save removes the
+    /// directory again.
+    fn move_into_place(
+        &self,
+        plan: &InstallPlan<'_>,
+        root: &Path,
+        staged: StagedServer,
+    ) -> Result<Runtime, Error> {
+        let (dir_name, id) = plan.names(&staged.version);
+        check_id("runtime", &id)?;
+        let mut document = self.load()?;
+        if document.runtimes.iter().any(|r| r.id == id) {
+            return Err(Error::RuntimeExists { id });
+        }
+        let engine_dir = &plan.engine_dir;
+        let destination = engine_dir.join(&dir_name);
+        if std::fs::symlink_metadata(&destination).is_ok() {
+            return Err(Error::DestinationExists { path: destination });
+        }
+        std::fs::create_dir_all(engine_dir).map_err(|e| Error::io("create", engine_dir, e))?;
+        let relative_executable = staged
+            .executable
+            .strip_prefix(root)
+            .unwrap_or(&staged.executable)
+            .to_path_buf();
+        let canonical_root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+        let relative_libraries: Vec<PathBuf> = staged
+            .libraries
+            .iter()
+            .map(|d| d.strip_prefix(&canonical_root).unwrap_or(d).to_path_buf())
+            .collect();
+        std::fs::rename(root, &destination).map_err(|e| Error::io("rename", root, e))?;
+        let runtime = Runtime {
+            id,
+            engine: plan.options.engine,
+            version: staged.version,
+            build_info: staged.probed.map(|p| p.build_info),
+            backend: plan.backend,
+            executable: destination.join(relative_executable),
+            library_dirs: relative_libraries
+                .iter()
+                .map(|d| destination.join(d))
+                .collect(),
+            installed: true,
+            root: Some(destination.clone()),
+            archive: Some(ArchiveOrigin {
+                location: plan.label.clone(),
+                sha256: plan.expected.clone(),
+            }),
+            added_at: arcane_report::time::now_rfc3339(),
+        };
+        document.runtimes.push(runtime.clone());
+        let saved = store::sync_dir(engine_dir).and_then(|()| self.save(&document));
+        if let Err(error) = saved {
+            let _ = store::remove_tree(&destination);
+            return Err(error);
+        }
         Ok(runtime)
     }
 
@@ -883,6 +827,182 @@ fn unchanged_while<T>(
         });
     }
     Ok(value)
+}
+
+/// An install of [`Registry::install_runtime`] once its options are checked.
+struct InstallPlan<'a> {
+    options: &'a InstallRuntime,
+    /// The archive's expected SHA-256 (normalized).
+    expected: String,
+    /// The backend recorded for the runtime.
+    backend: Backend,
+    /// The archive, with a file path made absolute.
+    archive: Source,
+    /// The archive as errors and events name it.
+    label: String,
+    /// `.arcane/runtimes/<engine>/`.
+    engine_dir: PathBuf,
+}
+
+/// The server found in an extracted archive (step 3 of [`Registry::install_runtime`]).
+struct StagedServer {
+    executable: PathBuf,
+    libraries: Vec<PathBuf>,
+    probed: Option<probe::Probed>,
+    version: String,
+}
+
+impl<'a> InstallPlan<'a> {
+    /// Checks `options` (digest, version, id syntax) and resolves the defaults.
+    fn new(registry: &Registry, options: &'a InstallRuntime) -> Result<Self, Error> {
+        let expected = normalize_sha256(&options.sha256)?;
+        if let Some(version) = &options.version {
+            check_version(version)?;
+        }
+        if let Some(id) = &options.id {
+            check_id("runtime", id)?;
+        }
+        let backend = options.backend.unwrap_or(if cfg!(target_os = "macos") {
+            Backend::Metal
+        } else {
+            Backend::Cpu
+        });
+        let archive = match &options.archive {
+            Source::File(path) => {
+                Source::File(std::path::absolute(path).map_err(|e| Error::io("resolve", path, e))?)
+            }
+            url => url.clone(),
+        };
+        Ok(Self {
+            options,
+            expected,
+            backend,
+            label: archive.display(),
+            archive,
+            engine_dir: registry.runtimes_dir().join(options.engine.as_str()),
+        })
+    }
+
+    /// The directory name and id of the install of `version`.
+    fn names(&self, version: &str) -> (String, String) {
+        let dir_name = match self.options.backend {
+            Some(b) => format!("{version}-{b}"),
+            None => version.to_string(),
+        };
+        let id = self
+            .options
+            .id
+            .clone()
+            .unwrap_or_else(|| format!("{}-{dir_name}", self.options.engine.as_str()));
+        (dir_name, id)
+    }
+
+    /// Step 1: the archive's bytes (downloaded into `staging` for a URL), checked
+    /// against the expected digest; returns the open archive.
+    fn fetch_verified(
+        &self,
+        staging: &Path,
+        events: &dyn EventSink,
+        cancel: &CancelToken,
+    ) -> Result<std::fs::File, Error> {
+        let (file, actual) = match &self.archive {
+            Source::Url(url) => {
+                let path = staging.join("archive");
+                let (_, actual) = download::download(url, &path, events, cancel)?;
+                let file = std::fs::File::open(&path).map_err(|e| Error::io("open", &path, e))?;
+                (file, actual)
+            }
+            Source::File(path) => {
+                let mut file = std::fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
+                let total = file
+                    .metadata()
+                    .map_err(|e| Error::io("inspect", path, e))?
+                    .len();
+                let mut report = progress::hash_reporter(events, path, "verify");
+                let actual = hash::sha256_reader(&mut file, total, path, cancel, &mut report)?;
+                (file, actual)
+            }
+        };
+        if actual != self.expected {
+            return Err(Error::IntegrityFailed {
+                subject: self.label.clone(),
+                expected: self.expected.clone(),
+                actual,
+            });
+        }
+        Ok(file)
+    }
+
+    /// Step 2: extracts the archive into `staging/root`; returns that directory.
+    fn extract(
+        &self,
+        mut file: std::fs::File,
+        staging: &Path,
+        events: &dyn EventSink,
+        cancel: &CancelToken,
+    ) -> Result<PathBuf, Error> {
+        let root = staging.join("root");
+        std::fs::create_dir(&root).map_err(|e| Error::io("create", &root, e))?;
+        events.emit(Event::new(
+            "registry.runtime.extracting",
+            json!({"archive": self.label, "destination": root}),
+        ));
+        archive::extract(&mut file, &self.label, &root, cancel)?;
+        Ok(root)
+    }
+
+    /// Step 3: finds the server under `root`, checks it runs (unless told not to) and
+    /// settles the version.
+    fn find_server(
+        &self,
+        root: &Path,
+        events: &dyn EventSink,
+        cancel: &CancelToken,
+    ) -> Result<StagedServer, Error> {
+        let options = self.options;
+        let name = options.engine.executable_name();
+        let executable =
+            archive::find_executable(root, name).ok_or_else(|| Error::ExecutableNotInArchive {
+                archive: self.label.clone(),
+                name: name.to_string(),
+            })?;
+        make_executable(&executable)?;
+        let libraries = archive::library_dirs(&executable);
+        let probed = if options.check_runs {
+            events.emit(Event::new(
+                "registry.runtime.probing",
+                json!({"executable": executable}),
+            ));
+            Some(probe::probe(
+                options.engine,
+                &executable,
+                &libraries,
+                options.inherited_loader_path.as_deref(),
+                options.version_timeout,
+                cancel,
+            )?)
+        } else {
+            None
+        };
+        let version = match (&options.version, &probed) {
+            (Some(version), _) => version.clone(),
+            (None, Some(probed)) => {
+                check_version(&probed.version)?;
+                probed.version.clone()
+            }
+            (None, None) => {
+                version_from_name(&self.archive).ok_or_else(|| Error::VersionRequired {
+                    archive: self.label.clone(),
+                })?
+            }
+        };
+        Ok(StagedServer {
+            executable,
+            libraries,
+            probed,
+            version,
+        })
+    }
 }
 
 /// `b4500` from a release archive named `llama-b4500-bin-ubuntu-x64.zip`.

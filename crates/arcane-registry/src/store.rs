@@ -3,12 +3,10 @@
 //!
 //! The file is `{"version": 1, "runtimes": [...], "models": [...]}`. Paths under the
 //! workspace are stored relative to it (so a moved workspace keeps working) and are
-//! absolute in memory. Writes go to `registry.json.tmp-<pid>`, are fsynced, renamed over
-//! the old file, and the directory is fsynced: a reader sees the old or the new file,
-//! never a mix. Writers hold the workspace operation lock and re-read the file inside it.
+//! absolute in memory. Writes go through [`arcane_files::write_atomic`] (a temporary
+//! name, fsync, rename over the old file, fsync of the directory, mode 0644): a reader
+//! sees the old or the new file, never a mix. Writers hold the workspace operation lock and re-read the file inside it.
 
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -96,7 +94,11 @@ pub(crate) fn load(workspace: &Path, path: &Path) -> Result<Document, Error> {
     Ok(document)
 }
 
-/// Writes the registry atomically (temp name, fsync, rename, fsync of the directory).
+/// The registry file's permission bits (readable by the user's other tools, written
+/// only by its owner).
+const REGISTRY_MODE: u32 = 0o644;
+
+/// Writes the registry atomically (through [`arcane_files::write_atomic`]).
 pub(crate) fn save(workspace: &Path, path: &Path, document: &Document) -> Result<(), Error> {
     let mut stored = Document {
         version: FORMAT_VERSION,
@@ -109,32 +111,12 @@ pub(crate) fn save(workspace: &Path, path: &Path, document: &Document) -> Result
     text.push(b'\n');
     let dir = path.parent().unwrap_or(workspace);
     std::fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
-    let temp = dir.join(format!(
-        "{}.tmp-{}",
-        path.file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("registry.json"),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut file = File::create(&temp).map_err(|e| Error::io("create", &temp, e))?;
-        file.write_all(&text)
-            .map_err(|e| Error::io("write", &temp, e))?;
-        file.sync_all().map_err(|e| Error::io("sync", &temp, e))?;
-        std::fs::rename(&temp, path).map_err(|e| Error::io("rename", &temp, e))?;
-        sync_dir(dir)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    result
+    arcane_files::write_atomic(path, &text, REGISTRY_MODE).map_err(|e| Error::io("write", path, e))
 }
 
 /// Fsyncs a directory so a rename inside it survives a crash.
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), Error> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io("sync", dir, e))
+    arcane_files::sync_dir(dir).map_err(|e| Error::io("sync", dir, e))
 }
 
 /// A fresh, unique staging name inside `dir` for `label`.
@@ -216,5 +198,35 @@ impl Drop for Staging {
         if let Some(path) = self.path.take() {
             let _ = remove_tree(&path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn save_replaces_the_file_whole_with_its_mode_and_no_debris() {
+        let workspace = tempfile::tempdir().unwrap();
+        let path = workspace.path().join(".arcane/registry.json");
+        let document = Document {
+            version: FORMAT_VERSION,
+            ..Document::default()
+        };
+        save(workspace.path(), &path, &document).unwrap();
+        save(workspace.path(), &path, &document).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, REGISTRY_MODE);
+        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("registry.json")]);
+        assert_eq!(
+            load(workspace.path(), &path).unwrap().version,
+            FORMAT_VERSION
+        );
     }
 }

@@ -1,7 +1,6 @@
 //! The records the registry keeps: [`Runtime`], [`Model`] and their parts. They are
 //! serialized (camelCase) both in `.arcane/registry.json` and in `--output json`.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use arcane_devices::Backend;
@@ -40,7 +39,8 @@ pub struct Runtime {
     pub backend: Backend,
     /// The server executable (absolute).
     pub executable: PathBuf,
-    /// Directories holding the runtime's shared libraries (prepend to `LD_LIBRARY_PATH`).
+    /// Directories holding the runtime's shared libraries: first on the loader's search
+    /// path of the engine (the rule is [`arcane_process::loader_path`]).
     #[serde(default)]
     pub library_dirs: Vec<PathBuf>,
     /// Whether Arcane installed it under `.arcane/runtimes/` (and removes it with the record).
@@ -53,38 +53,6 @@ pub struct Runtime {
     pub archive: Option<ArchiveOrigin>,
     /// When it was registered (RFC 3339 UTC).
     pub added_at: String,
-}
-
-impl Runtime {
-    /// The value for `LD_LIBRARY_PATH` (`DYLD_LIBRARY_PATH` on macOS) that lets the
-    /// executable find its libraries, with `inherited` (the caller's current value)
-    /// appended; `None` when the runtime has no library directories.
-    pub fn library_path(&self, inherited: Option<&std::ffi::OsStr>) -> Option<OsString> {
-        library_path(&self.library_dirs, inherited)
-    }
-
-    /// The name of the dynamic loader's search-path variable on this platform.
-    pub fn library_path_variable() -> &'static str {
-        if cfg!(target_os = "macos") {
-            "DYLD_LIBRARY_PATH"
-        } else {
-            "LD_LIBRARY_PATH"
-        }
-    }
-}
-
-pub(crate) fn library_path(
-    dirs: &[PathBuf],
-    inherited: Option<&std::ffi::OsStr>,
-) -> Option<OsString> {
-    if dirs.is_empty() {
-        return None;
-    }
-    let mut parts: Vec<PathBuf> = dirs.to_vec();
-    if let Some(inherited) = inherited.filter(|v| !v.is_empty()) {
-        parts.extend(std::env::split_paths(inherited));
-    }
-    std::env::join_paths(parts).ok()
 }
 
 /// How a model's file came into `.arcane/models/<id>/`.
@@ -269,12 +237,5 @@ mod tests {
             "evil_name_.gguf"
         );
         assert_eq!(safe_file_name(None), "model.gguf");
-    }
-
-    #[test]
-    fn library_path_prepends_the_runtime_dirs() {
-        let joined = library_path(&["/r/lib".into()], Some("/usr/lib".as_ref())).unwrap();
-        assert_eq!(joined, OsString::from("/r/lib:/usr/lib"));
-        assert_eq!(library_path(&[], Some("/usr/lib".as_ref())), None);
     }
 }

@@ -92,6 +92,13 @@ pub fn env_path(name: &str) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
+/// The loader search path this process was started with (`LD_LIBRARY_PATH`,
+/// `DYLD_LIBRARY_PATH` on macOS), passed to every child that runs a runtime, after the
+/// runtime's own directories ([`arcane_process::loader_path`]).
+pub fn inherited_loader_path() -> Option<std::ffi::OsString> {
+    std::env::var_os(arcane_process::LOADER_PATH_VARIABLE)
+}
+
 /// Whether colour is allowed (`NO_COLOR` unset).
 pub fn color_allowed() -> bool {
     std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())

@@ -141,6 +141,84 @@ fn an_executable_that_hangs_times_out() {
     );
 }
 
+/// Whether `pid` is gone (or a zombie nobody has reaped yet).
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+    }
+}
+
+#[test]
+fn a_version_check_that_times_out_stops_everything_the_executable_started() {
+    let dir = tempdir();
+    let pidfile = dir.path().join("background.pid");
+    let hangs = dir.path().join("hangs");
+    // The executable leaves a background process behind and waits for it: stopping only
+    // the executable itself would leave that process running.
+    write_executable(
+        &hangs,
+        &format!(
+            "#!/bin/sh\nsleep 30 &\necho $! > '{}'\nwait\n",
+            pidfile.display()
+        ),
+    );
+    let mut options = AddRuntime::new(Engine::LlamaCpp, &hangs);
+    options.version_timeout = std::time::Duration::from_secs(1);
+    let error = Registry::new(&dir.path().join("ws"))
+        .add_runtime(&options, &NullSink, &CancelToken::new())
+        .unwrap_err();
+    assert!(
+        matches!(error, Error::ExecutableTimedOut { .. }),
+        "{error:?}"
+    );
+    let pid: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !process_gone(pid) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        process_gone(pid),
+        "the background process {pid} outlived the version check"
+    );
+}
+
+#[test]
+fn the_version_check_puts_the_runtime_libraries_first_and_keeps_the_inherited_path() {
+    let dir = tempdir();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::write(bin.join("libggml.so"), b"").unwrap();
+    let seen = dir.path().join("seen");
+    let server = bin.join("llama-server");
+    write_executable(
+        &server,
+        &format!(
+            "#!/bin/sh\nprintf '%s' \"$LD_LIBRARY_PATH\" > '{}'\necho 'version: 4500 (deadbeef)'\n",
+            seen.display()
+        ),
+    );
+    let bin = std::fs::canonicalize(&bin).unwrap();
+    let options = AddRuntime::new(Engine::LlamaCpp, &server)
+        .inherited_loader_path(Some(format!("/opt/cuda/lib::{}", bin.display()).into()));
+    let runtime = Registry::new(&dir.path().join("ws"))
+        .add_runtime(&options, &NullSink, &CancelToken::new())
+        .unwrap();
+    assert_eq!(runtime.library_dirs, vec![bin.clone()]);
+    // The runtime's own directory first, then the inherited entries, each once, and no
+    // empty (current-directory) entry.
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap(),
+        format!("{}:/opt/cuda/lib", bin.display())
+    );
+}
+
 #[test]
 fn ollama_versions_are_read_from_either_form() {
     let dir = tempdir();

@@ -170,6 +170,7 @@ pub fn engine_config(
         _ => (Engine::LlamaCpp, arcane_registry::Engine::LlamaCpp),
     };
     let mut config = EngineConfig::new(engine);
+    config.inherited_loader_path = crate::config::inherited_loader_path();
     let url = match engine {
         Engine::LlamaCpp => options.llama_url.clone(),
         Engine::Ollama => options.ollama_url.clone(),

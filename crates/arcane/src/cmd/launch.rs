@@ -8,9 +8,10 @@
 //! root `~/.local/share/Arcane/<appId>` on Linux), the state root is created, and this
 //! process becomes `<bundle>/bin/arcane --workspace <state-root> serve --runtime
 //! llama.cpp --executable <bundle runtime> --url http://127.0.0.1:<free port> --model
-//! <bundle model> [--device TARGET] [--port PORT]` through `exec` (the runtime's
-//! library directory first on `LD_LIBRARY_PATH`), so signals reach the Core host
-//! directly. Nothing is written inside the bundle.
+//! <bundle model> [--device TARGET] [--port PORT]` through `exec`, so signals reach
+//! the Core host directly. Its loader path is the runtime's library directories first,
+//! then the inherited value ([`arcane_process::loader_path`]). Nothing is written
+//! inside the bundle.
 //!
 //! **App-entry mode** (`launch --arcane-app-entry REL [ARGS…]`, which must come last):
 //! after the same verification, `app/REL` must be a listed `exec` file (escapes and
@@ -125,18 +126,11 @@ fn serve_command(launch: &LaunchContext) -> Result<Command, CliError> {
             .arg(&runtime.executable);
         let port = free_loopback_port()?;
         command.arg("--url").arg(format!("http://127.0.0.1:{port}"));
-        let variable = if cfg!(target_os = "macos") {
-            "DYLD_LIBRARY_PATH"
-        } else {
-            "LD_LIBRARY_PATH"
+        let inherited = crate::config::inherited_loader_path();
+        match arcane_process::loader_path(&runtime.library_dirs, inherited.as_deref()) {
+            (variable, Some(value)) => command.env(variable, value),
+            (variable, None) => command.env_remove(variable),
         };
-        let mut paths: Vec<PathBuf> = runtime.library_dirs.clone();
-        if let Some(inherited) = env_path(variable) {
-            paths.extend(std::env::split_paths(&inherited));
-        }
-        if let Ok(joined) = std::env::join_paths(paths) {
-            command.env(variable, joined);
-        }
     }
     if let Some(model) = &launch.model {
         command.arg("--model").arg(&model.path);
@@ -218,12 +212,15 @@ impl Drop for StartedCore {
     }
 }
 
+/// App-entry mode (see the module docs): 1. resolve the entry, 2. start a Core host
+/// unless one is running, 3. run the program against it, 4. stop the host it started.
 fn app_entry(
     context: &Context,
     launch: &LaunchContext,
     args: &Args,
     entry: &[String],
 ) -> Result<u8, CliError> {
+    // 1. The entry: a listed `exec` file under `app/`.
     let Some((relative, program_args)) = entry.split_first() else {
         return Err(CommandError::usage(
             "`--arcane-app-entry` needs an app-relative path",
@@ -232,112 +229,147 @@ fn app_entry(
         .into());
     };
     let program = arcane_bundle::resolve_app_entry(&launch.bundle, relative)?;
-    let endpoint = launch.endpoint_file();
-    let mut started = None;
-    if running_core(&launch.state_root).is_none() {
-        // Start the Core host in the background: this same launcher in Core mode.
-        let launcher = launch
-            .bundle
-            .resolve(arcane_bundle::manifest::LAUNCHER_PATH);
-        let mut command = arcane_process::Spec::new(launcher).args([
-            std::ffi::OsStr::new("launch"),
-            "--state-root".as_ref(),
-            launch.state_root.as_os_str(),
-            "--output".as_ref(),
-            "ndjson".as_ref(),
-        ]);
-        if let Some(file) = &args.launch_config {
-            command = command.args([std::ffi::OsStr::new("--launch-config"), file.as_os_str()]);
-        }
-        let log_dir = launch.state_root.join("logs");
-        std::fs::create_dir_all(&log_dir).map_err(|e| {
-            CommandError::new(
-                codes::ARCANE_IO,
-                format!("cannot create `{}`", log_dir.display()),
-                json!({}),
-            )
-            .caused_by(e)
-        })?;
-        let log_path = log_dir.join("core.log");
-        let log = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| {
-                CommandError::new(
-                    codes::ARCANE_IO,
-                    format!("cannot open `{}`", log_path.display()),
-                    json!({}),
-                )
-                .caused_by(e)
-            })?;
-        let log_err = log.try_clone().map_err(|e| {
-            CommandError::new(
-                codes::ARCANE_IO,
-                "cannot duplicate the log handle",
-                json!({}),
-            )
-            .caused_by(e)
-        })?;
-        command.stdout = arcane_process::StdioMode::File(log.into());
-        command.stderr = arcane_process::StdioMode::File(log_err.into());
-        let child = arcane_process::spawn(command).map_err(|e| {
-            CommandError::new(codes::ARCANE_IO, "cannot start the Core host", json!({}))
-                .caused_by(e)
-        })?;
-        let mut core = StartedCore { child };
-        context.output.event(&Event::new(
-            "bundle.launch.core-started",
-            json!({"pid": core.child.pid(), "log": log_path}),
-        ));
-        let deadline = Instant::now() + CORE_START_TIMEOUT;
-        loop {
-            if running_core(&launch.state_root).is_some() {
-                break;
-            }
-            if let Some(status) = core.child.exit_status() {
-                return Err(CommandError::new(
-                    codes::ARCANE_OPERATION_FAILED,
-                    format!(
-                        "the Core host exited ({}) before publishing `{}`",
-                        status.describe(),
-                        endpoint.display()
-                    ),
-                    json!({"status": status.code, "log": log_path}),
-                )
-                .hint(format!("see `{}`", log_path.display()))
-                .into());
-            }
-            if Instant::now() > deadline || context.cancel.wait_timeout(Duration::from_millis(100))
-            {
-                core.stop();
-                let cancelled = context.cancel.is_cancelled();
-                return Err(CommandError::new(
-                    if cancelled {
-                        codes::ARCANE_CANCELLED
-                    } else {
-                        codes::ARCANE_OPERATION_FAILED
-                    },
-                    if cancelled {
-                        "launch was cancelled while the Core host started".to_string()
-                    } else {
-                        format!(
-                            "the Core host did not publish `{}` in time",
-                            endpoint.display()
-                        )
-                    },
-                    json!({"log": log_path}),
-                )
-                .into());
-            }
-        }
-        started = Some(core);
+    // 2. The running Core, or one started in the background.
+    let started = match running_core(&launch.state_root) {
+        Some(_) => None,
+        None => Some(start_core(context, launch, args)?),
+    };
+    // 3. The program.
+    let status = run_app(context, launch, relative, &program, program_args)?;
+    // 4. The Core host this launch started stops with it.
+    drop(started);
+    Ok(match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
+        _ => 1,
+    })
+}
+
+/// An `ARCANE_IO` error with `message`, caused by `error`.
+fn io_failure(message: impl Into<String>, error: std::io::Error) -> CliError {
+    CommandError::new(codes::ARCANE_IO, message, json!({}))
+        .caused_by(error)
+        .into()
+}
+
+/// Starts the Core host in the background (this same launcher in Core mode, its
+/// output in `<state-root>/logs/core.log`) and waits until it publishes its endpoint.
+fn start_core(
+    context: &Context,
+    launch: &LaunchContext,
+    args: &Args,
+) -> Result<StartedCore, CliError> {
+    let launcher = launch
+        .bundle
+        .resolve(arcane_bundle::manifest::LAUNCHER_PATH);
+    let mut command = arcane_process::Spec::new(launcher).args([
+        std::ffi::OsStr::new("launch"),
+        "--state-root".as_ref(),
+        launch.state_root.as_os_str(),
+        "--output".as_ref(),
+        "ndjson".as_ref(),
+    ]);
+    if let Some(file) = &args.launch_config {
+        command = command.args([std::ffi::OsStr::new("--launch-config"), file.as_os_str()]);
     }
+    let (log_path, log) = open_core_log(launch)?;
+    let log_err = log
+        .try_clone()
+        .map_err(|e| io_failure("cannot duplicate the log handle", e))?;
+    command.stdout = arcane_process::StdioMode::File(log.into());
+    command.stderr = arcane_process::StdioMode::File(log_err.into());
+    let child =
+        arcane_process::spawn(command).map_err(|e| io_failure("cannot start the Core host", e))?;
+    let mut core = StartedCore { child };
+    context.output.event(&Event::new(
+        "bundle.launch.core-started",
+        json!({"pid": core.child.pid(), "log": log_path}),
+    ));
+    wait_for_core(context, launch, &mut core, &log_path)?;
+    Ok(core)
+}
+
+/// Opens (appending) `<state-root>/logs/core.log`, creating its directory.
+fn open_core_log(launch: &LaunchContext) -> Result<(PathBuf, std::fs::File), CliError> {
+    let log_dir = launch.state_root.join("logs");
+    std::fs::create_dir_all(&log_dir)
+        .map_err(|e| io_failure(format!("cannot create `{}`", log_dir.display()), e))?;
+    let log_path = log_dir.join("core.log");
+    let log = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| io_failure(format!("cannot open `{}`", log_path.display()), e))?;
+    Ok((log_path, log))
+}
+
+/// Waits until the Core host `core` publishes its endpoint; fails when it exits first,
+/// does not publish within [`CORE_START_TIMEOUT`], or the launch is cancelled (then it
+/// is stopped).
+fn wait_for_core(
+    context: &Context,
+    launch: &LaunchContext,
+    core: &mut StartedCore,
+    log_path: &Path,
+) -> Result<(), CliError> {
+    let endpoint = launch.endpoint_file();
+    let deadline = Instant::now() + CORE_START_TIMEOUT;
+    loop {
+        if running_core(&launch.state_root).is_some() {
+            return Ok(());
+        }
+        if let Some(status) = core.child.exit_status() {
+            return Err(CommandError::new(
+                codes::ARCANE_OPERATION_FAILED,
+                format!(
+                    "the Core host exited ({}) before publishing `{}`",
+                    status.describe(),
+                    endpoint.display()
+                ),
+                json!({"status": status.code, "log": log_path}),
+            )
+            .hint(format!("see `{}`", log_path.display()))
+            .into());
+        }
+        if Instant::now() > deadline || context.cancel.wait_timeout(Duration::from_millis(100)) {
+            core.stop();
+            let cancelled = context.cancel.is_cancelled();
+            return Err(CommandError::new(
+                if cancelled {
+                    codes::ARCANE_CANCELLED
+                } else {
+                    codes::ARCANE_OPERATION_FAILED
+                },
+                if cancelled {
+                    "launch was cancelled while the Core host started".to_string()
+                } else {
+                    format!(
+                        "the Core host did not publish `{}` in time",
+                        endpoint.display()
+                    )
+                },
+                json!({"log": log_path}),
+            )
+            .into());
+        }
+    }
+}
+
+/// Runs the app program with the Core's endpoint file, the state root and the bundle
+/// root in its environment, and waits for it.
+fn run_app(
+    context: &Context,
+    launch: &LaunchContext,
+    relative: &str,
+    program: &Path,
+    program_args: &[String],
+) -> Result<std::process::ExitStatus, CliError> {
+    let endpoint = launch.endpoint_file();
     context.output.event(&Event::new(
         "bundle.launch.app-entry",
         json!({"entry": relative, "program": program, "endpointFile": endpoint}),
     ));
-    let status = Command::new(&program)
+    Command::new(program)
         .args(program_args)
         .env("ARCANE_CORE_ENDPOINT", &endpoint)
         .env("ARCANE_STATE_ROOT", &launch.state_root)
@@ -350,13 +382,8 @@ fn app_entry(
                 json!({"program": program}),
             )
             .caused_by(e)
-        })?;
-    drop(started);
-    Ok(match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code).unwrap_or(1),
-        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
-        _ => 1,
-    })
+            .into()
+        })
 }
 
 /// The human line for one of this command's events (`bundle.launch.*`, routed here by

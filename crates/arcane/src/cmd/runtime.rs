@@ -163,7 +163,8 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     let registry = Registry::new(&context.workspace);
     match args.command {
         RuntimeCommand::Add(add) => {
-            let mut options = AddRuntime::new(add.engine, add.executable);
+            let mut options = AddRuntime::new(add.engine, add.executable)
+                .inherited_loader_path(crate::config::inherited_loader_path());
             if let Some(backend) = add.backend {
                 options = options.backend(backend.into());
             }
@@ -184,7 +185,8 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         }
         RuntimeCommand::Install(install) => {
             let source = Source::parse(&install.archive)?;
-            let mut options = InstallRuntime::new(install.engine, source, install.sha256);
+            let mut options = InstallRuntime::new(install.engine, source, install.sha256)
+                .inherited_loader_path(crate::config::inherited_loader_path());
             if let Some(version) = install.version {
                 options = options.version(version);
             }

@@ -369,6 +369,7 @@ fn table_config(
         }
     };
     let mut config = EngineConfig::new(engine);
+    config.inherited_loader_path = crate::config::inherited_loader_path();
     if let Some(url) = &table.url {
         config.url = url.clone();
     }
