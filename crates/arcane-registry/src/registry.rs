@@ -641,16 +641,21 @@ impl Registry {
                 Source::File(path) => match std::fs::hard_link(path, &staged) {
                     Ok(()) => {
                         let mut report = progress::hash_reporter(events, path, "hash");
-                        let digest = unchanged_while(path, &staged, || {
-                            hash::sha256_file(&staged, cancel, &mut report)
-                        })?;
+                        let digest =
+                            unchanged_while(path, &staged, cancel, String::as_str, || {
+                                hash::sha256_file(&staged, cancel, &mut report)
+                            })?;
                         (Storage::HardLink, digest)
                     }
                     Err(_) => {
                         let mut report = progress::hash_reporter(events, path, "copy");
-                        let (_, digest) = unchanged_while(path, path, || {
-                            hash::copy_and_hash(path, &staged, cancel, &mut report)
-                        })?;
+                        let (_, digest) = unchanged_while(
+                            path,
+                            path,
+                            cancel,
+                            |(_, digest): &(u64, String)| digest.as_str(),
+                            || hash::copy_and_hash(path, &staged, cancel, &mut report),
+                        )?;
                         (Storage::Copy, digest)
                     }
                 },
@@ -809,22 +814,39 @@ impl Registry {
     }
 }
 
-/// Runs `read` (a hash or copy of `file`) and fails with [`Error::SourceChanged`] when
-/// `file` is not the same afterwards: another inode, or another size, modification or
-/// change time. A digest of bytes that changed under the reader matches neither the old
-/// nor the new file, so it must never be recorded. `source` names the file in errors.
+/// Runs `read` (a hash or copy of `file` that yields the digest `digest` picks out) and
+/// fails with [`Error::SourceChanged`] when `file` is not the same afterwards: another
+/// inode, size or modification time. When only its change time moved (another process
+/// linked or chmodded it, or rewrote it and forged the modification time back), the
+/// bytes decide: the file is hashed again and must give the same digest. A digest of
+/// bytes that changed under the reader matches neither the old nor the new file, so it
+/// is never recorded. `source` names the file in errors.
 fn unchanged_while<T>(
     source: &Path,
     file: &Path,
+    cancel: &CancelToken,
+    digest: impl Fn(&T) -> &str,
     read: impl FnOnce() -> Result<T, Error>,
 ) -> Result<T, Error> {
-    let before = FileStamp::of(file).map_err(|e| Error::io("inspect", file, e))?;
+    let stamp = || FileStamp::of(file).map_err(|e| Error::io("inspect", file, e));
+    let same_bytes = |a: &FileStamp, b: &FileStamp| {
+        (a.dev, a.ino, a.size, a.modified_ns) == (b.dev, b.ino, b.size, b.modified_ns)
+    };
+    let changed = || Error::SourceChanged {
+        path: source.to_path_buf(),
+    };
+    let before = stamp()?;
     let value = read()?;
-    let after = FileStamp::of(file).map_err(|e| Error::io("inspect", file, e))?;
-    if before != after {
-        return Err(Error::SourceChanged {
-            path: source.to_path_buf(),
-        });
+    let after = stamp()?;
+    if before == after {
+        return Ok(value);
+    }
+    if !same_bytes(&before, &after) {
+        return Err(changed());
+    }
+    let again = hash::sha256_file(file, cancel, &mut |_, _| {})?;
+    if again != digest(&value) || !same_bytes(&before, &stamp()?) {
+        return Err(changed());
     }
     Ok(value)
 }

@@ -386,3 +386,25 @@ fn a_file_that_changes_while_it_is_hashed_or_copied_is_not_registered() {
         assert!(registry.models().unwrap().is_empty(), "{storage}");
     }
 }
+
+#[test]
+fn a_file_only_linked_by_someone_else_while_it_is_hashed_is_registered() {
+    // Another process hard-linking the same source (parallel `model add`s of one file)
+    // changes only its change time: the bytes are hashed again and decide.
+    let dir = tempdir();
+    let source = dir.path().join("shared.gguf");
+    std::fs::copy(smollm2(), &source).unwrap();
+    let linked = std::sync::Mutex::new(false);
+    let (from, to) = (source.clone(), dir.path().join("other-link.gguf"));
+    let sink = move |event: arcane_report::Event| {
+        let mut done = linked.lock().unwrap();
+        if event.kind == "registry.hash.progress" && !*done {
+            *done = true;
+            std::fs::hard_link(&from, &to).unwrap();
+        }
+    };
+    let model = Registry::new(&dir.path().join("ws"))
+        .add_model(&AddModel::file("m", &source), &sink, &CancelToken::new())
+        .unwrap();
+    assert_eq!(model.sha256, sha256sum(&source));
+}

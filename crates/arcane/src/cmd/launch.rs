@@ -25,7 +25,7 @@
 //! host that was already running is used and left running. The exit code is the
 //! program's (128 + signal when it was killed).
 
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -229,7 +229,9 @@ fn app_entry(
         .into());
     };
     let program = arcane_bundle::resolve_app_entry(&launch.bundle, relative)?;
-    // 2. The running Core, or one started in the background.
+    // 2. The running Core, or one started in the background (in a state root that is
+    // private to the user, like every workspace).
+    arcane_bundle::prepare_state_root(launch)?;
     let started = match running_core(&launch.state_root) {
         Some(_) => None,
         None => Some(start_core(context, launch, args)?),
@@ -238,11 +240,7 @@ fn app_entry(
     let status = run_app(context, launch, relative, &program, program_args)?;
     // 4. The Core host this launch started stops with it.
     drop(started);
-    Ok(match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code).unwrap_or(1),
-        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
-        _ => 1,
-    })
+    Ok(status.shell_code())
 }
 
 /// An `ARCANE_IO` error with `message`, caused by `error`.
@@ -292,7 +290,8 @@ fn start_core(
 /// Opens (appending) `<state-root>/logs/core.log`, creating its directory.
 fn open_core_log(launch: &LaunchContext) -> Result<(PathBuf, std::fs::File), CliError> {
     let log_dir = launch.state_root.join("logs");
-    std::fs::create_dir_all(&log_dir)
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(&log_dir)
         .map_err(|e| io_failure(format!("cannot create `{}`", log_dir.display()), e))?;
     let log_path = log_dir.join("core.log");
     let log = std::fs::File::options()
@@ -356,34 +355,49 @@ fn wait_for_core(
 }
 
 /// Runs the app program with the Core's endpoint file, the state root and the bundle
-/// root in its environment, and waits for it.
+/// root in its environment, and waits for it. It is started through the process module
+/// like every child (its own group, the terminal's foreground group when there is one,
+/// and it dies with this launch); the first SIGTERM/Ctrl-C that reaches this launch is
+/// passed on to its group.
 fn run_app(
     context: &Context,
     launch: &LaunchContext,
     relative: &str,
     program: &Path,
     program_args: &[String],
-) -> Result<std::process::ExitStatus, CliError> {
+) -> Result<arcane_process::ExitInfo, CliError> {
     let endpoint = launch.endpoint_file();
     context.output.event(&Event::new(
         "bundle.launch.app-entry",
         json!({"entry": relative, "program": program, "endpointFile": endpoint}),
     ));
-    Command::new(program)
+    let mut spec = arcane_process::Spec::new(program)
         .args(program_args)
         .env("ARCANE_CORE_ENDPOINT", &endpoint)
         .env("ARCANE_STATE_ROOT", &launch.state_root)
         .env("ARCANE_BUNDLE_ROOT", &launch.bundle.root)
-        .status()
-        .map_err(|e| {
+        .inherit_stdio();
+    spec.foreground = true;
+    let mut child = arcane_process::spawn(spec).map_err(|e| {
+        CliError::from(
             CommandError::new(
                 codes::ARCANE_IO,
                 format!("cannot run app entry `{}`", program.display()),
                 json!({"program": program}),
             )
-            .caused_by(e)
-            .into()
-        })
+            .caused_by(e),
+        )
+    })?;
+    let mut signalled = false;
+    loop {
+        if let Some(info) = child.wait_timeout(Duration::from_millis(100)) {
+            return Ok(info);
+        }
+        if context.cancel.is_cancelled() && !signalled {
+            signalled = true;
+            child.signal(libc::SIGTERM);
+        }
+    }
 }
 
 /// The human line for one of this command's events (`bundle.launch.*`, routed here by

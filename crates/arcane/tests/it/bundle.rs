@@ -716,6 +716,11 @@ fn an_app_entry_without_a_running_core_starts_one_for_the_program_and_stops_it_a
         "{stdout}"
     );
     assert!(stdout.contains("args=one"), "{stdout}");
+    // Issue 14, item 13: the state root launch created is private (0700), like its logs.
+    for dir in [state_root.clone(), state_root.join("logs")] {
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", dir.display());
+    }
     // The program read the live endpoint record of the Core host launch started for it.
     let json_start = stdout
         .find('{')
