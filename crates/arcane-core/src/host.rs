@@ -151,6 +151,32 @@ struct ActiveRequest {
     cancel: CancellationToken,
 }
 
+/// A named (HTTP) client's connection and when it was last asked for.
+struct Named {
+    connection: Arc<ConnectionInner>,
+    last_used: std::time::Instant,
+}
+
+impl Named {
+    /// No exchange holds it and it has no request in flight: it can be forgotten
+    /// without anyone noticing (the next request naming it starts afresh).
+    fn idle(&self) -> bool {
+        Arc::strong_count(&self.connection) == 1
+            && self
+                .connection
+                .active
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
+    }
+}
+
+/// At most this many named clients are remembered; past it the least recently used
+/// idle one is forgotten (local processes choose the names, so the map must be bounded).
+const MAX_NAMED_CLIENTS: usize = 1024;
+/// A named client idle for this long is forgotten.
+const NAMED_CLIENT_IDLE: Duration = Duration::from_secs(300);
+
 struct ConnectionInner {
     id: u64,
     label: String,
@@ -181,7 +207,7 @@ struct Inner {
     close_failures: Mutex<Vec<Value>>,
     subscribers: Mutex<Vec<Subscriber>>,
     connections: Mutex<HashMap<u64, Weak<ConnectionInner>>>,
-    named: Mutex<HashMap<String, Arc<ConnectionInner>>>,
+    named: Mutex<HashMap<String, Named>>,
     next_connection: AtomicU64,
     observer: Arc<dyn EventSink>,
 }
@@ -493,16 +519,30 @@ impl Host {
     pub fn named_connection(&self, client: &str) -> Connection {
         let inner = {
             let mut named = self.inner.named.lock().unwrap_or_else(|p| p.into_inner());
-            Arc::clone(
-                named
-                    .entry(client.to_string())
-                    .or_insert_with(|| self.inner.new_connection(client)),
-            )
+            if !named.contains_key(client) {
+                forget_idle_clients(&mut named);
+            }
+            let entry = named.entry(client.to_string()).or_insert_with(|| Named {
+                connection: self.inner.new_connection(client),
+                last_used: std::time::Instant::now(),
+            });
+            entry.last_used = std::time::Instant::now();
+            Arc::clone(&entry.connection)
         };
         Connection {
             host: self.clone(),
             inner,
         }
+    }
+
+    /// How many named clients the host remembers now (bounded; see
+    /// [`named_connection`](Self::named_connection)).
+    pub fn named_clients(&self) -> usize {
+        self.inner
+            .named
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
     }
 
     /// Starts closing in the background (idempotent); see [`Host::close`].
@@ -1124,6 +1164,23 @@ enum PreparedKind {
         cancel: CancellationToken,
         guard: ActiveGuard,
     },
+}
+
+/// Before a new name is added: forgets idle clients not used for [`NAMED_CLIENT_IDLE`],
+/// then, at the cap, the least recently used idle one.
+fn forget_idle_clients(named: &mut HashMap<String, Named>) {
+    named.retain(|_, entry| !(entry.idle() && entry.last_used.elapsed() >= NAMED_CLIENT_IDLE));
+    if named.len() < MAX_NAMED_CLIENTS {
+        return;
+    }
+    let oldest = named
+        .iter()
+        .filter(|(_, entry)| entry.idle())
+        .min_by_key(|(_, entry)| entry.last_used)
+        .map(|(name, _)| name.clone());
+    if let Some(name) = oldest {
+        named.remove(&name);
+    }
 }
 
 impl Drop for Connection {

@@ -463,3 +463,43 @@ async fn a_frame_with_a_duplicate_key_is_refused_and_never_dispatched() {
     .await;
     assert_eq!(status, 200, "{response}");
 }
+
+#[tokio::test]
+async fn distinct_client_names_do_not_grow_the_host_without_bound() {
+    // Issue: 20,000 RPCs with distinct `X-Arcane-Client` names raised RSS permanently.
+    let served = serve(None).await;
+    let ping =
+        json!({"protocol": "arcane/1", "type": "request", "id": "p", "method": "system.ping"});
+    for i in 0..1500 {
+        let (status, _) = post(
+            &served,
+            "/v1/rpc",
+            Some(&format!("client-{i}")),
+            ping.clone(),
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
+    let remembered = served.host.named_clients();
+    assert!(
+        (1..=1024).contains(&remembered),
+        "{remembered} named clients remembered"
+    );
+    // A client that keeps its event stream open is never forgotten: after more churn
+    // than the cap, its own request's events still reach its stream.
+    let mut listener = open_events(&served, "listener").await;
+    for _ in 0..4 {
+        next_event(&mut listener).await; // the replay
+    }
+    for i in 0..1100 {
+        let (status, _) = post(&served, "/v1/rpc", Some(&format!("more-{i}")), ping.clone()).await;
+        assert_eq!(status, 200);
+    }
+    assert!(served.host.named_clients() <= 1024);
+    let frame = json!({"protocol": "arcane/1", "type": "request", "id": "r", "method": "test.stream", "parameters": {"count": 1}});
+    let (status, _) = post(&served, "/v1/rpc", Some("listener"), frame).await;
+    assert_eq!(status, 200);
+    let event = next_event(&mut listener).await;
+    assert_eq!(event["event"], "test.chunk", "{event}");
+    assert_eq!(event["requestId"], "r");
+}
