@@ -535,6 +535,19 @@ impl Host {
         }
     }
 
+    /// Publishes `core.http.connection-limit` (the HTTP transport refused a connection
+    /// because `max` were open).
+    pub(crate) fn publish_connection_limit(&self, max: usize) {
+        self.inner.publish(
+            "core.http.connection-limit",
+            serde_json::json!({
+                "maxConnections": max,
+                "message": format!("refusing new connections: {max} are open (a local process may be holding them)"),
+            }),
+            EventRoute::Broadcast,
+        );
+    }
+
     /// How many named clients the host remembers now (bounded; see
     /// [`named_connection`](Self::named_connection)).
     pub fn named_clients(&self) -> usize {

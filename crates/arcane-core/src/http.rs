@@ -302,6 +302,8 @@ pub struct HttpOptions {
     pub upstream: Option<Arc<dyn Upstream>>,
     /// How long to wait for open HTTP exchanges after the host closed.
     pub grace: Duration,
+    /// Header-read and idle timeouts and the connection cap.
+    pub limits: crate::limits::ConnectionLimits,
 }
 
 impl HttpOptions {
@@ -312,6 +314,7 @@ impl HttpOptions {
             max_body: crate::framing::DEFAULT_MAX_FRAME,
             upstream: None,
             grace: Duration::from_secs(5),
+            limits: crate::limits::ConnectionLimits::default(),
         }
     }
 
@@ -379,6 +382,9 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
         client: engine_client(),
     });
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let limits = shared.options.limits;
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let mut refusing = false;
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -387,18 +393,49 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
         let Ok((stream, _peer)) = accepted else {
             continue;
         };
+        // 1. The connection cap: past it a new connection is closed at once, said once
+        //    per burst.
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            if !std::mem::replace(&mut refusing, true) {
+                host.publish_connection_limit(limits.max_connections);
+            }
+            drop(stream);
+            continue;
+        };
+        refusing = false;
         let _ = stream.set_nodelay(true);
+        // 2. Activity tracking for the idle timeout; a request counts as in flight until
+        //    its response body is sent.
+        let activity = crate::limits::Activity::new();
         let shared = Arc::clone(&shared);
+        let requests = Arc::clone(&activity);
         let service = hyper::service::service_fn(move |request| {
             let shared = Arc::clone(&shared);
-            async move { Ok::<_, Infallible>(handle(shared, request).await) }
+            let in_flight = requests.begin();
+            async move {
+                let response = handle(shared, request).await;
+                Ok::<_, Infallible>(
+                    response.map(|body| BoxBody::new(crate::limits::Guarded::new(body, in_flight))),
+                )
+            }
         });
+        // 3. The header-read timeout, by hyper's own timer.
         let connection = hyper::server::conn::http1::Builder::new()
             .keep_alive(true)
-            .serve_connection(TokioIo::new(stream), service);
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(limits.header_read)
+            .serve_connection(
+                TokioIo::new(crate::limits::Tracked::new(stream, Arc::clone(&activity))),
+                service,
+            );
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
-            let _ = connection.await;
+            let _slot = slot;
+            // Dropping an idle connection closes it; nothing is in flight on it.
+            tokio::select! {
+                _ = connection => {}
+                () = activity.idle_for(limits.idle) => {}
+            }
         });
     }
     drop(listener);

@@ -50,6 +50,7 @@ mod error;
 pub mod framing;
 pub mod host;
 pub mod http;
+pub mod limits;
 pub mod localai;
 pub mod protocol;
 pub mod selection;

@@ -503,3 +503,151 @@ async fn distinct_client_names_do_not_grow_the_host_without_bound() {
     assert_eq!(event["event"], "test.chunk", "{event}");
     assert_eq!(event["requestId"], "r");
 }
+
+/// A host on loopback with these connection limits, and its event observer's events.
+async fn serve_limited(
+    limits: arcane_core::limits::ConnectionLimits,
+) -> (Served, Arc<std::sync::Mutex<Vec<String>>>) {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let events = Arc::clone(&seen);
+    let observer: Arc<dyn arcane_report::EventSink> =
+        Arc::new(move |event: arcane_report::Event| events.lock().unwrap().push(event.kind));
+    let service = TestService::new("t", "test");
+    let host = Host::builder(AppInfo::default())
+        .observer(observer)
+        .service(service.clone())
+        .unwrap()
+        .build();
+    host.start();
+    host.service_settled("t").await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let token = arcane_core::endpoint::new_token().unwrap();
+    let mut options = HttpOptions::new(token.clone());
+    options.limits = limits;
+    let task = tokio::spawn(arcane_core::http::serve(host.clone(), listener, options));
+    let served = Served {
+        host,
+        address,
+        token,
+        service,
+        task,
+    };
+    (served, seen)
+}
+
+/// Reads until the peer closes (`true`) or `within` passes (`false`).
+async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buffer = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buffer)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn slow_idle_and_excess_connections_are_closed_and_real_requests_still_answered() {
+    // Issue: a client sending one header byte per second stayed connected for 45 s and
+    // more; 200 idle connections, half with partial headers, all stayed open.
+    use tokio::io::AsyncWriteExt;
+    let limits = arcane_core::limits::ConnectionLimits {
+        header_read: Duration::from_secs(1),
+        idle: Duration::from_secs(1),
+        max_connections: 64,
+    };
+    let (served, events) = serve_limited(limits).await;
+    // 1. A head dribbled a byte at a time is cut off by the header-read timeout.
+    let mut slow = tokio::net::TcpStream::connect(served.address)
+        .await
+        .unwrap();
+    let dribble = tokio::spawn(async move {
+        for byte in b"GET /v1/health HTTP/1.1\r\nHost: x\r\n" {
+            if slow.write_all(&[*byte]).await.is_err() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        closed_within(&mut slow, Duration::from_secs(1)).await
+    });
+    assert!(dribble.await.unwrap(), "the slow client was never cut off");
+    // 2. A keep-alive connection left idle after a request is closed.
+    let mut idle = tokio::net::TcpStream::connect(served.address)
+        .await
+        .unwrap();
+    let head = format!(
+        "GET /v1/health HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n",
+        served.address, served.token
+    );
+    idle.write_all(head.as_bytes()).await.unwrap();
+    assert!(
+        closed_within(&mut idle, Duration::from_secs(20)).await,
+        "the idle connection stayed open"
+    );
+    // 3. Past the cap a new connection is closed at once, said once; once the squatters
+    //    are cut off, authenticated requests are answered again.
+    let mut held = Vec::new();
+    for _ in 0..limits.max_connections {
+        held.push(
+            tokio::net::TcpStream::connect(served.address)
+                .await
+                .unwrap(),
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut extra = tokio::net::TcpStream::connect(served.address)
+        .await
+        .unwrap();
+    assert!(closed_within(&mut extra, Duration::from_secs(5)).await);
+    assert_eq!(
+        events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|kind| *kind == "core.http.connection-limit")
+            .count(),
+        1
+    );
+    for stream in &mut held {
+        assert!(
+            closed_within(stream, Duration::from_secs(20)).await,
+            "a squatter stayed"
+        );
+    }
+    let (status, _) = post(
+        &served,
+        "/v1/rpc",
+        None,
+        json!({"protocol": "arcane/1", "type": "request", "id": "p", "method": "system.ping"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn an_authenticated_request_is_answered_while_500_idle_connections_are_held() {
+    let served = serve(None).await;
+    let mut held = Vec::new();
+    for i in 0..500 {
+        let mut stream = tokio::net::TcpStream::connect(served.address)
+            .await
+            .unwrap();
+        if i % 2 == 0 {
+            use tokio::io::AsyncWriteExt;
+            stream.write_all(b"GET /v1/hea").await.unwrap();
+        }
+        held.push(stream);
+    }
+    let (status, response) = post(
+        &served,
+        "/v1/rpc",
+        None,
+        json!({"protocol": "arcane/1", "type": "request", "id": "p", "method": "system.ping"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{response}");
+}

@@ -591,6 +591,10 @@ pub fn human_event(event: &Event, _verbose: u8) -> Option<String> {
             Some("closed") => Some("Core host closed".into()),
             _ => None,
         },
+        "core.http.connection-limit" => Some(format!(
+            "warning: {}",
+            data["message"].as_str().unwrap_or("refusing new connections")
+        )),
         "core.error" => Some(format!(
             "error in `{}`: {}",
             data["service"].as_str().unwrap_or("core"),

@@ -1,0 +1,185 @@
+//! What one local process may hold of the HTTP transport: how long a request head may
+//! take to arrive, how long a keep-alive connection may sit idle, and how many
+//! connections may be open at once.
+//!
+//! A local process is not trusted to be polite: one that sends a header byte a second,
+//! opens hundreds of idle connections, or leaves keep-alive connections open forever
+//! must not exhaust the host. So:
+//!
+//! * **header read**: hyper's own timer closes a connection whose request head is not
+//!   complete within [`ConnectionLimits::header_read`] of the connection opening;
+//! * **idle**: a connection with no request in flight and no bytes moving for
+//!   [`ConnectionLimits::idle`] is closed (a request in flight, even one waiting silently
+//!   for a slow non-streamed completion, keeps it open; so does a streamed response);
+//! * **cap**: past [`ConnectionLimits::max_connections`] open connections a new one is
+//!   closed at once and a `core.http.connection-limit` event says so (once per burst).
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The limits of the HTTP transport (see the module documentation).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// How long a request head may take, from the connection opening (default 10 s).
+    pub header_read: Duration,
+    /// How long a connection may sit idle between requests (default 120 s).
+    pub idle: Duration,
+    /// How many connections may be open at once (default 1024).
+    pub max_connections: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            header_read: Duration::from_secs(10),
+            idle: Duration::from_secs(120),
+            max_connections: 1024,
+        }
+    }
+}
+
+/// What one connection is doing: when bytes last moved, and how many requests are in
+/// flight on it.
+#[derive(Debug)]
+pub(crate) struct Activity {
+    epoch: Instant,
+    last_millis: AtomicU64,
+    in_flight: AtomicUsize,
+}
+
+impl Activity {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            epoch: Instant::now(),
+            last_millis: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+        })
+    }
+
+    fn touch(&self) {
+        let now = self.epoch.elapsed().as_millis() as u64;
+        self.last_millis.store(now, Ordering::Relaxed);
+    }
+
+    /// Marks a request in flight until the guard (held by its response body) drops.
+    pub(crate) fn begin(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(Arc::clone(self))
+    }
+
+    /// Resolves once the connection has been idle (nothing in flight, no bytes) for
+    /// `idle`.
+    pub(crate) async fn idle_for(&self, idle: Duration) {
+        loop {
+            let quiet = self.epoch.elapsed().saturating_sub(Duration::from_millis(
+                self.last_millis.load(Ordering::Relaxed),
+            ));
+            if self.in_flight.load(Ordering::SeqCst) == 0 && quiet >= idle {
+                return;
+            }
+            let wait = idle.saturating_sub(quiet).max(Duration::from_millis(50));
+            tokio::time::sleep(wait.min(idle)).await;
+        }
+    }
+}
+
+/// A request in flight on a connection (see [`Activity::begin`]).
+#[derive(Debug)]
+pub(crate) struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A stream that records when bytes move through it.
+pub(crate) struct Tracked<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S> Tracked<S> {
+    pub(crate) fn new(inner: S, activity: Arc<Activity>) -> Self {
+        Self { inner, activity }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A response body that keeps its request counted as in flight until it is sent or
+/// dropped.
+pub(crate) struct Guarded<B> {
+    inner: B,
+    _in_flight: InFlight,
+}
+
+impl<B> Guarded<B> {
+    pub(crate) fn new(inner: B, in_flight: InFlight) -> Self {
+        Self {
+            inner,
+            _in_flight: in_flight,
+        }
+    }
+}
+
+impl<B: hyper::body::Body + Unpin> hyper::body::Body for Guarded<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
