@@ -163,7 +163,10 @@ pub fn verify(
         Mode::empty(),
     )
     .map_err(|e| Error::io("open bundle", &root, e.into()))?;
-    events.emit(Event::new("bundle.verify.started", json!({"root": root})));
+    events.emit(Event::new(
+        arcane_report::event_types::BUNDLE_VERIFY_STARTED,
+        json!({"root": root}),
+    ));
     let mut report = VerifyReport {
         root: root.clone(),
         manifest: None,
@@ -280,7 +283,7 @@ pub fn verify(
     // 5. Content.
     let bytes_total: u64 = jobs.iter().map(|j| j.size).sum();
     let progress = Progress::new(
-        "bundle.verify.progress",
+        arcane_report::event_types::BUNDLE_VERIFY_PROGRESS,
         events,
         jobs.len() as u64,
         bytes_total,
@@ -334,7 +337,7 @@ pub fn verify_strict(
 
 fn finish(events: &dyn EventSink, report: &VerifyReport) {
     events.emit(Event::new(
-        "bundle.verify.finished",
+        arcane_report::event_types::BUNDLE_VERIFY_FINISHED,
         json!({"root": report.root, "failures": report.failures.len() + report.omitted, "filesHashed": report.files_hashed, "bytesHashed": report.bytes_hashed}),
     ));
 }

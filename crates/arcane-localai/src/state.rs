@@ -23,6 +23,7 @@
 //! * `stopped` is terminal: a stopped server is never started again (a new start is a
 //!   new server).
 
+use arcane_report::event_types;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -66,8 +67,14 @@ impl ServerState {
     }
 
     /// The event type published on entering this state: `local-ai.server.<state>`.
-    pub fn event_type(self) -> String {
-        format!("local-ai.server.{}", self.as_str())
+    pub fn event_type(self) -> &'static str {
+        match self {
+            ServerState::Starting => event_types::LOCAL_AI_SERVER_STARTING,
+            ServerState::Loading => event_types::LOCAL_AI_SERVER_LOADING,
+            ServerState::Ready => event_types::LOCAL_AI_SERVER_READY,
+            ServerState::Error => event_types::LOCAL_AI_SERVER_ERROR,
+            ServerState::Stopped => event_types::LOCAL_AI_SERVER_STOPPED,
+        }
     }
 
     /// Whether the server answers requests.
@@ -325,6 +332,16 @@ mod tests {
             .filter(|c| transition(Error, *c) == Ok(Error))
             .collect();
         assert_eq!(into_error, [Change::GaveUp]);
+    }
+
+    #[test]
+    fn each_state_has_its_event_type() {
+        for state in ServerState::ALL {
+            assert_eq!(
+                state.event_type(),
+                format!("local-ai.server.{}", state.as_str())
+            );
+        }
     }
 
     #[test]

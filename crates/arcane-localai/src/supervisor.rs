@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arcane_report::event_types;
 use arcane_report::{codes, error_json, CancelToken, Event, EventSink};
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -303,7 +304,7 @@ impl OwnedServer {
 pub type StateObserver = Arc<dyn Fn(&ServerSnapshot) + Send + Sync>;
 
 /// The kind of the event that reports a refused state change (a bug, never a state).
-pub const TRANSITION_REFUSED: &str = "local-ai.transition.refused";
+pub const TRANSITION_REFUSED: &str = event_types::LOCAL_AI_TRANSITION_REFUSED;
 
 /// Publishes state changes: every change goes through [`transition`]'s table, updates
 /// the watched snapshot, and is emitted exactly once as `local-ai.server.<state>` with
@@ -461,7 +462,10 @@ impl Running {
 
     fn push_line(&mut self, publisher: &Publisher, line: process::OutputLine) {
         publisher.emit(
-            &format!("process.{}", line.stream.name()),
+            match line.stream {
+                process::Stream::Stdout => event_types::PROCESS_STDOUT,
+                process::Stream::Stderr => event_types::PROCESS_STDERR,
+            },
             json!({"pid": self.child.pid, "line": line.line}),
         );
         if self.last_lines.len() == LAST_LINES {
@@ -760,7 +764,7 @@ impl Context {
         });
         let cwd = process::working_directory(&program);
         self.publisher.emit(
-            "process.starting",
+            event_types::PROCESS_STARTING,
             json!({"command": program, "args": args, "cwd": cwd}),
         );
         let child = process::spawn(SpawnSpec {
@@ -828,21 +832,23 @@ impl Context {
     async fn terminate(&self, running: &mut Running) -> (StopStep, ExitInfo) {
         let pid = running.child.pid;
         if running.child.exit_status().is_none() {
-            self.publisher
-                .emit("process.cancellation.requested", json!({"pid": pid}));
+            self.publisher.emit(
+                event_types::PROCESS_CANCELLATION_REQUESTED,
+                json!({"pid": pid}),
+            );
         }
         let publisher = self.publisher.clone();
         let (step, exit) = running
             .child
             .terminate(self.config.stop_grace, move || {
                 publisher.emit(
-                    "process.cancellation.escalated",
+                    event_types::PROCESS_CANCELLATION_ESCALATED,
                     json!({"pid": pid, "signal": "SIGKILL"}),
                 );
             })
             .await;
         self.publisher.emit(
-            "process.exited",
+            event_types::PROCESS_EXITED,
             json!({"pid": pid, "code": exit.code, "signal": exit.signal, "stopStep": step}),
         );
         (step, exit)

@@ -344,7 +344,7 @@ impl Registry {
         }
         let library_dirs = archive::library_dirs(&executable);
         events.emit(Event::new(
-            "registry.runtime.probing",
+            arcane_report::event_types::REGISTRY_RUNTIME_PROBING,
             json!({"executable": executable}),
         ));
         let probed = probe::probe(
@@ -379,7 +379,7 @@ impl Registry {
             self.save(&document)
         })?;
         events.emit(Event::new(
-            "registry.runtime.added",
+            arcane_report::event_types::REGISTRY_RUNTIME_ADDED,
             json!({"runtime": runtime}),
         ));
         Ok(runtime)
@@ -479,7 +479,7 @@ impl Registry {
             let root = staging.path().join("root");
             std::fs::create_dir(&root).map_err(|e| Error::io("create", &root, e))?;
             events.emit(Event::new(
-                "registry.runtime.extracting",
+                arcane_report::event_types::REGISTRY_RUNTIME_EXTRACTING,
                 json!({"archive": label, "destination": root}),
             ));
             archive::extract(&mut file, &label, &root, cancel)?;
@@ -496,7 +496,7 @@ impl Registry {
             let staged_libraries = archive::library_dirs(&staged_executable);
             let probed = if options.check_runs {
                 events.emit(Event::new(
-                    "registry.runtime.probing",
+                    arcane_report::event_types::REGISTRY_RUNTIME_PROBING,
                     json!({"executable": staged_executable}),
                 ));
                 Some(probe::probe(
@@ -576,7 +576,7 @@ impl Registry {
             Ok(runtime)
         })?;
         events.emit(Event::new(
-            "registry.runtime.installed",
+            arcane_report::event_types::REGISTRY_RUNTIME_INSTALLED,
             json!({"runtime": runtime}),
         ));
         Ok(runtime)
@@ -603,7 +603,7 @@ impl Registry {
             Ok(runtime)
         })?;
         events.emit(Event::new(
-            "registry.runtime.removed",
+            arcane_report::event_types::REGISTRY_RUNTIME_REMOVED,
             json!({"runtime": runtime}),
         ));
         Ok(runtime)
@@ -756,7 +756,10 @@ impl Registry {
             }
             Ok(model)
         })?;
-        events.emit(Event::new("registry.model.added", json!({"model": model})));
+        events.emit(Event::new(
+            arcane_report::event_types::REGISTRY_MODEL_ADDED,
+            json!({"model": model}),
+        ));
         Ok(model)
     }
 
@@ -854,7 +857,7 @@ impl Registry {
             Ok(model)
         })?;
         events.emit(Event::new(
-            "registry.model.removed",
+            arcane_report::event_types::REGISTRY_MODEL_REMOVED,
             json!({"model": model}),
         ));
         Ok(model)

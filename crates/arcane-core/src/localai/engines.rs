@@ -7,6 +7,7 @@
 use std::sync::{Arc, Mutex, Weak};
 
 use arcane_localai::{ServerSnapshot, StateObserver};
+use arcane_report::event_types;
 use arcane_report::{error_json, CancelToken};
 use hyper::Method;
 use serde_json::{json, Value};
@@ -121,7 +122,7 @@ impl LocalAiService {
         let data = status.to_json();
         self.status.send_replace(status);
         if let Some(context) = self.context.lock().ok().and_then(|c| c.clone()) {
-            context.emit("localai.state", data);
+            context.emit(event_types::LOCALAI_STATE, data);
         }
     }
 
@@ -420,6 +421,6 @@ impl Service for LocalAiService {
     }
 
     fn replay(&self) -> Vec<(String, Value)> {
-        vec![("localai.state".into(), self.state())]
+        vec![(event_types::LOCALAI_STATE.into(), self.state())]
     }
 }

@@ -3,6 +3,7 @@
 //! request), and the one request path every call to an engine takes, with its
 //! [`Deadlines`].
 
+use arcane_report::event_types;
 use bytes::Bytes;
 use hyper::{Method, Request};
 use serde_json::{json, Value};
@@ -146,7 +147,7 @@ impl LocalAiService {
             }
             chunks += 1;
             context.emit(
-                "llama.chunk",
+                event_types::LLAMA_CHUNK,
                 json!({"streamId": stream_id, "chunk": chunk}),
             );
             last = chunk;
@@ -235,7 +236,7 @@ impl LocalAiService {
                 content.push_str(text);
             }
             context.emit(
-                "ollama.chunk",
+                event_types::OLLAMA_CHUNK,
                 json!({"streamId": stream_id, "chunk": chunk}),
             );
             last = chunk;

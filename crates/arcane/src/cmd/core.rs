@@ -14,6 +14,7 @@ use arcane_core::selection::{plan, Runtime};
 use arcane_core::supervised::{LiveDevices, SupervisedLauncher};
 use arcane_core::{AppInfo, Host};
 use arcane_localai::{Engine, EngineConfig};
+use arcane_report::event_types;
 use arcane_report::{codes, Event, EventSink};
 use serde_json::json;
 
@@ -627,9 +628,10 @@ async fn serve_async(
     ));
     if context.output.mode == crate::cli::OutputMode::Ndjson {
         let summary = json!({"url": url, "pid": record.pid, "endpointFile": endpoint_file});
-        context
-            .output
-            .result("", &json!({"type": "core.listening", "data": summary}));
+        context.output.result(
+            "",
+            &json!({"type": event_types::CORE_LISTENING, "data": summary}),
+        );
     }
     let first = follow(context, &parts, &mut printed, &url, &endpoint_file).await;
     // Step 6: drain and close, then print what the shutdown reported.
@@ -722,17 +724,17 @@ fn announce(
 pub fn human_event(event: &Event, _verbose: u8) -> Option<String> {
     let data = &event.data;
     match event.kind.as_str() {
-        "core.service.state" => Some(format!(
+        event_types::CORE_SERVICE_STATE => Some(format!(
             "service `{}` is {}",
             data["name"].as_str().unwrap_or("?"),
             data["state"].as_str().unwrap_or("?")
         )),
-        "core.state" => match data["state"].as_str() {
+        event_types::CORE_STATE => match data["state"].as_str() {
             Some("draining") => Some("shutting down: draining requests and services".into()),
             Some("closed") => Some("Core host closed".into()),
             _ => None,
         },
-        "core.error" => Some(format!(
+        event_types::CORE_ERROR => Some(format!(
             "error in `{}`: {}",
             data["service"].as_str().unwrap_or("core"),
             data["error"]["message"].as_str().unwrap_or("?")
