@@ -12,7 +12,7 @@ use arcane_report::{error_json, CancelToken, Event, EventSink};
 use serde_json::Value;
 
 use super::{EngineHandle, EngineLauncher};
-use crate::error::Error;
+use crate::error::{Error, Unready};
 use crate::http::Deadlines;
 use crate::selection::Runtime;
 use crate::service::{BoxError, BoxFuture};
@@ -156,7 +156,7 @@ impl EngineLauncher for AdoptLauncher {
                 if tokio::time::Instant::now() >= deadline {
                     let error = Error::EngineNotReady {
                         runtime: runtime.id().into(),
-                        state: last_error,
+                        state: Unready::Unanswered(last_error),
                         retry_after: None,
                     };
                     let record = error_json(&error);

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::status::{EngineState, EngineView, LocalAiStatus};
 use super::{EngineHandle, EngineLauncher};
-use crate::error::Error;
+use crate::error::{Error, Unready};
 use crate::http::{engine_client, Deadlines, EngineClient, Upstream, UpstreamTarget};
 use crate::selection::Runtime;
 use crate::service::{
@@ -89,7 +89,7 @@ impl LocalAiService {
         self.slot(runtime).ok_or_else(|| {
             Box::new(Error::EngineNotReady {
                 runtime: runtime.id().into(),
-                state: "not selected".into(),
+                state: Unready::NotSelected,
                 retry_after: None,
             }) as BoxError
         })
@@ -214,7 +214,7 @@ impl LocalAiService {
             }
             Some(view) => Err(Box::new(Error::EngineNotReady {
                 runtime: slot.runtime.id().into(),
-                state: view.state().to_string(),
+                state: Unready::In(view.state()),
                 retry_after: None,
             })),
             None => Err(Box::new(Error::ShuttingDown)),
@@ -318,7 +318,7 @@ impl Upstream for LocalAiService {
         let Some(slot) = self.slot(Runtime::LlamaCpp) else {
             return UpstreamTarget::Unavailable {
                 runtime: "llama.cpp".into(),
-                state: "not selected".into(),
+                state: Unready::NotSelected,
                 retry_after: None,
             };
         };
@@ -331,7 +331,7 @@ impl Upstream for LocalAiService {
         }
         UpstreamTarget::Unavailable {
             runtime: "llama.cpp".into(),
-            state: state.to_string(),
+            state: Unready::In(state),
             retry_after: state.retry_after(),
         }
     }

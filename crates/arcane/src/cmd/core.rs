@@ -576,7 +576,12 @@ async fn follow(
     endpoint_file: &std::path::Path,
 ) -> FirstStartWatch {
     let mut watch = FirstStartWatch::new(parts.local_ai.is_some());
-    let mut status = parts.local_ai.as_ref().map(|service| service.watch());
+    let mut status = parts.local_ai.as_ref().map(|service| {
+        let mut status = service.watch();
+        // The engines may have changed before this subscribed: judge the current one too.
+        status.mark_changed();
+        status
+    });
     let act = |next: Next| match next {
         Next::Announce(llama) => announce(context, url, endpoint_file, llama.as_deref()),
         Next::Shutdown => parts.host.shutdown_handle().shutdown(),
