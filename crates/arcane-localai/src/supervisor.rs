@@ -18,7 +18,7 @@
 //! An owned server is then watched by one monitor task that owns the child: it sees a
 //! crash at once (`error`, restart with backoff under [`RestartPolicy::OnFailure`];
 //! when no restart is left, one last `error` whose message says it gave up, with
-//! `details.gaveUp`), and performs [`OwnedServer::stop`] (SIGTERM to the group, grace, SIGKILL). Dropping
+//! `details.gaveUp`: the table's one `error → error` change, `gave-up`), and performs [`OwnedServer::stop`] (SIGTERM to the group, grace, SIGKILL). Dropping
 //! every [`OwnedServer`] handle stops the engine; dropping the monitor (runtime shut
 //! down) kills it.
 //!

@@ -46,20 +46,23 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
             Ok::<_, CliError>((health, local_ai, devices))
         })?;
     let endpoint = client.endpoint();
+    let engines = local_ai.unwrap_or_default();
     let value = json!({
         "url": endpoint.url,
         "pid": endpoint.pid,
         "state": health["state"],
         "version": health["version"],
         "services": health["services"],
-        "engines": local_ai.map(|l| l.to_json()["runtimes"].take()).unwrap_or(json!([])),
+        "engines": engines.to_json()["runtimes"].take(),
         "devices": devices.as_ref().map(|d| d["devices"].clone()).unwrap_or(json!([])),
     });
-    context.output.result(&human(&value), &value);
+    context
+        .output
+        .result(&human(&value, &engines.runtimes), &value);
     Ok(0)
 }
 
-fn human(value: &Value) -> String {
+fn human(value: &Value, engines: &[EngineStatus]) -> String {
     let text = |v: &Value| v.as_str().unwrap_or("?").to_string();
     let mut host = format!(
         "Core host {} at {}",
@@ -77,9 +80,7 @@ fn human(value: &Value) -> String {
             text(&service["state"])
         ));
     }
-    let engines: Vec<EngineStatus> =
-        serde_json::from_value(value["engines"].clone()).unwrap_or_default();
-    for engine in &engines {
+    for engine in engines {
         let mut line = format!(
             "  engine  {:<18} {} at {} ({})",
             engine.id,
@@ -142,7 +143,12 @@ mod tests {
         }
         let value = json!({"state": "ready", "url": "http://127.0.0.1:1", "pid": null,
             "engines": [{"id": "llama.cpp", "state": "ready", "url": "u", "owned": false, "external": true, "pid": null}]});
-        assert!(!human(&value).contains("null"), "{}", human(&value));
-        assert!(human(&value).contains("engine  llama.cpp          ready at u (adopted"));
+        let engines: Vec<EngineStatus> = serde_json::from_value(value["engines"].clone()).unwrap();
+        let text = human(&value, &engines);
+        assert!(!text.contains("null"), "{text}");
+        assert!(
+            text.contains("engine  llama.cpp          ready at u (adopted"),
+            "{text}"
+        );
     }
 }
