@@ -169,7 +169,7 @@ pub fn build(
     // 1. Validate.
     let output = validate(request)?;
     events.emit(Event::new(
-        "bundle.build.started",
+        arcane_report::event_types::BUNDLE_BUILD_STARTED,
         json!({"out": output.out, "app": output.app_dir}),
     ));
     let mut plan: Vec<Planned> = vec![Planned {
@@ -189,7 +189,7 @@ pub fn build(
     let model_entries = plan_models(&models, &mut plan);
     let sizes = check_plan(&plan)?;
     events.emit(Event::new(
-        "bundle.build.resolved",
+        arcane_report::event_types::BUNDLE_BUILD_RESOLVED,
         json!({"runtimes": runtimes.iter().map(|r| &r.id).collect::<Vec<_>>(), "models": models.iter().map(|m| &m.id).collect::<Vec<_>>(), "files": plan.len(), "bytes": sizes}),
     ));
 
@@ -349,7 +349,7 @@ fn assemble_into_place(
             created_parents.keep();
             let bytes = manifest.files.iter().map(|f| f.size).sum();
             events.emit(Event::new(
-                "bundle.build.finished",
+                arcane_report::event_types::BUNDLE_BUILD_FINISHED,
                 json!({"root": out, "bundleId": manifest.bundle_id, "files": manifest.files.len(), "bytes": bytes}),
             ));
             Ok(BuildOutcome {
@@ -788,7 +788,12 @@ fn assemble(
     events: &dyn EventSink,
     cancel: &CancelToken,
 ) -> Result<Manifest, Error> {
-    let progress = Progress::new("bundle.build.progress", events, plan.len() as u64, total);
+    let progress = Progress::new(
+        arcane_report::event_types::BUNDLE_BUILD_PROGRESS,
+        events,
+        plan.len() as u64,
+        total,
+    );
     let mut files = Vec::with_capacity(plan.len());
     let mut buffer = vec![0u8; arcane_files::CHUNK];
     let mut created_dirs: HashSet<PathBuf> = HashSet::new();

@@ -157,7 +157,10 @@ pub fn verify(
     cancel: &CancelToken,
 ) -> Result<VerifyReport, Error> {
     let (root, root_fd) = open_root(root)?;
-    events.emit(Event::new("bundle.verify.started", json!({"root": root})));
+    events.emit(Event::new(
+        arcane_report::event_types::BUNDLE_VERIFY_STARTED,
+        json!({"root": root}),
+    ));
     let mut report = VerifyReport {
         root: root.clone(),
         manifest: None,
@@ -348,7 +351,7 @@ fn check_content(
 ) -> Result<(), Error> {
     let bytes_total: u64 = jobs.iter().map(|j| j.size).sum();
     let progress = Progress::new(
-        "bundle.verify.progress",
+        arcane_report::event_types::BUNDLE_VERIFY_PROGRESS,
         events,
         jobs.len() as u64,
         bytes_total,
@@ -400,7 +403,7 @@ pub fn verify_strict(
 
 fn finish(events: &dyn EventSink, report: &VerifyReport) {
     events.emit(Event::new(
-        "bundle.verify.finished",
+        arcane_report::event_types::BUNDLE_VERIFY_FINISHED,
         json!({"root": report.root, "failures": report.failures.len() + report.omitted, "filesHashed": report.files_hashed, "bytesHashed": report.bytes_hashed}),
     ));
 }

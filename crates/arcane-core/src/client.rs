@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use crate::endpoint::{running_endpoint, EndpointRecord};
 use crate::error::{Error, Peer};
 use crate::http::{collect, engine_client, full, Deadlines, EngineClient, HttpBody};
+use crate::localai::LocalAiStatus;
 use crate::protocol::PROTOCOL;
 
 /// A connection to a running Core host.
@@ -121,6 +122,16 @@ impl CoreClient {
             &value
         };
         Err(remote(error, status))
+    }
+
+    /// Calls `localai.status` and parses its answer into the host's typed engine
+    /// status, once (the one deserialising type, [`LocalAiStatus`]).
+    pub async fn local_ai_status(&self) -> Result<LocalAiStatus, Error> {
+        let value = self.call("localai.status", json!({})).await?;
+        serde_json::from_value(value).map_err(|source| Error::Http {
+            url: format!("{}/v1/rpc", self.endpoint().url.trim_end_matches('/')),
+            source: Box::new(source),
+        })
     }
 
     /// Sends a chat completion through the OpenAI passthrough with `stream: true`,

@@ -7,6 +7,8 @@ use std::time::Duration;
 use arcane_report::{codes, Diagnostic};
 use serde_json::{json, Value};
 
+use crate::localai::EngineState;
+
 /// Why a stdio frame could not be decoded (the SDK's `IPC_*` reasons).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -195,8 +197,8 @@ pub enum Error {
     EngineNotReady {
         /// `llama.cpp` or `ollama`.
         runtime: String,
-        /// Its state.
-        state: String,
+        /// Why: its state, not selected, or how it failed to answer.
+        state: Unready,
         /// Seconds after which a retry may succeed (loading engines).
         retry_after: Option<u64>,
     },
@@ -454,7 +456,7 @@ impl Diagnostic for Error {
                 runtime,
                 state,
                 retry_after,
-            } => json!({"runtime": runtime, "state": state, "retryAfter": retry_after}),
+            } => json!({"runtime": runtime, "state": state.to_string(), "retryAfter": retry_after}),
             Self::Http { url, .. } => json!({"url": url}),
             Self::Timeout {
                 url,
@@ -503,7 +505,10 @@ impl Diagnostic for Error {
             } => vec![
                 "the Core host, or the engine it forwards to, may be stopped (SIGSTOP), hung or busy: check their processes (the host's pid is in `.arcane/core.json`), or pass a longer `--timeout SECONDS`".into(),
             ],
-            Self::EngineNotReady { state, .. } if state == "error" || state == "stopped" => vec![
+            Self::EngineNotReady {
+                state: Unready::In(EngineState::Error | EngineState::Stopped),
+                ..
+            } => vec![
                 "`arcane status` shows what happened to the engine".into(),
                 "start it again with the `localai.services.recover` RPC, or restart `arcane serve`".into(),
             ],
@@ -513,14 +518,36 @@ impl Diagnostic for Error {
     }
 }
 
-/// How [`Error::EngineNotReady`] words an engine state after "engine `id`".
-fn engine_state_text(state: &str) -> String {
+/// Why an engine cannot take a request ([`Error::EngineNotReady`]). On the wire
+/// (`details.state`) it is the state's name, `not selected`, or the description.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unready {
+    /// The runtime is not selected on this host.
+    NotSelected,
+    /// The engine is in this state (not `ready`).
+    In(EngineState),
+    /// The engine did not answer as a ready engine does; says how.
+    Unanswered(String),
+}
+
+impl std::fmt::Display for Unready {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotSelected => f.write_str("not selected"),
+            Self::In(state) => f.write_str(state.as_str()),
+            Self::Unanswered(how) => f.write_str(how),
+        }
+    }
+}
+
+/// How [`Error::EngineNotReady`] words why, after "engine `id`".
+fn engine_state_text(state: &Unready) -> String {
     match state {
-        "error" => "failed and is not serving".into(),
-        "stopped" => "is stopped".into(),
-        "starting" => "is still starting".into(),
-        "loading" => "is still loading its model".into(),
-        "not selected" => "is not selected on this host".into(),
+        Unready::In(EngineState::Error) => "failed and is not serving".into(),
+        Unready::In(EngineState::Stopped) => "is stopped".into(),
+        Unready::In(EngineState::Starting) => "is still starting".into(),
+        Unready::In(EngineState::Loading) => "is still loading its model".into(),
+        Unready::NotSelected => "is not selected on this host".into(),
         other => format!("is not ready ({other})"),
     }
 }

@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use arcane_report::event_types;
 use arcane_report::{error_json, Event, EventSink, NullSink};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -417,7 +418,7 @@ impl Host {
             self.inner.state.send_replace(HostState::Ready);
         }
         self.inner.publish(
-            "core.ready",
+            event_types::CORE_READY,
             json!({"version": self.inner.version, "app": self.inner.app}),
             EventRoute::Broadcast,
         );
@@ -441,7 +442,7 @@ impl Host {
                     Err(error) => {
                         let error = error_json(&*error);
                         inner.publish(
-                            "core.error",
+                            event_types::CORE_ERROR,
                             json!({"service": entry.name, "error": error}),
                             EventRoute::Broadcast,
                         );
@@ -620,7 +621,7 @@ impl Inner {
             error: error.clone(),
         });
         self.publish(
-            "core.service.state",
+            event_types::CORE_SERVICE_STATE,
             json!({"name": entry.name, "state": state.as_str(), "error": error}),
             EventRoute::Broadcast,
         );
@@ -656,7 +657,11 @@ impl Inner {
     }
 
     fn publish_state(&self) {
-        self.publish("core.state", self.state_json(), EventRoute::Broadcast);
+        self.publish(
+            event_types::CORE_STATE,
+            self.state_json(),
+            EventRoute::Broadcast,
+        );
     }
 
     fn publish(&self, event: &str, data: Value, route: EventRoute) {
@@ -720,15 +725,15 @@ impl Inner {
         let mut frames = Vec::new();
         if *self.state.borrow() == HostState::Ready {
             frames.push(frame(
-                "core.ready",
+                event_types::CORE_READY,
                 json!({"version": self.version, "app": self.app}),
             ));
         }
-        frames.push(frame("core.state", self.state_json()));
+        frames.push(frame(event_types::CORE_STATE, self.state_json()));
         for entry in &self.services {
             let status = entry.status.borrow().clone();
             frames.push(frame(
-                "core.service.state",
+                event_types::CORE_SERVICE_STATE,
                 json!({"name": entry.name, "state": status.state.as_str(), "error": status.error}),
             ));
         }

@@ -59,7 +59,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::endpoint::constant_time_eq;
-use crate::error::{Error, Peer, TimeoutPhase};
+use crate::error::{Error, Peer, TimeoutPhase, Unready};
 use crate::host::{Connection, Host, HostState, Work};
 use crate::protocol::{parse_incoming, Incoming as Frame_, Response as RpcResponse, PROTOCOL};
 
@@ -277,8 +277,8 @@ pub enum UpstreamTarget {
     Unavailable {
         /// The runtime id.
         runtime: String,
-        /// Its state.
-        state: String,
+        /// Why it is not ready.
+        state: Unready,
         /// Seconds until a retry makes sense.
         retry_after: Option<u64>,
     },
@@ -828,7 +828,7 @@ fn upstream_base(shared: &Shared) -> Result<String, Box<Response<HttpBody>>> {
         Some(upstream) => upstream.openai_target(),
         None => UpstreamTarget::Unavailable {
             runtime: "llama.cpp".into(),
-            state: "not selected".into(),
+            state: Unready::NotSelected,
             retry_after: None,
         },
     };
@@ -873,7 +873,7 @@ fn forwarded_request(
     *forwarded.uri_mut() = url.parse().map_err(|_| {
         let error = Error::EngineNotReady {
             runtime: "llama.cpp".into(),
-            state: format!("unreachable at `{base}`"),
+            state: Unready::Unanswered(format!("unreachable at `{base}`")),
             retry_after: None,
         };
         Box::new(error_response(StatusCode::BAD_GATEWAY, &error))

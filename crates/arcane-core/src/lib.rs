@@ -58,7 +58,7 @@ pub mod service;
 pub mod stdio;
 pub mod supervised;
 
-pub use error::{Error, FrameProblem, Peer, TimeoutPhase};
+pub use error::{Error, FrameProblem, Peer, TimeoutPhase, Unready};
 pub use host::{AppInfo, Connection, Host, HostBuilder, HostState, Prepared, ShutdownHandle, Work};
 pub use service::{
     BoxError, BoxFuture, Lifetime, MethodResult, MethodSpec, RequestContext, Service,

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use arcane_report::error_json;
+use arcane_report::event_types;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -131,7 +132,7 @@ where
     }
     if let Some(error) = &failure {
         let frame = EventFrame {
-            event: "core.error".into(),
+            event: event_types::CORE_ERROR.into(),
             data: json!({"transport": "stdio", "error": error_json(error)}),
             request_id: None,
             time: arcane_report::time::now_rfc3339(),

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arcane_localai::{Engine, EngineConfig, Server, Supervisor};
+use arcane_localai::{Engine, EngineConfig, Server, ServerSnapshot, StateObserver, Supervisor};
 use arcane_report::{CancelToken, EventSink};
 use serde_json::{json, Value};
 
@@ -35,8 +35,8 @@ struct Supervised {
 }
 
 impl EngineHandle for Supervised {
-    fn snapshot(&self) -> Value {
-        serde_json::to_value(self.server.snapshot()).unwrap_or(Value::Null)
+    fn snapshot(&self) -> ServerSnapshot {
+        self.server.snapshot()
     }
 
     fn stop(self: Box<Self>) -> BoxFuture<'static, Result<(), BoxError>> {
@@ -64,9 +64,10 @@ impl EngineLauncher for SupervisedLauncher {
     fn launch(
         &self,
         events: Arc<dyn EventSink>,
+        observer: StateObserver,
         cancel: CancelToken,
     ) -> BoxFuture<'static, Result<Box<dyn EngineHandle>, BoxError>> {
-        let supervisor = Supervisor::new(self.workspace.clone(), events);
+        let supervisor = Supervisor::new(self.workspace.clone(), events).with_observer(observer);
         let config = self.config.clone();
         Box::pin(async move {
             match supervisor.start(config, cancel).await {

@@ -20,14 +20,20 @@
 //!
 //! # Events
 //!
-//! Every state change is published as `local-ai.server.<state>` (`starting`,
-//! `loading`, `ready`, `error`, `stopped`) with a [`ServerSnapshot`] as data (camelCase:
+//! Every state change goes through one table ([`transition`]: which [`Change`] is
+//! allowed in which [`ServerState`]) and is published exactly once as
+//! `local-ai.server.<state>` (`starting`, `loading`, `ready`, `error`, `stopped`) with
+//! a [`ServerSnapshot`] as data (camelCase:
 //! `{id, engine, url, state, available, owned, managed, external, execution, error, pid,
 //! version, restarts, stopStep, exit}`). Process events: `process.starting {command,
 //! args, cwd}`, `process.stdout|stderr {pid, line}`, `process.cancellation.requested
 //! {pid}`, `process.cancellation.escalated {pid, signal}`, `process.exited {pid, code,
 //! signal, stopStep}`, `process.orphan.stopped {id, pid, executable, port,
-//! previousOwner, stopStep}`.
+//! previousOwner, stopStep}`. A change the table refuses (a bug) is not applied and is
+//! reported as `local-ai.transition.refused {id, engine, from, change, message}`.
+//!
+//! Readiness is decided in one place, [`probe::classify`] (through [`probe::probe`]):
+//! the supervisor's first probe, its readiness polling, and any adopter use it.
 //!
 //! # Example
 //!
@@ -76,8 +82,13 @@ pub use endpoint::Endpoint;
 pub use error::Error;
 pub use execution::SharedDeviceSource;
 pub use process::{kill_all_now, ExitInfo, StopStep};
-pub use state::{ServerSnapshot, ServerState};
-pub use supervisor::{AdoptedServer, ExitHook, OwnedServer, Server, StopReport, Supervisor};
+pub use state::{
+    is_valid_transition, transition, Change, InvalidTransition, ServerSnapshot, ServerState,
+};
+pub use supervisor::{
+    AdoptedServer, ExitHook, OwnedServer, Server, StateObserver, StopReport, Supervisor,
+    TRANSITION_REFUSED,
+};
 
 /// Re-exported so callers can set [`EngineConfig::backend`] without another dependency.
 pub use arcane_devices::Backend;

@@ -43,16 +43,17 @@ pub enum ProbeOutcome {
     Unreachable(std::io::Error),
 }
 
-/// The readiness path of `engine`.
-pub(crate) fn health_path(engine: Engine) -> &'static str {
+/// The readiness path of `engine` (`/health`, `/api/version`).
+pub fn health_path(engine: Engine) -> &'static str {
     match engine {
         Engine::LlamaCpp => "/health",
         Engine::Ollama => "/api/version",
     }
 }
 
-/// Probes `endpoint` once.
-pub(crate) async fn probe(engine: Engine, endpoint: &Endpoint, timeout: Duration) -> ProbeOutcome {
+/// Probes `endpoint` once: `GET` the readiness path, classified by [`classify`]. The
+/// one readiness check of every engine, whoever asks (the supervisor, an adopter).
+pub async fn probe(engine: Engine, endpoint: &Endpoint, timeout: Duration) -> ProbeOutcome {
     match http::get(endpoint, health_path(engine), timeout).await {
         Ok(answer) => classify(engine, answer.status, &answer.body),
         Err(Failure::Refused) => ProbeOutcome::Refused,
@@ -61,7 +62,8 @@ pub(crate) async fn probe(engine: Engine, endpoint: &Endpoint, timeout: Duration
     }
 }
 
-/// Classifies an HTTP answer to the readiness path.
+/// Classifies an HTTP answer to the readiness path: the one rule of what "ready" and
+/// "loading" mean for each engine (see the module documentation).
 pub fn classify(engine: Engine, status: u16, body: &[u8]) -> ProbeOutcome {
     let json: Option<Value> = serde_json::from_slice(body).ok();
     let body_value = || {

@@ -32,6 +32,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use arcane_report::event_types;
 use arcane_report::{Event, EventSink};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -264,8 +265,8 @@ pub(crate) async fn with_lock<T: Send + 'static>(
         // Only waiting and recovery are worth telling; locked/released on every record
         // write would drown the server's own events.
         let filtered = |event: Event| {
-            if event.kind == "workspace.operation.waiting"
-                || event.kind == "workspace.operation.stale-recovered"
+            if event.kind == event_types::WORKSPACE_OPERATION_WAITING
+                || event.kind == event_types::WORKSPACE_OPERATION_STALE_RECOVERED
             {
                 events.emit(event);
             }
@@ -289,7 +290,7 @@ pub(crate) async fn with_lock<T: Send + 'static>(
 /// Emits the event that says a proven orphan was stopped.
 pub(crate) fn orphan_event(events: &dyn EventSink, record: &Record, step: process::StopStep) {
     events.emit(Event::new(
-        "process.orphan.stopped",
+        event_types::PROCESS_ORPHAN_STOPPED,
         json!({
             "id": record.id, "pid": record.pid, "executable": record.executable,
             "port": record.port, "previousOwner": record.owner.pid, "stopStep": step,

@@ -1,5 +1,29 @@
-//! Server states and the snapshot every `local-ai.server.<state>` event carries.
+//! Server states, the one table of allowed state changes, and the snapshot every
+//! `local-ai.server.<state>` event carries.
+//!
+//! # The transition table
+//!
+//! A server enters `starting` when its start begins (announced once, not a change).
+//! From then on every state change is one [`Change`], and [`transition`] is the only
+//! place that says which are allowed:
+//!
+//! | from \ change | spawned | loading | ready | failed | gave-up | stopped |
+//! |---|---|---|---|---|---|---|
+//! | `starting` | `starting` | `loading` | `ready` | `error` | — | `stopped` |
+//! | `loading` | — | — | `ready` | `error` | — | `stopped` |
+//! | `ready` | — | — | — | `error` | — | `stopped` |
+//! | `error` | `starting` | — | — | — | `error` | `stopped` |
+//! | `stopped` | — | — | — | — | — | — |
+//!
+//! * `starting → starting` happens once per owned process: the start was announced
+//!   while probing, and `spawned` says Arcane now owns a process (`owned: true`, `pid`).
+//! * `error → starting` is a restart after a crash (`--restart on-failure`).
+//! * `error → error` is allowed for one change only, `gave-up`: the restart policy is
+//!   exhausted, and that final `error` says so ("gave up restarting …").
+//! * `stopped` is terminal: a stopped server is never started again (a new start is a
+//!   new server).
 
+use arcane_report::event_types;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -22,6 +46,15 @@ pub enum ServerState {
 }
 
 impl ServerState {
+    /// Every state, for tables and tests.
+    pub const ALL: [ServerState; 5] = [
+        ServerState::Starting,
+        ServerState::Loading,
+        ServerState::Ready,
+        ServerState::Error,
+        ServerState::Stopped,
+    ];
+
     /// `starting`, `loading`, `ready`, `error` or `stopped`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -34,14 +67,113 @@ impl ServerState {
     }
 
     /// The event type published on entering this state: `local-ai.server.<state>`.
-    pub fn event_type(self) -> String {
-        format!("local-ai.server.{}", self.as_str())
+    pub fn event_type(self) -> &'static str {
+        match self {
+            ServerState::Starting => event_types::LOCAL_AI_SERVER_STARTING,
+            ServerState::Loading => event_types::LOCAL_AI_SERVER_LOADING,
+            ServerState::Ready => event_types::LOCAL_AI_SERVER_READY,
+            ServerState::Error => event_types::LOCAL_AI_SERVER_ERROR,
+            ServerState::Stopped => event_types::LOCAL_AI_SERVER_STOPPED,
+        }
     }
 
     /// Whether the server answers requests.
     pub fn is_ready(self) -> bool {
         self == ServerState::Ready
     }
+
+    /// Whether this start has settled: ready, failed or stopped (not starting or loading).
+    pub fn is_settled(self) -> bool {
+        !matches!(self, ServerState::Starting | ServerState::Loading)
+    }
+}
+
+/// One change of a server's state: what happened, which decides the state it enters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// An owned engine process was spawned (first launch or restart): `starting`.
+    Spawned,
+    /// The engine answers `503 Loading model`: `loading`.
+    Loading,
+    /// The engine answers its readiness probe: `ready`.
+    Ready,
+    /// Starting failed, or the engine crashed: `error`.
+    Failed,
+    /// The restart policy is exhausted after a crash: the final `error`, saying so.
+    GaveUp,
+    /// Stopped (owned), released (adopted) or cancelled while starting: `stopped`.
+    Stopped,
+}
+
+impl Change {
+    /// Every change, for tables and tests.
+    pub const ALL: [Change; 6] = [
+        Change::Spawned,
+        Change::Loading,
+        Change::Ready,
+        Change::Failed,
+        Change::GaveUp,
+        Change::Stopped,
+    ];
+
+    /// The state this change enters.
+    pub fn target(self) -> ServerState {
+        match self {
+            Change::Spawned => ServerState::Starting,
+            Change::Loading => ServerState::Loading,
+            Change::Ready => ServerState::Ready,
+            Change::Failed | Change::GaveUp => ServerState::Error,
+            Change::Stopped => ServerState::Stopped,
+        }
+    }
+
+    /// `spawned`, `loading`, `ready`, `failed`, `gave-up` or `stopped`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Change::Spawned => "spawned",
+            Change::Loading => "loading",
+            Change::Ready => "ready",
+            Change::Failed => "failed",
+            Change::GaveUp => "gave-up",
+            Change::Stopped => "stopped",
+        }
+    }
+}
+
+/// A state change the table does not allow: a bug in the caller, refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("invalid state change `{}` of a server in state `{}`", .change.as_str(), .from.as_str())]
+pub struct InvalidTransition {
+    /// The state the server was in (and stays in).
+    pub from: ServerState,
+    /// The change that was asked for.
+    pub change: Change,
+}
+
+/// The one table of allowed state changes (see the module documentation): the state
+/// `change` enters from `from`, or the refusal.
+pub fn transition(from: ServerState, change: Change) -> Result<ServerState, InvalidTransition> {
+    use ServerState::{Error, Loading, Ready, Starting};
+    let allowed = match change {
+        Change::Spawned => matches!(from, Starting | Error),
+        Change::Loading => matches!(from, Starting),
+        Change::Ready => matches!(from, Starting | Loading),
+        Change::Failed => matches!(from, Starting | Loading | Ready),
+        Change::GaveUp => matches!(from, Error),
+        Change::Stopped => matches!(from, Starting | Loading | Ready | Error),
+    };
+    if allowed {
+        Ok(change.target())
+    } else {
+        Err(InvalidTransition { from, change })
+    }
+}
+
+/// Whether some allowed change leads from `from` to `to` (the table seen as state pairs).
+pub fn is_valid_transition(from: ServerState, to: ServerState) -> bool {
+    Change::ALL
+        .iter()
+        .any(|change| transition(from, *change) == Ok(to))
 }
 
 /// Everything known about a server at one moment; the `data` of every
@@ -88,7 +220,9 @@ pub struct ServerSnapshot {
 }
 
 impl ServerSnapshot {
-    pub(crate) fn new(id: &str, engine: &str, url: &str) -> Self {
+    /// The snapshot of a server whose start was just announced: `starting`, not owned,
+    /// nothing known yet.
+    pub fn new(id: &str, engine: &str, url: &str) -> Self {
         Self {
             id: id.into(),
             engine: engine.into(),
@@ -106,5 +240,116 @@ impl ServerSnapshot {
             stop_step: None,
             exit: None,
         }
+    }
+
+    /// Applies `change` through the table ([`transition`]): the new `state`, `available`,
+    /// and `error` / `stopStep` cleared outside the one state they belong to. A refused
+    /// change leaves the snapshot untouched.
+    pub fn apply(&mut self, change: Change) -> Result<ServerState, InvalidTransition> {
+        let state = transition(self.state, change)?;
+        if state != ServerState::Error {
+            self.error = None;
+        }
+        if state != ServerState::Stopped {
+            self.stop_step = None;
+        }
+        self.state = state;
+        self.available = state.is_ready();
+        Ok(state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ServerState::{Error, Loading, Ready, Starting, Stopped};
+
+    /// Every (state, change) pair, written out: the table in the module documentation.
+    #[test]
+    fn the_table_allows_exactly_the_documented_changes() {
+        let expected = |from: ServerState, change: Change| -> Option<ServerState> {
+            match (from, change) {
+                (Starting, Change::Spawned) => Some(Starting),
+                (Starting, Change::Loading) => Some(Loading),
+                (Starting, Change::Ready) => Some(Ready),
+                (Starting, Change::Failed) => Some(Error),
+                (Starting, Change::Stopped) => Some(Stopped),
+                (Loading, Change::Ready) => Some(Ready),
+                (Loading, Change::Failed) => Some(Error),
+                (Loading, Change::Stopped) => Some(Stopped),
+                (Ready, Change::Failed) => Some(Error),
+                (Ready, Change::Stopped) => Some(Stopped),
+                (Error, Change::Spawned) => Some(Starting),
+                (Error, Change::GaveUp) => Some(Error),
+                (Error, Change::Stopped) => Some(Stopped),
+                _ => None,
+            }
+        };
+        let mut allowed = 0;
+        for from in ServerState::ALL {
+            for change in Change::ALL {
+                let got = transition(from, change);
+                match expected(from, change) {
+                    Some(to) => {
+                        assert_eq!(got, Ok(to), "{from:?} --{change:?}-->");
+                        allowed += 1;
+                    }
+                    None => assert_eq!(
+                        got,
+                        Err(InvalidTransition { from, change }),
+                        "{from:?} --{change:?}--> must be refused"
+                    ),
+                }
+            }
+        }
+        assert_eq!(allowed, 13);
+    }
+
+    /// Every (from, to) state pair: `stopped` is terminal, `error -> error` exists (only
+    /// through `gave-up`), and no state goes back to `loading` once past it.
+    #[test]
+    fn every_state_pair_is_judged() {
+        let pairs = |from: ServerState, to: ServerState| {
+            matches!(
+                (from, to),
+                (Starting, Starting | Loading | Ready | Error | Stopped)
+                    | (Loading, Ready | Error | Stopped)
+                    | (Ready, Error | Stopped)
+                    | (Error, Starting | Error | Stopped)
+            )
+        };
+        for from in ServerState::ALL {
+            for to in ServerState::ALL {
+                assert_eq!(
+                    is_valid_transition(from, to),
+                    pairs(from, to),
+                    "{from:?} -> {to:?}"
+                );
+            }
+        }
+        let into_error: Vec<Change> = Change::ALL
+            .into_iter()
+            .filter(|c| transition(Error, *c) == Ok(Error))
+            .collect();
+        assert_eq!(into_error, [Change::GaveUp]);
+    }
+
+    #[test]
+    fn each_state_has_its_event_type() {
+        for state in ServerState::ALL {
+            assert_eq!(
+                state.event_type(),
+                format!("local-ai.server.{}", state.as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn a_refusal_names_the_state_and_the_change() {
+        let refused = transition(Stopped, Change::Ready).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "invalid state change `ready` of a server in state `stopped`"
+        );
     }
 }

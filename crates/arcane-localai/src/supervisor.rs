@@ -18,7 +18,7 @@
 //! An owned server is then watched by one monitor task that owns the child: it sees a
 //! crash at once (`error`, restart with backoff under [`RestartPolicy::OnFailure`];
 //! when no restart is left, one last `error` whose message says it gave up, with
-//! `details.gaveUp`), and performs [`OwnedServer::stop`] (SIGTERM to the group, grace, SIGKILL). Dropping
+//! `details.gaveUp`: the table's one `error → error` change, `gave-up`), and performs [`OwnedServer::stop`] (SIGTERM to the group, grace, SIGKILL). Dropping
 //! every [`OwnedServer`] handle stops the engine; dropping the monitor (runtime shut
 //! down) kills it.
 //!
@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arcane_report::event_types;
 use arcane_report::{codes, error_json, CancelToken, Event, EventSink};
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -43,7 +44,7 @@ use crate::execution::{self, SharedDeviceSource};
 use crate::probe::{self, decide, Decision, ProbeOutcome};
 use crate::process::{self, Child, ExitInfo, SpawnSpec, StopStep};
 use crate::records::{self, Judgement, Record};
-use crate::state::{ServerSnapshot, ServerState};
+use crate::state::{Change, InvalidTransition, ServerSnapshot};
 use crate::Error;
 
 /// How many output lines are kept for error details.
@@ -61,6 +62,7 @@ pub struct Supervisor {
     workspace: PathBuf,
     events: Arc<dyn EventSink>,
     devices: SharedDeviceSource,
+    observer: Option<StateObserver>,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -79,7 +81,14 @@ impl Supervisor {
             workspace: workspace.into(),
             events,
             devices: Arc::new(arcane_devices::LiveProbe),
+            observer: None,
         }
+    }
+
+    /// Hands every published snapshot to `observer` too (typed, right after its event).
+    pub fn with_observer(mut self, observer: StateObserver) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// Uses `source` instead of the live machine for device resolution (fixtures).
@@ -105,6 +114,7 @@ impl Supervisor {
         let validated = config.validate(&self.workspace)?;
         let publisher = Arc::new(Publisher::new(
             self.events.clone(),
+            self.observer.clone(),
             ServerSnapshot::new(
                 &config.id,
                 config.engine.as_str(),
@@ -112,7 +122,7 @@ impl Supervisor {
             ),
         ));
         let hook = Arc::new(Mutex::new(hook));
-        publisher.publish(ServerState::Starting, |_| {});
+        publisher.announce();
         let context = Context {
             workspace: self.workspace.clone(),
             events: self.events.clone(),
@@ -126,10 +136,10 @@ impl Supervisor {
             Ok(server) => Ok(server),
             Err(error) => {
                 if error.is_cancelled() {
-                    publisher.publish(ServerState::Stopped, |_| {});
+                    publisher.publish(Change::Stopped, |_| {});
                 } else {
                     let record = error_json(&error);
-                    publisher.publish(ServerState::Error, |s| s.error = Some(record));
+                    publisher.publish(Change::Failed, |s| s.error = Some(record));
                 }
                 run_hook(&hook, &publisher.snapshot());
                 Err(error)
@@ -217,7 +227,7 @@ impl AdoptedServer {
     /// Stops observing the server, which keeps running; publishes `stopped` with
     /// `stopStep: released`.
     pub fn release(self) -> StopReport {
-        self.publisher.publish(ServerState::Stopped, |s| {
+        self.publisher.publish(Change::Stopped, |s| {
             s.stop_step = Some(StopStep::Released);
         });
         StopReport {
@@ -289,10 +299,19 @@ impl OwnedServer {
     }
 }
 
-/// Publishes state changes: updates the watched snapshot and emits
-/// `local-ai.server.<state>` with the snapshot as data.
+/// Sees every published snapshot, right after its `local-ai.server.<state>` event (the
+/// typed twin of the events, for a host that keeps engine state).
+pub type StateObserver = Arc<dyn Fn(&ServerSnapshot) + Send + Sync>;
+
+/// The kind of the event that reports a refused state change (a bug, never a state).
+pub const TRANSITION_REFUSED: &str = event_types::LOCAL_AI_TRANSITION_REFUSED;
+
+/// Publishes state changes: every change goes through [`transition`]'s table, updates
+/// the watched snapshot, and is emitted exactly once as `local-ai.server.<state>` with
+/// the snapshot as data (then handed to the observer).
 struct Publisher {
     events: Arc<dyn EventSink>,
+    observer: Option<StateObserver>,
     snapshot: watch::Sender<ServerSnapshot>,
 }
 
@@ -305,9 +324,14 @@ impl std::fmt::Debug for Publisher {
 }
 
 impl Publisher {
-    fn new(events: Arc<dyn EventSink>, initial: ServerSnapshot) -> Self {
+    fn new(
+        events: Arc<dyn EventSink>,
+        observer: Option<StateObserver>,
+        initial: ServerSnapshot,
+    ) -> Self {
         Self {
             events,
+            observer,
             snapshot: watch::Sender::new(initial),
         }
     }
@@ -325,23 +349,70 @@ impl Publisher {
         self.snapshot.send_modify(change);
     }
 
-    fn publish(&self, state: ServerState, change: impl FnOnce(&mut ServerSnapshot)) {
-        let mut published = None;
-        self.snapshot.send_modify(|s| {
-            if state != ServerState::Error {
-                s.error = None;
+    /// Announces the initial `starting` state, once, when a start begins (entering the
+    /// first state is not a change of the table).
+    fn announce(&self) {
+        self.emit_state(&self.snapshot());
+    }
+
+    /// Applies `change` (and the field edits that go with it) through the table. An
+    /// invalid change is a bug: refused (the snapshot stays as it was), reported as a
+    /// [`TRANSITION_REFUSED`] event, and a panic in debug builds.
+    fn publish(&self, change: Change, edit: impl FnOnce(&mut ServerSnapshot)) {
+        if let Err(refused) = self.transition(change, edit) {
+            debug_assert!(false, "{refused}");
+        }
+    }
+
+    /// [`publish`](Self::publish) without the debug assertion: the refusal is returned.
+    fn transition(
+        &self,
+        change: Change,
+        edit: impl FnOnce(&mut ServerSnapshot),
+    ) -> Result<(), InvalidTransition> {
+        let mut outcome = None;
+        self.snapshot.send_if_modified(|s| match s.apply(change) {
+            Ok(_) => {
+                edit(s);
+                outcome = Some(Ok(s.clone()));
+                true
             }
-            if state != ServerState::Stopped {
-                s.stop_step = None;
+            Err(refused) => {
+                outcome = Some(Err(refused));
+                false
             }
-            change(s);
-            s.state = state;
-            s.available = state.is_ready();
-            published = Some(s.clone());
         });
-        if let Some(snapshot) = published {
-            let data = serde_json::to_value(&snapshot).unwrap_or(Value::Null);
-            self.events.emit(Event::new(state.event_type(), data));
+        match outcome {
+            Some(Ok(snapshot)) => {
+                self.emit_state(&snapshot);
+                Ok(())
+            }
+            Some(Err(refused)) => {
+                let snapshot = self.snapshot();
+                self.emit(
+                    TRANSITION_REFUSED,
+                    json!({
+                        "id": snapshot.id,
+                        "engine": snapshot.engine,
+                        "from": refused.from.as_str(),
+                        "change": refused.change.as_str(),
+                        "message": refused.to_string(),
+                    }),
+                );
+                Err(refused)
+            }
+            // `send_if_modified` always runs the closure.
+            None => Ok(()),
+        }
+    }
+
+    /// Emits `local-ai.server.<state>` for `snapshot`, then tells the observer.
+    fn emit_state(&self, snapshot: &ServerSnapshot) {
+        let data = serde_json::to_value(snapshot).unwrap_or(Value::Null);
+        self.events
+            .emit(Event::new(snapshot.state.event_type(), data));
+        if let Some(observer) = &self.observer {
+            observer(snapshot);
         }
     }
 
@@ -391,7 +462,10 @@ impl Running {
 
     fn push_line(&mut self, publisher: &Publisher, line: process::OutputLine) {
         publisher.emit(
-            &format!("process.{}", line.stream.name()),
+            match line.stream {
+                process::Stream::Stdout => event_types::PROCESS_STDOUT,
+                process::Stream::Stderr => event_types::PROCESS_STDERR,
+            },
             json!({"pid": self.child.pid, "line": line.line}),
         );
         if self.last_lines.len() == LAST_LINES {
@@ -466,12 +540,12 @@ impl Context {
     ) -> Result<Server, Error> {
         let mut version = reported;
         if loading {
-            self.publisher.publish(ServerState::Loading, |_| {});
+            self.publisher.publish(Change::Loading, |_| {});
             version = self.wait_external(cancel).await?;
         }
         let version = self.check_version(version, None).await?;
         self.publisher
-            .publish(ServerState::Ready, |s| s.version = version);
+            .publish(Change::Ready, |s| s.version = version);
         run_hook(&self.hook, &self.publisher.snapshot());
         Ok(Server::Adopted(AdoptedServer {
             publisher: self.publisher,
@@ -645,7 +719,7 @@ impl Context {
             return Err(self.fail_start(running, error).await);
         }
         let execution_json = execution::to_json(&record);
-        self.publisher.publish(ServerState::Ready, |s| {
+        self.publisher.publish(Change::Ready, |s| {
             s.version = version;
             s.execution = execution_json;
         });
@@ -682,7 +756,7 @@ impl Context {
             env,
             env_remove,
         } = engine_command(&self.config, &self.validated, executable, launch, &nonce);
-        self.publisher.publish(ServerState::Starting, |s| {
+        self.publisher.publish(Change::Spawned, |s| {
             s.owned = true;
             s.managed = true;
             s.execution = execution;
@@ -691,7 +765,7 @@ impl Context {
         });
         let cwd = process::working_directory(&program);
         self.publisher.emit(
-            "process.starting",
+            event_types::PROCESS_STARTING,
             json!({"command": program, "args": args, "cwd": cwd}),
         );
         let child = process::spawn(SpawnSpec {
@@ -759,21 +833,23 @@ impl Context {
     async fn terminate(&self, running: &mut Running) -> (StopStep, ExitInfo) {
         let pid = running.child.pid;
         if running.child.exit_status().is_none() {
-            self.publisher
-                .emit("process.cancellation.requested", json!({"pid": pid}));
+            self.publisher.emit(
+                event_types::PROCESS_CANCELLATION_REQUESTED,
+                json!({"pid": pid}),
+            );
         }
         let publisher = self.publisher.clone();
         let (step, exit) = running
             .child
             .terminate(self.config.stop_grace, move || {
                 publisher.emit(
-                    "process.cancellation.escalated",
+                    event_types::PROCESS_CANCELLATION_ESCALATED,
                     json!({"pid": pid, "signal": "SIGKILL"}),
                 );
             })
             .await;
         self.publisher.emit(
-            "process.exited",
+            event_types::PROCESS_EXITED,
             json!({"pid": pid, "code": exit.code, "signal": exit.signal, "stopStep": step}),
         );
         (step, exit)
@@ -856,7 +932,7 @@ impl Context {
                             if !loading {
                                 loading = true;
                                 last_progress = Instant::now();
-                                self.publisher.publish(ServerState::Loading, |_| {});
+                                self.publisher.publish(Change::Loading, |_| {});
                             }
                         }
                         ProbeOutcome::Answered { status, body } => {
@@ -980,7 +1056,7 @@ impl Monitor {
                 _ = stop_requested => {
                     let (step, exit) = self.context.terminate(&mut running).await;
                     self.context.remove_record(&running.nonce).await;
-                    publisher.publish(ServerState::Stopped, |s| {
+                    publisher.publish(Change::Stopped, |s| {
                         s.stop_step = Some(step);
                         s.exit = Some(exit);
                         s.pid = None;
@@ -1007,7 +1083,7 @@ impl Monitor {
                     let message = format!("`{}` stopped unexpectedly ({})", self.context.engine(), exit.describe());
                     let mut record = error_json(&error);
                     record["message"] = Value::String(message);
-                    publisher.publish(ServerState::Error, |s| {
+                    publisher.publish(Change::Failed, |s| {
                         s.error = Some(record);
                         s.exit = Some(exit);
                         s.pid = None;
@@ -1017,7 +1093,7 @@ impl Monitor {
                         Some(next) => running = next,
                         None => {
                             if *self.stop.borrow() {
-                                publisher.publish(ServerState::Stopped, |s| {
+                                publisher.publish(Change::Stopped, |s| {
                                     s.stop_step = Some(StopStep::AlreadyExited);
                                 });
                             }
@@ -1076,7 +1152,7 @@ impl Monitor {
             };
             match self.context.wait_ready(&mut running, abort).await {
                 Ok(version) => {
-                    self.context.publisher.publish(ServerState::Ready, |s| {
+                    self.context.publisher.publish(Change::Ready, |s| {
                         if version.is_some() {
                             s.version = version;
                         }
@@ -1117,14 +1193,14 @@ impl Monitor {
         record["details"]["restarts"] = json!(restarts);
         self.context
             .publisher
-            .publish(ServerState::Error, |s| s.error = Some(record));
+            .publish(Change::GaveUp, |s| s.error = Some(record));
     }
 
     fn publish_error(&self, error: &Error) {
         let record = error_json(error);
         self.context
             .publisher
-            .publish(ServerState::Error, |s| s.error = Some(record));
+            .publish(Change::Failed, |s| s.error = Some(record));
     }
 
     fn finish(&self, step: StopStep, exit: Option<ExitInfo>) {
@@ -1142,6 +1218,86 @@ impl Monitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::ServerState;
+    use arcane_report::Collector;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn publisher() -> (Arc<Collector>, Arc<AtomicUsize>, Publisher) {
+        let events = Arc::new(Collector::default());
+        let seen = Arc::new(AtomicUsize::new(0));
+        let counter = seen.clone();
+        let observer: StateObserver = Arc::new(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        let publisher = Publisher::new(
+            events.clone(),
+            Some(observer),
+            ServerSnapshot::new("llama.cpp", "llama.cpp", "http://127.0.0.1:1"),
+        );
+        (events, seen, publisher)
+    }
+
+    /// One change is one event, one observed snapshot and one watch update: never two,
+    /// never none.
+    #[test]
+    fn one_change_is_published_exactly_once() {
+        let (events, seen, publisher) = publisher();
+        let mut watched = publisher.subscribe();
+        watched.mark_unchanged();
+        publisher.announce();
+        assert_eq!(events.types(), ["local-ai.server.starting"]);
+        publisher.publish(Change::Ready, |s| s.version = Some("b1".into()));
+        assert_eq!(
+            events.types(),
+            ["local-ai.server.starting", "local-ai.server.ready"]
+        );
+        assert_eq!(seen.load(Ordering::SeqCst), 2);
+        assert!(watched.has_changed().unwrap());
+        let snapshot = watched.borrow_and_update().clone();
+        assert_eq!(snapshot.state, ServerState::Ready);
+        assert!(snapshot.available);
+        assert_eq!(events.events()[1].data["state"], "ready");
+        assert_eq!(events.events()[1].data["version"], "b1");
+    }
+
+    /// A change the table refuses leaves the snapshot as it was, publishes no state
+    /// event (and no watch update), and reports the refusal as its own event.
+    #[test]
+    fn an_invalid_change_is_refused_not_applied() {
+        let (events, seen, publisher) = publisher();
+        publisher.publish(Change::Stopped, |_| {});
+        let mut watched = publisher.subscribe();
+        watched.mark_unchanged();
+        let refused = publisher.transition(Change::Ready, |s| s.version = Some("x".into()));
+        assert_eq!(
+            refused,
+            Err(InvalidTransition {
+                from: ServerState::Stopped,
+                change: Change::Ready
+            })
+        );
+        assert_eq!(
+            events.types(),
+            ["local-ai.server.stopped", TRANSITION_REFUSED]
+        );
+        assert_eq!(events.events()[1].data["from"], "stopped");
+        assert_eq!(events.events()[1].data["change"], "ready");
+        assert_eq!(seen.load(Ordering::SeqCst), 1);
+        assert!(!watched.has_changed().unwrap());
+        let snapshot = publisher.snapshot();
+        assert_eq!(snapshot.state, ServerState::Stopped);
+        assert_eq!(snapshot.version, None);
+    }
+
+    /// In debug builds a refused change is also a panic: it is a bug in the supervisor.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "invalid state change `gave-up` of a server in state `ready`")]
+    fn an_invalid_change_panics_in_debug_builds() {
+        let (_events, _seen, publisher) = publisher();
+        publisher.publish(Change::Ready, |_| {});
+        publisher.publish(Change::GaveUp, |_| {});
+    }
 
     #[test]
     fn versions_compare_loosely() {

@@ -246,7 +246,7 @@ fn quarantine(
         .map_err(|e| Error::io("quarantine the lock record", ws.arcane_path(RECORD), e))?;
     let path = arcane_workspace::layout::state_dir(&ws.canonical).join(&name);
     events.emit(Event::new(
-        "workspace.operation.stale-quarantined",
+        arcane_report::event_types::WORKSPACE_OPERATION_STALE_QUARANTINED,
         json!({"workspaceRoot": ws.canonical, "quarantinePath": path, "problem": problem}),
     ));
     Ok(Recovered::Quarantined { path, problem })

@@ -334,7 +334,7 @@ impl WorkspaceLock {
         let result = self.release_inner();
         if result.is_ok() {
             events.emit(Event::new(
-                "workspace.operation.released",
+                arcane_report::event_types::WORKSPACE_OPERATION_RELEASED,
                 json!({"workspaceRoot": self.workspace, "operation": self.operation}),
             ));
         }
@@ -528,7 +528,7 @@ pub fn with_workspace_lock<T, E: From<Error>>(
         (Err(error), Ok(())) => Err(error),
         (Err(error), Err(release_error)) => {
             events.emit(Event::new(
-                "workspace.operation.release-failed",
+                arcane_report::event_types::WORKSPACE_OPERATION_RELEASE_FAILED,
                 json!({"workspaceRoot": root, "operation": operation, "error": error_json(&release_error)}),
             ));
             Err(error)
@@ -546,7 +546,7 @@ fn locked(
     events: &dyn EventSink,
 ) -> Result<WorkspaceLock, ()> {
     events.emit(Event::new(
-        "workspace.operation.locked",
+        arcane_report::event_types::WORKSPACE_OPERATION_LOCKED,
         json!({
             "workspaceRoot": lock.workspace,
             "operation": lock.operation,
@@ -588,7 +588,7 @@ fn announce_wait(ws: &Workspace, busy: &Error, options: &AcquireOptions, events:
         _ => (None, BusyReason::Locked),
     };
     events.emit(Event::new(
-        "workspace.operation.waiting",
+        arcane_report::event_types::WORKSPACE_OPERATION_WAITING,
         json!({
             "workspaceRoot": ws.canonical,
             "operation": options.operation,
@@ -824,7 +824,7 @@ fn adopt(
     let sentinel = sys::duplicate(claim.fd)
         .map_err(|e| Error::io("duplicate the inherited lock", ws.arcane_path(SENTINEL), e))?;
     events.emit(Event::new(
-        "workspace.operation.locked",
+        arcane_report::event_types::WORKSPACE_OPERATION_LOCKED,
         json!({
             "workspaceRoot": ws.canonical,
             "operation": options.operation,
@@ -1036,7 +1036,7 @@ pub(crate) fn remove_stale(
         return Ok(Err(holder));
     }
     events.emit(Event::new(
-        "workspace.operation.stale-recovered",
+        arcane_report::event_types::WORKSPACE_OPERATION_STALE_RECOVERED,
         json!({
             "workspaceRoot": ws.canonical,
             "lockPath": path,

@@ -93,7 +93,7 @@ fn download_inner(
             Message::Started(length) => {
                 total = length;
                 events.emit(Event::new(
-                    "download.started",
+                    arcane_report::event_types::DOWNLOAD_STARTED,
                     json!({"url": url, "total": total}),
                 ));
             }
@@ -104,7 +104,7 @@ fn download_inner(
                 received += bytes.len() as u64;
                 if throttle.ready(received, total) {
                     events.emit(Event::new(
-                        "download.progress",
+                        arcane_report::event_types::DOWNLOAD_PROGRESS,
                         json!({"url": url, "received": received, "total": total}),
                     ));
                 }
@@ -125,7 +125,7 @@ fn download_inner(
     file.sync_all().map_err(|e| Error::io("sync", dest, e))?;
     let sha256 = hex::encode(hasher.finalize());
     events.emit(Event::new(
-        "download.finished",
+        arcane_report::event_types::DOWNLOAD_FINISHED,
         json!({"url": url, "bytes": received, "sha256": sha256}),
     ));
     Ok((received, sha256))

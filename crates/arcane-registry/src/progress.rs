@@ -39,7 +39,7 @@ pub(crate) fn hash_reporter<'a>(
     move |done, total| {
         if throttle.ready(done, Some(total)) {
             events.emit(Event::new(
-                "registry.hash.progress",
+                arcane_report::event_types::REGISTRY_HASH_PROGRESS,
                 json!({"path": path, "action": action, "done": done, "total": total}),
             ));
         }

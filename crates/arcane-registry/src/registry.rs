@@ -364,7 +364,7 @@ impl Registry {
         }
         let library_dirs = archive::library_dirs(&executable);
         events.emit(Event::new(
-            "registry.runtime.probing",
+            arcane_report::event_types::REGISTRY_RUNTIME_PROBING,
             json!({"executable": executable}),
         ));
         let probed = probe::probe(
@@ -400,7 +400,7 @@ impl Registry {
             self.save(&document)
         })?;
         events.emit(Event::new(
-            "registry.runtime.added",
+            arcane_report::event_types::REGISTRY_RUNTIME_ADDED,
             json!({"runtime": runtime}),
         ));
         Ok(runtime)
@@ -441,7 +441,7 @@ impl Registry {
             Ok(runtime)
         })?;
         events.emit(Event::new(
-            "registry.runtime.installed",
+            arcane_report::event_types::REGISTRY_RUNTIME_INSTALLED,
             json!({"runtime": runtime}),
         ));
         Ok(runtime)
@@ -544,7 +544,7 @@ impl Registry {
             Ok(runtime)
         })?;
         events.emit(Event::new(
-            "registry.runtime.removed",
+            arcane_report::event_types::REGISTRY_RUNTIME_REMOVED,
             json!({"runtime": runtime}),
         ));
         Ok(runtime)
@@ -709,7 +709,10 @@ impl Registry {
             }
             Ok(model)
         })?;
-        events.emit(Event::new("registry.model.added", json!({"model": model})));
+        events.emit(Event::new(
+            arcane_report::event_types::REGISTRY_MODEL_ADDED,
+            json!({"model": model}),
+        ));
         Ok(model)
     }
 
@@ -807,7 +810,7 @@ impl Registry {
             Ok(model)
         })?;
         events.emit(Event::new(
-            "registry.model.removed",
+            arcane_report::event_types::REGISTRY_MODEL_REMOVED,
             json!({"model": model}),
         ));
         Ok(model)
@@ -966,7 +969,7 @@ impl<'a> InstallPlan<'a> {
         let root = staging.join("root");
         std::fs::create_dir(&root).map_err(|e| Error::io("create", &root, e))?;
         events.emit(Event::new(
-            "registry.runtime.extracting",
+            arcane_report::event_types::REGISTRY_RUNTIME_EXTRACTING,
             json!({"archive": self.label, "destination": root}),
         ));
         archive::extract(&mut file, &self.label, &root, cancel)?;
@@ -992,7 +995,7 @@ impl<'a> InstallPlan<'a> {
         let libraries = archive::library_dirs(&executable);
         let probed = if options.check_runs {
             events.emit(Event::new(
-                "registry.runtime.probing",
+                arcane_report::event_types::REGISTRY_RUNTIME_PROBING,
                 json!({"executable": executable}),
             ));
             Some(probe::probe(

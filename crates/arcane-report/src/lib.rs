@@ -9,6 +9,8 @@
 //!   messages may.
 //! * [`Diagnostic`]: what every library error exposes on top of `std::error::Error`: its
 //!   stable code, structured details and hints a user can act on.
+//! * [`event_types`]: the one table of event types (`local-ai.server.ready`,
+//!   `workspace.operation.locked`, …), like the codes.
 //! * [`Event`] and [`EventSink`]: the `{type, time, data}` event that the CLI renders as
 //!   human lines or NDJSON, the Core host streams over SSE, and tests collect.
 //!
@@ -19,7 +21,7 @@
 //! use arcane_report::{Event, EventSink, Collector};
 //!
 //! let sink = Collector::default();
-//! sink.emit(Event::new("workspace.operation.locked", serde_json::json!({"operation": "demo"})));
+//! sink.emit(Event::new(arcane_report::event_types::WORKSPACE_OPERATION_LOCKED, serde_json::json!({"operation": "demo"})));
 //! assert_eq!(sink.types(), vec!["workspace.operation.locked"]);
 //! ```
 #![warn(missing_docs)]
@@ -28,6 +30,7 @@ pub mod cancel;
 pub mod codes;
 mod diagnostic;
 mod event;
+pub mod event_types;
 pub mod time;
 
 pub use cancel::CancelToken;

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arcane_core::http::{HttpOptions, Upstream, UpstreamTarget};
-use arcane_core::{AppInfo, Host};
+use arcane_core::localai::EngineState;
+use arcane_core::{AppInfo, Host, Unready};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -355,7 +356,7 @@ impl Upstream for Loading {
     fn openai_target(&self) -> UpstreamTarget {
         UpstreamTarget::Unavailable {
             runtime: "llama.cpp".into(),
-            state: "loading".into(),
+            state: Unready::In(EngineState::Loading),
             retry_after: Some(2),
         }
     }

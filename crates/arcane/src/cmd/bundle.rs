@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use arcane_bundle::{AppOverrides, BuildRequest, RuntimeRequest, VerifyOptions, VerifyReport};
+use arcane_report::event_types;
 use arcane_report::{codes, Event, EventSink};
 use clap::Subcommand;
 use serde_json::json;
@@ -330,12 +331,12 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
     let data = &event.data;
     let text = |key: &str| data[key].as_str().unwrap_or("?").to_string();
     match event.kind.as_str() {
-        "bundle.build.started" => Some(format!(
+        event_types::BUNDLE_BUILD_STARTED => Some(format!(
             "building a bundle from `{}` into `{}`",
             text("app"),
             text("out")
         )),
-        "bundle.build.resolved" => Some(format!(
+        event_types::BUNDLE_BUILD_RESOLVED => Some(format!(
             "bundling runtimes {} and models {}: {} files, {}",
             list(
                 data["runtimes"]
@@ -354,24 +355,25 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
             data["files"],
             human_bytes(data["bytes"].as_u64().unwrap_or(0)),
         )),
-        "bundle.build.progress" | "bundle.verify.progress" => (verbose > 0).then(|| {
-            format!(
-                "{} {}/{} files, {}/{}",
-                if event.kind == "bundle.build.progress" {
-                    "copied"
-                } else {
-                    "hashed"
-                },
-                data["filesDone"],
-                data["filesTotal"],
-                human_bytes(data["bytesDone"].as_u64().unwrap_or(0)),
-                human_bytes(data["bytesTotal"].as_u64().unwrap_or(0)),
-            )
-        }),
-        "bundle.verify.started" => {
+        event_types::BUNDLE_BUILD_PROGRESS | event_types::BUNDLE_VERIFY_PROGRESS => (verbose > 0)
+            .then(|| {
+                format!(
+                    "{} {}/{} files, {}/{}",
+                    if event.kind == event_types::BUNDLE_BUILD_PROGRESS {
+                        "copied"
+                    } else {
+                        "hashed"
+                    },
+                    data["filesDone"],
+                    data["filesTotal"],
+                    human_bytes(data["bytesDone"].as_u64().unwrap_or(0)),
+                    human_bytes(data["bytesTotal"].as_u64().unwrap_or(0)),
+                )
+            }),
+        event_types::BUNDLE_VERIFY_STARTED => {
             (verbose > 0).then(|| format!("verifying bundle `{}`", text("root")))
         }
-        "bundle.verify.finished" => None,
+        event_types::BUNDLE_VERIFY_FINISHED => None,
         kind if kind.starts_with("bundle.launch.") => {
             crate::cmd::launch::human_event(event, verbose)
         }

@@ -92,19 +92,13 @@ async fn explain_not_ready(client: &CoreClient, error: arcane_core::Error) -> Cl
         .as_str()
         .unwrap_or("llama.cpp")
         .to_string();
-    let status = tokio::time::timeout(
-        std::time::Duration::from_secs(5),
-        client.call("localai.status", json!({})),
-    )
-    .await;
+    let status =
+        tokio::time::timeout(std::time::Duration::from_secs(5), client.local_ai_status()).await;
     let engine_error = match status {
-        Ok(Ok(status)) => status["runtimes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|engine| engine["id"] == runtime.as_str())
-            .map(|engine| engine["error"].clone())
-            .filter(|e| e["message"].is_string()),
+        Ok(Ok(status)) => status
+            .engine(&runtime)
+            .filter(|engine| engine.error_message().is_some())
+            .and_then(|engine| engine.error.clone()),
         _ => None,
     };
     let Some(engine_error) = engine_error else {

@@ -6,11 +6,15 @@
 
 use std::sync::Arc;
 
-use arcane_core::localai::{DevicesService, EngineLauncher, LocalAiService, ModelAssetsService};
+use arcane_core::localai::{
+    DevicesService, EngineLauncher, EngineState, EngineStatus, LocalAiService, LocalAiStatus,
+    ModelAssetsService,
+};
 use arcane_core::selection::{plan, Runtime};
 use arcane_core::supervised::{LiveDevices, SupervisedLauncher};
 use arcane_core::{AppInfo, Host};
 use arcane_localai::{Engine, EngineConfig};
+use arcane_report::event_types;
 use arcane_report::{codes, Event, EventSink};
 use serde_json::json;
 
@@ -332,18 +336,125 @@ pub fn serve(
     outcome
 }
 
-/// How the engines' first starts went.
+/// How the engines' first starts went, judged from the host's typed engine status.
+#[derive(Debug, Clone, PartialEq)]
 enum FirstStart {
     Pending,
     Ready,
     Failed(serde_json::Value),
 }
 
-async fn serve_async(
-    context: &Context,
-    options: &ServeOptions,
-    runtimes: &[String],
-) -> Result<u8, CliError> {
+impl FirstStart {
+    /// An engine that failed ends the first start; all ready is ready; else pending.
+    fn judge(status: &LocalAiStatus) -> Self {
+        if let Some(failed) = status
+            .runtimes
+            .iter()
+            .find(|e| e.state == EngineState::Error)
+        {
+            return Self::Failed(failed.error.clone().unwrap_or_default());
+        }
+        if status.runtimes.iter().all(|e| e.state.is_ready()) {
+            Self::Ready
+        } else {
+            Self::Pending
+        }
+    }
+}
+
+/// Follows the engines' first starts and decides when to announce the host.
+struct FirstStartWatch {
+    first: FirstStart,
+    announced: bool,
+    /// Changes seen since all engines turned ready (the models come right after).
+    ready_changes: u32,
+    last: LocalAiStatus,
+}
+
+/// What the serve loop does after a change of the engines' status.
+#[derive(Debug, PartialEq)]
+enum Next {
+    Wait,
+    /// Announce the host (with llama.cpp's entry, when it is selected).
+    Announce(Option<Box<EngineStatus>>),
+    /// A first start failed: shut the host down (the error is the exit).
+    Shutdown,
+}
+
+impl FirstStartWatch {
+    /// Ready at once when no engine is selected.
+    fn new(engines: bool) -> Self {
+        Self {
+            first: if engines {
+                FirstStart::Pending
+            } else {
+                FirstStart::Ready
+            },
+            announced: false,
+            ready_changes: 0,
+            last: LocalAiStatus::default(),
+        }
+    }
+
+    /// Judges one status: once every engine is ready, announce when llama.cpp's
+    /// models are known (fetched right after it turns ready), or anyway on the change
+    /// after that.
+    fn observe(&mut self, status: LocalAiStatus) -> Next {
+        if self.first == FirstStart::Pending {
+            self.first = FirstStart::judge(&status);
+            self.last = status.clone();
+            if matches!(self.first, FirstStart::Failed(_)) {
+                return Next::Shutdown;
+            }
+        }
+        if self.first != FirstStart::Ready || self.announced {
+            return Next::Wait;
+        }
+        let llama = status.engine("llama.cpp").cloned().map(Box::new);
+        let models_known = llama.as_ref().is_none_or(|l| !l.models.is_empty());
+        self.ready_changes += 1;
+        if models_known || self.ready_changes > 1 {
+            self.announced = true;
+            return Next::Announce(llama);
+        }
+        Next::Wait
+    }
+
+    /// The exit once the host closed: the engine's error, a cancellation while they
+    /// were starting, or success.
+    fn outcome(&self) -> Result<(), CliError> {
+        match &self.first {
+            FirstStart::Failed(error) => Err(remote_error(error).into()),
+            FirstStart::Pending => {
+                let engines: serde_json::Map<String, serde_json::Value> = self
+                    .last
+                    .runtimes
+                    .iter()
+                    .map(|e| (e.id.clone(), json!(e.state.as_str())))
+                    .collect();
+                Err(CommandError::new(
+                    codes::ARCANE_CANCELLED,
+                    "stopped while the engines were starting",
+                    json!({"engines": engines}),
+                )
+                .into())
+            }
+            FirstStart::Ready => Ok(()),
+        }
+    }
+}
+
+/// The listener on the saved (or given) port, and the URL it answers at.
+struct Listening {
+    listener: tokio::net::TcpListener,
+    url: String,
+    host: String,
+    port: u16,
+}
+
+/// Step 1: binds the loopback listener on `--port`, else the saved port, else a free
+/// one (saved for next time).
+async fn listen(context: &Context, options: &ServeOptions) -> Result<Listening, CliError> {
     use arcane_core::endpoint;
     let workspace = &context.workspace;
     let saved = endpoint::saved_port(workspace)?;
@@ -361,19 +472,32 @@ async fn serve_async(
     if options.port.is_none() && saved.is_none() {
         endpoint::save_port(workspace, local.port())?;
     }
-    let host_name = match local {
+    let host = match local {
         std::net::SocketAddr::V6(v6) => format!("[{}]", v6.ip()),
         std::net::SocketAddr::V4(v4) => v4.ip().to_string(),
     };
-    let url = format!("http://{host_name}:{}", local.port());
-    let token = endpoint::new_token()?;
+    Ok(Listening {
+        listener,
+        url: format!("http://{host}:{}", local.port()),
+        host,
+        port: local.port(),
+    })
+}
+
+/// Step 2: writes `core.json` (URL, pid, a fresh token, what is served).
+fn publish_endpoint(
+    context: &Context,
+    options: &ServeOptions,
+    listening: &Listening,
+) -> Result<(arcane_core::endpoint::EndpointRecord, std::path::PathBuf), CliError> {
+    use arcane_core::endpoint;
     let record = endpoint::EndpointRecord {
         protocol: arcane_core::protocol::PROTOCOL.into(),
-        url: url.clone(),
-        host: host_name,
-        port: local.port(),
+        url: listening.url.clone(),
+        host: listening.host.clone(),
+        port: listening.port,
         pid: std::process::id(),
-        token: token.clone(),
+        token: endpoint::new_token()?,
         started_at: arcane_report::time::now_rfc3339(),
         serving: endpoint::Serving {
             models: options
@@ -388,12 +512,18 @@ async fn serve_async(
                 .collect(),
         },
     };
-    let endpoint_file = endpoint::write_endpoint(workspace, &record)?;
-    // The host's events come back here to be printed on this thread's `Output`.
-    let (events, mut printed) = tokio::sync::mpsc::unbounded_channel::<Event>();
-    let observer: Arc<dyn EventSink> = Arc::new(move |event: Event| {
-        let _ = events.send(event);
-    });
+    let file = endpoint::write_endpoint(&context.workspace, &record)?;
+    Ok((record, file))
+}
+
+/// Step 3: builds the host over the configured engines (their events go to
+/// `observer`) and starts it.
+fn start_host(
+    context: &Context,
+    options: &ServeOptions,
+    runtimes: &[String],
+    observer: Arc<dyn EventSink>,
+) -> Result<HostParts, CliError> {
     let configs = options.configs.clone();
     let parts = build_host(
         context,
@@ -414,94 +544,109 @@ async fn serve_async(
             Ok(SupervisedLauncher::new(&context.workspace, config) as Arc<dyn EngineLauncher>)
         },
     )?;
-    let host = parts.host;
+    parts.host.start();
+    shutdown_on_signal(context, &parts.host);
+    Ok(parts)
+}
+
+/// Step 4: serves HTTP (RPC, events, the passthrough to the local-AI service).
+fn serve_http(
+    parts: &HostParts,
+    listener: tokio::net::TcpListener,
+    token: String,
+) -> tokio::task::JoinHandle<Result<(), arcane_core::Error>> {
     let mut http_options = arcane_core::http::HttpOptions::new(token);
     if let Some(local_ai) = &parts.local_ai {
         http_options = http_options.upstream(local_ai.clone());
     }
-    host.start();
-    shutdown_on_signal(context, &host);
-    let server = tokio::spawn(arcane_core::http::serve(
-        host.clone(),
+    tokio::spawn(arcane_core::http::serve(
+        parts.host.clone(),
         listener,
         http_options,
-    ));
-    context.output.note(&format!(
-        "Core host listening on {url} (endpoint and token in `{}`)",
-        endpoint_file.display()
-    ));
-    let summary = json!({"url": url, "pid": record.pid, "endpointFile": endpoint_file});
-    if context.output.mode == crate::cli::OutputMode::Ndjson {
-        context
-            .output
-            .result("", &json!({"type": "core.listening", "data": summary}));
-    }
-    let mut announced = false;
-    let mut ready_events = 0;
-    let mut first = if parts.local_ai.is_none() {
-        FirstStart::Ready
-    } else {
-        FirstStart::Pending
+    ))
+}
+
+/// Step 5: prints the host's events until it closes; follows the engines' first
+/// starts on the typed status watch (a failed one shuts the host down) and announces
+/// the host once they are ready.
+async fn follow(
+    context: &Context,
+    parts: &HostParts,
+    printed: &mut tokio::sync::mpsc::UnboundedReceiver<Event>,
+    url: &str,
+    endpoint_file: &std::path::Path,
+) -> FirstStartWatch {
+    let mut watch = FirstStartWatch::new(parts.local_ai.is_some());
+    let mut status = parts.local_ai.as_ref().map(|service| {
+        let mut status = service.watch();
+        // The engines may have changed before this subscribed: judge the current one too.
+        status.mark_changed();
+        status
+    });
+    let act = |next: Next| match next {
+        Next::Announce(llama) => announce(context, url, endpoint_file, llama.as_deref()),
+        Next::Shutdown => parts.host.shutdown_handle().shutdown(),
+        Next::Wait => {}
     };
-    if matches!(first, FirstStart::Ready) {
-        announced = true;
-        announce(context, &url, &endpoint_file, None);
+    if status.is_none() {
+        act(watch.observe(LocalAiStatus::default()));
     }
-    let mut engines: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     loop {
         tokio::select! {
             event = printed.recv() => {
                 let Some(event) = event else { break };
                 context.output.event(&event);
-                if event.kind != "localai.state" {
-                    continue;
-                }
-                let list = event.data["runtimes"].as_array().cloned().unwrap_or_default();
-                if matches!(first, FirstStart::Pending) {
-                    for engine in &list {
-                        engines.insert(engine["id"].as_str().unwrap_or("?").to_string(), engine["state"].as_str().unwrap_or("?").to_string());
-                    }
-                    if let Some(failed) = list.iter().find(|e| e["state"] == "error") {
-                        // A failed first start ends the host: a person sees the error at once.
-                        first = FirstStart::Failed(failed["error"].clone());
-                        host.shutdown_handle().shutdown();
-                    } else if list.iter().all(|e| e["state"] == "ready") {
-                        first = FirstStart::Ready;
-                    }
-                }
-                // Announce once the engines are ready and llama.cpp's models are known
-                // (they are fetched right after it turns ready; announce anyway on the
-                // event after that).
-                if matches!(first, FirstStart::Ready) && !announced {
-                    let llama = list.iter().find(|e| e["id"] == "llama.cpp");
-                    let models_known = llama.is_none_or(|l| l["models"].as_array().is_some_and(|m| !m.is_empty()));
-                    if models_known || ready_events > 0 {
-                        announced = true;
-                        announce(context, &url, &endpoint_file, llama);
-                    }
-                    ready_events += 1;
-                }
             }
-            _ = host.closed() => break,
+            changed = async { status.as_mut()?.changed().await.ok() }, if status.is_some() => {
+                let Some(()) = changed else { status = None; continue };
+                let current = status.as_mut().map(|s| s.borrow_and_update().clone()).unwrap_or_default();
+                // The events that led here are printed first: the note sums them up.
+                while let Ok(event) = printed.try_recv() {
+                    context.output.event(&event);
+                }
+                act(watch.observe(current));
+            }
+            _ = parts.host.closed() => break,
         }
     }
-    let closed = host.close().await;
+    watch
+}
+
+/// Runs the Core host until it closes; see [`serve`].
+async fn serve_async(
+    context: &Context,
+    options: &ServeOptions,
+    runtimes: &[String],
+) -> Result<u8, CliError> {
+    let listening = listen(context, options).await?;
+    let (record, endpoint_file) = publish_endpoint(context, options, &listening)?;
+    let url = listening.url.clone();
+    // The host's events come back here to be printed on this thread's `Output`.
+    let (events, mut printed) = tokio::sync::mpsc::unbounded_channel::<Event>();
+    let observer: Arc<dyn EventSink> = Arc::new(move |event: Event| {
+        let _ = events.send(event);
+    });
+    let parts = start_host(context, options, runtimes, observer)?;
+    let server = serve_http(&parts, listening.listener, record.token.clone());
+    context.output.note(&format!(
+        "Core host listening on {url} (endpoint and token in `{}`)",
+        endpoint_file.display()
+    ));
+    if context.output.mode == crate::cli::OutputMode::Ndjson {
+        let summary = json!({"url": url, "pid": record.pid, "endpointFile": endpoint_file});
+        context.output.result(
+            "",
+            &json!({"type": event_types::CORE_LISTENING, "data": summary}),
+        );
+    }
+    let first = follow(context, &parts, &mut printed, &url, &endpoint_file).await;
+    // Step 6: drain and close, then print what the shutdown reported.
+    let closed = parts.host.close().await;
     let _ = server.await;
     while let Ok(event) = printed.try_recv() {
         context.output.event(&event);
     }
-    match first {
-        FirstStart::Failed(error) => return Err(remote_error(&error).into()),
-        FirstStart::Pending => {
-            return Err(CommandError::new(
-                codes::ARCANE_CANCELLED,
-                "stopped while the engines were starting",
-                json!({"engines": engines}),
-            )
-            .into());
-        }
-        FirstStart::Ready => {}
-    }
+    first.outcome()?;
     closed?;
     if context.output.mode == crate::cli::OutputMode::Json {
         context.output.result(
@@ -545,14 +690,18 @@ fn announce(
     context: &Context,
     url: &str,
     endpoint_file: &std::path::Path,
-    llama: Option<&serde_json::Value>,
+    llama: Option<&EngineStatus>,
 ) {
     let output = &context.output;
     if let Some(llama) = llama {
-        let model = llama["models"][0]["id"].as_str().unwrap_or("the model");
+        let model = llama
+            .models
+            .first()
+            .and_then(|m| m["id"].as_str())
+            .unwrap_or("the model");
         output.note(&format!(
             "ready: llama.cpp serves `{model}` ({})",
-            llama["url"].as_str().unwrap_or("?")
+            llama.url
         ));
     } else {
         output.note("ready");
@@ -581,25 +730,103 @@ fn announce(
 pub fn human_event(event: &Event, _verbose: u8) -> Option<String> {
     let data = &event.data;
     match event.kind.as_str() {
-        "core.service.state" => Some(format!(
+        event_types::CORE_SERVICE_STATE => Some(format!(
             "service `{}` is {}",
             data["name"].as_str().unwrap_or("?"),
             data["state"].as_str().unwrap_or("?")
         )),
-        "core.state" => match data["state"].as_str() {
+        event_types::CORE_STATE => match data["state"].as_str() {
             Some("draining") => Some("shutting down: draining requests and services".into()),
             Some("closed") => Some("Core host closed".into()),
             _ => None,
         },
-        "core.http.connection-limit" => Some(format!(
+        event_types::CORE_HTTP_CONNECTION_LIMIT => Some(format!(
             "warning: {}",
-            data["message"].as_str().unwrap_or("refusing new connections")
+            data["message"]
+                .as_str()
+                .unwrap_or("refusing new connections")
         )),
-        "core.error" => Some(format!(
+        event_types::CORE_ERROR => Some(format!(
             "error in `{}`: {}",
             data["service"].as_str().unwrap_or("core"),
             data["error"]["message"].as_str().unwrap_or("?")
         )),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(states: &[(&str, EngineState, usize)]) -> LocalAiStatus {
+        let runtimes = states
+            .iter()
+            .map(|(id, state, models)| {
+                let mut engine: EngineStatus = serde_json::from_value(json!({
+                    "id": id, "url": "http://127.0.0.1:8080", "state": state.as_str(),
+                    "error": if *state == EngineState::Error {
+                        json!({"code": "LOCAL_AI_SERVER_NOT_READY", "message": "it died"})
+                    } else { serde_json::Value::Null },
+                }))
+                .unwrap();
+                engine.models = (0..*models)
+                    .map(|i| json!({"id": format!("m{i}")}))
+                    .collect();
+                engine
+            })
+            .collect();
+        LocalAiStatus { runtimes }
+    }
+
+    /// The first start is judged from the typed status: announce once everything is
+    /// ready and llama.cpp's models are known, or on the change after ready.
+    #[test]
+    fn the_host_is_announced_once_the_engines_are_ready() {
+        let mut watch = FirstStartWatch::new(true);
+        let starting = status(&[("llama.cpp", EngineState::Starting, 0)]);
+        assert_eq!(watch.observe(starting), Next::Wait);
+        let ready = status(&[("llama.cpp", EngineState::Ready, 0)]);
+        assert_eq!(watch.observe(ready.clone()), Next::Wait);
+        match watch.observe(ready) {
+            Next::Announce(Some(llama)) => assert_eq!(llama.id, "llama.cpp"),
+            other => panic!("{other:?}"),
+        }
+        // Announced once only; later changes (a crash) do not end the host.
+        let crashed = status(&[("llama.cpp", EngineState::Error, 1)]);
+        assert_eq!(watch.observe(crashed), Next::Wait);
+        assert!(watch.outcome().is_ok());
+
+        let mut watch = FirstStartWatch::new(true);
+        let known = status(&[("llama.cpp", EngineState::Ready, 1)]);
+        assert!(matches!(watch.observe(known), Next::Announce(Some(_))));
+
+        let mut watch = FirstStartWatch::new(false);
+        assert_eq!(
+            watch.observe(LocalAiStatus::default()),
+            Next::Announce(None)
+        );
+    }
+
+    /// A failed first start shuts the host down and is the exit; stopping while the
+    /// engines start is a cancellation naming their states.
+    #[test]
+    fn a_failed_or_interrupted_first_start_is_the_exit() {
+        let mut watch = FirstStartWatch::new(true);
+        let failed = status(&[
+            ("llama.cpp", EngineState::Ready, 1),
+            ("ollama", EngineState::Error, 0),
+        ]);
+        assert_eq!(watch.observe(failed), Next::Shutdown);
+        let error = watch.outcome().unwrap_err();
+        assert_eq!(error.0.code(), codes::LOCAL_AI_SERVER_NOT_READY);
+        assert_eq!(error.0.to_string(), "it died");
+
+        let mut watch = FirstStartWatch::new(true);
+        let loading = status(&[("llama.cpp", EngineState::Loading, 0)]);
+        assert_eq!(watch.observe(loading), Next::Wait);
+        let error = watch.outcome().unwrap_err();
+        assert_eq!(error.0.code(), codes::ARCANE_CANCELLED);
+        assert_eq!(error.0.details()["engines"]["llama.cpp"], "loading");
     }
 }

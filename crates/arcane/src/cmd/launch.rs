@@ -31,6 +31,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use arcane_bundle::{LaunchContext, VerifyOptions};
+use arcane_report::event_types;
 use arcane_report::{codes, Event};
 use serde_json::json;
 
@@ -85,7 +86,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     }
     let bundle = report.into_verified()?;
     context.output.event(&Event::new(
-        "bundle.launch.verified",
+        event_types::BUNDLE_LAUNCH_VERIFIED,
         json!({"bundle": bundle.root}),
     ));
     let dirs = arcane_bundle::HostDirs::new(
@@ -165,9 +166,10 @@ fn free_loopback_port() -> Result<u16, CliError> {
 
 fn core(context: &Context, launch: &LaunchContext) -> Result<u8, CliError> {
     arcane_bundle::prepare_state_root(launch)?;
-    context
-        .output
-        .event(&Event::new("bundle.launch.core", launch.summary()));
+    context.output.event(&Event::new(
+        event_types::BUNDLE_LAUNCH_CORE,
+        launch.summary(),
+    ));
     let mut command = serve_command(launch)?;
     // Pass the output mode through so the Core host prints what the caller asked for.
     command.arg("--output").arg(match context.output.mode {
@@ -280,7 +282,7 @@ fn start_core(
         arcane_process::spawn(command).map_err(|e| io_failure("cannot start the Core host", e))?;
     let mut core = StartedCore { child };
     context.output.event(&Event::new(
-        "bundle.launch.core-started",
+        arcane_report::event_types::BUNDLE_LAUNCH_CORE_STARTED,
         json!({"pid": core.child.pid(), "log": log_path}),
     ));
     wait_for_core(context, launch, &mut core, &log_path)?;
@@ -368,7 +370,7 @@ fn run_app(
 ) -> Result<arcane_process::ExitInfo, CliError> {
     let endpoint = launch.endpoint_file();
     context.output.event(&Event::new(
-        "bundle.launch.app-entry",
+        event_types::BUNDLE_LAUNCH_APP_ENTRY,
         json!({"entry": relative, "program": program, "endpointFile": endpoint}),
     ));
     let mut spec = arcane_process::Spec::new(program)
@@ -406,19 +408,19 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
     let data = &event.data;
     let text = |key: &str| data[key].as_str().unwrap_or("?").to_string();
     match event.kind.as_str() {
-        "bundle.launch.verified" => {
+        event_types::BUNDLE_LAUNCH_VERIFIED => {
             (verbose > 0).then(|| format!("bundle `{}` verified", text("bundle")))
         }
-        "bundle.launch.core" => Some(format!(
+        event_types::BUNDLE_LAUNCH_CORE => Some(format!(
             "starting the Core host with state under `{}`",
             text("stateRoot")
         )),
-        "bundle.launch.app-entry" => Some(format!(
+        event_types::BUNDLE_LAUNCH_APP_ENTRY => Some(format!(
             "running app entry `{}` against `{}`",
             text("entry"),
             text("endpointFile")
         )),
-        "bundle.launch.core-started" => Some(format!(
+        event_types::BUNDLE_LAUNCH_CORE_STARTED => Some(format!(
             "the Core host started in the background (pid {}); it stops when the app entry exits",
             data["pid"]
         )),

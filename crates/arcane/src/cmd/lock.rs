@@ -334,7 +334,7 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
         }
     };
     match event.kind.as_str() {
-        "workspace.operation.waiting" => {
+        arcane_report::event_types::WORKSPACE_OPERATION_WAITING => {
             let holder = describe_holder(&data["holder"]);
             let limit = data["wait"]
                 .as_str()
@@ -348,7 +348,7 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
             };
             Some(path(format!("{line}{limit}")))
         }
-        "workspace.operation.stale-recovered" => {
+        arcane_report::event_types::WORKSPACE_OPERATION_STALE_RECOVERED => {
             let owner = &data["previousOwner"];
             let mut who = match owner["pid"].as_i64() {
                 Some(pid) => format!("pid {pid}"),
@@ -368,11 +368,11 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
                 text("previousOperation")
             )))
         }
-        "workspace.operation.stale-quarantined" => Some(format!(
+        arcane_report::event_types::WORKSPACE_OPERATION_STALE_QUARANTINED => Some(format!(
             "moved the unreadable lock record aside to `{}`",
             text("quarantinePath")
         )),
-        "workspace.operation.release-failed" => Some(format!(
+        arcane_report::event_types::WORKSPACE_OPERATION_RELEASE_FAILED => Some(format!(
             "warning: releasing the workspace lock failed: {}",
             data["error"]["message"].as_str().unwrap_or("?")
         )),
@@ -437,7 +437,7 @@ mod tests {
     #[test]
     fn the_waiting_line_names_the_holder_and_the_limit() {
         let event = Event::new(
-            "workspace.operation.waiting",
+            arcane_report::event_types::WORKSPACE_OPERATION_WAITING,
             json!({
                 "holder": {"pid": 412, "command": "arcane serve", "hostname": "h", "since": "2026-11-29T10:02:11.000Z", "operation": "serve"},
                 "wait": "30 s",
@@ -454,7 +454,7 @@ mod tests {
     #[test]
     fn locked_and_released_are_quiet_unless_verbose() {
         let event = Event::new(
-            "workspace.operation.locked",
+            arcane_report::event_types::WORKSPACE_OPERATION_LOCKED,
             json!({"workspaceRoot": "/w", "operation": "x"}),
         );
         assert_eq!(human_event(&event, 0), None);

@@ -9,6 +9,7 @@ use std::sync::Mutex;
 
 use arcane_devices::Backend;
 use arcane_registry::{AddRuntime, Engine, InstallRuntime, Registry, Runtime, Source};
+use arcane_report::event_types;
 use arcane_report::{Event, EventSink};
 use indicatif::{ProgressBar, ProgressDrawTarget};
 use serde_json::json;
@@ -337,20 +338,20 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
             .unwrap_or_else(|| data[key].to_string())
     };
     match event.kind.as_str() {
-        "download.started" => Some(match data["total"].as_u64() {
+        event_types::DOWNLOAD_STARTED => Some(match data["total"].as_u64() {
             Some(total) => format!("downloading `{}` ({})", text("url"), human_bytes(total)),
             None => format!("downloading `{}`", text("url")),
         }),
-        "download.finished" if verbose > 0 => Some(format!(
+        event_types::DOWNLOAD_FINISHED if verbose > 0 => Some(format!(
             "downloaded {} (sha256 {})",
             human_bytes(data["bytes"].as_u64().unwrap_or(0)),
             text("sha256")
         )),
-        "registry.runtime.probing" => Some(format!(
+        event_types::REGISTRY_RUNTIME_PROBING => Some(format!(
             "checking that `{}` runs (`--version`)",
             text("executable")
         )),
-        "registry.runtime.extracting" => Some(if verbose > 0 {
+        event_types::REGISTRY_RUNTIME_EXTRACTING => Some(if verbose > 0 {
             format!(
                 "extracting `{}` into `{}`",
                 text("archive"),
@@ -415,7 +416,7 @@ impl EventSink for ProgressSink<'_> {
         if self.enabled {
             let data = &event.data;
             match event.kind.as_str() {
-                "download.progress" => {
+                event_types::DOWNLOAD_PROGRESS => {
                     let url = data["url"].as_str().unwrap_or_default().to_string();
                     let name = url.rsplit('/').next().unwrap_or(&url).to_string();
                     let done = data["received"].as_u64().unwrap_or(0);
@@ -427,7 +428,7 @@ impl EventSink for ProgressSink<'_> {
                     );
                     return;
                 }
-                "registry.hash.progress" => {
+                event_types::REGISTRY_HASH_PROGRESS => {
                     let path = data["path"].as_str().unwrap_or_default().to_string();
                     let action = match data["action"].as_str() {
                         Some("copy") => "copying",
@@ -491,12 +492,12 @@ mod tests {
     #[test]
     fn progress_events_have_no_human_line_but_downloads_do() {
         let progress = Event::new(
-            "download.progress",
+            arcane_report::event_types::DOWNLOAD_PROGRESS,
             json!({"url": "http://x/a", "received": 1, "total": 2}),
         );
         assert_eq!(human_event(&progress, 0), None);
         let started = Event::new(
-            "download.started",
+            arcane_report::event_types::DOWNLOAD_STARTED,
             json!({"url": "http://x/a", "total": 2_000_000}),
         );
         assert_eq!(

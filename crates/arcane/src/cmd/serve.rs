@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use arcane_localai::{Backend, Engine, EngineConfig, RestartPolicy};
 use arcane_registry::Registry;
+use arcane_report::event_types;
 use arcane_report::{codes, Event};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -487,7 +488,7 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
     let engine = text("engine");
     let url = text("url");
     match event.kind.as_str() {
-        "local-ai.server.starting" => {
+        event_types::LOCAL_AI_SERVER_STARTING => {
             if data["owned"] == true {
                 Some(format!("starting {engine} at {url}"))
             } else if verbose > 0 {
@@ -496,8 +497,10 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
                 None
             }
         }
-        "local-ai.server.loading" => Some(format!("{engine} at {url} is loading its model")),
-        "local-ai.server.ready" => {
+        event_types::LOCAL_AI_SERVER_LOADING => {
+            Some(format!("{engine} at {url} is loading its model"))
+        }
+        event_types::LOCAL_AI_SERVER_READY => {
             let how = if data["owned"] == true {
                 format!("owned, pid {}", data["pid"])
             } else {
@@ -505,27 +508,29 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
             };
             Some(format!("{engine} ready at {url} ({how})"))
         }
-        "local-ai.server.error" => {
+        event_types::LOCAL_AI_SERVER_ERROR => {
             let message = data["error"]["message"].as_str().unwrap_or("failed");
             Some(format!("{engine} at {url}: {message}"))
         }
-        "local-ai.server.stopped" => match data["stopStep"].as_str() {
+        event_types::LOCAL_AI_SERVER_STOPPED => match data["stopStep"].as_str() {
             Some("released") => Some(format!("released {engine} at {url} (left running)")),
             Some("sigkill") => Some(format!("{engine} stopped (killed after ignoring SIGTERM)")),
             Some(_) => Some(format!("{engine} stopped")),
             None => Some(format!("{engine} stopped")),
         },
-        "process.orphan.stopped" => Some(format!(
+        event_types::PROCESS_ORPHAN_STOPPED => Some(format!(
             "stopped an orphaned {} (pid {}) left behind by an earlier Arcane",
             text("id"),
             data["pid"]
         )),
-        "process.cancellation.escalated" => Some(format!(
+        event_types::PROCESS_CANCELLATION_ESCALATED => Some(format!(
             "pid {} ignored SIGTERM; sending SIGKILL",
             data["pid"]
         )),
-        "process.stdout" | "process.stderr" if verbose > 1 => Some(format!("  | {}", text("line"))),
-        "process.starting" if verbose > 0 => {
+        event_types::PROCESS_STDOUT | event_types::PROCESS_STDERR if verbose > 1 => {
+            Some(format!("  | {}", text("line")))
+        }
+        event_types::PROCESS_STARTING if verbose > 0 => {
             let args: Vec<&str> = data["args"]
                 .as_array()
                 .map(|a| a.iter().filter_map(Value::as_str).collect())

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use arcane_core::client::CoreClient;
 use arcane_core::http::Deadlines;
+use arcane_core::localai::EngineStatus;
 use serde_json::{json, Value};
 
 use crate::config::Context;
@@ -33,7 +34,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
                 .as_array()
                 .is_some_and(|s| s.iter().any(|s| s["name"] == "local-ai"));
             let local_ai = if has_local_ai {
-                Some(client.call("localai.status", json!({})).await?)
+                Some(client.local_ai_status().await?)
             } else {
                 None
             };
@@ -45,30 +46,23 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
             Ok::<_, CliError>((health, local_ai, devices))
         })?;
     let endpoint = client.endpoint();
+    let engines = local_ai.unwrap_or_default();
     let value = json!({
         "url": endpoint.url,
         "pid": endpoint.pid,
         "state": health["state"],
         "version": health["version"],
         "services": health["services"],
-        "engines": local_ai.as_ref().map(|l| l["runtimes"].clone()).unwrap_or(json!([])),
+        "engines": engines.to_json()["runtimes"].take(),
         "devices": devices.as_ref().map(|d| d["devices"].clone()).unwrap_or(json!([])),
     });
-    context.output.result(&human(&value), &value);
+    context
+        .output
+        .result(&human(&value, &engines.runtimes), &value);
     Ok(0)
 }
 
-/// How an engine relates to this host, in words: never a bare `pid null`.
-fn ownership(engine: &Value) -> String {
-    match (engine["owned"] == true, engine["pid"].as_u64()) {
-        (true, Some(pid)) => format!("owned, pid {pid}"),
-        (true, None) => "owned, no process running".to_string(),
-        (false, _) if engine["external"] == true => "adopted (not started by Arcane)".to_string(),
-        (false, _) => "not running".to_string(),
-    }
-}
-
-fn human(value: &Value) -> String {
+fn human(value: &Value, engines: &[EngineStatus]) -> String {
     let text = |v: &Value| v.as_str().unwrap_or("?").to_string();
     let mut host = format!(
         "Core host {} at {}",
@@ -86,25 +80,22 @@ fn human(value: &Value) -> String {
             text(&service["state"])
         ));
     }
-    for engine in value["engines"].as_array().into_iter().flatten() {
-        let ownership = ownership(engine);
+    for engine in engines {
         let mut line = format!(
-            "  engine  {:<18} {} at {} ({ownership})",
-            text(&engine["id"]),
-            text(&engine["state"]),
-            text(&engine["url"])
+            "  engine  {:<18} {} at {} ({})",
+            engine.id,
+            engine.state,
+            engine.url,
+            engine.ownership()
         );
-        if let Some(device) = engine["execution"]["resolvedDevice"]["deviceId"]
-            .as_str()
-            .or_else(|| engine["execution"]["configuredTarget"]["deviceId"].as_str())
-        {
+        if let Some(device) = engine.device() {
             line.push_str(&format!(", device `{device}`"));
         }
-        if let Some(message) = engine["error"]["message"].as_str() {
+        if let Some(message) = engine.error_message() {
             line.push_str(&format!(": {message}"));
         }
         lines.push(line);
-        for model in engine["models"].as_array().into_iter().flatten() {
+        for model in &engine.models {
             lines.push(format!("          model {}", text(&model["id"])));
         }
     }
@@ -124,10 +115,21 @@ mod tests {
 
     #[test]
     fn engines_without_a_pid_are_described_in_words() {
+        let base = json!({"id": "llama.cpp", "url": "u", "state": "ready"});
+        let with = |extra: Value| {
+            let mut engine = base.clone();
+            for (key, value) in extra.as_object().unwrap() {
+                engine[key] = value.clone();
+            }
+            serde_json::from_value::<EngineStatus>(engine).unwrap()
+        };
         let cases = [
-            (json!({"owned": true, "pid": 42}), "owned, pid 42"),
             (
-                json!({"owned": true, "pid": null}),
+                json!({"owned": true, "engine": "llama.cpp", "pid": 42}),
+                "owned, pid 42",
+            ),
+            (
+                json!({"owned": true, "engine": "llama.cpp", "pid": null}),
                 "owned, no process running",
             ),
             (
@@ -137,10 +139,16 @@ mod tests {
             (json!({"owned": false, "external": false}), "not running"),
         ];
         for (engine, expected) in cases {
-            assert_eq!(ownership(&engine), expected, "{engine}");
+            assert_eq!(with(engine.clone()).ownership(), expected, "{engine}");
         }
         let value = json!({"state": "ready", "url": "http://127.0.0.1:1", "pid": null,
             "engines": [{"id": "llama.cpp", "state": "ready", "url": "u", "owned": false, "external": true, "pid": null}]});
-        assert!(!human(&value).contains("null"), "{}", human(&value));
+        let engines: Vec<EngineStatus> = serde_json::from_value(value["engines"].clone()).unwrap();
+        let text = human(&value, &engines);
+        assert!(!text.contains("null"), "{text}");
+        assert!(
+            text.contains("engine  llama.cpp          ready at u (adopted"),
+            "{text}"
+        );
     }
 }

@@ -1,0 +1,426 @@
+//! The `local-ai` service: one slot per selected engine, each holding the host's typed
+//! [`EngineView`]; starts, stops and recovers engines, answers `localai.status`,
+//! `localai.services.recover`, `llama.status|models|load|unload`, and is the HTTP
+//! passthrough's [`Upstream`]. The forwarding methods (`llama.chat`, `ollama.*`) are
+//! in `forward`.
+
+use std::sync::{Arc, Mutex, Weak};
+
+use arcane_localai::{ServerSnapshot, StateObserver};
+use arcane_report::event_types;
+use arcane_report::{error_json, CancelToken};
+use hyper::Method;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use super::status::{EngineState, EngineView, LocalAiStatus};
+use super::{EngineHandle, EngineLauncher};
+use crate::error::{Error, Unready};
+use crate::http::{engine_client, Deadlines, EngineClient, Upstream, UpstreamTarget};
+use crate::selection::Runtime;
+use crate::service::{
+    BoxError, BoxFuture, MethodResult, MethodSpec, RequestContext, Service, ServiceContext,
+};
+
+/// One selected engine.
+pub(super) struct Slot {
+    pub(super) runtime: Runtime,
+    launcher: Arc<dyn EngineLauncher>,
+    pub(super) view: watch::Sender<EngineView>,
+    handle: tokio::sync::Mutex<Option<Box<dyn EngineHandle>>>,
+    cancel: Mutex<CancelToken>,
+    launching: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Slot {
+    pub(super) fn state(&self) -> EngineState {
+        self.view.borrow().state()
+    }
+
+    pub(super) fn models(&self) -> Vec<Value> {
+        self.view.borrow().models.clone()
+    }
+}
+
+/// The `local-ai` service: supervises the selected engines and answers `localai.*`,
+/// `llama.*` and `ollama.*`. It is also the HTTP passthrough's [`Upstream`].
+pub struct LocalAiService {
+    slots: Vec<Arc<Slot>>,
+    pub(super) client: EngineClient,
+    context: Mutex<Option<ServiceContext>>,
+    status: watch::Sender<LocalAiStatus>,
+    me: Weak<LocalAiService>,
+}
+
+impl LocalAiService {
+    /// A service over `launchers` (one per engine; at most one per runtime).
+    pub fn new(launchers: Vec<Arc<dyn EngineLauncher>>) -> Arc<Self> {
+        let slots: Vec<Arc<Slot>> = launchers
+            .into_iter()
+            .map(|launcher| {
+                let runtime = launcher.runtime();
+                Arc::new(Slot {
+                    runtime,
+                    view: watch::Sender::new(EngineView::new(runtime, launcher.url())),
+                    launcher,
+                    handle: tokio::sync::Mutex::new(None),
+                    cancel: Mutex::new(CancelToken::new()),
+                    launching: Mutex::new(None),
+                })
+            })
+            .collect();
+        let status = LocalAiStatus {
+            runtimes: slots.iter().map(|s| s.view.borrow().status()).collect(),
+        };
+        Arc::new_cyclic(|me| Self {
+            slots,
+            client: engine_client(),
+            context: Mutex::new(None),
+            status: watch::Sender::new(status),
+            me: me.clone(),
+        })
+    }
+
+    fn slot(&self, runtime: Runtime) -> Option<&Arc<Slot>> {
+        self.slots.iter().find(|s| s.runtime == runtime)
+    }
+
+    pub(super) fn require(&self, runtime: Runtime) -> Result<&Arc<Slot>, BoxError> {
+        self.slot(runtime).ok_or_else(|| {
+            Box::new(Error::EngineNotReady {
+                runtime: runtime.id().into(),
+                state: Unready::NotSelected,
+                retry_after: None,
+            }) as BoxError
+        })
+    }
+
+    /// The current state of every engine (what `localai.status` answers).
+    pub fn status(&self) -> LocalAiStatus {
+        LocalAiStatus {
+            runtimes: self
+                .slots
+                .iter()
+                .map(|s| s.view.borrow().status())
+                .collect(),
+        }
+    }
+
+    /// The current `localai.state` payload (the JSON form of [`status`](Self::status)).
+    pub fn state(&self) -> Value {
+        self.status().to_json()
+    }
+
+    /// A receiver that sees every change of [`status`](Self::status), typed: updated
+    /// right before the `localai.state` event that reports it.
+    pub fn watch(&self) -> watch::Receiver<LocalAiStatus> {
+        self.status.subscribe()
+    }
+
+    pub(super) fn publish_state(&self) {
+        let status = self.status();
+        let data = status.to_json();
+        self.status.send_replace(status);
+        if let Some(context) = self.context.lock().ok().and_then(|c| c.clone()) {
+            context.emit(event_types::LOCALAI_STATE, data);
+        }
+    }
+
+    /// Changes `slot`'s view, then publishes the new state.
+    fn update(&self, slot: &Slot, change: impl FnOnce(&mut EngineView)) {
+        slot.view.send_modify(change);
+        self.publish_state();
+    }
+
+    /// Takes the supervisor's snapshot of `slot`'s engine.
+    fn observe(&self, slot: &Slot, snapshot: &ServerSnapshot) {
+        self.update(slot, |view| view.observe(snapshot));
+    }
+
+    fn observer(&self, slot: &Arc<Slot>) -> StateObserver {
+        let service = self.me.clone();
+        let slot = Arc::downgrade(slot);
+        Arc::new(move |snapshot: &ServerSnapshot| {
+            if let (Some(service), Some(slot)) = (service.upgrade(), slot.upgrade()) {
+                service.observe(&slot, snapshot);
+            }
+        })
+    }
+
+    pub(super) fn launch(&self, slot: Arc<Slot>) {
+        let Some(me) = self.me.upgrade() else { return };
+        let Some(context) = self.context.lock().ok().and_then(|c| c.clone()) else {
+            return;
+        };
+        let cancel = CancelToken::new();
+        if let Ok(mut current) = slot.cancel.lock() {
+            *current = cancel.clone();
+        }
+        self.update(&slot, |view| view.set(EngineState::Starting, None));
+        let observer = self.observer(&slot);
+        let task_slot = Arc::clone(&slot);
+        let task = tokio::spawn(async move {
+            let slot = task_slot;
+            match slot.launcher.launch(context.sink(), observer, cancel).await {
+                Ok(handle) => {
+                    let snapshot = handle.snapshot();
+                    *slot.handle.lock().await = Some(handle);
+                    me.refresh_models(&slot).await;
+                    me.observe(&slot, &snapshot);
+                }
+                Err(error) => {
+                    let record = error_json(&*error);
+                    me.update(&slot, |view| view.set(EngineState::Error, Some(record)));
+                }
+            }
+        });
+        if let Ok(mut launching) = slot.launching.lock() {
+            *launching = Some(task);
+        }
+    }
+
+    pub(super) async fn refresh_models(&self, slot: &Slot) {
+        let url = slot.view.borrow().url().to_string();
+        let (path, key) = match slot.runtime {
+            Runtime::LlamaCpp => ("/v1/models", "data"),
+            Runtime::Ollama => ("/api/tags", "models"),
+            _ => return,
+        };
+        let models = self
+            .engine_json(Method::GET, &format!("{url}{path}"), None, Deadlines::QUICK)
+            .await
+            .ok()
+            .and_then(|v| v[key].as_array().cloned());
+        if let Some(models) = models {
+            slot.view.send_modify(|view| view.models = models);
+            self.publish_state();
+        }
+    }
+
+    /// Waits until `slot` settles; its URL when ready.
+    pub(super) async fn ready_url(
+        &self,
+        slot: &Slot,
+        context: &RequestContext,
+    ) -> Result<String, BoxError> {
+        let mut view = slot.view.subscribe();
+        let settled = tokio::select! {
+            settled = view.wait_for(|v| v.state().is_settled()) => settled.map(|v| v.clone()).ok(),
+            _ = context.cancel.cancelled() => return Err(Box::new(Error::Cancelled { id: context.request_id.clone() })),
+        };
+        match settled {
+            Some(view) if view.state().is_ready() => {
+                Ok(view.url().trim_end_matches('/').to_string())
+            }
+            Some(view) => Err(Box::new(Error::EngineNotReady {
+                runtime: slot.runtime.id().into(),
+                state: Unready::In(view.state()),
+                retry_after: None,
+            })),
+            None => Err(Box::new(Error::ShuttingDown)),
+        }
+    }
+
+    async fn recover(&self, parameters: Value) -> MethodResult {
+        let wanted: Vec<String> = match parameters.get("runtimes") {
+            Some(Value::Array(list)) => list
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect(),
+            _ => self
+                .slots
+                .iter()
+                .map(|s| s.runtime.id().to_string())
+                .collect(),
+        };
+        let mut restarted = Vec::new();
+        for id in &wanted {
+            let Some(slot) = self.slots.iter().find(|s| s.runtime.id() == id) else {
+                return Err(Box::new(Error::usage(
+                    format!("runtime `{id}` is not selected"),
+                    json!({"runtime": id, "selected": self.slots.iter().map(|s| s.runtime.id()).collect::<Vec<_>>()}),
+                )));
+            };
+            // A failed stop is reported by the fresh launch's state, not here.
+            let _ = self.stop_slot(slot).await;
+            self.launch(Arc::clone(slot));
+            restarted.push(id.clone());
+        }
+        Ok(json!({"runtimes": restarted}))
+    }
+
+    async fn stop_slot(&self, slot: &Slot) -> Result<(), BoxError> {
+        if let Ok(cancel) = slot.cancel.lock() {
+            cancel.cancel();
+        }
+        // A start in progress is cancelled and awaited, so whatever it spawned is
+        // stopped before this returns.
+        let launching = slot.launching.lock().ok().and_then(|mut l| l.take());
+        if let Some(task) = launching {
+            let _ = task.await;
+        }
+        let handle = slot.handle.lock().await.take();
+        match handle {
+            Some(handle) => handle.stop().await,
+            None => Ok(()),
+        }
+    }
+
+    async fn llama_unload(&self, _parameters: Value) -> MethodResult {
+        let slot = self.require(Runtime::LlamaCpp)?;
+        if !slot.view.borrow().owned() {
+            return Ok(json!({"released": true, "unloaded": false}));
+        }
+        self.stop_slot(slot).await?;
+        self.update(slot, |view| {
+            view.set(EngineState::Stopped, None);
+            for model in view.models.iter_mut() {
+                model["loaded"] = json!(false);
+            }
+        });
+        Ok(json!({"released": true, "unloaded": true}))
+    }
+
+    async fn llama_load(&self, parameters: Value, context: RequestContext) -> MethodResult {
+        let slot = self.require(Runtime::LlamaCpp)?;
+        let model = parameters["model"].as_str().map(str::to_string);
+        // A stopped (unloaded) engine is started again.
+        if slot.state() == EngineState::Stopped {
+            self.launch(Arc::clone(slot));
+        }
+        let base = self.ready_url(slot, &context).await?;
+        self.refresh_models(slot).await;
+        let models = slot.models();
+        let listed = |id: &str| models.iter().any(|m| m["id"].as_str() == Some(id));
+        match model {
+            None => Ok(
+                json!({"model": models.first().map(|m| m["id"].clone()), "loaded": true, "url": base}),
+            ),
+            Some(id) if listed(&id) => Ok(json!({"model": id, "loaded": true, "url": base})),
+            Some(id) => Err(Box::new(Error::usage(
+                format!("model `{id}` is not served by the llama.cpp engine"),
+                json!({"model": id, "available": models.iter().map(|m| m["id"].clone()).collect::<Vec<_>>()}),
+            ))),
+        }
+    }
+
+    async fn llama_models(&self) -> MethodResult {
+        let slot = self.require(Runtime::LlamaCpp)?;
+        if slot.state().is_ready() {
+            self.refresh_models(slot).await;
+        }
+        Ok(json!({"models": slot.models()}))
+    }
+}
+
+impl Upstream for LocalAiService {
+    fn openai_target(&self) -> UpstreamTarget {
+        let Some(slot) = self.slot(Runtime::LlamaCpp) else {
+            return UpstreamTarget::Unavailable {
+                runtime: "llama.cpp".into(),
+                state: Unready::NotSelected,
+                retry_after: None,
+            };
+        };
+        let view = slot.view.borrow();
+        let state = view.state();
+        if state.is_ready() {
+            return UpstreamTarget::Ready {
+                url: view.url().to_string(),
+            };
+        }
+        UpstreamTarget::Unavailable {
+            runtime: "llama.cpp".into(),
+            state: Unready::In(state),
+            retry_after: state.retry_after(),
+        }
+    }
+}
+
+const LOCAL_AI_METHODS: &[&str] = &[
+    "localai.status",
+    "localai.services.recover",
+    "llama.status",
+    "llama.models",
+    "llama.load",
+    "llama.unload",
+    "llama.chat",
+    "ollama.version",
+    "ollama.models",
+    "ollama.running",
+    "ollama.show",
+    "ollama.chat",
+    "ollama.generate",
+    "ollama.embed",
+    "ollama.pull",
+];
+
+impl Service for LocalAiService {
+    fn name(&self) -> &str {
+        "local-ai"
+    }
+
+    fn methods(&self) -> Vec<MethodSpec> {
+        LOCAL_AI_METHODS
+            .iter()
+            .map(|m| MethodSpec::request(*m))
+            .collect()
+    }
+
+    fn start(self: Arc<Self>, context: ServiceContext) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(async move {
+            if let Ok(mut slot) = self.context.lock() {
+                *slot = Some(context);
+            }
+            for slot in &self.slots {
+                self.launch(Arc::clone(slot));
+            }
+            Ok(())
+        })
+    }
+
+    fn call(
+        self: Arc<Self>,
+        method: String,
+        parameters: Value,
+        context: RequestContext,
+    ) -> BoxFuture<'static, MethodResult> {
+        Box::pin(async move {
+            match method.as_str() {
+                // The host's own state: asking a hung engine here would hang `status`.
+                "localai.status" => Ok(self.state()),
+                "localai.services.recover" => self.recover(parameters).await,
+                "llama.status" => {
+                    let slot = self.require(Runtime::LlamaCpp)?;
+                    let status = slot.view.borrow().status();
+                    Ok(serde_json::to_value(status).unwrap_or(Value::Null))
+                }
+                "llama.models" => self.llama_models().await,
+                "llama.load" => self.llama_load(parameters, context).await,
+                "llama.unload" => self.llama_unload(parameters).await,
+                "llama.chat" => self.llama_chat(parameters, context).await,
+                other => self.ollama(other, parameters, context).await,
+            }
+        })
+    }
+
+    fn dispose(self: Arc<Self>) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(async move {
+            let mut first_error = None;
+            for slot in &self.slots {
+                if let Err(error) = self.stop_slot(slot).await {
+                    first_error.get_or_insert(error);
+                }
+                self.update(slot, |view| view.set(EngineState::Closed, None));
+            }
+            match first_error {
+                Some(error) => Err(error),
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn replay(&self) -> Vec<(String, Value)> {
+        vec![(event_types::LOCALAI_STATE.into(), self.state())]
+    }
+}

@@ -1,0 +1,257 @@
+//! The `local-ai` methods that forward to an engine: `llama.chat` and `ollama.*`
+//! (streamed answers become `llama.chunk` / `ollama.chunk` events tied to the
+//! request), and the one request path every call to an engine takes, with its
+//! [`Deadlines`].
+
+use arcane_report::event_types;
+use bytes::Bytes;
+use hyper::{Method, Request};
+use serde_json::{json, Value};
+
+use super::engines::LocalAiService;
+use crate::error::{Error, Peer};
+use crate::http::{collect, full, Deadlines, HttpBody};
+use crate::selection::Runtime;
+use crate::service::{MethodResult, RequestContext};
+
+impl LocalAiService {
+    pub(super) async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        body: Option<&Value>,
+        deadlines: Deadlines,
+    ) -> Result<hyper::Response<HttpBody>, Error> {
+        let mut request = Request::builder().method(method).uri(url);
+        let body = match body {
+            Some(body) => {
+                request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+                full(body.to_string())
+            }
+            None => full(Bytes::new()),
+        };
+        let request = request.body(body).map_err(|e| Error::Http {
+            url: url.into(),
+            source: Box::new(e),
+        })?;
+        let response = self.client.send(request, deadlines, Peer::Engine).await?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status().as_u16();
+        let bytes = collect(response, url, Peer::Engine)
+            .await
+            .unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]).into_owned();
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Err(Error::Upstream {
+            url: url.into(),
+            status,
+            body,
+        })
+    }
+
+    pub(super) async fn engine_json(
+        &self,
+        method: Method,
+        url: &str,
+        body: Option<&Value>,
+        deadlines: Deadlines,
+    ) -> Result<Value, Error> {
+        let response = self.send(method, url, body, deadlines).await?;
+        let bytes = collect(response, url, Peer::Engine).await?;
+        Ok(serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned())))
+    }
+
+    pub(super) async fn llama_chat(
+        &self,
+        parameters: Value,
+        context: RequestContext,
+    ) -> MethodResult {
+        let slot = self.require(Runtime::LlamaCpp)?;
+        let base = self.ready_url(slot, &context).await?;
+        let mut payload = match parameters.get("payload") {
+            Some(Value::Object(p)) => Value::Object(p.clone()),
+            _ => json!({}),
+        };
+        for key in [
+            "messages",
+            "model",
+            "max_tokens",
+            "temperature",
+            "top_p",
+            "seed",
+            "stop",
+        ] {
+            if let Some(value) = parameters.get(key).filter(|v| !v.is_null()) {
+                payload[key] = value.clone();
+            }
+        }
+        // The SDK's camelCase option names, translated to llama.cpp's spelling.
+        for (sdk, upstream) in [
+            ("maxTokens", "max_tokens"),
+            ("topP", "top_p"),
+            ("topK", "top_k"),
+        ] {
+            if let Some(value) = parameters.get(sdk).or_else(|| payload.get(sdk)).cloned() {
+                payload[upstream] = value;
+                if let Value::Object(map) = &mut payload {
+                    map.remove(sdk);
+                }
+            }
+        }
+        if payload.get("messages").is_none() {
+            return Err(Box::new(Error::usage(
+                "`llama.chat` needs `messages` (or `payload.messages`)",
+                json!({"parameters": parameters}),
+            )));
+        }
+        let stream = parameters["stream"]
+            .as_bool()
+            .or_else(|| payload["stream"].as_bool())
+            .unwrap_or(false);
+        payload["stream"] = json!(stream);
+        let url = format!("{base}/v1/chat/completions");
+        if !stream {
+            return Ok(self
+                .engine_json(Method::POST, &url, Some(&payload), Deadlines::GENERATION)
+                .await?);
+        }
+        let stream_id = parameters["streamId"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| context.request_id.clone());
+        let response = self
+            .send(Method::POST, &url, Some(&payload), Deadlines::GENERATION)
+            .await?;
+        let mut content = String::new();
+        let mut finish_reason = Value::Null;
+        let mut last = Value::Null;
+        let mut chunks = 0usize;
+        crate::http::stream_lines(response, &url, Peer::Engine, |line| {
+            let Some(data) = line.strip_prefix("data:").map(str::trim) else {
+                return true;
+            };
+            if data == "[DONE]" {
+                return false;
+            }
+            let Ok(chunk) = serde_json::from_str::<Value>(data) else {
+                return true;
+            };
+            if let Some(delta) = chunk["choices"][0]["delta"]["content"].as_str() {
+                content.push_str(delta);
+            }
+            if !chunk["choices"][0]["finish_reason"].is_null() {
+                finish_reason = chunk["choices"][0]["finish_reason"].clone();
+            }
+            chunks += 1;
+            context.emit(
+                event_types::LLAMA_CHUNK,
+                json!({"streamId": stream_id, "chunk": chunk}),
+            );
+            last = chunk;
+            true
+        })
+        .await?;
+        Ok(json!({
+            "id": last["id"],
+            "object": "chat.completion",
+            "created": last["created"],
+            "model": last["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason}],
+            "usage": last.get("usage").cloned().unwrap_or(Value::Null),
+            "timings": last.get("timings").cloned().unwrap_or(Value::Null),
+            "streamId": stream_id,
+            "chunks": chunks,
+        }))
+    }
+
+    pub(super) async fn ollama(
+        &self,
+        method: &str,
+        parameters: Value,
+        context: RequestContext,
+    ) -> MethodResult {
+        let slot = self.require(Runtime::Ollama)?;
+        let base = self.ready_url(slot, &context).await?;
+        let (http_method, path, streams) = match method {
+            "ollama.version" => (Method::GET, "/api/version", false),
+            "ollama.models" => (Method::GET, "/api/tags", false),
+            "ollama.running" => (Method::GET, "/api/ps", false),
+            "ollama.show" => (Method::POST, "/api/show", false),
+            "ollama.chat" => (Method::POST, "/api/chat", true),
+            "ollama.generate" => (Method::POST, "/api/generate", true),
+            "ollama.embed" => (Method::POST, "/api/embed", false),
+            _ => (Method::POST, "/api/pull", true),
+        };
+        let url = format!("{base}{path}");
+        if http_method == Method::GET {
+            return Ok(self
+                .engine_json(Method::GET, &url, None, Deadlines::QUICK)
+                .await?);
+        }
+        let deadlines = match method {
+            "ollama.show" => Deadlines::QUICK,
+            "ollama.pull" => Deadlines::TRANSFER,
+            _ => Deadlines::GENERATION,
+        };
+        let mut body = match parameters.get("payload") {
+            Some(Value::Object(p)) => Value::Object(p.clone()),
+            _ => parameters.clone(),
+        };
+        if let Value::Object(map) = &mut body {
+            map.remove("streamId");
+            map.remove("payload");
+        }
+        // Ollama streams by default; the host streams only when asked.
+        let stream = streams && body["stream"].as_bool().unwrap_or(false);
+        body["stream"] = json!(stream);
+        if !stream {
+            let result = self
+                .engine_json(Method::POST, &url, Some(&body), deadlines)
+                .await?;
+            if method == "ollama.pull" {
+                self.refresh_models(slot).await;
+            }
+            return Ok(result);
+        }
+        let stream_id = parameters["streamId"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| context.request_id.clone());
+        let response = self
+            .send(Method::POST, &url, Some(&body), deadlines)
+            .await?;
+        let mut content = String::new();
+        let mut last = Value::Null;
+        crate::http::stream_lines(response, &url, Peer::Engine, |line| {
+            let Ok(chunk) = serde_json::from_str::<Value>(line) else {
+                return true;
+            };
+            if let Some(text) = chunk["message"]["content"]
+                .as_str()
+                .or_else(|| chunk["response"].as_str())
+            {
+                content.push_str(text);
+            }
+            context.emit(
+                event_types::OLLAMA_CHUNK,
+                json!({"streamId": stream_id, "chunk": chunk}),
+            );
+            last = chunk;
+            true
+        })
+        .await?;
+        if method == "ollama.pull" {
+            self.refresh_models(slot).await;
+            return Ok(last);
+        }
+        let mut result = last;
+        match method {
+            "ollama.chat" => result["message"] = json!({"role": "assistant", "content": content}),
+            _ => result["response"] = json!(content),
+        }
+        Ok(result)
+    }
+}

@@ -1,0 +1,389 @@
+//! The host's typed view of its engines, and the one wire type that carries it.
+//!
+//! The host keeps each engine as an [`EngineView`]: the supervisor's latest typed
+//! [`ServerSnapshot`] plus what the host itself decided (`starting` again on a
+//! restart, `error` when a start failed, `stopped` after `llama.unload`, `closed` after
+//! disposal). JSON appears only at the edge: [`EngineStatus`] is what `localai.status`,
+//! `llama.status` and the `localai.state` event carry, and what clients (`arcane
+//! status`, `arcane chat`) parse it back into, once.
+
+use arcane_localai::{ServerSnapshot, ServerState};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::selection::Runtime;
+
+/// An engine's state as the host reports it: the supervisor's [`ServerState`], or
+/// `closed` once the host has disposed of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineState {
+    /// Probing, or an owned engine was started and is not answering yet.
+    #[default]
+    Starting,
+    /// The engine answers `503 Loading model`.
+    Loading,
+    /// The engine answers; requests may be sent.
+    Ready,
+    /// Starting failed, or the engine crashed.
+    Error,
+    /// Stopped (owned) or released (adopted), e.g. by `llama.unload`.
+    Stopped,
+    /// The host disposed of the engine while shutting down.
+    Closed,
+}
+
+impl EngineState {
+    /// `starting`, `loading`, `ready`, `error`, `stopped` or `closed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Closed => "closed",
+            Self::Starting => ServerState::Starting.as_str(),
+            Self::Loading => ServerState::Loading.as_str(),
+            Self::Ready => ServerState::Ready.as_str(),
+            Self::Error => ServerState::Error.as_str(),
+            Self::Stopped => ServerState::Stopped.as_str(),
+        }
+    }
+
+    /// Whether requests may be sent.
+    pub fn is_ready(self) -> bool {
+        self == Self::Ready
+    }
+
+    /// Whether the current start has settled (ready, failed, stopped or closed): a
+    /// request that needs the engine stops waiting.
+    pub fn is_settled(self) -> bool {
+        !matches!(self, Self::Starting | Self::Loading)
+    }
+
+    /// Seconds after which a retry may succeed: only while it is starting or loading.
+    pub fn retry_after(self) -> Option<u64> {
+        (!self.is_settled()).then_some(2)
+    }
+}
+
+impl From<ServerState> for EngineState {
+    fn from(state: ServerState) -> Self {
+        match state {
+            ServerState::Starting => Self::Starting,
+            ServerState::Loading => Self::Loading,
+            ServerState::Ready => Self::Ready,
+            ServerState::Error => Self::Error,
+            ServerState::Stopped => Self::Stopped,
+        }
+    }
+}
+
+impl std::fmt::Display for EngineState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One engine on the wire (camelCase): `{id, url, state, available, owned, managed,
+/// external, execution, error, models}`, plus, once the supervisor has reported,
+/// `{engine, pid, version, restarts, stopStep, exit}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineStatus {
+    /// The server id (the runtime id unless configured).
+    pub id: String,
+    /// The listener URL.
+    pub url: String,
+    /// The state.
+    pub state: EngineState,
+    /// `state == ready`.
+    #[serde(default)]
+    pub available: bool,
+    /// Arcane spawned and owns the process.
+    #[serde(default)]
+    pub owned: bool,
+    /// Arcane can manage the server (not external, executable known).
+    #[serde(default)]
+    pub managed: bool,
+    /// A listener Arcane did not start answered.
+    #[serde(default)]
+    pub external: bool,
+    /// The device resolution record (owned llama.cpp servers).
+    #[serde(default)]
+    pub execution: Option<Value>,
+    /// `{code, message, details, …}` while failed.
+    #[serde(default)]
+    pub error: Option<Value>,
+    /// What only the supervisor knows; absent until it has reported.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessStatus>,
+    /// The models the engine serves (fetched when it became ready).
+    #[serde(default)]
+    pub models: Vec<Value>,
+}
+
+/// The supervisor's part of an [`EngineStatus`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessStatus {
+    /// The engine id (`llama.cpp`, `ollama`).
+    pub engine: String,
+    /// The owned process id, while it runs.
+    #[serde(default)]
+    pub pid: Option<u32>,
+    /// The version the server reported.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// How many times it was restarted after a crash.
+    #[serde(default)]
+    pub restarts: u32,
+    /// In `stopped`: which step of the stop ended it (`sigterm`, `released`, …).
+    #[serde(default)]
+    pub stop_step: Option<String>,
+    /// How the owned process ended, once it has.
+    #[serde(default)]
+    pub exit: Option<ExitStatus>,
+}
+
+/// How an owned engine process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitStatus {
+    /// The exit code, when it exited by itself.
+    pub code: Option<i32>,
+    /// The signal that ended it.
+    pub signal: Option<i32>,
+}
+
+impl EngineStatus {
+    /// Which of "owned, pid N", "owned, no process running", "adopted (not started by
+    /// Arcane)" or "not running" describes this engine: never a bare `pid null`.
+    pub fn ownership(&self) -> String {
+        let pid = self.process.as_ref().and_then(|p| p.pid);
+        match (self.owned, pid) {
+            (true, Some(pid)) => format!("owned, pid {pid}"),
+            (true, None) => "owned, no process running".to_string(),
+            (false, _) if self.external => "adopted (not started by Arcane)".to_string(),
+            (false, _) => "not running".to_string(),
+        }
+    }
+
+    /// The error's message, while failed.
+    pub fn error_message(&self) -> Option<&str> {
+        self.error.as_ref()?.get("message")?.as_str()
+    }
+
+    /// The device it runs on (resolved, else configured), when known.
+    pub fn device(&self) -> Option<&str> {
+        let execution = self.execution.as_ref()?;
+        execution
+            .pointer("/resolvedDevice/deviceId")
+            .and_then(Value::as_str)
+            .or_else(|| {
+                execution
+                    .pointer("/configuredTarget/deviceId")
+                    .and_then(Value::as_str)
+            })
+    }
+}
+
+/// The `local-ai` service's state on the wire: `localai.status`'s result and the
+/// `localai.state` event's data, `{runtimes: [EngineStatus]}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LocalAiStatus {
+    /// One entry per selected engine.
+    pub runtimes: Vec<EngineStatus>,
+}
+
+impl LocalAiStatus {
+    /// The engine `id`, if selected.
+    pub fn engine(&self, id: &str) -> Option<&EngineStatus> {
+        self.runtimes.iter().find(|engine| engine.id == id)
+    }
+
+    /// The JSON form (keys as documented; serde_json sorts them).
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// What the host holds for one engine: the supervisor's latest snapshot, and the
+/// state the host reports (the snapshot's, unless the host changed it since).
+#[derive(Debug, Clone)]
+pub(crate) struct EngineView {
+    runtime: Runtime,
+    url: String,
+    state: EngineState,
+    error: Option<Value>,
+    server: Option<ServerSnapshot>,
+    pub(crate) models: Vec<Value>,
+}
+
+impl EngineView {
+    /// An engine not started yet, listening (later) at `url`.
+    pub(crate) fn new(runtime: Runtime, url: String) -> Self {
+        Self {
+            runtime,
+            url,
+            state: EngineState::Starting,
+            error: None,
+            server: None,
+            models: Vec::new(),
+        }
+    }
+
+    /// The state the host reports.
+    pub(crate) fn state(&self) -> EngineState {
+        self.state
+    }
+
+    /// The listener URL (the supervisor's origin once it reported).
+    pub(crate) fn url(&self) -> &str {
+        self.server.as_ref().map_or(&self.url, |s| &s.url)
+    }
+
+    /// Whether Arcane owns the engine process.
+    pub(crate) fn owned(&self) -> bool {
+        self.server.as_ref().is_some_and(|s| s.owned)
+    }
+
+    /// Takes the supervisor's snapshot: its state and error become the host's.
+    pub(crate) fn observe(&mut self, snapshot: &ServerSnapshot) {
+        self.state = snapshot.state.into();
+        self.error = snapshot.error.clone();
+        self.server = Some(snapshot.clone());
+    }
+
+    /// The host's own decision: `state`. A new start clears the last error; `error`
+    /// is kept in the `error` state only; `stopped` and `closed` keep what was known.
+    pub(crate) fn set(&mut self, state: EngineState, error: Option<Value>) {
+        self.state = state;
+        match state {
+            EngineState::Starting => self.error = None,
+            EngineState::Error => self.error = error,
+            _ => {}
+        }
+    }
+
+    /// The wire form.
+    pub(crate) fn status(&self) -> EngineStatus {
+        let server = self.server.as_ref();
+        EngineStatus {
+            id: server.map_or_else(|| self.runtime.id().to_string(), |s| s.id.clone()),
+            url: self.url().to_string(),
+            state: self.state,
+            available: self.state.is_ready(),
+            owned: server.is_some_and(|s| s.owned),
+            managed: server.is_some_and(|s| s.managed),
+            external: server.is_some_and(|s| s.external),
+            execution: server.and_then(|s| s.execution.clone()),
+            error: self.error.clone(),
+            process: server.map(|s| ProcessStatus {
+                engine: s.engine.clone(),
+                pid: s.pid,
+                version: s.version.clone(),
+                restarts: s.restarts,
+                stop_step: s.stop_step.map(|step| step.name().to_string()),
+                exit: s.exit.map(|exit| ExitStatus {
+                    code: exit.code,
+                    signal: exit.signal,
+                }),
+            }),
+            models: self.models.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The wire keys are today's: before the supervisor reports, and after.
+    #[test]
+    fn the_wire_form_keeps_the_documented_keys() {
+        let mut view = EngineView::new(Runtime::LlamaCpp, "http://127.0.0.1:8080".into());
+        let keys =
+            |value: Value| -> Vec<String> { value.as_object().unwrap().keys().cloned().collect() };
+        let before = serde_json::to_value(view.status()).unwrap();
+        assert_eq!(
+            keys(before.clone()),
+            [
+                "available",
+                "error",
+                "execution",
+                "external",
+                "id",
+                "managed",
+                "models",
+                "owned",
+                "state",
+                "url"
+            ]
+        );
+        assert_eq!(before["state"], "starting");
+        let mut snapshot = ServerSnapshot::new("llama.cpp", "llama.cpp", "http://127.0.0.1:8080");
+        snapshot.apply(arcane_localai::Change::Ready).unwrap();
+        view.observe(&snapshot);
+        let after = serde_json::to_value(view.status()).unwrap();
+        assert_eq!(
+            keys(after.clone()),
+            [
+                "available",
+                "engine",
+                "error",
+                "execution",
+                "exit",
+                "external",
+                "id",
+                "managed",
+                "models",
+                "owned",
+                "pid",
+                "restarts",
+                "state",
+                "stopStep",
+                "url",
+                "version"
+            ]
+        );
+        assert_eq!(after["state"], "ready");
+        assert_eq!(after["available"], true);
+        // What a client parses back is what the host sent.
+        let parsed: EngineStatus = serde_json::from_value(after.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&parsed).unwrap(), after);
+        let parsed: EngineStatus = serde_json::from_value(before.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&parsed).unwrap(), before);
+    }
+
+    /// The host's own decisions override the snapshot's state; a new start clears the
+    /// old error; `closed` is the host's alone.
+    #[test]
+    fn the_host_overrides_the_supervisor_state() {
+        let mut view = EngineView::new(Runtime::Ollama, "http://127.0.0.1:11434".into());
+        view.set(EngineState::Error, Some(json!({"message": "boom"})));
+        assert_eq!(view.status().error_message(), Some("boom"));
+        view.set(EngineState::Starting, None);
+        assert_eq!(view.status().error, None);
+        view.set(EngineState::Closed, None);
+        let status = view.status();
+        assert_eq!(status.state, EngineState::Closed);
+        assert!(!status.available);
+        assert_eq!(serde_json::to_value(status).unwrap()["state"], "closed");
+    }
+
+    #[test]
+    fn ownership_is_said_in_words() {
+        let mut status = EngineView::new(Runtime::LlamaCpp, "u".into()).status();
+        assert_eq!(status.ownership(), "not running");
+        status.external = true;
+        assert_eq!(status.ownership(), "adopted (not started by Arcane)");
+        status.owned = true;
+        assert_eq!(status.ownership(), "owned, no process running");
+        status.process = Some(ProcessStatus {
+            engine: "llama.cpp".into(),
+            pid: Some(42),
+            version: None,
+            restarts: 0,
+            stop_step: None,
+            exit: None,
+        });
+        assert_eq!(status.ownership(), "owned, pid 42");
+    }
+}
