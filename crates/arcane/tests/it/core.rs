@@ -292,6 +292,9 @@ impl Served {
                 &engine_url,
                 "--port",
                 &free_port().to_string(),
+                // In-flight completions must finish even on a loaded machine.
+                "--drain-timeout",
+                "300",
             ])
             .args([
                 "--",
@@ -514,7 +517,7 @@ fn sigterm_during_a_streaming_request_drains_and_leaves_no_process_behind() {
     let body = json!({"messages": [{"role": "user", "content": "Write a very long story."}], "max_tokens": 120, "stream": true}).to_string();
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port as u16)).unwrap();
     stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
+        .set_read_timeout(Some(Duration::from_secs(300)))
         .unwrap();
     write!(
         stream,
