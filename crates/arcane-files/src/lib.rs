@@ -13,6 +13,8 @@
 //!   block a plain open until a writer appears) and refuse anything that is not a
 //!   regular file, naming what it is.
 //!
+//! * [`trust`]: whose files Arcane trusts (owner and mode, `StrictModes`-style).
+//!
 //! No function here follows policy (who may write where); the callers' containment and
 //! ownership checks decide the paths.
 #![warn(missing_docs)]
@@ -24,6 +26,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest, Sha256};
+
+pub mod trust;
 
 /// The chunk size of every streaming read (large enough to keep the hasher busy).
 pub const CHUNK: usize = 1 << 20;

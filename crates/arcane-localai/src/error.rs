@@ -215,6 +215,18 @@ pub enum Error {
         source: arcane_lock::Error,
     },
 
+    /// The engine's executable, or a directory above it, could be changed by another
+    /// user: it is not run.
+    #[error("refusing to run `{}`: {detail}", executable.display())]
+    Untrusted {
+        /// The executable.
+        executable: std::path::PathBuf,
+        /// What is wrong (path, owner, mode).
+        detail: String,
+        /// How to fix it.
+        fix: String,
+    },
+
     /// The workspace lock guarding ownership records could not be taken.
     #[error("could not take the workspace lock to record the `{engine}` server")]
     Lock {
@@ -273,6 +285,7 @@ impl Diagnostic for Error {
             Error::Cancelled { .. } => codes::ARCANE_CANCELLED,
             Error::Io { .. } => codes::ARCANE_IO,
             Error::Lock { source, .. } | Error::RecordsRefused { source, .. } => source.code(),
+            Error::Untrusted { .. } => codes::ARCANE_POLICY_DENIED,
         }
     }
 
@@ -367,6 +380,9 @@ impl Diagnostic for Error {
             Error::RecordsRefused { path, source } => {
                 json!({"path": path, "check": source.details()})
             }
+            Error::Untrusted {
+                executable, detail, ..
+            } => json!({"executable": executable, "reason": "untrusted", "detail": detail}),
         }
     }
 
@@ -393,6 +409,7 @@ impl Diagnostic for Error {
             }
             Error::Execution { source, .. } => source.hints(),
             Error::Lock { source, .. } | Error::RecordsRefused { source, .. } => source.hints(),
+            Error::Untrusted { fix, .. } => vec![fix.clone()],
             _ => Vec::new(),
         }
     }

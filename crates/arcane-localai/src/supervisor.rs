@@ -749,6 +749,23 @@ impl Context {
         launch: &crate::command::DeviceLaunch,
         execution: Option<Value>,
     ) -> Result<Running, Error> {
+        // Never run a program another user could have swapped (StrictModes).
+        match arcane_files::trust::check_executable(executable) {
+            Ok(Ok(())) => {}
+            Ok(Err(untrusted)) => {
+                return Err(Error::Untrusted {
+                    executable: executable.to_path_buf(),
+                    detail: untrusted.describe(),
+                    fix: untrusted.fix(),
+                })
+            }
+            Err(source) => {
+                return Err(Error::Spawn {
+                    executable: executable.to_path_buf(),
+                    source,
+                })
+            }
+        }
         let nonce = records::new_nonce();
         let EngineCommand {
             program,

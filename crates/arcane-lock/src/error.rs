@@ -99,6 +99,13 @@ pub enum PolicyReason {
         /// What was found.
         found: &'static str,
     },
+    /// Another user owns it, or group or others may write to it (`StrictModes`).
+    Untrusted {
+        /// Path, owner and mode, in words.
+        detail: String,
+        /// The command that fixes it.
+        fix: String,
+    },
     /// A lease claimed through the environment could not be proven (see the
     /// inheritance rule in the crate documentation).
     InheritedLease {
@@ -117,6 +124,7 @@ impl PolicyReason {
             PolicyReason::UnsupportedFilesystem { .. } => "unsupported-filesystem",
             PolicyReason::Empty => "empty",
             PolicyReason::InTheWay { .. } => "in-the-way",
+            PolicyReason::Untrusted { .. } => "untrusted",
             PolicyReason::InheritedLease { .. } => "inherited-lease",
         }
     }
@@ -131,6 +139,9 @@ impl PolicyReason {
                 format!("it is on a `{filesystem}` filesystem, where advisory locks do not work dependably")
             }
             PolicyReason::Empty => "the path is empty".into(),
+            PolicyReason::Untrusted { detail, .. } => {
+                format!("another user could change it: {detail}")
+            }
             PolicyReason::InTheWay { found } => {
                 format!("it is {found} where the lock keeps its own temporary files")
             }
@@ -344,6 +355,7 @@ impl Diagnostic for Error {
                     vec!["check the owner and mode of the workspace and its `.arcane` directory".into()]
                 }
                 PolicyReason::Missing => vec!["create the workspace directory first".into()],
+                PolicyReason::Untrusted { fix, .. } => vec![fix.clone()],
                 PolicyReason::InTheWay { .. } => vec![
                     "nothing of Arcane's is there: inspect it, move it elsewhere, and run the command again".into(),
                 ],

@@ -69,7 +69,7 @@ impl Workspace {
     pub(crate) fn open_arcane(&self, create: bool) -> Result<Option<OwnedFd>, Error> {
         let path = arcane_workspace::layout::state_dir(&self.canonical);
         match sys::open_directory_at(self.dir.as_fd(), ARCANE_DIR) {
-            Ok(fd) => return Ok(Some(fd)),
+            Ok(fd) => return trusted(&path, fd).map(Some),
             Err(e) if sys::errno(&e) == sys::ENOENT => {
                 if !create {
                     return Ok(None);
@@ -89,9 +89,9 @@ impl Workspace {
             }
             Err(e) => return Err(Error::io("create", &path, e)),
         }
-        sys::open_directory_at(self.dir.as_fd(), ARCANE_DIR)
-            .map(Some)
-            .map_err(|e| self.refuse_at(ARCANE_DIR, &path, e, "open"))
+        let fd = sys::open_directory_at(self.dir.as_fd(), ARCANE_DIR)
+            .map_err(|e| self.refuse_at(ARCANE_DIR, &path, e, "open"))?;
+        trusted(&path, fd).map(Some)
     }
 
     /// Turns a failed open of `name` (relative to the workspace) into the right error,
@@ -109,6 +109,25 @@ impl Workspace {
 }
 
 /// The error for a failed open: links and wrong kinds are policy refusals.
+/// `.arcane` as opened must belong to this user (or root) and be writable by no one
+/// else (`arcane_files::trust`): another user who can write it could rewrite the
+/// registry or the lock record.
+fn trusted(path: &Path, fd: OwnedFd) -> Result<OwnedFd, Error> {
+    let file = std::fs::File::from(fd);
+    let meta = file.metadata().map_err(|e| Error::io("inspect", path, e))?;
+    if let Err(untrusted) = arcane_files::trust::check_owner_and_mode(path, &meta) {
+        return Err(Error::policy(
+            path,
+            PolicyReason::Untrusted {
+                detail: untrusted.describe(),
+                fix: untrusted.fix(),
+            },
+            None,
+        ));
+    }
+    Ok(OwnedFd::from(file))
+}
+
 pub(crate) fn classify(
     path: &Path,
     error: std::io::Error,

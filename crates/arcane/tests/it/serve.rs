@@ -1014,3 +1014,103 @@ fn a_linked_state_directory_is_refused_before_anything_starts() {
         assert!(health(port).is_none(), "{linked}: an engine was started");
     }
 }
+
+/// Issue 14, item 1: with `.arcane` writable by others, another user could rewrite the
+/// registry; with the engine executable (or its directory) writable or owned by
+/// another user, they could swap the program `serve` (perhaps as root) runs. Both are
+/// refused, naming the path, its owner and mode and the fix, before anything starts.
+#[test]
+fn state_or_an_executable_another_user_could_change_is_refused_with_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    // 1. A world-writable `.arcane`.
+    let ws = TestWorkspace::new();
+    std::fs::create_dir(ws.path().join(".arcane")).unwrap();
+    std::fs::set_permissions(
+        ws.path().join(".arcane"),
+        std::fs::Permissions::from_mode(0o777),
+    )
+    .unwrap();
+    for args in [
+        vec![
+            "--output",
+            "json",
+            "lock",
+            "run",
+            "--operation",
+            "x",
+            "--",
+            "true",
+        ],
+        vec![
+            "--output",
+            "json",
+            "serve",
+            "--runtime",
+            "ollama",
+            "--url",
+            "http://127.0.0.1:9",
+        ],
+    ] {
+        let out = crate::support::run(ws.arcane().args(&args));
+        let v = crate::support::json(&out);
+        assert_eq!(v["error"]["code"], "ARCANE_POLICY_DENIED", "{args:?}: {v}");
+        let text = v.to_string();
+        assert!(
+            text.contains("writable by everyone") && text.contains("0777"),
+            "{text}"
+        );
+        assert!(text.contains("chmod go-w"), "{text}");
+    }
+    // 2. An engine executable in a directory others may write to.
+    let ws = TestWorkspace::new();
+    let bin = ws.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let program = bin.join("llama-server");
+    std::fs::copy(llama_server(), &program).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let port = free_port();
+    let out = crate::support::run(
+        ws.arcane()
+            .args(["--output", "json", "serve", "--executable"])
+            .arg(&program)
+            .arg("--model")
+            .arg(smollm2())
+            .args([
+                "--device",
+                "cpu",
+                "--url",
+                &format!("http://127.0.0.1:{port}"),
+            ])
+            .args(["--port", &free_port().to_string()]),
+    );
+    assert!(!out.status.success());
+    let v = crate::support::json(&out);
+    assert_eq!(v["error"]["code"], "ARCANE_POLICY_DENIED", "{v}");
+    assert!(v.to_string().contains(&bin.display().to_string()), "{v}");
+    assert!(health(port).is_none(), "the untrusted program ran");
+    // 3. As root (as here): an executable another user owns.
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    if std::os::unix::fs::chown(&program, Some(65534), None).is_ok() {
+        let out = crate::support::run(
+            ws.arcane()
+                .args(["--output", "json", "serve", "--executable"])
+                .arg(&program)
+                .arg("--model")
+                .arg(smollm2())
+                .args([
+                    "--device",
+                    "cpu",
+                    "--url",
+                    &format!("http://127.0.0.1:{port}"),
+                ])
+                .args(["--port", &free_port().to_string()]),
+        );
+        let v = crate::support::json(&out);
+        assert_eq!(v["error"]["code"], "ARCANE_POLICY_DENIED", "{v}");
+        assert!(
+            v.to_string().contains("owned by another user (uid 65534)"),
+            "{v}"
+        );
+        assert!(health(port).is_none(), "the untrusted program ran");
+    }
+}

@@ -1,0 +1,181 @@
+//! Whose files Arcane trusts, the way OpenSSH's `StrictModes` does: state it reads and
+//! programs it runs must belong to the current user (or root) and must not be writable
+//! by anyone else. Otherwise another local user could rewrite the registry, or swap the
+//! engine's executable, and have Arcane (perhaps running as root) run their code.
+//!
+//! * [`check_owner_and_mode`]: one file or directory (its metadata already in hand, from
+//!   an open descriptor where possible, so the answer is about the object itself).
+//! * [`check_executable`]: a program and every directory above it. A directory that
+//!   others may write to is acceptable only with the sticky bit (`/tmp`): there they can
+//!   add entries but not rename or remove ours.
+//!
+//! There is no switch to weaken this: a refusal names the path, its owner and mode, and
+//! the command that fixes it.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Why a path is not trusted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// Another user owns it.
+    OwnedByOther,
+    /// Its group may write to it.
+    GroupWritable,
+    /// Everyone may write to it.
+    WorldWritable,
+}
+
+/// A refusal: what, whose, which mode, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Untrusted {
+    /// The path refused.
+    pub path: PathBuf,
+    /// Its owner's uid.
+    pub owner: u32,
+    /// Its permission bits (`0o7777`).
+    pub mode: u32,
+    /// What is wrong.
+    pub problem: Problem,
+}
+
+impl Untrusted {
+    /// `"/w/.arcane is writable by its group (owner uid 1000, mode 0775)"`.
+    pub fn describe(&self) -> String {
+        let what = match self.problem {
+            Problem::OwnedByOther => format!("is owned by another user (uid {})", self.owner),
+            Problem::GroupWritable => "is writable by its group".to_string(),
+            Problem::WorldWritable => "is writable by everyone".to_string(),
+        };
+        format!(
+            "`{}` {what} (owner uid {}, mode {:04o})",
+            self.path.display(),
+            self.owner,
+            self.mode
+        )
+    }
+
+    /// The command that fixes it.
+    pub fn fix(&self) -> String {
+        match self.problem {
+            Problem::OwnedByOther => format!(
+                "make it yours (`chown {} '{}'`, as root) or use a path you own",
+                current_uid(),
+                self.path.display()
+            ),
+            Problem::GroupWritable | Problem::WorldWritable => {
+                format!("run `chmod go-w '{}'`", self.path.display())
+            }
+        }
+    }
+}
+
+/// The effective uid of this process.
+pub fn current_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Checks that `meta` (of `path`) belongs to this user or root and is not writable by
+/// group or others.
+pub fn check_owner_and_mode(path: &Path, meta: &std::fs::Metadata) -> Result<(), Untrusted> {
+    let refuse = |problem| Untrusted {
+        path: path.to_path_buf(),
+        owner: meta.uid(),
+        mode: meta.mode() & 0o7777,
+        problem,
+    };
+    if meta.uid() != current_uid() && meta.uid() != 0 {
+        return Err(refuse(Problem::OwnedByOther));
+    }
+    if meta.mode() & 0o002 != 0 {
+        return Err(refuse(Problem::WorldWritable));
+    }
+    if meta.mode() & 0o020 != 0 {
+        return Err(refuse(Problem::GroupWritable));
+    }
+    Ok(())
+}
+
+/// Checks a program before it runs: the file (links followed) and every directory
+/// above its real path. `Ok(Err(_))` names the first untrusted one; `Err` is an I/O
+/// failure to inspect it.
+pub fn check_executable(program: &Path) -> std::io::Result<Result<(), Untrusted>> {
+    let real = std::fs::canonicalize(program)?;
+    let meta = std::fs::metadata(&real)?;
+    if let Err(untrusted) = check_owner_and_mode(&real, &meta) {
+        return Ok(Err(untrusted));
+    }
+    for dir in real.ancestors().skip(1) {
+        let meta = std::fs::metadata(dir)?;
+        let sticky = meta.mode() & 0o1000 != 0;
+        match check_owner_and_mode(dir, &meta) {
+            Ok(()) => {}
+            // Others may add entries to a sticky directory, but not replace ours.
+            Err(Untrusted {
+                problem: Problem::GroupWritable | Problem::WorldWritable,
+                ..
+            }) if sticky => {}
+            Err(untrusted) => return Ok(Err(untrusted)),
+        }
+    }
+    Ok(Ok(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn chmod(path: &Path, mode: u32) {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn writable_by_others_or_owned_by_another_user_is_refused_with_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("registry.json");
+        std::fs::write(&file, b"{}").unwrap();
+        chmod(&file, 0o644);
+        assert!(check_owner_and_mode(&file, &std::fs::metadata(&file).unwrap()).is_ok());
+        chmod(&file, 0o664);
+        let error = check_owner_and_mode(&file, &std::fs::metadata(&file).unwrap()).unwrap_err();
+        assert_eq!(error.problem, Problem::GroupWritable);
+        assert!(
+            error.describe().contains("mode 0664"),
+            "{}",
+            error.describe()
+        );
+        assert!(error.fix().contains("chmod go-w"));
+        chmod(&file, 0o646);
+        let error = check_owner_and_mode(&file, &std::fs::metadata(&file).unwrap()).unwrap_err();
+        assert_eq!(error.problem, Problem::WorldWritable);
+        // Another owner: only root can make one here.
+        chmod(&file, 0o644);
+        if current_uid() == 0 && std::os::unix::fs::chown(&file, Some(65534), None).is_ok() {
+            let error =
+                check_owner_and_mode(&file, &std::fs::metadata(&file).unwrap()).unwrap_err();
+            assert_eq!(error.problem, Problem::OwnedByOther);
+            assert_eq!(error.owner, 65534);
+        }
+    }
+
+    #[test]
+    fn an_executable_in_a_directory_others_can_write_is_refused_unless_sticky() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let program = bin.join("llama-server");
+        std::fs::write(&program, b"#!/bin/sh\n").unwrap();
+        chmod(&program, 0o755);
+        chmod(&bin, 0o755);
+        assert_eq!(check_executable(&program).unwrap(), Ok(()));
+        chmod(&bin, 0o777);
+        let error = check_executable(&program).unwrap().unwrap_err();
+        assert_eq!(error.path, std::fs::canonicalize(&bin).unwrap());
+        chmod(&bin, 0o1777);
+        assert_eq!(check_executable(&program).unwrap(), Ok(()));
+        chmod(&program, 0o775);
+        assert!(check_executable(&program).unwrap().is_err());
+    }
+}
