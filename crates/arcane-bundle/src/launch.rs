@@ -217,7 +217,11 @@ pub fn resolve_context(
         port = layer.port.or(port);
         execution_target = layer.execution_target.or(execution_target);
     }
-    if root.starts_with(&bundle.root) {
+    // By identity, not by spelling: `../dist/good/app`, `good/.` and a link to the bundle
+    // are all inside it.
+    let inside = arcane_files::physically_inside(&root, &bundle.root)
+        .map_err(|e| Error::io("resolve the state root", &root, e))?;
+    if inside {
         return Err(Error::usage(
             format!(
                 "state root `{}` lies inside the bundle `{}`; bundles are read-only",

@@ -116,6 +116,61 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
+/// Whether `path` is `root` or lies under it *physically*: the longest existing prefix of
+/// `path` is resolved by the kernel (links followed), the rest is applied lexically (it
+/// does not exist, so it holds no link; `..` removes a component), and every existing
+/// ancestor of the result is compared with `root` by device and inode. So
+/// `../dist/good/app`, `../dist/good/.` and a link to `root` are all inside, whatever
+/// their spelling.
+pub fn physically_inside(path: &Path, root: &Path) -> io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let root = std::fs::metadata(root)?;
+    let identity = (root.dev(), root.ino());
+    let resolved = resolve_existing_prefix(&std::path::absolute(path)?)?;
+    for ancestor in resolved.ancestors() {
+        match std::fs::metadata(ancestor) {
+            Ok(meta) if (meta.dev(), meta.ino()) == identity => return Ok(true),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
+}
+
+/// `path` with its longest existing prefix canonicalized and the rest applied lexically.
+fn resolve_existing_prefix(path: &Path) -> io::Result<std::path::PathBuf> {
+    use std::path::Component;
+    let mut existing = path.to_path_buf();
+    let mut rest = Vec::new();
+    let base = loop {
+        match std::fs::canonicalize(&existing) {
+            Ok(base) => break base,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let Some(name) = existing.file_name().map(|n| n.to_os_string()) else {
+                    return Err(e);
+                };
+                rest.push(name);
+                if !existing.pop() {
+                    return Err(e);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let mut resolved = base;
+    for name in rest.iter().rev() {
+        match Path::new(name).components().next() {
+            Some(Component::ParentDir) => {
+                resolved.pop();
+            }
+            Some(Component::CurDir) | None => {}
+            Some(_) => resolved.push(name),
+        }
+    }
+    Ok(resolved)
+}
+
 /// What [`stream_sha256`] read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Streamed {
@@ -236,6 +291,42 @@ mod tests {
         assert!(target.join("inside").exists());
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
         assert_eq!(names.len(), 1, "the temporary file was removed");
+    }
+
+    #[test]
+    fn containment_is_decided_by_identity_not_spelling() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("dist/good");
+        std::fs::create_dir_all(bundle.join("app")).unwrap();
+        std::fs::create_dir_all(dir.path().join("work")).unwrap();
+        let work = dir.path().join("work");
+        let link = dir.path().join("state-link");
+        std::os::unix::fs::symlink(&bundle, &link).unwrap();
+        for inside in [
+            work.join("../dist/good/app"),
+            work.join("../dist/good/."),
+            work.join("../dist/good/app/not-yet/state"),
+            link.clone(),
+            link.join("new"),
+            bundle.clone(),
+        ] {
+            assert!(
+                physically_inside(&inside, &bundle).unwrap(),
+                "{}",
+                inside.display()
+            );
+        }
+        for outside in [
+            work.join("state"),
+            dir.path().join("dist/goodness"),
+            work.join("../dist"),
+        ] {
+            assert!(
+                !physically_inside(&outside, &bundle).unwrap(),
+                "{}",
+                outside.display()
+            );
+        }
     }
 
     #[test]

@@ -95,6 +95,46 @@ fn the_context_follows_a_moved_bundle_and_nothing_is_written_inside_it() {
             .code(),
         codes::ARCANE_USAGE
     );
+    // Issue 14, item 2: containment is by identity, not spelling. A launch file's
+    // `../<bundle>/app` and `../<bundle>/.`, and a `--state-root` that is a link to
+    // the bundle, all put the state inside it: refused.
+    let elsewhere = setup.dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let name = verified
+        .root
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let sibling = verified.root.parent().unwrap().join("conf");
+    std::fs::create_dir_all(&sibling).unwrap();
+    for state in [format!("../{name}/app"), format!("../{name}/.")] {
+        let file = sibling.join("launch.json");
+        std::fs::write(&file, serde_json::json!({ "stateRoot": state }).to_string()).unwrap();
+        assert_eq!(
+            resolve_context(verified.clone(), None, Some(&file), &dirs)
+                .unwrap_err()
+                .code(),
+            codes::ARCANE_USAGE,
+            "{state}"
+        );
+    }
+    let link = elsewhere.join("state-link");
+    std::os::unix::fs::symlink(&verified.root, &link).unwrap();
+    assert_eq!(
+        resolve_context(verified.clone(), Some(&link), None, &dirs)
+            .unwrap_err()
+            .code(),
+        codes::ARCANE_USAGE
+    );
+    assert!(resolve_context(
+        verified.clone(),
+        Some(&elsewhere.join("state")),
+        None,
+        &dirs
+    )
+    .is_ok());
 
     // App entries: a listed executable resolves; escapes and non-executables do not.
     let program = resolve_app_entry(&verified, "tools/hello").unwrap();
