@@ -585,6 +585,14 @@ impl Manifest {
         let bad: HashSet<&str> = failures
             .iter()
             .filter(|f| f.code == codes::BUNDLE_PATH_INVALID)
+            // Only failures about files[] entries themselves: a bad `app.start` or
+            // runtime field that names a listed file leaves that file listed.
+            .filter(|f| {
+                f.details
+                    .get("field")
+                    .and_then(|field| field.as_str())
+                    .is_none_or(|field| field == "files[]")
+            })
             .flat_map(|f| {
                 [
                     f.path.as_deref(),

@@ -474,3 +474,25 @@ fn a_cancelled_verification_is_an_error_not_a_pass() {
     .unwrap_err();
     assert_eq!(error.code(), codes::ARCANE_CANCELLED);
 }
+
+#[test]
+fn an_app_start_naming_the_launcher_is_one_clear_failure_not_an_unlisted_file() {
+    // Issue 14, item 13: with `app.start` naming a launcher path, `verify` reported a
+    // listed file as "not listed".
+    let mut fixture = Fixture::new();
+    fixture.manifest.app.start = Some("bin/arcane".into());
+    fixture.write_manifest();
+    let report = run(&fixture);
+    let found = found(&report);
+    assert!(
+        found
+            .iter()
+            .all(|(code, _)| *code != arcane_report::codes::BUNDLE_UNLISTED),
+        "{found:?}"
+    );
+    assert_only(
+        &report,
+        arcane_report::codes::BUNDLE_PATH_INVALID,
+        "bin/arcane",
+    );
+}
