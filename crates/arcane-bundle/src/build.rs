@@ -120,6 +120,8 @@ pub struct BuildRequest {
     pub execution_target: Option<String>,
     /// The builder's version, recorded in the manifest.
     pub builder_version: String,
+    /// Sign the manifest with this key (`arcane-bundle.json.minisig`; see [`crate::sign`]).
+    pub sign: Option<std::sync::Arc<crate::sign::SecretKey>>,
 }
 
 impl BuildRequest {
@@ -135,6 +137,7 @@ impl BuildRequest {
             launcher,
             execution_target: None,
             builder_version: env!("CARGO_PKG_VERSION").to_string(),
+            sign: None,
         }
     }
 }
@@ -213,7 +216,15 @@ pub fn build(
         },
         files: Vec::new(),
     };
-    assemble_into_place(&output, &plan, skeleton, sizes, events, cancel)
+    assemble_into_place(
+        &output,
+        &plan,
+        skeleton,
+        sizes,
+        request.sign.as_deref(),
+        events,
+        cancel,
+    )
 }
 
 /// Where a build goes, once validated.
@@ -328,6 +339,7 @@ fn assemble_into_place(
     plan: &[Planned],
     skeleton: Manifest,
     sizes: u64,
+    sign: Option<&crate::sign::SecretKey>,
     events: &dyn EventSink,
     cancel: &CancelToken,
 ) -> Result<BuildOutcome, Error> {
@@ -340,7 +352,7 @@ fn assemble_into_place(
     ));
     std::fs::create_dir(&temporary).map_err(|e| Error::io("create", &temporary, e))?;
     let mut guard = RemoveOnDrop(Some(temporary.clone()));
-    match assemble(&temporary, plan, skeleton, sizes, events, cancel).and_then(|manifest| {
+    match assemble(&temporary, plan, skeleton, sizes, sign, events, cancel).and_then(|manifest| {
         commit(&temporary, out)?;
         Ok(manifest)
     }) {
@@ -785,6 +797,7 @@ fn assemble(
     plan: &[Planned],
     mut manifest: Manifest,
     total: u64,
+    sign: Option<&crate::sign::SecretKey>,
     events: &dyn EventSink,
     cancel: &CancelToken,
 ) -> Result<Manifest, Error> {
@@ -845,8 +858,22 @@ fn assemble(
         });
     }
     let manifest_path = root.join(MANIFEST_NAME);
-    arcane_files::write_atomic(&manifest_path, &manifest.to_bytes(), 0o644)
+    let manifest_bytes = manifest.to_bytes();
+    arcane_files::write_atomic(&manifest_path, &manifest_bytes, 0o644)
         .map_err(|e| Error::io("write", &manifest_path, e))?;
+    if let Some(key) = sign {
+        // The trusted comment is signed too: it says what was signed, and when.
+        let comment = format!(
+            "arcane bundle {} {}@{} signed {}",
+            manifest.bundle_id,
+            manifest.app.id,
+            manifest.app.version,
+            arcane_report::time::now_rfc3339()
+        );
+        let path = root.join(crate::sign::SIGNATURE_NAME);
+        arcane_files::write_atomic(&path, key.sign(&manifest_bytes, &comment).as_bytes(), 0o644)
+            .map_err(|e| Error::io("write", &path, e))?;
+    }
     sync_tree_dirs(root)?;
     Ok(manifest)
 }

@@ -13,7 +13,9 @@
 //!
 //! **Launch file** (`--launch-config FILE`): a JSON object whose keys may set state and
 //! listener options only — `stateRoot` (relative paths resolve against the file's
-//! directory), `port` (the Core host's loopback port) and `executionTarget`. Keys that
+//! directory), `port` (the Core host's loopback port), `executionTarget` and
+//! `trustedKey` (a public key file, relative to the file's directory: the bundle must
+//! carry that key's signature, see [`crate::sign`]). Keys that
 //! would redirect bundle-owned paths (`appRoot`, `bundleRoot`, `runtimes`, `runtime`,
 //! `models`, `model`, `executable`, `libraryDirs`, …) are refused with `ARCANE_USAGE`
 //! naming the key, unlike the SDK, which let a launch file override them; unknown keys
@@ -52,7 +54,7 @@ pub const BUNDLE_OWNED_KEYS: &[&str] = &[
 ];
 
 /// Launch-file keys that are allowed.
-pub const ALLOWED_KEYS: &[&str] = &["stateRoot", "port", "executionTarget"];
+pub const ALLOWED_KEYS: &[&str] = &["stateRoot", "port", "executionTarget", "trustedKey"];
 
 /// Per-user directories the CLI read from the environment (libraries never do).
 #[derive(Debug, Clone, Default)]
@@ -258,6 +260,14 @@ struct LaunchLayer {
     state_root: Option<PathBuf>,
     port: Option<u16>,
     execution_target: Option<String>,
+    trusted_key: Option<PathBuf>,
+}
+
+/// The public key file a launch file names as `trustedKey` (relative paths resolve
+/// against the file's directory): a bundle launched with it must carry that key's
+/// signature. `None` when the file sets none.
+pub fn launch_file_trusted_key(file: &Path) -> Result<Option<PathBuf>, Error> {
+    Ok(read_launch_file(file)?.trusted_key)
 }
 
 fn read_launch_file(file: &Path) -> Result<LaunchLayer, Error> {
@@ -322,6 +332,19 @@ fn read_launch_file(file: &Path) -> Result<LaunchLayer, Error> {
                         .ok_or_else(|| wrong("a non-empty string"))?
                         .to_string(),
                 )
+            }
+            "trustedKey" => {
+                let text = value
+                    .as_str()
+                    .filter(|t| !t.is_empty())
+                    .ok_or_else(|| wrong("a non-empty string (a public key file)"))?;
+                let path = PathBuf::from(text);
+                let base = file.parent().unwrap_or(Path::new("."));
+                layer.trusted_key = Some(absolute(&if path.is_absolute() {
+                    path
+                } else {
+                    base.join(path)
+                })?);
             }
             _ => {
                 return Err(Error::usage(

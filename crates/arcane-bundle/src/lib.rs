@@ -58,6 +58,7 @@ mod hash;
 pub mod launch;
 pub mod manifest;
 pub mod path;
+pub mod sign;
 mod verify;
 
 pub use build::{build, AppOverrides, BuildOutcome, BuildRequest, RuntimeRequest, APP_DESCRIPTOR};

@@ -51,6 +51,8 @@ pub struct VerifyOptions {
     pub check_target: bool,
     /// Hashing threads (default: every core, at most 8).
     pub threads: Option<usize>,
+    /// Require a signature by this key over the manifest (see [`crate::sign`]).
+    pub trusted_key: Option<crate::sign::PublicKey>,
 }
 
 impl Default for VerifyOptions {
@@ -58,6 +60,7 @@ impl Default for VerifyOptions {
         Self {
             check_target: true,
             threads: None,
+            trusted_key: None,
         }
     }
 }
@@ -171,9 +174,9 @@ pub fn verify(
         bytes_hashed: 0,
     };
 
-    // 1. The manifest.
-    let manifest = match read_manifest(&root_fd) {
-        Ok(manifest) => manifest,
+    // 1. The manifest (and, with a trusted key, its signature).
+    let (manifest, manifest_bytes) = match read_manifest(&root_fd) {
+        Ok(read) => read,
         Err(failure) => {
             report.push(failure);
             finish(events, &report);
@@ -184,6 +187,9 @@ pub fn verify(
         report.push(failure);
     }
     report.bundle_id = Some(manifest.bundle_id.clone());
+    if let Some(trusted) = &options.trusted_key {
+        check_signature(&root_fd, &manifest_bytes, trusted, &mut report);
+    }
 
     // 2. The target.
     if options.check_target {
@@ -408,7 +414,7 @@ fn finish(events: &dyn EventSink, report: &VerifyReport) {
     ));
 }
 
-fn read_manifest(root_fd: &OwnedFd) -> Result<Manifest, Failure> {
+fn read_manifest(root_fd: &OwnedFd) -> Result<(Manifest, Vec<u8>), Failure> {
     let invalid = |message: String, details: serde_json::Value| {
         Failure::at(
             codes::BUNDLE_MANIFEST_INVALID,
@@ -490,7 +496,54 @@ fn read_manifest(root_fd: &OwnedFd) -> Result<Manifest, Failure> {
             json!({"reason": "too-large"}),
         ));
     }
-    Manifest::parse(&bytes)
+    Manifest::parse(&bytes).map(|manifest| (manifest, bytes))
+}
+
+/// Step 1b of [`verify`]: with a trusted key, the manifest's signature
+/// (`arcane-bundle.json.minisig`, a regular file read without following a link) must be
+/// that key's over these exact manifest bytes.
+fn check_signature(
+    root_fd: &OwnedFd,
+    manifest: &[u8],
+    trusted: &crate::sign::PublicKey,
+    report: &mut VerifyReport,
+) {
+    use crate::sign::{SignError, SIGNATURE_NAME};
+    let signature = match rustix::fs::openat(
+        root_fd,
+        SIGNATURE_NAME,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    ) {
+        Ok(fd) => {
+            let file = std::fs::File::from(fd);
+            let regular = file.metadata().map(|m| m.is_file()).unwrap_or(false);
+            let mut bytes = Vec::new();
+            let read = file.take(8192).read_to_end(&mut bytes).is_ok();
+            Some(if regular && read { bytes } else { Vec::new() })
+        }
+        Err(rustix::io::Errno::NOENT) => None,
+        Err(_) => Some(Vec::new()),
+    };
+    let Err(error) = crate::sign::check(manifest, signature.as_deref(), trusted) else {
+        return;
+    };
+    let (code, reason, signed_by) = match &error {
+        SignError::Unsigned { .. } => (codes::BUNDLE_UNSIGNED, "unsigned", None),
+        SignError::WrongKey { signed_by, .. } => (
+            codes::BUNDLE_SIGNATURE_INVALID,
+            "other-key",
+            Some(signed_by.clone()),
+        ),
+        SignError::Invalid { .. } => (codes::BUNDLE_SIGNATURE_INVALID, "mismatch", None),
+        _ => (codes::BUNDLE_SIGNATURE_INVALID, "malformed", None),
+    };
+    report.push(Failure::at(
+        code,
+        SIGNATURE_NAME,
+        error.to_string(),
+        json!({"reason": reason, "trustedKey": trusted.id(), "signedBy": signed_by}),
+    ));
 }
 
 /// What the walk recorded about a regular file.
@@ -549,8 +602,8 @@ impl Walk<'_> {
             ));
             return Ok(());
         };
-        if prefix.is_empty() && text == MANIFEST_NAME {
-            return Ok(()); // Checked by read_manifest.
+        if prefix.is_empty() && (text == MANIFEST_NAME || text == crate::sign::SIGNATURE_NAME) {
+            return Ok(()); // Checked by read_manifest and check_signature.
         }
         let stat = match rustix::fs::statat(fd, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW)
         {

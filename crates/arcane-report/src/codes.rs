@@ -126,6 +126,10 @@ codes! {
     BUNDLE_MODE_MISMATCH,
     /// A file was replaced or changed while it was being verified.
     BUNDLE_FILE_CHANGED,
+    /// A trusted key is configured but the bundle carries no signature.
+    BUNDLE_UNSIGNED,
+    /// The bundle's signature is malformed, by another key, or does not match its manifest.
+    BUNDLE_SIGNATURE_INVALID,
 }
 
 /// The table's constant for `code`, or `None` for a code this build does not know (a

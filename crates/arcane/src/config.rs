@@ -136,3 +136,13 @@ fn install_signal_handlers(cancel: &CancelToken) {
         }
     });
 }
+
+/// The user's trusted bundle key, `$XDG_CONFIG_HOME/arcane/trusted-bundle-key.pub`
+/// (else `~/.config/arcane/...`), when that file exists.
+pub fn user_trusted_bundle_key() -> Option<PathBuf> {
+    let base = env_path("XDG_CONFIG_HOME")
+        .filter(|p| p.is_absolute())
+        .or_else(|| env_path("HOME").map(|home| home.join(".config")))?;
+    let path = base.join("arcane").join("trusted-bundle-key.pub");
+    path.is_file().then_some(path)
+}

@@ -38,6 +38,18 @@ pub enum BundleCommand {
     ///
     /// Exit codes: 0 clean, 2 integrity failure (every failure is listed with its code).
     Verify(VerifyArgs),
+    /// Make a signing key pair: `FILE` (the secret key, mode 0600, never overwritten) and
+    /// `FILE.pub` (the public key, minisign's format) for `bundle build --sign FILE` and
+    /// `bundle verify --trusted-key FILE.pub`.
+    Keygen(KeygenArgs),
+}
+
+/// Arguments of `arcane bundle keygen`.
+#[derive(Debug, clap::Args)]
+pub struct KeygenArgs {
+    /// Where to write the secret key (`FILE.pub` gets the public key).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
 }
 
 /// Arguments of `arcane bundle build`.
@@ -86,6 +98,11 @@ pub struct BuildArgs {
     /// The execution target `launch` uses by default (`cpu` or a device id).
     #[arg(long, value_name = "TARGET")]
     pub execution_target: Option<String>,
+
+    /// Sign the manifest with this secret key (from `arcane bundle keygen`), so that
+    /// `verify --trusted-key` and `launch` with a trusted key accept the bundle.
+    #[arg(long, value_name = "KEY")]
+    pub sign: Option<PathBuf>,
 }
 
 /// Arguments of `arcane bundle verify`.
@@ -102,6 +119,12 @@ pub struct VerifyArgs {
     /// Hashing threads (default: every core, at most 8).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+
+    /// Also require the manifest's signature by this public key (`KEY.pub`): an unsigned
+    /// bundle is `BUNDLE_UNSIGNED`, another key's or a broken signature
+    /// `BUNDLE_SIGNATURE_INVALID`, naming the key ids.
+    #[arg(long, value_name = "KEY.pub")]
+    pub trusted_key: Option<PathBuf>,
 }
 
 /// Runs `arcane bundle`.
@@ -109,7 +132,96 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     match args.command {
         BundleCommand::Build(args) => build(context, args),
         BundleCommand::Verify(args) => verify(context, args),
+        BundleCommand::Keygen(args) => keygen(context, args),
     }
+}
+
+/// A key file that cannot be used, as a CLI error naming it.
+pub fn key_error(error: arcane_bundle::sign::SignError) -> CliError {
+    let details = match &error {
+        arcane_bundle::sign::SignError::BadKey { path, what, .. } => {
+            json!({"path": path, "key": what})
+        }
+        _ => json!({}),
+    };
+    CommandError::new(codes::ARCANE_USAGE, error.to_string(), details)
+        .hint("make a key pair with `arcane bundle keygen --out FILE`")
+        .into()
+}
+
+/// Reads a trusted public key file.
+pub fn trusted_key(path: &std::path::Path) -> Result<arcane_bundle::sign::PublicKey, CliError> {
+    arcane_bundle::sign::PublicKey::read(path).map_err(key_error)
+}
+
+fn keygen(context: &Context, args: KeygenArgs) -> Result<u8, CliError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let secret = arcane_bundle::sign::generate().map_err(key_error)?;
+    let public = secret.public();
+    let public_path = {
+        let mut name = args.out.clone().into_os_string();
+        name.push(".pub");
+        PathBuf::from(name)
+    };
+    // Never overwrite a key: a lost secret key cannot be recovered.
+    let create = |path: &PathBuf, mode: u32, text: String| -> Result<(), CliError> {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(path)
+            .map_err(|e| {
+                let code = if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    codes::ARCANE_ALREADY_EXISTS
+                } else {
+                    codes::ARCANE_IO
+                };
+                CliError::from(
+                    CommandError::new(
+                        code,
+                        format!("cannot create `{}`", path.display()),
+                        json!({"path": path}),
+                    )
+                    .caused_by(e),
+                )
+            })?;
+        file.write_all(text.as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(|e| {
+                CliError::from(
+                    CommandError::new(
+                        codes::ARCANE_IO,
+                        format!("cannot write `{}`", path.display()),
+                        json!({"path": path}),
+                    )
+                    .caused_by(e),
+                )
+            })
+    };
+    if public_path.exists() {
+        return Err(CommandError::new(
+            codes::ARCANE_ALREADY_EXISTS,
+            format!("`{}` already exists", public_path.display()),
+            json!({"path": public_path}),
+        )
+        .into());
+    }
+    create(&args.out, 0o600, secret.to_text())?;
+    if let Err(error) = create(&public_path, 0o644, public.to_text()) {
+        let _ = std::fs::remove_file(&args.out);
+        return Err(error);
+    }
+    context.output.result(
+        &format!(
+            "made key {}: secret key `{}` (keep it private), public key `{}`",
+            public.id(),
+            args.out.display(),
+            public_path.display()
+        ),
+        &json!({"keyId": public.id(), "secretKey": args.out, "publicKey": public_path}),
+    );
+    Ok(0)
 }
 
 fn build(context: &Context, args: BuildArgs) -> Result<u8, CliError> {
@@ -136,6 +248,10 @@ fn build(context: &Context, args: BuildArgs) -> Result<u8, CliError> {
     app.start = args.app_start;
     request.app = app;
     request.execution_target = args.execution_target;
+    if let Some(key) = &args.sign {
+        let key = arcane_bundle::sign::SecretKey::read(key).map_err(key_error)?;
+        request.sign = Some(std::sync::Arc::new(key));
+    }
     let sink = ProgressSink::new(&context.output, "building");
     let outcome = arcane_bundle::build(&request, &sink, &context.cancel);
     sink.finish();
@@ -171,6 +287,9 @@ fn verify(context: &Context, args: VerifyArgs) -> Result<u8, CliError> {
     let mut options = VerifyOptions::default();
     if let Some(threads) = args.threads {
         options = options.threads(threads);
+    }
+    if let Some(key) = &args.trusted_key {
+        options.trusted_key = Some(trusted_key(key)?);
     }
     let sink = ProgressSink::new(output, "verifying");
     let report = arcane_bundle::verify(&args.dir, &options, &sink, &context.cancel);

@@ -61,6 +61,13 @@ pub struct Args {
     /// after `REL` is passed to the program; this option must come last.
     #[arg(long = "arcane-app-entry", value_name = "REL [ARGS]", num_args = 1.., allow_hyphen_values = true)]
     pub app_entry: Option<Vec<String>>,
+
+    /// Launch only a bundle signed by this public key (`KEY.pub`). Also settable as
+    /// `trustedKey` in the launch file, or for every bundle in
+    /// `$XDG_CONFIG_HOME/arcane/trusted-bundle-key.pub` (`~/.config/...`); the first of
+    /// these that is set wins.
+    #[arg(long, value_name = "KEY.pub")]
+    pub trusted_key: Option<PathBuf>,
 }
 
 /// Runs `arcane launch`.
@@ -74,8 +81,12 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         .caused_by(e)
     })?;
     let root = arcane_bundle::bundle_root_from_launcher(&launcher)?;
+    let mut options = VerifyOptions::default();
+    if let Some(key) = trusted_key_file(&args)? {
+        options.trusted_key = Some(crate::cmd::bundle::trusted_key(&key)?);
+    }
     let sink = crate::cmd::bundle::ProgressSink::new(&context.output, "verifying");
-    let report = arcane_bundle::verify(&root, &VerifyOptions::default(), &sink, &context.cancel);
+    let report = arcane_bundle::verify(&root, &options, &sink, &context.cancel);
     sink.finish();
     let report = report?;
     if !report.is_clean() {
@@ -104,6 +115,20 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         Some(ref entry) => app_entry(context, &launch, &args, entry),
         None => core(context, &launch),
     }
+}
+
+/// The trusted key for this launch: `--trusted-key`, else the launch file's
+/// `trustedKey`, else the user's `trusted-bundle-key.pub` (see [`Args::trusted_key`]).
+fn trusted_key_file(args: &Args) -> Result<Option<PathBuf>, CliError> {
+    if let Some(key) = &args.trusted_key {
+        return Ok(Some(key.clone()));
+    }
+    if let Some(file) = &args.launch_config {
+        if let Some(key) = arcane_bundle::launch::launch_file_trusted_key(file)? {
+            return Ok(Some(key));
+        }
+    }
+    Ok(crate::config::user_trusted_bundle_key())
 }
 
 /// The `serve` command line that runs the Core host for `launch`: the bundle's own

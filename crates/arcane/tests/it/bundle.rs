@@ -872,3 +872,167 @@ fn the_background_core_of_an_app_entry_dies_with_a_killed_launch() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn signed_bundles_round_trip_and_an_unsigned_tampered_or_foreign_one_is_refused() {
+    // Issue 14: flipping a model byte and rewriting both digests in the manifest
+    // verified and launched. With a trusted key it is refused, naming the key ids.
+    let real = RealBundle::new();
+    let keys = real.dir.path().join("keys");
+    std::fs::create_dir(&keys).unwrap();
+    let mut ids = Vec::new();
+    for name in ["mine", "theirs"] {
+        let out = support::run(
+            real.workspace
+                .arcane()
+                .args(["--output", "json", "bundle", "keygen", "--out"])
+                .arg(keys.join(name)),
+        );
+        assert!(out.status.success(), "{}", support::stderr(&out));
+        ids.push(support::json(&out)["keyId"].as_str().unwrap().to_string());
+        let mode = std::fs::metadata(keys.join(name))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600, "the secret key is private");
+    }
+    // keygen never overwrites a key.
+    let again = support::run(
+        real.workspace
+            .arcane()
+            .args(["bundle", "keygen", "--out"])
+            .arg(keys.join("mine")),
+    );
+    assert!(!again.status.success());
+    let app = real.dir.path().join("app");
+    let signed = real.dir.path().join("signed");
+    let out = support::run(
+        real.workspace
+            .arcane()
+            .args(["bundle", "build", "--app"])
+            .arg(&app)
+            .args(["--model", "smollm2", "--execution-target", "cpu", "--sign"])
+            .arg(keys.join("mine"))
+            .arg("--out")
+            .arg(&signed),
+    );
+    assert!(out.status.success(), "{}", support::stderr(&out));
+    let verify = |dir: &Path, key: Option<&str>| {
+        let mut command = real.workspace.arcane();
+        command
+            .args(["--output", "json", "bundle", "verify"])
+            .arg(dir);
+        if let Some(key) = key {
+            command
+                .arg("--trusted-key")
+                .arg(keys.join(format!("{key}.pub")));
+        }
+        let out = support::run(&mut command);
+        (out.status.code(), support::json(&out))
+    };
+    let first_code = |report: &Value| report["failures"][0]["code"].as_str().map(str::to_string);
+    // Signed, trusted key: clean. Another key: refused naming both ids.
+    assert_eq!(verify(&signed, Some("mine")).0, Some(0));
+    let (code, report) = verify(&signed, Some("theirs"));
+    assert_eq!(code, Some(2));
+    assert_eq!(
+        first_code(&report).as_deref(),
+        Some("BUNDLE_SIGNATURE_INVALID"),
+        "{report}"
+    );
+    let message = report["failures"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&ids[0]) && message.contains(&ids[1]),
+        "{message}"
+    );
+    // Unsigned with a trusted key: refused.
+    let (code, report) = verify(&real.bundle, Some("mine"));
+    assert_eq!(code, Some(2));
+    assert_eq!(
+        first_code(&report).as_deref(),
+        Some("BUNDLE_UNSIGNED"),
+        "{report}"
+    );
+    // The attack: a model byte flipped and both digests rewritten in the manifest.
+    let manifest_path = signed.join("arcane-bundle.json");
+    let mut manifest: Value =
+        serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    let model_path = manifest["models"][0]["path"].as_str().unwrap().to_string();
+    let model_file = signed.join(&model_path);
+    let mut bytes = std::fs::read(&model_file).unwrap();
+    bytes[1000] ^= 0xFF;
+    std::fs::write(&model_file, &bytes).unwrap();
+    let digest = {
+        let out = Command::new("sha256sum").arg(&model_file).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    manifest["models"][0]["sha256"] = Value::String(digest.clone());
+    for file in manifest["files"].as_array_mut().unwrap() {
+        if file["path"] == model_path.as_str() {
+            file["sha256"] = Value::String(digest.clone());
+        }
+    }
+    std::fs::write(
+        &manifest_path,
+        serde_json::to_vec_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        verify(&signed, None).0,
+        Some(0),
+        "integrity alone cannot tell"
+    );
+    let (code, report) = verify(&signed, Some("mine"));
+    assert_eq!(code, Some(2));
+    assert_eq!(
+        first_code(&report).as_deref(),
+        Some("BUNDLE_SIGNATURE_INVALID"),
+        "{report}"
+    );
+    // launch refuses it too, by flag and by launch file, and starts nothing.
+    let launch_file = real.dir.path().join("launch.json");
+    std::fs::write(
+        &launch_file,
+        serde_json::json!({"trustedKey": keys.join("mine.pub")}).to_string(),
+    )
+    .unwrap();
+    for extra in [
+        vec![
+            "--trusted-key".to_string(),
+            keys.join("mine.pub").display().to_string(),
+        ],
+        vec![
+            "--launch-config".to_string(),
+            launch_file.display().to_string(),
+        ],
+    ] {
+        let out = support::run(
+            Command::new(signed.join("bin/arcane"))
+                .env_remove("ARCANE_WORKSPACE")
+                .args(["--output", "json", "launch", "--state-root"])
+                .arg(real.dir.path().join("state-signed"))
+                .args(&extra),
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{extra:?}: {}",
+            support::stdout(&out)
+        );
+        assert!(
+            support::stdout(&out).contains("BUNDLE_SIGNATURE_INVALID"),
+            "{}",
+            support::stdout(&out)
+        );
+        assert!(!real
+            .dir
+            .path()
+            .join("state-signed/.arcane/core.json")
+            .exists());
+    }
+}
