@@ -886,17 +886,21 @@ fn copy_hashing(
     progress: &Progress<'_>,
     cancel: &CancelToken,
 ) -> Result<(u64, String), Error> {
-    let mut input = File::open(source).map_err(|e| Error::io("open", source, e))?;
-    if !input
+    // Never blocks (a FIFO is refused by name), and remembers what the file was so a
+    // change during the copy is caught.
+    let mut input = arcane_files::open_regular(source).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidInput {
+            Error::input(
+                format!("`{}` {e}", source.display()),
+                json!({"path": source}),
+            )
+        } else {
+            Error::io("open", source, e)
+        }
+    })?;
+    let before = input
         .metadata()
-        .map_err(|e| Error::io("inspect", source, e))?
-        .is_file()
-    {
-        return Err(Error::input(
-            format!("`{}` is not a regular file", source.display()),
-            json!({"path": source}),
-        ));
-    }
+        .map_err(|e| Error::io("inspect", source, e))?;
     let mode = if exec { 0o755 } else { 0o644 };
     let mut output = File::options()
         .write(true)
@@ -921,6 +925,7 @@ fn copy_hashing(
         arcane_files::StreamError::Read(e) => Error::io("read", source, e),
         arcane_files::StreamError::Write(e) => Error::io("write", destination, e),
     })?;
+    unchanged_during_copy(source, &input, &before, streamed.bytes)?;
     // The umask may have cleared bits; set the normalised mode explicitly.
     output
         .set_permissions(std::fs::Permissions::from_mode(mode))
@@ -929,6 +934,37 @@ fn copy_hashing(
         .sync_all()
         .map_err(|e| Error::io("fsync", destination, e))?;
     Ok((streamed.bytes, streamed.sha256))
+}
+
+/// Fails when the file copied from `source` was replaced, grew, shrank or was rewritten
+/// (another inode at the path, another size or modification time) while it was read:
+/// its copy and digest would be of neither version.
+fn unchanged_during_copy(
+    source: &Path,
+    input: &File,
+    before: &std::fs::Metadata,
+    copied: u64,
+) -> Result<(), Error> {
+    use std::os::unix::fs::MetadataExt;
+    let after = input
+        .metadata()
+        .map_err(|e| Error::io("inspect", source, e))?;
+    let at_path = std::fs::metadata(source).ok();
+    let same = |a: &std::fs::Metadata, b: &std::fs::Metadata| {
+        (a.dev(), a.ino(), a.len(), a.mtime(), a.mtime_nsec())
+            == (b.dev(), b.ino(), b.len(), b.mtime(), b.mtime_nsec())
+    };
+    if same(before, &after) && copied == before.len() && at_path.is_some_and(|p| same(before, &p)) {
+        return Ok(());
+    }
+    Err(Error::InvalidInput {
+        message: format!(
+            "`{}` changed while it was being copied; nothing was built",
+            source.display()
+        ),
+        details: json!({"path": source, "reason": "changed"}),
+        hint: Some("let whatever writes it finish, then build again".into()),
+    })
 }
 
 /// fsyncs every directory of the tree, so the renamed bundle is durable.
@@ -1035,6 +1071,36 @@ fn uuid_v4() -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_source_that_changes_while_it_is_copied_fails_the_build() {
+        use std::io::Write;
+        // Issue 14, item 4 (bundle builds): a file rewritten, grown or replaced during
+        // the copy must not be recorded with a digest of neither version.
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("model.gguf");
+        std::fs::write(&source, vec![1u8; 4096]).unwrap();
+        let input = File::open(&source).unwrap();
+        let before = input.metadata().unwrap();
+        assert!(unchanged_during_copy(&source, &input, &before, 4096).is_ok());
+        // Copied fewer bytes than it had: it shrank or the read was short.
+        assert!(unchanged_during_copy(&source, &input, &before, 100).is_err());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&source)
+            .unwrap()
+            .write_all(b"more")
+            .unwrap();
+        let error = unchanged_during_copy(&source, &input, &before, 4096).unwrap_err();
+        assert!(error.to_string().contains("changed while it was being copied"), "{error}");
+        // Replaced by another file at the path.
+        let input = File::open(&source).unwrap();
+        let before = input.metadata().unwrap();
+        std::fs::remove_file(&source).unwrap();
+        std::fs::write(&source, vec![1u8; 4100]).unwrap();
+        assert!(unchanged_during_copy(&source, &input, &before, 4100).is_err());
+    }
+
     use super::*;
 
     #[test]
