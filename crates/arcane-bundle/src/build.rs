@@ -1092,7 +1092,12 @@ mod tests {
             .write_all(b"more")
             .unwrap();
         let error = unchanged_during_copy(&source, &input, &before, 4096).unwrap_err();
-        assert!(error.to_string().contains("changed while it was being copied"), "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("changed while it was being copied"),
+            "{error}"
+        );
         // Replaced by another file at the path.
         let input = File::open(&source).unwrap();
         let before = input.metadata().unwrap();

@@ -97,8 +97,8 @@ pub fn check_owner_and_mode(path: &Path, meta: &std::fs::Metadata) -> Result<(),
     Ok(())
 }
 
-/// Checks a program before it runs: the file (links followed) and every directory
-/// above its real path. `Ok(Err(_))` names the first untrusted one; `Err` is an I/O
+/// Checks a program before it runs (or a directory it loads libraries from): the path
+/// itself (links followed) and every directory above its real path. `Ok(Err(_))` names the first untrusted one; `Err` is an I/O
 /// failure to inspect it.
 pub fn check_executable(program: &Path) -> std::io::Result<Result<(), Untrusted>> {
     let real = std::fs::canonicalize(program)?;

@@ -182,6 +182,16 @@ pub enum Error {
         /// What it hashes to now (`None`: missing or not a regular file).
         actual: Option<String>,
     },
+    /// A registry file another user could have written (`StrictModes`).
+    #[error("refusing to read `{}`: {detail}", path.display())]
+    Untrusted {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (owner, mode).
+        detail: String,
+        /// How to fix it.
+        fix: String,
+    },
     /// The file changed while it was being read (hashed or copied).
     #[error("`{}` changed while it was being read; nothing was registered", path.display())]
     SourceChanged {
@@ -352,7 +362,9 @@ impl Diagnostic for Error {
             Error::IntegrityFailed { .. }
             | Error::Truncated { .. }
             | Error::ModelChanged { .. } => codes::ARCANE_INTEGRITY_FAILED,
-            Error::UnsafeArchiveEntry { .. } => codes::ARCANE_POLICY_DENIED,
+            Error::UnsafeArchiveEntry { .. } | Error::Untrusted { .. } => {
+                codes::ARCANE_POLICY_DENIED
+            }
             Error::ArchiveInvalid { .. }
             | Error::Download { .. }
             | Error::HttpStatus { .. }
@@ -414,6 +426,9 @@ impl Diagnostic for Error {
                 actual,
             } => json!({"subject": subject, "expected": expected, "actual": actual}),
             Error::SourceChanged { path } => json!({"path": path}),
+            Error::Untrusted { path, detail, .. } => {
+                json!({"path": path, "reason": "untrusted", "detail": detail})
+            }
             Error::ModelChanged {
                 id,
                 path,
@@ -508,6 +523,7 @@ impl Diagnostic for Error {
                         .into(),
                 ]
             }
+            Error::Untrusted { fix, .. } => vec![fix.clone()],
             Error::SourceChanged { .. } => vec![
                 "something wrote to the file while Arcane read it: let that finish, then run the command again".into(),
             ],

@@ -60,6 +60,16 @@ fn map_paths(document: &mut Document, workspace: &Path, f: fn(&mut PathBuf, &Pat
 
 /// Reads the registry (an absent file is an empty registry).
 pub(crate) fn load(workspace: &Path, path: &Path) -> Result<Document, Error> {
+    // The registry names the programs Arcane runs: only this user (or root) may write it.
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if let Err(untrusted) = arcane_files::trust::check_owner_and_mode(path, &meta) {
+            return Err(Error::Untrusted {
+                path: path.to_path_buf(),
+                detail: untrusted.describe(),
+                fix: untrusted.fix(),
+            });
+        }
+    }
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

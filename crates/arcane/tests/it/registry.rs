@@ -747,3 +747,25 @@ fn model_add_of_a_symlink_registers_the_file_it_names() {
         );
     }
 }
+
+#[test]
+fn a_registry_file_others_can_write_is_refused_with_the_fix() {
+    // Issue 14, item 1: the registry names the programs Arcane runs.
+    use std::os::unix::fs::PermissionsExt;
+    let ws = TestWorkspace::new();
+    let added = run(ws
+        .arcane()
+        .args(["runtime", "add", "llama.cpp", "--executable"])
+        .arg(llama_server()));
+    assert!(added.status.success(), "{}", stderr(&added));
+    let registry = ws.path().join(".arcane/registry.json");
+    std::fs::set_permissions(&registry, std::fs::Permissions::from_mode(0o666)).unwrap();
+    for args in [vec!["runtime", "list"], vec!["model", "list"]] {
+        let out = run(ws.arcane().args(["--output", "json"]).args(&args));
+        let v = json(&out);
+        assert_eq!(v["error"]["code"], "ARCANE_POLICY_DENIED", "{args:?}: {v}");
+        assert!(v.to_string().contains("chmod go-w"), "{v}");
+    }
+    std::fs::set_permissions(&registry, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(run(ws.arcane().args(["runtime", "list"])).status.success());
+}
