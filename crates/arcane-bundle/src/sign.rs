@@ -117,6 +117,20 @@ pub fn generate() -> Result<SecretKey, SignError> {
     })
 }
 
+fn bad_key(path: &Path, what: &'static str, why: &str) -> SignError {
+    SignError::BadKey {
+        path: path.to_path_buf(),
+        what,
+        why: why.to_string(),
+    }
+}
+
+/// The decoded payload of the key file at `path` (`what`: `public` or `secret`).
+fn read_key_file(path: &Path, what: &'static str) -> Result<Vec<u8>, SignError> {
+    let text = std::fs::read_to_string(path).map_err(|e| bad_key(path, what, &e.to_string()))?;
+    payload(&text).ok_or_else(|| bad_key(path, what, "no base64 key line after the comment"))
+}
+
 /// The payload line of a key or signature file: the line after the untrusted comment.
 fn payload(text: &str) -> Option<Vec<u8>> {
     let mut lines = text.lines();
@@ -144,13 +158,8 @@ impl PublicKey {
 
     /// Reads a public key file.
     pub fn read(path: &Path) -> Result<PublicKey, SignError> {
-        let bad = |why: &str| SignError::BadKey {
-            path: path.to_path_buf(),
-            what: "public",
-            why: why.to_string(),
-        };
-        let text = std::fs::read_to_string(path).map_err(|e| bad(&e.to_string()))?;
-        let bytes = payload(&text).ok_or_else(|| bad("no base64 key line after the comment"))?;
+        let bad = |why: &str| bad_key(path, "public", why);
+        let bytes = read_key_file(path, "public")?;
         if bytes.len() != 42 || &bytes[..2] != b"Ed" {
             return Err(bad(
                 "not an Ed25519 public key (42 bytes starting with `Ed`)",
@@ -188,13 +197,8 @@ impl SecretKey {
 
     /// Reads a secret key file.
     pub fn read(path: &Path) -> Result<SecretKey, SignError> {
-        let bad = |why: &str| SignError::BadKey {
-            path: path.to_path_buf(),
-            what: "secret",
-            why: why.to_string(),
-        };
-        let text = std::fs::read_to_string(path).map_err(|e| bad(&e.to_string()))?;
-        let bytes = payload(&text).ok_or_else(|| bad("no base64 key line after the comment"))?;
+        let bad = |why: &str| bad_key(path, "secret", why);
+        let bytes = read_key_file(path, "secret")?;
         let Some(rest) = bytes.strip_prefix(SECRET_MARKER).filter(|r| r.len() == 40) else {
             return Err(bad("not an Arcane Ed25519 secret key"));
         };

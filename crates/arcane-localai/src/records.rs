@@ -83,25 +83,28 @@ pub(crate) enum Judgement {
     Orphan,
 }
 
+/// Creates the workspace (mode 0700, private to the user like the lock's own directory)
+/// when nothing exists there: a first `serve` may run before anything else created it.
+fn ensure_workspace(workspace: &Path) -> Result<(), Error> {
+    if workspace.is_dir() {
+        return Ok(());
+    }
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(workspace)
+        .map_err(|source| Error::Io {
+            operation: "create",
+            path: workspace.to_path_buf(),
+            source,
+        })
+}
+
 /// Checks, before an engine starts, that `.arcane/engines` is a physical directory of the
 /// workspace (created 0700 when missing), so no record is ever written through a link.
 pub(crate) async fn check_dir(workspace: &Path) -> Result<(), Error> {
     let workspace = workspace.to_path_buf();
     let engines = arcane_workspace::layout::engines_dir(&workspace);
     let checked = tokio::task::spawn_blocking(move || {
-        if !workspace.exists() {
-            // A first `serve` may run before anything created the workspace.
-            std::os::unix::fs::DirBuilderExt::mode(
-                std::fs::DirBuilder::new().recursive(true),
-                0o700,
-            )
-            .create(&workspace)
-            .map_err(|source| Error::Io {
-                operation: "create",
-                path: workspace.clone(),
-                source,
-            })?;
-        }
+        ensure_workspace(&workspace)?;
         arcane_lock::state_subdir(&workspace, "engines")
             .map(|_| ())
             .map_err(|source| Error::RecordsRefused {
@@ -240,20 +243,7 @@ pub(crate) async fn with_lock<T: Send + 'static>(
     let engine = engine.to_string();
     let events = events.clone();
     tokio::task::spawn_blocking(move || {
-        // A first `serve` may run before anything else created the workspace; the lock
-        // needs it to exist (private to the user, like the lock's own directory).
-        if !workspace.is_dir() {
-            std::os::unix::fs::DirBuilderExt::mode(
-                std::fs::DirBuilder::new().recursive(true),
-                0o700,
-            )
-            .create(&workspace)
-            .map_err(|source| Error::Io {
-                operation: "create",
-                path: workspace.clone(),
-                source,
-            })?;
-        }
+        ensure_workspace(&workspace)?;
         let lock_error = |source| Error::Lock {
             engine: engine.clone(),
             source,
