@@ -511,12 +511,18 @@ fn admit(shared: &Shared, request: &Request<Incoming>) -> Option<Response<HttpBo
             ));
         }
     }
+    // The one endpoint that needs no token: `GET /health` says only ok/loading/error.
+    if request.method() == Method::GET && request.uri().path() == "/health" {
+        return None;
+    }
     let expected = shared.options.token.as_bytes();
+    // `Authorization: <scheme> <token>`; the scheme is case-insensitive (RFC 9110 §11.1).
     let from_header = headers
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
     let from_query = (request.method() == Method::GET && request.uri().path() == "/v1/events")
         .then(|| query_param(request.uri().query(), "token"))
         .flatten();
@@ -536,6 +542,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Htt
     }
     let path = request.uri().path().to_string();
     match (request.method().clone(), path.as_str()) {
+        (Method::GET, "/health") => health(&shared),
         (Method::GET, "/v1/health") => {
             let snapshot = shared.host.snapshot();
             json_response(
@@ -556,7 +563,8 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Htt
         | (Method::GET, "/v1/models") => passthrough(&shared, request).await,
         (
             _,
-            "/v1/health"
+            "/health"
+            | "/v1/health"
             | "/v1/rpc"
             | "/v1/control"
             | "/v1/events"
@@ -573,6 +581,47 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Htt
             &json!({"error": {"code": codes::ARCANE_NOT_FOUND, "message": format!("no endpoint `{path}`"), "details": {"path": path}}}),
         ),
     }
+}
+
+/// `GET /health` (no token): only `{"status": "ok" | "loading" | "error"}`, with 200 for
+/// `ok` and 503 otherwise, for monitors and load balancers. `ok`: the host, its
+/// services and its engine (when one is selected) are ready; `loading`: a service or
+/// the engine is still starting or loading; `error`: something failed or stopped, or
+/// the host is shutting down.
+fn health(shared: &Shared) -> Response<HttpBody> {
+    use crate::host::HostState;
+    use crate::service::ServiceState;
+    let services: Vec<ServiceState> = shared
+        .host
+        .services()
+        .into_iter()
+        .map(|(_, status)| status.state)
+        .collect();
+    let engine = shared.options.upstream.as_ref().map(|u| u.openai_target());
+    let status =
+        if shared.host.state() != HostState::Ready || services.contains(&ServiceState::Failed) {
+            "error"
+        } else if services
+            .iter()
+            .any(|s| matches!(s, ServiceState::Registered | ServiceState::Starting))
+        {
+            "loading"
+        } else {
+            match engine {
+                None | Some(UpstreamTarget::Ready { .. }) => "ok",
+                Some(UpstreamTarget::Unavailable {
+                    retry_after: Some(_),
+                    ..
+                }) => "loading",
+                Some(UpstreamTarget::Unavailable { .. }) => "error",
+            }
+        };
+    let code = if status == "ok" {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json_response(code, &json!({ "status": status }))
 }
 
 fn client_name(request: &Request<Incoming>) -> Option<String> {

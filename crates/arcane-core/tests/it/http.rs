@@ -652,3 +652,35 @@ async fn an_authenticated_request_is_answered_while_500_idle_connections_are_hel
     .await;
     assert_eq!(status, 200, "{response}");
 }
+
+/// `GET <path>` with these extra header lines; (status, JSON body).
+async fn get(served: &Served, path: &str, extra: &str) -> (u16, Value) {
+    let head = format!("GET {path} HTTP/1.1\r\nHost: {}\r\n{extra}", served.address);
+    let (status, head, body) = raw_http(served.address, &head, "").await;
+    let text = dechunk(&head, &body);
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn health_needs_no_token_and_reveals_only_a_status_everything_else_needs_one() {
+    let served = serve(None).await;
+    let (status, body) = get(&served, "/health", "").await;
+    assert_eq!((status, &body), (200, &json!({"status": "ok"})));
+    // Still only from the loopback listener itself, and never to a foreign page.
+    let head = "GET /health HTTP/1.1\r\nHost: evil.example:80\r\n";
+    assert_eq!(raw_http(served.address, head, "").await.0, 421);
+    let (status, _) = get(&served, "/health", "Origin: http://evil.example\r\n").await;
+    assert_eq!(status, 403);
+    // The detailed health keeps needing the token; the scheme is case-insensitive.
+    assert_eq!(get(&served, "/v1/health", "").await.0, 401);
+    let lower = format!("Authorization: bearer {}\r\n", served.token);
+    let (status, body) = get(&served, "/v1/health", &lower).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["protocol"], "arcane/1");
+    let wrong = "Authorization: Basic Zm9vOmJhcg==\r\n";
+    assert_eq!(get(&served, "/v1/health", wrong).await.0, 401);
+    // A loading engine is `loading` (503), for a load balancer to wait.
+    let loading = serve(Some(Arc::new(Loading))).await;
+    let (status, body) = get(&loading, "/health", "").await;
+    assert_eq!((status, &body), (503, &json!({"status": "loading"})));
+}
