@@ -115,6 +115,83 @@ pub fn new_token() -> Result<String, Error> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// The path of the workspace's token file.
+pub fn token_path(workspace: &Path) -> PathBuf {
+    arcane_workspace::layout::core_token(workspace)
+}
+
+/// The workspace's bearer token: read from `.arcane/core-token`, or created there (32
+/// random bytes, hex, mode 0600) the first time, so it survives restarts and a client
+/// configured with it keeps working. A token file others may read is refused (it is a
+/// secret), as is one that is empty or not hex.
+pub fn workspace_token(workspace: &Path) -> Result<String, Error> {
+    let path = token_path(workspace);
+    match read_token_file(&path)? {
+        Some(token) => Ok(token),
+        None => {
+            let token = new_token()?;
+            write_private_atomic(&path, format!("{token}\n").as_bytes())?;
+            Ok(token)
+        }
+    }
+}
+
+/// Replaces the workspace's token with a fresh one and returns it. A running host
+/// (whose `core.json` is proven by its owner lease) is told through `core.json` and
+/// switches at once: it rereads the token file on the next request.
+pub fn rotate_token(workspace: &Path) -> Result<String, Error> {
+    let token = new_token()?;
+    write_private_atomic(&token_path(workspace), format!("{token}\n").as_bytes())?;
+    if let Ok(mut record) = running_endpoint(workspace) {
+        record.token = token.clone();
+        write_endpoint(workspace, &record)?;
+    }
+    Ok(token)
+}
+
+/// Reads a token file: `Ok(None)` when it does not exist.
+pub fn read_token_file(path: &Path) -> Result<Option<String>, Error> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(Error::Io {
+                operation: "inspect",
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let refuse = |why: String| Error::Io {
+        operation: "use",
+        path: path.to_path_buf(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, why),
+    };
+    if !meta.is_file() {
+        return Err(refuse("the token file is not a regular file".into()));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(refuse(format!(
+            "the token file is readable or writable by others (mode {:04o}); run `chmod 600 '{}'`",
+            meta.mode() & 0o7777,
+            path.display()
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        operation: "read",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let token = text.trim().to_string();
+    if token.len() < 16 || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(refuse(
+            "the token file holds no usable token (16 or more visible characters)".into(),
+        ));
+    }
+    Ok(Some(token))
+}
+
 /// Compares two secrets in time independent of where they differ.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let mut difference = (a.len() ^ b.len()) as u8 | u8::from(a.len() != b.len());

@@ -304,6 +304,9 @@ pub struct HttpOptions {
     pub grace: Duration,
     /// Header-read and idle timeouts and the connection cap.
     pub limits: crate::limits::ConnectionLimits,
+    /// The workspace's token file: when set, a changed file (`arcane token rotate`)
+    /// replaces `token` at once, on the next request.
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 impl HttpOptions {
@@ -315,6 +318,7 @@ impl HttpOptions {
             upstream: None,
             grace: Duration::from_secs(5),
             limits: crate::limits::ConnectionLimits::default(),
+            token_file: None,
         }
     }
 
@@ -351,6 +355,46 @@ struct Shared {
     hosts: Vec<String>,
     origins: Vec<String>,
     client: EngineClient,
+    /// The token in force and the token file's identity when it was read.
+    token: std::sync::RwLock<(String, Option<FileVersion>)>,
+}
+
+/// What identifies one version of the token file.
+type FileVersion = (u64, u64, i64, i64, u64);
+
+fn file_version(path: &std::path::Path) -> Option<FileVersion> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some((
+        meta.dev(),
+        meta.ino(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.len(),
+    ))
+}
+
+impl Shared {
+    /// The token requests must present: the token file's, reread when it changed (a
+    /// rotation takes effect on the next request); the last good one when the file is
+    /// unreadable.
+    fn current_token(&self) -> String {
+        let Some(path) = &self.options.token_file else {
+            return self.options.token.clone();
+        };
+        let version = file_version(path);
+        {
+            let current = self.token.read().unwrap_or_else(|p| p.into_inner());
+            if current.1 == version {
+                return current.0.clone();
+            }
+        }
+        let mut current = self.token.write().unwrap_or_else(|p| p.into_inner());
+        if let Ok(Some(token)) = crate::endpoint::read_token_file(path) {
+            *current = (token, version);
+        }
+        current.0.clone()
+    }
 }
 
 /// Serves HTTP on `listener` until the host closes, then waits up to the grace period
@@ -374,8 +418,10 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
             origins.push(format!("http://[{}]:{port}", v6.ip()));
         }
     }
+    let token_version = options.token_file.as_deref().and_then(file_version);
     let shared = Arc::new(Shared {
         host: host.clone(),
+        token: std::sync::RwLock::new((options.token.clone(), token_version)),
         options,
         hosts,
         origins,
@@ -515,7 +561,8 @@ fn admit(shared: &Shared, request: &Request<Incoming>) -> Option<Response<HttpBo
     if request.method() == Method::GET && request.uri().path() == "/health" {
         return None;
     }
-    let expected = shared.options.token.as_bytes();
+    let expected = shared.current_token();
+    let expected = expected.as_bytes();
     // `Authorization: <scheme> <token>`; the scheme is case-insensitive (RFC 9110 §11.1).
     let from_header = headers
         .get(hyper::header::AUTHORIZATION)

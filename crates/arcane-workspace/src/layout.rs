@@ -6,6 +6,7 @@
 //!   workspace-operation.lock.json      its record (the JavaScript SDK's schema 1)
 //!   core.lock                          the Core host's owner lease (flock sentinel)
 //!   core.json                          how to reach the running host (0600: holds the token)
+//!   core-token                         the workspace's bearer token, kept across restarts (0600)
 //!   core-port.json                     the host's stable port, chosen once
 //!   registry.json                      registered runtimes and models
 //!   runtimes/<engine>/<version>/       installed runtimes
@@ -59,6 +60,12 @@ pub fn core_lock(root: &Path) -> PathBuf {
 /// `<root>/.arcane/core.json`: the running host's endpoint and token.
 pub fn core_endpoint(root: &Path) -> PathBuf {
     state_dir(root).join("core.json")
+}
+
+/// `<root>/.arcane/core-token`: the workspace's bearer token (0600), kept across
+/// restarts so a configured client keeps working.
+pub fn core_token(root: &Path) -> PathBuf {
+    state_dir(root).join("core-token")
 }
 
 /// `<root>/.arcane/core-port.json`: the host's saved port.

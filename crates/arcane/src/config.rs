@@ -146,3 +146,12 @@ pub fn user_trusted_bundle_key() -> Option<PathBuf> {
     let path = base.join("arcane").join("trusted-bundle-key.pub");
     path.is_file().then_some(path)
 }
+
+/// A bearer token the user supplies in `ARCANE_API_KEY` (16 or more visible characters),
+/// used by `arcane serve` instead of the workspace's own.
+pub fn api_key() -> Option<String> {
+    std::env::var("ARCANE_API_KEY")
+        .ok()
+        .map(|key| key.trim().to_string())
+        .filter(|key| !key.is_empty())
+}

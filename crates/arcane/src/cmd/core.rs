@@ -276,6 +276,9 @@ pub struct ServeOptions {
     pub port: Option<u16>,
     /// How long a shutdown waits for in-flight passthrough responses.
     pub drain_deadline: std::time::Duration,
+    /// A bearer token the user supplied (`ARCANE_API_KEY`, `--api-key-file`) instead of
+    /// the workspace's own (`.arcane/core-token`, kept across restarts).
+    pub api_key: Option<String>,
 }
 
 impl ServeOptions {
@@ -286,13 +289,14 @@ impl ServeOptions {
             listen: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
             port: None,
             drain_deadline: arcane_core::host::DEFAULT_DRAIN_DEADLINE,
+            api_key: None,
         }
     }
 }
 
 /// Runs the Core host on loopback HTTP until SIGINT/SIGTERM or `core.host.shutdown`:
 /// one owner per workspace (a second one reports the first and exits 75), the stable
-/// saved port (a busy one is `CORE_PORT_IN_USE`), `core.json` with a fresh token, the
+/// saved port (a busy one is `CORE_PORT_IN_USE`), `core.json` with the workspace's token, the
 /// services of the runtime selection, the passthrough, then the draining shutdown.
 ///
 /// Exit: 0 after a requested stop; the engine's error when its first start fails (the
@@ -484,7 +488,8 @@ async fn listen(context: &Context, options: &ServeOptions) -> Result<Listening, 
     })
 }
 
-/// Step 2: writes `core.json` (URL, pid, a fresh token, what is served).
+/// Step 2: writes `core.json` (URL, pid, the workspace's token or the user's, what is
+/// served).
 fn publish_endpoint(
     context: &Context,
     options: &ServeOptions,
@@ -497,7 +502,10 @@ fn publish_endpoint(
         host: listening.host.clone(),
         port: listening.port,
         pid: std::process::id(),
-        token: endpoint::new_token()?,
+        token: match &options.api_key {
+            Some(key) => key.clone(),
+            None => endpoint::workspace_token(&context.workspace)?,
+        },
         started_at: arcane_report::time::now_rfc3339(),
         serving: endpoint::Serving {
             models: options
@@ -554,8 +562,11 @@ fn serve_http(
     parts: &HostParts,
     listener: tokio::net::TcpListener,
     token: String,
+    token_file: Option<std::path::PathBuf>,
 ) -> tokio::task::JoinHandle<Result<(), arcane_core::Error>> {
     let mut http_options = arcane_core::http::HttpOptions::new(token);
+    // The workspace's token file is watched, so `arcane token rotate` takes effect at once.
+    http_options.token_file = token_file;
     if let Some(local_ai) = &parts.local_ai {
         http_options = http_options.upstream(local_ai.clone());
     }
@@ -574,7 +585,6 @@ async fn follow(
     parts: &HostParts,
     printed: &mut tokio::sync::mpsc::UnboundedReceiver<Event>,
     url: &str,
-    endpoint_file: &std::path::Path,
 ) -> FirstStartWatch {
     let mut watch = FirstStartWatch::new(parts.local_ai.is_some());
     let mut status = parts.local_ai.as_ref().map(|service| {
@@ -584,7 +594,7 @@ async fn follow(
         status
     });
     let act = |next: Next| match next {
-        Next::Announce(llama) => announce(context, url, endpoint_file, llama.as_deref()),
+        Next::Announce(llama) => announce(context, url, llama.as_deref()),
         Next::Shutdown => parts.host.shutdown_handle().shutdown(),
         Next::Wait => {}
     };
@@ -627,7 +637,11 @@ async fn serve_async(
         let _ = events.send(event);
     });
     let parts = start_host(context, options, runtimes, observer)?;
-    let server = serve_http(&parts, listening.listener, record.token.clone());
+    let token_file = options
+        .api_key
+        .is_none()
+        .then(|| arcane_core::endpoint::token_path(&context.workspace));
+    let server = serve_http(&parts, listening.listener, record.token.clone(), token_file);
     context.output.note(&format!(
         "Core host listening on {url} (endpoint and token in `{}`)",
         endpoint_file.display()
@@ -639,7 +653,7 @@ async fn serve_async(
             &json!({"type": event_types::CORE_LISTENING, "data": summary}),
         );
     }
-    let first = follow(context, &parts, &mut printed, &url, &endpoint_file).await;
+    let first = follow(context, &parts, &mut printed, &url).await;
     // Step 6: drain and close, then print what the shutdown reported.
     let closed = parts.host.close().await;
     let _ = server.await;
@@ -686,12 +700,7 @@ fn remote_error(error: &serde_json::Value) -> CommandError {
 }
 
 /// Tells a person how to talk to the host once it (and its engine) is ready.
-fn announce(
-    context: &Context,
-    url: &str,
-    endpoint_file: &std::path::Path,
-    llama: Option<&EngineStatus>,
-) {
+fn announce(context: &Context, url: &str, llama: Option<&EngineStatus>) {
     let output = &context.output;
     if let Some(llama) = llama {
         let model = llama
@@ -717,8 +726,7 @@ fn announce(
     ));
     output.note(&format!("  {arcane} --workspace '{workspace}' status"));
     output.note(&format!(
-        "  TOKEN=$(sed -n 's/.*\"token\": *\"\\([0-9a-f]*\\)\".*/\\1/p' '{}')",
-        endpoint_file.display()
+        "  TOKEN=$({arcane} --workspace '{workspace}' token show)"
     ));
     output.note(&format!(
         "  curl -sN {url}/v1/chat/completions -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{{\"messages\":[{{\"role\":\"user\",\"content\":\"Hello\"}}],\"stream\":true}}'"

@@ -17,6 +17,7 @@ pub mod model;
 pub mod runtime;
 pub mod serve;
 pub mod status;
+pub mod token;
 
 /// Every `arcane` command.
 #[derive(Debug, Subcommand)]
@@ -42,6 +43,8 @@ pub enum Command {
     Bundle(bundle::Args),
     /// Launch a bundle's Core host or app (run from `<bundle>/bin/arcane`).
     Launch(launch::Args),
+    /// Show or rotate the workspace's bearer token (kept across restarts).
+    Token(token::Args),
 }
 
 impl Command {
@@ -57,9 +60,11 @@ impl Command {
             Command::Runtime(args) => args.needs_existing_workspace(),
             Command::Bundle(args) => matches!(args.command, bundle::BundleCommand::Build(_)),
             Command::Status(_) | Command::Chat(_) => true,
-            Command::Devices(_) | Command::Serve(_) | Command::Core(_) | Command::Launch(_) => {
-                false
-            }
+            Command::Devices(_)
+            | Command::Serve(_)
+            | Command::Core(_)
+            | Command::Launch(_)
+            | Command::Token(_) => false,
         }
     }
 }
@@ -71,6 +76,7 @@ pub fn run(context: &Context, command: Command) -> Result<u8, CliError> {
     }
     match command {
         Command::Lock(args) => lock::run(context, args),
+        Command::Token(args) => token::run(context, args),
         Command::Devices(args) => devices::run(context, args),
         Command::Runtime(args) => runtime::run(context, args),
         Command::Model(args) => model::run(context, args),

@@ -90,6 +90,12 @@ pub struct Args {
     #[arg(long, value_name = "ADDRESS")]
     pub listen: Option<std::net::IpAddr>,
 
+    /// Read the bearer token clients must present from FILE (one line, 16 or more
+    /// visible characters, mode 0600) instead of the workspace's own `.arcane/core-token`
+    /// (`ARCANE_API_KEY` sets it directly; this flag wins).
+    #[arg(long, value_name = "FILE")]
+    pub api_key_file: Option<PathBuf>,
+
     /// Listen on this port for this run instead of the saved one (which is chosen once
     /// and kept, so clients' URLs stay valid; a busy saved port is an error).
     #[arg(long, value_name = "PORT")]
@@ -168,6 +174,26 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         options.listen = listen;
     }
     options.port = args.port;
+    options.api_key = match &args.api_key_file {
+        Some(file) => Some(
+            arcane_core::endpoint::read_token_file(file)?.ok_or_else(|| {
+                CliError::from(CommandError::usage(
+                    format!("the API key file `{}` does not exist", file.display()),
+                    json!({"path": file}),
+                ))
+            })?,
+        ),
+        None => crate::config::api_key(),
+    };
+    if let Some(key) = &options.api_key {
+        if key.len() < 16 || !key.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(CommandError::usage(
+                "the API key must be 16 or more visible characters (no spaces)",
+                json!({"length": key.len()}),
+            )
+            .into());
+        }
+    }
     options.drain_deadline = seconds(
         "--drain-timeout",
         args.drain_timeout,

@@ -1013,3 +1013,81 @@ fn usage_errors_are_json_under_machine_output_modes() {
     assert!(output.stdout.is_empty());
     assert!(support::stderr(&output).contains("unrecognized subcommand"));
 }
+
+#[test]
+fn the_token_survives_restarts_rotation_takes_effect_at_once_and_a_user_key_is_honoured() {
+    use std::os::unix::fs::PermissionsExt;
+    let workspace = TestWorkspace::new();
+    let health = |endpoint: &Value, token: &str| {
+        http(
+            endpoint["port"].as_u64().unwrap(),
+            &format!(
+                "GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n",
+                endpoint["port"]
+            ),
+        )
+        .0
+    };
+    // 1. Two runs, one token; `token show` prints it; the file is private.
+    let mut first = serve_without_engine(&workspace);
+    let token = wait_for_endpoint(&workspace, &mut first)["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(terminate(first), Some(0));
+    let mut second = serve_without_engine(&workspace);
+    let endpoint = wait_for_endpoint(&workspace, &mut second);
+    assert_eq!(
+        endpoint["token"],
+        token.as_str(),
+        "the token changed across a restart"
+    );
+    let shown = support::run(workspace.arcane().args(["token", "show"]));
+    assert_eq!(support::stdout(&shown).trim(), token);
+    let mode = std::fs::metadata(workspace.path().join(".arcane/core-token"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+    // 2. Rotation: the running host accepts only the new token, at once.
+    assert_eq!(health(&endpoint, &token), 200);
+    let rotated = support::run(
+        workspace
+            .arcane()
+            .args(["--output", "json", "token", "rotate"]),
+    );
+    assert!(rotated.status.success(), "{}", support::stderr(&rotated));
+    let new = support::json(&rotated)["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(new, token);
+    assert_eq!(health(&endpoint, &token), 401);
+    assert_eq!(health(&endpoint, &new), 200);
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(workspace.path().join(".arcane/core.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        record["token"],
+        new.as_str(),
+        "core.json names the new token"
+    );
+    assert_eq!(terminate(second), Some(0));
+    // 3. A key of the user's own.
+    let mut own = workspace
+        .arcane()
+        .env("ARCANE_API_KEY", "my-own-key-0123456789")
+        .args(["serve", "--runtime", "ollama", "--url", &fake_ollama()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map(Guard)
+        .unwrap();
+    let endpoint = wait_for_endpoint(&workspace, &mut own);
+    assert_eq!(endpoint["token"], "my-own-key-0123456789");
+    assert_eq!(health(&endpoint, "my-own-key-0123456789"), 200);
+    assert_eq!(health(&endpoint, &new), 401);
+    assert_eq!(terminate(own), Some(0));
+}
