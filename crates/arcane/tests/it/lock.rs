@@ -402,10 +402,7 @@ fn a_holder_killed_with_sigkill_is_recovered_at_once_by_the_next_acquirer() {
     let ws = TestWorkspace::new();
     let mut reaper = Reaper::default();
     let (holder, _sleep) = start_holder(&ws, "serve", &mut reaper);
-    let _ = Command::new("kill")
-        .arg("-KILL")
-        .arg(holder.to_string())
-        .status();
+    kill9(holder);
     for child in &mut reaper.children {
         let _ = child.wait();
     }
@@ -906,6 +903,43 @@ fn read_pid(path: &Path) -> u32 {
     }
 }
 
+/// Starts `arcane lock run --operation OP -- sh -c SCRIPT sh ARGS…` with stderr
+/// silenced, under `reaper`; returns the `arcane` pid.
+fn start_script_holder(
+    ws: &TestWorkspace,
+    reaper: &mut Reaper,
+    operation: &str,
+    script: &str,
+    args: &[&Path],
+) -> u32 {
+    let holder = ws
+        .arcane()
+        .args([
+            "lock",
+            "run",
+            "--operation",
+            operation,
+            "--",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .args(args)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    reaper.adopt(holder)
+}
+
+/// `kill -KILL PID`.
+fn kill9(pid: u32) {
+    let _ = Command::new("kill")
+        .arg("-KILL")
+        .arg(pid.to_string())
+        .status();
+}
+
 /// Waits (bounded) until `pid` no longer runs (gone or a zombie).
 fn wait_gone(pid: u32, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -928,31 +962,10 @@ fn the_command_dies_with_a_holder_killed_with_sigkill_so_writers_never_interleav
     let pidfile = ws.path().join("first.pid");
     let script =
         "echo $$ > \"$1\"; i=0; while :; do i=$((i+1)); echo first-$i >> \"$2\"; sleep 0.05; done";
-    let first = ws
-        .arcane()
-        .args([
-            "lock",
-            "run",
-            "--operation",
-            "first",
-            "--",
-            "sh",
-            "-c",
-            script,
-            "sh",
-        ])
-        .arg(&pidfile)
-        .arg(&log)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let arcane_pid = reaper.adopt(first);
+    let arcane_pid = start_script_holder(&ws, &mut reaper, "first", script, &[&pidfile, &log]);
     let command = read_pid(&pidfile);
     reaper.pids.push(command);
-    let _ = Command::new("kill")
-        .arg("-KILL")
-        .arg(arcane_pid.to_string())
-        .status();
+    kill9(arcane_pid);
     wait_gone(command, "the command of the killed holder");
     let out = run(ws
         .arcane()
@@ -988,30 +1001,16 @@ fn what_a_killed_holders_command_leaves_behind_keeps_the_lock_until_it_ends() {
     let pidfile = ws.path().join("left.pid");
     // The background `sleep` outlives the shell (the leader the parent-death signal
     // kills) and still holds the inherited locked descriptor.
-    let holder = ws
-        .arcane()
-        .args([
-            "lock",
-            "run",
-            "--operation",
-            "first",
-            "--",
-            "sh",
-            "-c",
-            "sleep 600 & echo $! > \"$1\"; wait",
-            "sh",
-        ])
-        .arg(&pidfile)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let arcane_pid = reaper.adopt(holder);
+    let arcane_pid = start_script_holder(
+        &ws,
+        &mut reaper,
+        "first",
+        "sleep 600 & echo $! > \"$1\"; wait",
+        &[&pidfile],
+    );
     let left = read_pid(&pidfile);
     reaper.pids.push(left);
-    let _ = Command::new("kill")
-        .arg("-KILL")
-        .arg(arcane_pid.to_string())
-        .status();
+    kill9(arcane_pid);
     for child in &mut reaper.children {
         let _ = child.wait();
     }
@@ -1027,10 +1026,7 @@ fn what_a_killed_holders_command_leaves_behind_keeps_the_lock_until_it_ends() {
     ]));
     assert_eq!(out.status.code(), Some(75), "{}", stdout(&out));
     assert_eq!(json(&out)["error"]["code"], "ARCANE_WORKSPACE_BUSY");
-    let _ = Command::new("kill")
-        .arg("-KILL")
-        .arg(left.to_string())
-        .status();
+    kill9(left);
     wait_gone(left, "the left-behind sleep");
     let out = run(ws.arcane().args([
         "lock",
@@ -1050,24 +1046,13 @@ fn two_sigints_to_a_holder_whose_command_traps_them_end_the_command_before_the_n
     let ws = TestWorkspace::new();
     let mut reaper = Reaper::default();
     let pidfile = ws.path().join("trap.pid");
-    let holder = ws
-        .arcane()
-        .args([
-            "lock",
-            "run",
-            "--operation",
-            "first",
-            "--",
-            "sh",
-            "-c",
-            "trap '' INT TERM; echo $$ > \"$1\"; while :; do sleep 0.05; done",
-            "sh",
-        ])
-        .arg(&pidfile)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let arcane_pid = reaper.adopt(holder);
+    let arcane_pid = start_script_holder(
+        &ws,
+        &mut reaper,
+        "first",
+        "trap '' INT TERM; echo $$ > \"$1\"; while :; do sleep 0.05; done",
+        &[&pidfile],
+    );
     let command = read_pid(&pidfile);
     reaper.pids.push(command);
     for _ in 0..2 {

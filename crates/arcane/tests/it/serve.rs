@@ -1069,28 +1069,8 @@ fn state_or_an_executable_another_user_could_change_is_refused_with_the_fix() {
     std::fs::copy(llama_server(), &program).unwrap();
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o777)).unwrap();
     let port = free_port();
-    let out = crate::support::run(
-        ws.arcane()
-            .args(["--output", "json", "serve", "--executable"])
-            .arg(&program)
-            .arg("--model")
-            .arg(smollm2())
-            .args([
-                "--device",
-                "cpu",
-                "--url",
-                &format!("http://127.0.0.1:{port}"),
-            ])
-            .args(["--port", &free_port().to_string()]),
-    );
-    assert!(!out.status.success());
-    let v = crate::support::json(&out);
-    assert_eq!(v["error"]["code"], "ARCANE_POLICY_DENIED", "{v}");
-    assert!(v.to_string().contains(&bin.display().to_string()), "{v}");
-    assert!(health(port).is_none(), "the untrusted program ran");
-    // 3. As root (as here): an executable another user owns.
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    if std::os::unix::fs::chown(&program, Some(65534), None).is_ok() {
+    // `serve` of `program` with the real model; its JSON error.
+    let serve_program = || {
         let out = crate::support::run(
             ws.arcane()
                 .args(["--output", "json", "serve", "--executable"])
@@ -1105,7 +1085,17 @@ fn state_or_an_executable_another_user_could_change_is_refused_with_the_fix() {
                 ])
                 .args(["--port", &free_port().to_string()]),
         );
-        let v = crate::support::json(&out);
+        assert!(!out.status.success());
+        crate::support::json(&out)
+    };
+    let v = serve_program();
+    assert_eq!(v["error"]["code"], "ARCANE_POLICY_DENIED", "{v}");
+    assert!(v.to_string().contains(&bin.display().to_string()), "{v}");
+    assert!(health(port).is_none(), "the untrusted program ran");
+    // 3. As root (as here): an executable another user owns.
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    if std::os::unix::fs::chown(&program, Some(65534), None).is_ok() {
+        let v = serve_program();
         assert_eq!(v["error"]["code"], "ARCANE_POLICY_DENIED", "{v}");
         assert!(
             v.to_string().contains("owned by another user (uid 65534)"),
