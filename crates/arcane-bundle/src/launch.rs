@@ -271,7 +271,8 @@ pub fn launch_file_trusted_key(file: &Path) -> Result<Option<PathBuf>, Error> {
 }
 
 fn read_launch_file(file: &Path) -> Result<LaunchLayer, Error> {
-    let bytes = std::fs::read(file).map_err(|e| Error::io("read launch file", file, e))?;
+    let bytes = arcane_files::read_regular(file, 1 << 20)
+        .map_err(|e| Error::io("read launch file", file, e))?;
     let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
         Error::usage(
             format!("launch file `{}` is not valid JSON ({e})", file.display()),

@@ -127,7 +127,8 @@ fn bad_key(path: &Path, what: &'static str, why: &str) -> SignError {
 
 /// The decoded payload of the key file at `path` (`what`: `public` or `secret`).
 fn read_key_file(path: &Path, what: &'static str) -> Result<Vec<u8>, SignError> {
-    let text = std::fs::read_to_string(path).map_err(|e| bad_key(path, what, &e.to_string()))?;
+    let text = arcane_files::read_regular_text(path, 4096)
+        .map_err(|e| bad_key(path, what, &e.to_string()))?;
     payload(&text).ok_or_else(|| bad_key(path, what, "no base64 key line after the comment"))
 }
 

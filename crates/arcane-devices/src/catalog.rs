@@ -373,9 +373,11 @@ impl Catalog {
 
     /// Reads, parses and checks an inventory file.
     pub fn from_inventory_file(path: &Path) -> Result<Catalog, Error> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::InventoryRead {
-            path: path.to_path_buf(),
-            source,
+        let text = arcane_files::read_regular_text(path, 16 << 20).map_err(|source| {
+            Error::InventoryRead {
+                path: path.to_path_buf(),
+                source,
+            }
         })?;
         Self::parse(&text, Some(path))
     }

@@ -171,6 +171,28 @@ fn resolve_existing_prefix(path: &Path) -> io::Result<std::path::PathBuf> {
     Ok(resolved)
 }
 
+/// Reads a small file a user named ([`open_regular`]: never blocks, refuses anything but
+/// a regular file), at most `limit` bytes (more is an [`io::ErrorKind::InvalidData`]
+/// error: a configuration or key file that large is a mistake).
+pub fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    let file = open_regular(path)?;
+    let mut bytes = Vec::new();
+    file.take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("is larger than {limit} bytes"),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// [`read_regular`] as UTF-8 text.
+pub fn read_regular_text(path: &Path, limit: u64) -> io::Result<String> {
+    String::from_utf8(read_regular(path, limit)?)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "is not UTF-8 text"))
+}
+
 /// What [`stream_sha256`] read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Streamed {

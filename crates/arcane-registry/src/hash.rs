@@ -31,7 +31,7 @@ pub fn sha256_file(
     cancel: &CancelToken,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<String, Error> {
-    let mut file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+    let mut file = arcane_files::open_regular(path).map_err(|e| Error::io("open", path, e))?;
     let total = file
         .metadata()
         .map_err(|e| Error::io("inspect", path, e))?
@@ -112,7 +112,7 @@ fn copy_and_hash_inner(
     cancel: &CancelToken,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(u64, String), Error> {
-    let mut source = File::open(from).map_err(|e| Error::io("open", from, e))?;
+    let mut source = arcane_files::open_regular(from).map_err(|e| Error::io("open", from, e))?;
     let total = source
         .metadata()
         .map_err(|e| Error::io("inspect", from, e))?

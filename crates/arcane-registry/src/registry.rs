@@ -938,7 +938,9 @@ impl<'a> InstallPlan<'a> {
                 (file, actual)
             }
             Source::File(path) => {
-                let mut file = std::fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
+                // A user-named archive: never blocks on a FIFO, regular files only.
+                let mut file =
+                    arcane_files::open_regular(path).map_err(|e| Error::io("open", path, e))?;
                 let total = file
                     .metadata()
                     .map_err(|e| Error::io("inspect", path, e))?

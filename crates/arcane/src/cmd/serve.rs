@@ -298,7 +298,7 @@ fn load_config(context: &Context, args: &Args) -> Result<(Option<ConfigFile>, Pa
     let Some(path) = path else {
         return Ok((None, cwd));
     };
-    let text = std::fs::read_to_string(&path).map_err(|e| {
+    let text = arcane_files::read_regular_text(&path, 1 << 20).map_err(|e| {
         CommandError::usage(
             format!("cannot read the configuration file `{}`", path.display()),
             json!({"path": path}),

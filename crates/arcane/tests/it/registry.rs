@@ -769,3 +769,55 @@ fn a_registry_file_others_can_write_is_refused_with_the_fix() {
     std::fs::set_permissions(&registry, std::fs::Permissions::from_mode(0o644)).unwrap();
     assert!(run(ws.arcane().args(["runtime", "list"])).status.success());
 }
+
+#[test]
+fn every_user_named_file_that_is_a_fifo_is_refused_at_once() {
+    // Issue 14, item 3: a FIFO where a file belongs must never block a command.
+    let ws = TestWorkspace::new();
+    let fifo = ws.path().join("named.fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let fifo_text = fifo.display().to_string();
+    let cases: Vec<Vec<String>> = vec![
+        vec!["serve".into(), "--config".into(), fifo_text.clone()],
+        vec![
+            "runtime".into(),
+            "install".into(),
+            "llama.cpp".into(),
+            "--archive".into(),
+            fifo_text.clone(),
+            "--sha256".into(),
+            "0".repeat(64),
+        ],
+        vec!["devices".into(), "--inventory".into(), fifo_text.clone()],
+        vec![
+            "bundle".into(),
+            "verify".into(),
+            ws.path().display().to_string(),
+            "--trusted-key".into(),
+            fifo_text.clone(),
+        ],
+    ];
+    for case in cases {
+        let mut child = ws
+            .arcane()
+            .args(&case)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let status = wait_for_exit(&mut child, Duration::from_secs(30), &case.join(" "));
+        assert!(!status.success(), "{case:?}");
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert!(err.contains("FIFO"), "{case:?}: {err}");
+    }
+}
