@@ -406,10 +406,9 @@ mod tests {
         assert!(constant_time_eq(b"", b""));
     }
 
-    #[test]
-    fn endpoint_is_private_and_round_trips() {
-        let dir = tempfile::tempdir().unwrap();
-        let record = EndpointRecord {
+    /// A record naming this process, with a fresh token.
+    fn test_record() -> EndpointRecord {
+        EndpointRecord {
             protocol: "arcane/1".into(),
             url: "http://127.0.0.1:1".into(),
             host: "127.0.0.1".into(),
@@ -418,7 +417,46 @@ mod tests {
             token: new_token().unwrap(),
             started_at: "2026-01-01T00:00:00.000Z".into(),
             serving: Serving::default(),
-        };
+        }
+    }
+
+    #[test]
+    fn the_workspace_token_is_kept_private_and_a_readable_token_file_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let token = workspace_token(dir.path()).unwrap();
+        assert_eq!(
+            workspace_token(dir.path()).unwrap(),
+            token,
+            "kept across calls"
+        );
+        let path = token_path(dir.path());
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let rotated = rotate_token(dir.path()).unwrap();
+        assert_ne!(rotated, token);
+        assert_eq!(workspace_token(dir.path()).unwrap(), rotated);
+        // A secret others can read is not used.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let error = workspace_token(dir.path()).unwrap_err();
+        assert!(
+            error.to_string().contains(&path.display().to_string()),
+            "{error}"
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(&path, "short").unwrap();
+        assert!(
+            workspace_token(dir.path()).is_err(),
+            "too short to be a token"
+        );
+    }
+
+    #[test]
+    fn endpoint_is_private_and_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = test_record();
         let path = write_endpoint(dir.path(), &record).unwrap();
         #[cfg(unix)]
         {
@@ -455,16 +493,7 @@ mod tests {
     #[test]
     fn an_endpoint_file_is_believed_only_while_its_owner_lease_is_held() {
         let dir = tempfile::tempdir().unwrap();
-        let record = EndpointRecord {
-            protocol: "arcane/1".into(),
-            url: "http://127.0.0.1:1".into(),
-            host: "127.0.0.1".into(),
-            port: 1,
-            pid: std::process::id(),
-            token: new_token().unwrap(),
-            started_at: "2026-01-01T00:00:00.000Z".into(),
-            serving: Serving::default(),
-        };
+        let record = test_record();
         // Left behind with nobody holding the lease: not believed, although its pid lives.
         write_endpoint(dir.path(), &record).unwrap();
         assert!(matches!(

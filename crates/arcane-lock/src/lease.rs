@@ -184,7 +184,8 @@ impl WorkspaceLock {
         }
         let ws = Workspace::open(workspace)?;
         if let Some(claim) = inherit::claim_for(&ws) {
-            return adopt(&ws, claim?, options, events);
+            let lock = adopt(&ws, claim?, options)?;
+            return locked(lock, &ws, None, options, events).map_err(|()| cancelled());
         }
         let started = Instant::now();
         let deadline = options.wait.map(|wait| started + wait);
@@ -536,7 +537,8 @@ pub fn with_workspace_lock<T, E: From<Error>>(
     }
 }
 
-/// Emits `workspace.operation.locked` for a fresh lease; `Err(())` when cancellation
+/// Emits `workspace.operation.locked` for a lease just taken (or inherited, which the
+/// event says); `Err(())` when cancellation
 /// came while it was taken (the lease is given back before any work runs).
 fn locked(
     lock: WorkspaceLock,
@@ -554,6 +556,7 @@ fn locked(
             "nonce": lock.nonce,
             "pid": sys::own_pid(),
             "waitedMilliseconds": waited.map(|w| w.as_millis() as u64),
+            "inherited": lock.is_inherited(),
         }),
     ));
     if options.cancelled() {
@@ -793,12 +796,7 @@ fn myself(options: &AcquireOptions, acquired_at: &str) -> Holder {
 }
 
 /// Takes the lease an ancestor passed down, once `inherit::verify` proves it.
-fn adopt(
-    ws: &Workspace,
-    claim: &Claim,
-    options: &AcquireOptions,
-    events: &dyn EventSink,
-) -> Result<WorkspaceLock, Error> {
+fn adopt(ws: &Workspace, claim: &Claim, options: &AcquireOptions) -> Result<WorkspaceLock, Error> {
     let acquired_at = arcane_report::time::now_rfc3339();
     let me = myself(options, &acquired_at);
     let reservation = registry::reserve(ws.identity, me)
@@ -823,18 +821,6 @@ fn adopt(
     };
     let sentinel = sys::duplicate(claim.fd)
         .map_err(|e| Error::io("duplicate the inherited lock", ws.arcane_path(SENTINEL), e))?;
-    events.emit(Event::new(
-        arcane_report::event_types::WORKSPACE_OPERATION_LOCKED,
-        json!({
-            "workspaceRoot": ws.canonical,
-            "operation": options.operation,
-            "lockPath": ws.arcane_path(RECORD),
-            "nonce": claim.nonce,
-            "pid": sys::own_pid(),
-            "waitedMilliseconds": null,
-            "inherited": true,
-        }),
-    ));
     Ok(WorkspaceLock {
         workspace: ws.canonical.clone(),
         identity: ws.identity,

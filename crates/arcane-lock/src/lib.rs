@@ -79,7 +79,7 @@
 //!
 //! | type | data | when |
 //! |---|---|---|
-//! | `workspace.operation.locked` | `workspaceRoot`, `operation`, `lockPath`, `nonce`, `pid`, `waitedMilliseconds` | the lock is held |
+//! | `workspace.operation.locked` | `workspaceRoot`, `operation`, `lockPath`, `nonce`, `pid`, `waitedMilliseconds`, `inherited` | the lock is held (`inherited`: through a lease an ancestor passed down) |
 //! | `workspace.operation.released` | `workspaceRoot`, `operation` | after [`WorkspaceLock::release_with_events`] or [`with_workspace_lock`] |
 //! | `workspace.operation.stale-recovered` | `workspaceRoot`, `lockPath`, `previousOwner` {`pid`, `hostname`, `bootId`, `startTime`, `command`}, `previousOperation`, `previousAcquiredAt`, `reason` | a stale record was replaced |
 //! | `workspace.operation.waiting` | `workspaceRoot`, `operation`, `lockPath`, `holder`, `reason`, `waitMilliseconds`, `wait` | once, when a waiting acquisition first meets contention |

@@ -212,7 +212,6 @@ fn core(context: &Context, launch: &LaunchContext) -> Result<u8, CliError> {
     .into())
 }
 
-/// The pid in a live endpoint file, if a Core host runs for this state root.
 /// The pid of the Core host serving `state_root`, when its endpoint file is proven by
 /// a held owner lease (see `arcane_core::endpoint`).
 fn running_core(state_root: &Path) -> Option<u32> {

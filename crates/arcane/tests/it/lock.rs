@@ -1122,8 +1122,21 @@ fn nested_operations_under_lock_run_inherit_the_lease_and_run_at_once() {
         .arg(&arcane)
         .arg("--workspace")
         .arg(ws.path())
-        .args(["lock", "run", "--operation", "inner", "--", "true"]));
+        .args([
+            "--output",
+            "ndjson",
+            "lock",
+            "run",
+            "--operation",
+            "inner",
+            "--",
+            "true",
+        ]));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let inner = events_of(&out, "workspace.operation.locked");
+    assert_eq!(inner.len(), 1, "{}", stdout(&out));
+    assert_eq!(inner[0]["data"]["inherited"], true);
+    assert_eq!(inner[0]["data"]["operation"], "inner");
     let status = run(ws.arcane().args(["--output", "json", "lock", "status"]));
     assert_eq!(json(&status)["state"], "free");
 }
