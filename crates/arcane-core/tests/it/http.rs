@@ -23,8 +23,24 @@ pub struct Served {
 }
 
 pub async fn serve(upstream: Option<Arc<dyn Upstream>>) -> Served {
+    serve_with(upstream, arcane_core::limits::ConnectionLimits::default())
+        .await
+        .0
+}
+
+/// A host with one test service on loopback, with `upstream` and `limits`; also the
+/// types of the events its observer saw.
+async fn serve_with(
+    upstream: Option<Arc<dyn Upstream>>,
+    limits: arcane_core::limits::ConnectionLimits,
+) -> (Served, Arc<std::sync::Mutex<Vec<String>>>) {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let events = Arc::clone(&seen);
+    let observer: Arc<dyn arcane_report::EventSink> =
+        Arc::new(move |event: arcane_report::Event| events.lock().unwrap().push(event.kind));
     let service = TestService::new("t", "test");
     let host = Host::builder(AppInfo::default())
+        .observer(observer)
         .service(service.clone())
         .unwrap()
         .build();
@@ -35,17 +51,19 @@ pub async fn serve(upstream: Option<Arc<dyn Upstream>>) -> Served {
     let token = arcane_core::endpoint::new_token().unwrap();
     let mut options = HttpOptions::new(token.clone());
     options.max_body = 64 * 1024;
+    options.limits = limits;
     if let Some(upstream) = upstream {
         options = options.upstream(upstream);
     }
     let task = tokio::spawn(arcane_core::http::serve(host.clone(), listener, options));
-    Served {
+    let served = Served {
         host,
         address,
         token,
         service,
         task,
-    }
+    };
+    (served, seen)
 }
 
 fn rpc_head(
@@ -505,38 +523,6 @@ async fn distinct_client_names_do_not_grow_the_host_without_bound() {
     assert_eq!(event["requestId"], "r");
 }
 
-/// A host on loopback with these connection limits, and its event observer's events.
-async fn serve_limited(
-    limits: arcane_core::limits::ConnectionLimits,
-) -> (Served, Arc<std::sync::Mutex<Vec<String>>>) {
-    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let events = Arc::clone(&seen);
-    let observer: Arc<dyn arcane_report::EventSink> =
-        Arc::new(move |event: arcane_report::Event| events.lock().unwrap().push(event.kind));
-    let service = TestService::new("t", "test");
-    let host = Host::builder(AppInfo::default())
-        .observer(observer)
-        .service(service.clone())
-        .unwrap()
-        .build();
-    host.start();
-    host.service_settled("t").await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let token = arcane_core::endpoint::new_token().unwrap();
-    let mut options = HttpOptions::new(token.clone());
-    options.limits = limits;
-    let task = tokio::spawn(arcane_core::http::serve(host.clone(), listener, options));
-    let served = Served {
-        host,
-        address,
-        token,
-        service,
-        task,
-    };
-    (served, seen)
-}
-
 /// Reads until the peer closes (`true`) or `within` passes (`false`).
 async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
     use tokio::io::AsyncReadExt;
@@ -561,7 +547,7 @@ async fn slow_idle_and_excess_connections_are_closed_and_real_requests_still_ans
         idle: Duration::from_secs(1),
         max_connections: 64,
     };
-    let (served, events) = serve_limited(limits).await;
+    let (served, events) = serve_with(None, limits).await;
     // 1. A head dribbled a byte at a time is cut off by the header-read timeout.
     let mut slow = tokio::net::TcpStream::connect(served.address)
         .await
