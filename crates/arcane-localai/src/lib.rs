@@ -81,7 +81,7 @@ pub use config::{Engine, EngineConfig, RestartPolicy};
 pub use endpoint::Endpoint;
 pub use error::Error;
 pub use execution::SharedDeviceSource;
-pub use process::{kill_all_now, ExitInfo, StopStep};
+pub use process::{ExitInfo, StopStep};
 pub use state::{
     is_valid_transition, transition, Change, InvalidTransition, ServerSnapshot, ServerState,
 };

@@ -10,7 +10,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use arcane_process::{kill_all_now, ExitInfo, StopStep};
+pub use arcane_process::{ExitInfo, StopStep};
 use tokio::sync::{mpsc, watch};
 
 /// What to run.
