@@ -35,7 +35,6 @@
 //! upstream connection, before any engine is stopped.
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -45,250 +44,26 @@ use std::time::Duration;
 use arcane_report::{codes, error_json, Diagnostic};
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::SizeHint;
+use http_body_util::{BodyExt, Limited};
 use hyper::body::{Body, Frame, Incoming};
-use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::header::HeaderValue;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::endpoint::constant_time_eq;
-use crate::error::{Error, Peer, TimeoutPhase, Unready};
-use crate::host::{Connection, Host, HostState, Work};
+use crate::error::Error;
+use crate::host::{Connection, Host, HostState};
 use crate::protocol::{parse_incoming, Incoming as Frame_, Response as RpcResponse, PROTOCOL};
 
-/// Why a body stopped: a transport error, a stall, or a shutdown that cut it.
-pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+pub use crate::upstream::{
+    collect, engine_client, full, stream_lines, BodyError, Deadlines, EngineAccess, EngineClient,
+    HttpBody, Stalled, CONNECT_DEADLINE,
+};
 
-/// The body type of every request and response (endpoints, engine and host calls).
-pub type HttpBody = BoxBody<Bytes, BodyError>;
-
-/// How long connecting may take (loopback: an accept, or nothing listening).
-pub const CONNECT_DEADLINE: Duration = Duration::from_secs(5);
-
-/// The deadlines of one HTTP exchange after connecting (which
-/// [`CONNECT_DEADLINE`] bounds): every call to an engine or a host has them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Deadlines {
-    /// From sending the request to the response head, connecting included. A
-    /// non-streamed completion's head comes only once it is generated.
-    pub head: Duration,
-    /// The longest wait for the next piece of the body: a stall deadline, never a
-    /// total one.
-    pub idle: Duration,
-}
-
-impl Deadlines {
-    /// Questions answered from memory (health, status, model lists): 10 s each.
-    pub const QUICK: Self = Self::uniform(Duration::from_secs(10));
-    /// Generation (completions, chat, embeddings): 10 min to the head (a non-streamed
-    /// answer), 2 min between two chunks.
-    pub const GENERATION: Self = Self {
-        head: Duration::from_secs(600),
-        idle: Duration::from_secs(120),
-    };
-    /// Model downloads (`ollama.pull`): 1 h to the head, 10 min between two chunks.
-    pub const TRANSFER: Self = Self {
-        head: Duration::from_secs(3600),
-        idle: Duration::from_secs(600),
-    };
-
-    /// `limit` for the head and between two chunks alike (the CLI's `--timeout`).
-    pub const fn uniform(limit: Duration) -> Self {
-        Self {
-            head: limit,
-            idle: limit,
-        }
-    }
-}
-
-/// The HTTP client for engines and hosts: one loopback connection per request, every
-/// exchange bounded by [`Deadlines`].
-///
-/// Connections are not pooled: `llama-server` may close a kept-alive connection right
-/// after a streamed response, and a request sent on such a connection fails with
-/// "connection closed before message completed" and cannot be replayed (its body is
-/// a stream); an idle pooled connection would also be a request the engine sees as
-/// open when it is stopped. A loopback connect costs tens of microseconds.
-#[derive(Clone)]
-pub struct EngineClient {
-    client: Client<HttpConnector, HttpBody>,
-}
-
-/// A fresh [`EngineClient`].
-pub fn engine_client() -> EngineClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(CONNECT_DEADLINE));
-    EngineClient {
-        client: Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(0)
-            .build(connector),
-    }
-}
-
-impl EngineClient {
-    /// Sends `request` to `peer` and returns the response head within
-    /// `deadlines.head`; its body fails with a stall once no data came for
-    /// `deadlines.idle` (see [`stream_lines`] and [`collect`], which turn that into
-    /// [`Error::Timeout`]). Failures name the URL.
-    pub async fn send(
-        &self,
-        request: Request<HttpBody>,
-        deadlines: Deadlines,
-        peer: Peer,
-    ) -> Result<Response<HttpBody>, Error> {
-        let url = request.uri().to_string();
-        let timeout = |phase, deadline| Error::Timeout {
-            url: url.clone(),
-            phase,
-            deadline,
-            peer,
-        };
-        let answer = tokio::time::timeout(deadlines.head, self.client.request(request)).await;
-        match answer {
-            Err(_) => Err(timeout(TimeoutPhase::Head, deadlines.head)),
-            Ok(Err(error)) if error.is_connect() && caused_by_timeout(&error) => {
-                Err(timeout(TimeoutPhase::Connect, CONNECT_DEADLINE))
-            }
-            Ok(Err(error)) => Err(Error::Http {
-                url,
-                source: Box::new(error),
-            }),
-            Ok(Ok(response)) => Ok(response.map(|body| {
-                StallBody {
-                    inner: body,
-                    idle: deadlines.idle,
-                    timer: Box::pin(tokio::time::sleep(deadlines.idle)),
-                }
-                .boxed()
-            })),
-        }
-    }
-}
-
-fn caused_by_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = error.source();
-    while let Some(current) = cause {
-        if current
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
-        {
-            return true;
-        }
-        cause = current.source();
-    }
-    false
-}
-
-/// A body that stopped sending data for longer than its idle deadline.
-#[derive(Debug, thiserror::Error)]
-#[error("no data for {0:?}")]
-pub struct Stalled(Duration);
-
-/// An upstream body with an idle deadline: the timer restarts with every frame.
-struct StallBody {
-    inner: Incoming,
-    idle: Duration,
-    timer: Pin<Box<tokio::time::Sleep>>,
-}
-
-impl Body for StallBody {
-    type Data = Bytes;
-    type Error = BodyError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                let next = tokio::time::Instant::now() + self.idle;
-                self.timer.as_mut().reset(next);
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Ready(Some(Err(error))) => Poll::Ready(Some(Err(Box::new(error)))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => match self.timer.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(Stalled(self.idle))))),
-                Poll::Pending => Poll::Pending,
-            },
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// Maps a body error to the crate's error: a stall is [`Error::Timeout`].
-fn body_error(error: BodyError, url: &str, peer: Peer) -> Error {
-    match error.downcast::<Stalled>() {
-        Ok(stalled) => Error::Timeout {
-            url: url.into(),
-            phase: TimeoutPhase::Stall,
-            deadline: stalled.0,
-            peer,
-        },
-        Err(source) => Error::Http {
-            url: url.into(),
-            source,
-        },
-    }
-}
-
-/// Reads a whole (bounded-by-deadline) response body from `peer`.
-pub async fn collect(response: Response<HttpBody>, url: &str, peer: Peer) -> Result<Bytes, Error> {
-    response
-        .into_body()
-        .collect()
-        .await
-        .map(|collected| collected.to_bytes())
-        .map_err(|error| body_error(error, url, peer))
-}
-
-/// A body from bytes.
-pub fn full(bytes: impl Into<Bytes>) -> HttpBody {
-    Full::new(bytes.into())
-        .map_err(|never: Infallible| -> BodyError { match never {} })
-        .boxed()
-}
-
-/// Where the OpenAI-compatible passthrough sends requests.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UpstreamTarget {
-    /// The engine is ready at this base URL (e.g. `http://127.0.0.1:8080`).
-    Ready {
-        /// The engine's base URL.
-        url: String,
-    },
-    /// Not ready; a retry may succeed after `retry_after` seconds (`None`: it will
-    /// not by itself, e.g. failed or not selected).
-    Unavailable {
-        /// The runtime id.
-        runtime: String,
-        /// Why it is not ready.
-        state: Unready,
-        /// Seconds until a retry makes sense.
-        retry_after: Option<u64>,
-    },
-}
-
-/// Supplies the passthrough's target (implemented by the local-AI service).
-pub trait Upstream: Send + Sync {
-    /// The current target.
-    fn openai_target(&self) -> UpstreamTarget;
-}
+pub use crate::passthrough::{Upstream, UpstreamTarget};
 
 /// Options of the HTTP transport.
 #[derive(Clone)]
@@ -490,7 +265,7 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
     Ok(())
 }
 
-fn json_response(status: StatusCode, value: &Value) -> Response<HttpBody> {
+pub(crate) fn json_response(status: StatusCode, value: &Value) -> Response<HttpBody> {
     let mut response = Response::new(full(value.to_string()));
     *response.status_mut() = status;
     response.headers_mut().insert(
@@ -500,7 +275,7 @@ fn json_response(status: StatusCode, value: &Value) -> Response<HttpBody> {
     response
 }
 
-fn error_response(status: StatusCode, error: &dyn Diagnostic) -> Response<HttpBody> {
+pub(crate) fn error_response(status: StatusCode, error: &dyn Diagnostic) -> Response<HttpBody> {
     json_response(status, &json!({"error": error_json(error)}))
 }
 
@@ -606,26 +381,23 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Htt
         (Method::POST, "/v1/rpc") => rpc(&shared, request).await,
         (Method::POST, "/v1/control") => control(&shared, request).await,
         (Method::GET, "/v1/events") => events(&shared, &request),
-        (Method::POST, "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings")
-        | (Method::GET, "/v1/models") => passthrough(&shared, request).await,
-        (
-            _,
-            "/health"
-            | "/v1/health"
-            | "/v1/rpc"
-            | "/v1/control"
-            | "/v1/events"
-            | "/v1/chat/completions"
-            | "/v1/completions"
-            | "/v1/embeddings"
-            | "/v1/models",
-        ) => json_response(
+        (_, "/health" | "/v1/health" | "/v1/rpc" | "/v1/control" | "/v1/events") => json_response(
             StatusCode::METHOD_NOT_ALLOWED,
             &json!({"error": {"code": codes::METHOD_NOT_ALLOWED, "message": format!("`{}` does not accept this HTTP method", path), "details": {"path": path}}}),
         ),
+        // Everything else is the engine's API (its own answer, 404 included).
+        _ if shared.options.upstream.is_some() => {
+            crate::passthrough::forward(
+                &shared.host,
+                shared.options.upstream.as_deref(),
+                &shared.client,
+                request,
+            )
+            .await
+        }
         _ => json_response(
             StatusCode::NOT_FOUND,
-            &json!({"error": {"code": codes::ARCANE_NOT_FOUND, "message": format!("no endpoint `{path}`"), "details": {"path": path}}}),
+            &json!({"error": {"code": codes::ARCANE_NOT_FOUND, "message": format!("no endpoint `{path}` (no engine is selected)"), "details": {"path": path}}}),
         ),
     }
 }
@@ -855,206 +627,3 @@ fn events(shared: &Shared, request: &Request<Incoming>) -> Response<HttpBody> {
 
 /// How many frames an SSE client may fall behind before its stream is ended.
 const SSE_BACKLOG: usize = 16 * 1024;
-
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "authorization",
-    "origin",
-];
-
-fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
-    for (name, value) in from {
-        if !HOP_BY_HOP.contains(&name.as_str()) {
-            to.append(HeaderName::clone(name), value.clone());
-        }
-    }
-}
-
-async fn passthrough(shared: &Shared, request: Request<Incoming>) -> Response<HttpBody> {
-    // Accepted work from here until the response body is sent to the end.
-    let Some(work) = shared.host.accept_work() else {
-        return error_response(StatusCode::SERVICE_UNAVAILABLE, &Error::ShuttingDown);
-    };
-    let base = match upstream_base(shared) {
-        Ok(base) => base,
-        Err(response) => return *response,
-    };
-    let deadlines = if request.method() == Method::GET {
-        Deadlines::QUICK
-    } else {
-        Deadlines::GENERATION
-    };
-    let forwarded = match forwarded_request(&base, request) {
-        Ok(forwarded) => forwarded,
-        Err(response) => return *response,
-    };
-    let cancelled = work.cancelled();
-    let answer = tokio::select! {
-        answer = shared.client.send(forwarded, deadlines, Peer::Engine) => answer,
-        // The drain deadline passed before the engine answered: drop the request.
-        () = cancelled => return error_response(StatusCode::SERVICE_UNAVAILABLE, &Error::ShuttingDown),
-    };
-    match answer {
-        Ok(upstream) => {
-            let (parts, body) = upstream.into_parts();
-            let mut response = Response::new(WorkBody::new(body, work).boxed());
-            *response.status_mut() = parts.status;
-            copy_headers(&parts.headers, response.headers_mut());
-            response
-        }
-        Err(error) => {
-            let status =
-                StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::BAD_GATEWAY);
-            error_response(status, &error)
-        }
-    }
-}
-
-/// The ready engine's base URL, or the 503 that says why there is none.
-fn upstream_base(shared: &Shared) -> Result<String, Box<Response<HttpBody>>> {
-    let target = match &shared.options.upstream {
-        Some(upstream) => upstream.openai_target(),
-        None => UpstreamTarget::Unavailable {
-            runtime: "llama.cpp".into(),
-            state: Unready::NotSelected,
-            retry_after: None,
-        },
-    };
-    match target {
-        UpstreamTarget::Ready { url } => Ok(url),
-        UpstreamTarget::Unavailable {
-            runtime,
-            state,
-            retry_after,
-        } => {
-            let error = Error::EngineNotReady {
-                runtime,
-                state,
-                retry_after,
-            };
-            let mut response = error_response(StatusCode::SERVICE_UNAVAILABLE, &error);
-            if let Some(seconds) = retry_after {
-                response
-                    .headers_mut()
-                    .insert(hyper::header::RETRY_AFTER, HeaderValue::from(seconds));
-            }
-            Err(Box::new(response))
-        }
-    }
-}
-
-/// The client's request, re-addressed to the engine at `base` (hop-by-hop headers,
-/// the token and the origin are not forwarded).
-fn forwarded_request(
-    base: &str,
-    request: Request<Incoming>,
-) -> Result<Request<HttpBody>, Box<Response<HttpBody>>> {
-    let path_and_query = request
-        .uri()
-        .path_and_query()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_default();
-    let url = format!("{}{}", base.trim_end_matches('/'), path_and_query);
-    let (parts, body) = request.into_parts();
-    let mut forwarded = Request::new(body.map_err(|e| -> BodyError { Box::new(e) }).boxed());
-    *forwarded.method_mut() = parts.method;
-    *forwarded.uri_mut() = url.parse().map_err(|_| {
-        let error = Error::EngineNotReady {
-            runtime: "llama.cpp".into(),
-            state: Unready::Unanswered(format!("unreachable at `{base}`")),
-            retry_after: None,
-        };
-        Box::new(error_response(StatusCode::BAD_GATEWAY, &error))
-    })?;
-    copy_headers(&parts.headers, forwarded.headers_mut());
-    Ok(forwarded)
-}
-
-/// A passthrough response body that holds its [`Work`] until it is sent to the end (or
-/// dropped), and is cut when a shutdown's drain deadline passes; dropping the cut
-/// upstream body closes the connection to the engine.
-struct WorkBody {
-    inner: HttpBody,
-    cut: Pin<Box<WaitForCancellationFutureOwned>>,
-    _work: Work,
-}
-
-impl WorkBody {
-    fn new(inner: HttpBody, work: Work) -> Self {
-        Self {
-            inner,
-            cut: Box::pin(work.cancelled()),
-            _work: work,
-        }
-    }
-}
-
-/// The error a cut passthrough body ends with (the client sees a truncated response).
-#[derive(Debug, thiserror::Error)]
-#[error("the Core host is shutting down and its drain deadline passed")]
-struct Cut;
-
-impl Body for WorkBody {
-    type Data = Bytes;
-    type Error = BodyError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        if self.cut.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Some(Err(Box::new(Cut))));
-        }
-        Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// Streams an upstream body line by line, calling `line` for each non-empty, trimmed
-/// line until it returns `false`; the one line splitter for every streamed reply
-/// (llama.cpp SSE, Ollama NDJSON, the CLI's chat client). A stall past the body's idle
-/// deadline is [`Error::Timeout`].
-pub(crate) async fn stream_lines(
-    response: Response<HttpBody>,
-    url: &str,
-    peer: Peer,
-    mut line: impl FnMut(&str) -> bool,
-) -> Result<(), Error> {
-    let mut body = response.into_body();
-    let mut buffer: Vec<u8> = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| body_error(e, url, peer))?;
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        buffer.extend_from_slice(&data);
-        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-            let raw: Vec<u8> = buffer.drain(..=end).collect();
-            let text = String::from_utf8_lossy(&raw);
-            let text = text.trim();
-            if !text.is_empty() && !line(text) {
-                return Ok(());
-            }
-        }
-    }
-    let text = String::from_utf8_lossy(&buffer).trim().to_string();
-    if !text.is_empty() {
-        line(&text);
-    }
-    Ok(())
-}

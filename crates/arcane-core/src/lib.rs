@@ -52,11 +52,13 @@ pub mod host;
 pub mod http;
 pub mod limits;
 pub mod localai;
+pub mod passthrough;
 pub mod protocol;
 pub mod selection;
 pub mod service;
 pub mod stdio;
 pub mod supervised;
+pub mod upstream;
 
 pub use error::{Error, FrameProblem, Peer, TimeoutPhase, Unready};
 pub use host::{AppInfo, Connection, Host, HostBuilder, HostState, Prepared, ShutdownHandle, Work};

@@ -14,6 +14,8 @@
 //!   regular file, naming what it is.
 //!
 //! * [`trust`]: whose files Arcane trusts (owner and mode, `StrictModes`-style).
+//! * [`secret_hex`]: the one source of secrets (tokens, engine keys, nonces): bytes from
+//!   the kernel's random generator, never a fallback that could repeat.
 //!
 //! No function here follows policy (who may write where); the callers' containment and
 //! ownership checks decide the paths.
@@ -28,6 +30,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use sha2::{Digest, Sha256};
 
 pub mod trust;
+
+/// `bytes` random bytes from the kernel (`getrandom(2)`), hex-encoded. Fails rather
+/// than fall back to anything guessable.
+pub fn secret_hex(bytes: usize) -> io::Result<String> {
+    let mut buffer = vec![0u8; bytes];
+    getrandom::getrandom(&mut buffer).map_err(|e| io::Error::other(e.to_string()))?;
+    Ok(hex::encode(buffer))
+}
 
 /// The chunk size of every streaming read (large enough to keep the hasher busy).
 pub const CHUNK: usize = 1 << 20;

@@ -1,7 +1,8 @@
 //! The engine command line, in exactly the SDK's order.
 //!
 //! llama.cpp:
-//! 1. `--host <host> --port <port> --jinja`
+//! 1. `--host <socket path>` (the private socket) or `--host <host> --port <port>`, then
+//!    `--api-key-file <file>` when the port has a key, then `--jinja`
 //! 2. the user's args, when a managed selection is required
 //! 3. `--model <abs>` or `--models-dir <dir>`
 //! 4. the user's args, when no managed selection is required
@@ -21,6 +22,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::config::{Engine, EngineConfig, Validated};
+use crate::endpoint::EngineAddress;
 
 /// The variable that carries an owned engine's ownership nonce.
 pub const NONCE_VARIABLE: &str = "ARCANE_ENGINE_NONCE";
@@ -56,6 +58,7 @@ pub(crate) fn engine_command(
     executable: &Path,
     device: &DeviceLaunch,
     nonce: &str,
+    key_file: Option<&Path>,
 ) -> EngineCommand {
     let endpoint = &validated.endpoint;
     let mut args = Vec::new();
@@ -64,13 +67,21 @@ pub(crate) fn engine_command(
     match config.engine {
         Engine::LlamaCpp => {
             let managed = validated.selection.is_some();
-            args.extend([
-                "--host".to_string(),
-                endpoint.host().to_string(),
-                "--port".to_string(),
-                endpoint.port().to_string(),
-                "--jinja".to_string(),
-            ]);
+            match &validated.owned.address {
+                EngineAddress::Unix(socket) => {
+                    args.extend(["--host".to_string(), socket.display().to_string()]);
+                }
+                EngineAddress::Tcp(listen) => args.extend([
+                    "--host".to_string(),
+                    listen.host().to_string(),
+                    "--port".to_string(),
+                    listen.port().to_string(),
+                ]),
+            }
+            if let Some(file) = key_file {
+                args.extend(["--api-key-file".to_string(), file.display().to_string()]);
+            }
+            args.push("--jinja".to_string());
             if managed {
                 args.extend(config.extra_args.iter().cloned());
             }
@@ -133,13 +144,22 @@ mod tests {
 
     fn build(config: &EngineConfig, device: &DeviceLaunch) -> EngineCommand {
         let validated = config.validate(Path::new("/app")).unwrap();
+        let key = crate::listen::key_file(Path::new("/app"), &config.id, &validated.owned);
         engine_command(
             config,
             &validated,
             Path::new("/bin/llama-server"),
             device,
             "n",
+            key.as_deref(),
         )
+    }
+
+    /// A llama.cpp config on the url's port (with its key), as when a url is given.
+    fn on_port() -> EngineConfig {
+        let mut config = EngineConfig::new(Engine::LlamaCpp);
+        config.listen = crate::OwnedListen::KeyedPort;
+        config
     }
 
     fn cpu() -> DeviceLaunch {
@@ -152,7 +172,7 @@ mod tests {
     }
 
     #[test]
-    fn router_mode_by_default() {
+    fn router_mode_on_the_private_socket_by_default() {
         let command = build(
             &EngineConfig::new(Engine::LlamaCpp),
             &DeviceLaunch::default(),
@@ -161,9 +181,7 @@ mod tests {
             command.args,
             [
                 "--host",
-                "127.0.0.1",
-                "--port",
-                "8080",
+                "/app/.arcane/run/llama.cpp.sock",
                 "--jinja",
                 "--models-dir",
                 "/app/.arcane/models/llama.cpp"
@@ -176,16 +194,33 @@ mod tests {
     }
 
     #[test]
-    fn ipv6_host_is_passed_without_brackets() {
-        let mut config = EngineConfig::new(Engine::LlamaCpp);
+    fn a_port_gets_its_key_file_and_ipv6_hosts_lose_their_brackets() {
+        let mut config = on_port();
         config.url = "http://[::1]:9000".into();
         let command = build(&config, &DeviceLaunch::default());
-        assert_eq!(&command.args[..4], ["--host", "::1", "--port", "9000"]);
+        assert_eq!(
+            &command.args[..6],
+            [
+                "--host",
+                "::1",
+                "--port",
+                "9000",
+                "--api-key-file",
+                "/app/.arcane/run/llama.cpp.key"
+            ]
+        );
+        // A port without a key is only ever asked for explicitly.
+        config.listen = crate::OwnedListen::OpenPort;
+        let command = build(&config, &DeviceLaunch::default());
+        assert_eq!(
+            &command.args[..5],
+            ["--host", "::1", "--port", "9000", "--jinja"]
+        );
     }
 
     #[test]
     fn user_args_follow_the_model_without_a_managed_selection() {
-        let mut config = EngineConfig::new(Engine::LlamaCpp);
+        let mut config = on_port();
         config.model = Some("models/a.gguf".into());
         config.alias = Some("m".into());
         config.extra_args = vec!["-c".into(), "4096".into()];
@@ -197,6 +232,8 @@ mod tests {
                 "127.0.0.1",
                 "--port",
                 "8080",
+                "--api-key-file",
+                "/app/.arcane/run/llama.cpp.key",
                 "--jinja",
                 "--model",
                 "/app/models/a.gguf",
@@ -210,7 +247,7 @@ mod tests {
 
     #[test]
     fn user_args_precede_the_model_with_a_managed_selection_and_device_args_come_last() {
-        let mut config = EngineConfig::new(Engine::LlamaCpp);
+        let mut config = on_port();
         config.model = Some("/m.gguf".into());
         config.alias = Some("m".into());
         config.device = Some("cpu".into());
@@ -223,6 +260,8 @@ mod tests {
                 "127.0.0.1",
                 "--port",
                 "8080",
+                "--api-key-file",
+                "/app/.arcane/run/llama.cpp.key",
                 "--jinja",
                 "-c",
                 "4096",
@@ -250,6 +289,7 @@ mod tests {
             Path::new("/bin/ollama"),
             &DeviceLaunch::default(),
             "n",
+            None,
         );
         assert_eq!(command.args, ["serve", "--x"]);
         assert_eq!(command.env["OLLAMA_HOST"], "http://127.0.0.1:11500");

@@ -7,7 +7,7 @@ use std::time::Duration;
 use arcane_devices::Backend;
 use serde_json::json;
 
-use crate::endpoint::Endpoint;
+use crate::endpoint::{ApiKey, Endpoint, EngineAddress};
 use crate::Error;
 
 /// An inference engine Arcane can supervise: the registry's engine type, one
@@ -28,6 +28,22 @@ pub enum RestartPolicy {
         /// The first delay before a restart.
         backoff: Duration,
     },
+}
+
+/// Where an engine Arcane starts listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OwnedListen {
+    /// The default for llama.cpp: a Unix socket in the workspace's private run
+    /// directory (`.arcane/run/<id>.sock`, mode 0700), reached only through the Core:
+    /// no port that a web page or another local process could use.
+    #[default]
+    PrivateSocket,
+    /// The configured url's TCP port, with a random API key (`--api-key-file`, mode
+    /// 0600) that the Core adds upstream, so the port answers 401 to everyone else:
+    /// llama.cpp when the user asked for a url.
+    KeyedPort,
+    /// The configured url's TCP port with no key: Ollama, which has no authentication.
+    OpenPort,
 }
 
 /// One engine to supervise. Build with [`EngineConfig::new`] and set fields; the
@@ -83,6 +99,16 @@ pub struct EngineConfig {
     pub probe_timeout: Duration,
     /// What to do when an owned engine crashes after it was ready.
     pub restart: RestartPolicy,
+    /// Where an engine Arcane starts listens (the url is still probed first: a server
+    /// that answers there is adopted). Ollama always uses [`OwnedListen::OpenPort`].
+    pub listen: OwnedListen,
+    /// Adopt a server that answers at the url even though `device` or `backend` is
+    /// set: they then apply only to a server Arcane starts (the embedded default
+    /// pointed at a url).
+    pub adopt_any: bool,
+    /// Why Arcane must not start this engine itself (it can only adopt); said in the
+    /// error when nothing answers at the url.
+    pub cannot_start: Option<String>,
     /// Arm the parent-death signal on the child (always on; tests turn it off to
     /// simulate an orphan left by a killed Arcane).
     #[doc(hidden)]
@@ -120,6 +146,12 @@ impl EngineConfig {
             stop_grace: Duration::from_secs(10),
             probe_timeout: Duration::from_secs(2),
             restart: RestartPolicy::Never,
+            listen: match engine {
+                Engine::LlamaCpp => OwnedListen::PrivateSocket,
+                Engine::Ollama => OwnedListen::OpenPort,
+            },
+            adopt_any: false,
+            cannot_start: None,
             parent_death_signal: true,
         }
     }
@@ -218,22 +250,78 @@ impl EngineConfig {
                 self.engine,
             )),
         };
+        let owned = self.owned_address(workspace, &endpoint)?;
         Ok(Validated {
             endpoint,
+            owned,
             model,
             models_dir,
             selection: match self.engine {
-                Engine::LlamaCpp => self.managed_selection(),
-                Engine::Ollama => None,
+                Engine::LlamaCpp if !self.adopt_any => self.managed_selection(),
+                _ => None,
             },
         })
     }
+}
+
+impl EngineConfig {
+    /// Where an engine Arcane starts listens, and its key (see [`OwnedListen`]).
+    fn owned_address(&self, workspace: &Path, endpoint: &Endpoint) -> Result<Owned, Error> {
+        let listen = match self.engine {
+            Engine::Ollama => OwnedListen::OpenPort,
+            Engine::LlamaCpp => self.listen,
+        };
+        match listen {
+            OwnedListen::OpenPort => Ok(Owned {
+                address: EngineAddress::Tcp(endpoint.clone()),
+                key: None,
+            }),
+            OwnedListen::KeyedPort => Ok(Owned {
+                address: EngineAddress::Tcp(endpoint.clone()),
+                key: Some(ApiKey::generate().map_err(|source| Error::Io {
+                    operation: "generate",
+                    path: arcane_workspace::layout::engine_key(workspace, &self.id),
+                    source,
+                })?),
+            }),
+            OwnedListen::PrivateSocket => {
+                let socket = arcane_workspace::layout::engine_socket(workspace, &self.id);
+                // `sun_path` holds 108 bytes with its terminating NUL.
+                let length = socket.as_os_str().len();
+                if length > MAX_SOCKET_PATH {
+                    return Err(Error::config(
+                        format!(
+                            "the engine socket `{}` is {length} bytes long; Unix sockets allow {MAX_SOCKET_PATH}",
+                            socket.display()
+                        ),
+                        json!({"socket": socket, "length": length, "limit": MAX_SOCKET_PATH}),
+                    ));
+                }
+                Ok(Owned {
+                    address: EngineAddress::Unix(socket),
+                    key: None,
+                })
+            }
+        }
+    }
+}
+
+/// The longest Unix socket path (`sun_path` less its NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// Where an engine Arcane starts listens, and the key it demands.
+#[derive(Debug, Clone)]
+pub(crate) struct Owned {
+    pub address: EngineAddress,
+    pub key: Option<ApiKey>,
 }
 
 /// A configuration that passed [`EngineConfig::validate`].
 #[derive(Debug, Clone)]
 pub(crate) struct Validated {
     pub endpoint: Endpoint,
+    /// Where a started engine listens.
+    pub owned: Owned,
     pub model: Option<PathBuf>,
     pub models_dir: Option<PathBuf>,
     pub selection: Option<String>,

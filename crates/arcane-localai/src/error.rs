@@ -227,6 +227,36 @@ pub enum Error {
         fix: String,
     },
 
+    /// The private run directory (`.arcane/run`) or a path in it is not what Arcane
+    /// made: a link, another file type, or something owned by another user.
+    #[error("refusing to use `{}` for the engine's socket or key: {detail}", path.display())]
+    RunDirRefused {
+        /// The path refused.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+        /// How to fix it.
+        fix: String,
+    },
+
+    /// Another process already listens on the owned engine's socket.
+    #[error("something already listens on `{}`", socket.display())]
+    SocketInUse {
+        /// The socket path.
+        socket: PathBuf,
+    },
+
+    /// Nothing answered at the url, and this configuration may only adopt.
+    #[error("nothing answers at `{url}`, and Arcane cannot start `{engine}` there: {reason}")]
+    CannotStart {
+        /// The engine id.
+        engine: String,
+        /// The url probed.
+        url: String,
+        /// Why Arcane may not start it.
+        reason: String,
+    },
+
     /// The workspace lock guarding ownership records could not be taken.
     #[error("could not take the workspace lock to record the `{engine}` server")]
     Lock {
@@ -285,7 +315,9 @@ impl Diagnostic for Error {
             Error::Cancelled { .. } => codes::ARCANE_CANCELLED,
             Error::Io { .. } => codes::ARCANE_IO,
             Error::Lock { source, .. } | Error::RecordsRefused { source, .. } => source.code(),
-            Error::Untrusted { .. } => codes::ARCANE_POLICY_DENIED,
+            Error::Untrusted { .. } | Error::RunDirRefused { .. } => codes::ARCANE_POLICY_DENIED,
+            Error::SocketInUse { .. } => codes::LOCAL_AI_PORT_IN_USE,
+            Error::CannotStart { .. } => codes::LOCAL_AI_SERVER_FAILED,
         }
     }
 
@@ -383,6 +415,13 @@ impl Diagnostic for Error {
             Error::Untrusted {
                 executable, detail, ..
             } => json!({"executable": executable, "reason": "untrusted", "detail": detail}),
+            Error::RunDirRefused { path, detail, .. } => json!({"path": path, "detail": detail}),
+            Error::SocketInUse { socket } => json!({"socket": socket}),
+            Error::CannotStart {
+                engine,
+                url,
+                reason,
+            } => json!({"engine": engine, "url": url, "reason": reason}),
         }
     }
 
@@ -409,7 +448,13 @@ impl Diagnostic for Error {
             }
             Error::Execution { source, .. } => source.hints(),
             Error::Lock { source, .. } | Error::RecordsRefused { source, .. } => source.hints(),
-            Error::Untrusted { fix, .. } => vec![fix.clone()],
+            Error::Untrusted { fix, .. } | Error::RunDirRefused { fix, .. } => vec![fix.clone()],
+            Error::SocketInUse { .. } => vec![
+                "another Arcane may serve this workspace: `arcane status` says; stop it first".into(),
+            ],
+            Error::CannotStart { .. } => vec![
+                "start the server at that url first, or pass `--model ID|PATH` so Arcane can start its own".into(),
+            ],
             _ => Vec::new(),
         }
     }

@@ -1,4 +1,4 @@
-//! A minimal HTTP/1.1 GET over a fresh TCP connection (hyper 1), and the one place that
+//! A minimal HTTP/1.1 GET over a fresh connection (TCP or Unix socket, hyper 1), and the one place that
 //! tells a refused connection from every other failure.
 //!
 //! Why so small: probes go to one listener, once per attempt, with a hard timeout. A
@@ -7,13 +7,11 @@
 use std::io;
 use std::time::Duration;
 
+use crate::endpoint::{ConnectFailure, EngineAddress, EngineStream};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::header::{CONNECTION, HOST};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
-
-use crate::endpoint::Endpoint;
 
 /// The most body bytes a probe reads.
 const BODY_LIMIT: usize = 64 * 1024;
@@ -36,14 +34,16 @@ pub(crate) enum Failure {
     NoHttp(io::Error),
 }
 
-/// `GET path` at `endpoint`, within `timeout` for the whole exchange.
+/// `GET path` at `address`, within `timeout` for the whole exchange.
 pub(crate) async fn get(
-    endpoint: &Endpoint,
+    address: &EngineAddress,
     path: &str,
     timeout: Duration,
 ) -> Result<Answer, Failure> {
-    let stream = match tokio::time::timeout(timeout, connect(endpoint)).await {
-        Ok(result) => result?,
+    let stream = match tokio::time::timeout(timeout, address.connect()).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(ConnectFailure::Refused)) => return Err(Failure::Refused),
+        Ok(Err(ConnectFailure::Other(error))) => return Err(Failure::Connect(error)),
         Err(_) => {
             return Err(Failure::Connect(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -51,7 +51,7 @@ pub(crate) async fn get(
             )))
         }
     };
-    match tokio::time::timeout(timeout, exchange(stream, endpoint, path)).await {
+    match tokio::time::timeout(timeout, exchange(stream, address, path)).await {
         Ok(Ok(answer)) => Ok(answer),
         Ok(Err(error)) => Err(Failure::NoHttp(error)),
         Err(_) => Err(Failure::NoHttp(io::Error::new(
@@ -61,43 +61,14 @@ pub(crate) async fn get(
     }
 }
 
-/// Connects to the first address that accepts. Refused only when every address refused
-/// (`localhost` resolves to both `::1` and `127.0.0.1`).
-async fn connect(endpoint: &Endpoint) -> Result<TcpStream, Failure> {
-    let addresses = tokio::net::lookup_host((endpoint.host(), endpoint.port()))
-        .await
-        .map_err(Failure::Connect)?;
-    let mut last: Option<io::Error> = None;
-    let mut all_refused = true;
-    for address in addresses {
-        match TcpStream::connect(address).await {
-            Ok(stream) => return Ok(stream),
-            Err(error) => {
-                if error.kind() != io::ErrorKind::ConnectionRefused {
-                    all_refused = false;
-                }
-                last = Some(error);
-            }
-        }
-    }
-    match last {
-        Some(_) if all_refused => Err(Failure::Refused),
-        Some(error) => Err(Failure::Connect(error)),
-        None => Err(Failure::Connect(io::Error::new(
-            io::ErrorKind::NotFound,
-            "the host resolved to no address",
-        ))),
-    }
-}
-
-async fn exchange(stream: TcpStream, endpoint: &Endpoint, path: &str) -> io::Result<Answer> {
+async fn exchange(stream: EngineStream, address: &EngineAddress, path: &str) -> io::Result<Answer> {
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream))
             .await
             .map_err(io::Error::other)?;
     let connection = tokio::spawn(connection);
     let request = hyper::Request::get(path)
-        .header(HOST, endpoint.authority())
+        .header(HOST, address.authority())
         .header(CONNECTION, "close")
         .body(Empty::new())
         .map_err(io::Error::other)?;

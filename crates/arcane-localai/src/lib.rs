@@ -70,6 +70,7 @@ mod endpoint;
 mod error;
 mod execution;
 mod http;
+mod listen;
 pub mod probe;
 mod process;
 mod records;
@@ -77,8 +78,8 @@ mod state;
 mod supervisor;
 
 pub use command::{DeviceLaunch, EngineCommand, NONCE_VARIABLE};
-pub use config::{Engine, EngineConfig, RestartPolicy};
-pub use endpoint::Endpoint;
+pub use config::{Engine, EngineConfig, OwnedListen, RestartPolicy};
+pub use endpoint::{ApiKey, ConnectFailure, Endpoint, EngineAddress, EngineStream};
 pub use error::Error;
 pub use execution::SharedDeviceSource;
 pub use process::{ExitInfo, StopStep};

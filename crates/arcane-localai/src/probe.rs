@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::config::Engine;
-use crate::endpoint::Endpoint;
+use crate::endpoint::{Endpoint, EngineAddress};
 use crate::http::{self, Failure};
 use crate::Error;
 
@@ -51,10 +51,10 @@ pub fn health_path(engine: Engine) -> &'static str {
     }
 }
 
-/// Probes `endpoint` once: `GET` the readiness path, classified by [`classify`]. The
+/// Probes `address` once: `GET` the readiness path, classified by [`classify`]. The
 /// one readiness check of every engine, whoever asks (the supervisor, an adopter).
-pub async fn probe(engine: Engine, endpoint: &Endpoint, timeout: Duration) -> ProbeOutcome {
-    match http::get(endpoint, health_path(engine), timeout).await {
+pub async fn probe(engine: Engine, address: &EngineAddress, timeout: Duration) -> ProbeOutcome {
+    match http::get(address, health_path(engine), timeout).await {
         Ok(answer) => classify(engine, answer.status, &answer.body),
         Err(Failure::Refused) => ProbeOutcome::Refused,
         Err(Failure::NoHttp(error)) => ProbeOutcome::NoHttp(error),

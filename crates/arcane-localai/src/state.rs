@@ -191,8 +191,15 @@ pub struct ServerSnapshot {
     pub id: String,
     /// The engine id (`llama.cpp`, `ollama`).
     pub engine: String,
-    /// The listener url (origin).
+    /// Where the engine answers: the url's origin (`http://127.0.0.1:8080`), or
+    /// `unix:<socket path>` for an owned engine on its private socket.
     pub url: String,
+    /// The Unix socket an owned engine listens on (none: a TCP port).
+    pub socket: Option<std::path::PathBuf>,
+    /// The key an owned engine on a TCP port demands; never serialized (the Core adds
+    /// it to the requests it forwards).
+    #[serde(skip)]
+    pub api_key: Option<crate::endpoint::ApiKey>,
     /// The state.
     pub state: ServerState,
     /// `state == ready`.
@@ -227,6 +234,8 @@ impl ServerSnapshot {
             id: id.into(),
             engine: engine.into(),
             url: url.into(),
+            socket: None,
+            api_key: None,
             state: ServerState::Starting,
             available: false,
             owned: false,
@@ -240,6 +249,24 @@ impl ServerSnapshot {
             stop_step: None,
             exit: None,
         }
+    }
+
+    /// Where the engine answers ([`ServerSnapshot::url`] as an address), or `None`
+    /// when the url does not parse.
+    pub fn address(&self) -> Option<crate::endpoint::EngineAddress> {
+        use crate::endpoint::{Endpoint, EngineAddress};
+        match &self.socket {
+            Some(socket) => Some(EngineAddress::Unix(socket.clone())),
+            None => Endpoint::parse(&self.url).ok().map(EngineAddress::Tcp),
+        }
+    }
+
+    /// Whether a local process or a web page could use the engine without the Core's
+    /// token: yes for an adopted server (not Arcane's to secure) and for a TCP port
+    /// without a key (Ollama); no for an owned engine on its private socket or behind
+    /// its key.
+    pub fn reachable_without_token(&self) -> bool {
+        !(self.owned && (self.socket.is_some() || self.api_key.is_some()))
     }
 
     /// Applies `change` through the table ([`transition`]): the new `state`, `available`,

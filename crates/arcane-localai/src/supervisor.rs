@@ -39,8 +39,9 @@ use tokio::time::Instant;
 
 use crate::command::{engine_command, EngineCommand};
 use crate::config::{Engine, EngineConfig, RestartPolicy, Validated};
-use crate::endpoint::Endpoint;
+use crate::endpoint::{Endpoint, EngineAddress};
 use crate::execution::{self, SharedDeviceSource};
+use crate::listen;
 use crate::probe::{self, decide, Decision, ProbeOutcome};
 use crate::process::{self, Child, ExitInfo, SpawnSpec, StopStep};
 use crate::records::{self, Judgement, Record};
@@ -490,8 +491,37 @@ impl Context {
         self.config.engine
     }
 
+    /// The configured url: probed first, adopted when it answers.
     fn endpoint(&self) -> &Endpoint {
         &self.validated.endpoint
+    }
+
+    /// The configured url as an address to probe.
+    fn configured(&self) -> EngineAddress {
+        EngineAddress::Tcp(self.validated.endpoint.clone())
+    }
+
+    /// Where an engine Arcane starts listens, and its key.
+    fn owned(&self) -> &crate::config::Owned {
+        &self.validated.owned
+    }
+
+    /// Prepares [`Context::owned`] for a spawn (see [`listen`]).
+    async fn prepare_listen(&self) -> Result<(), Error> {
+        let (workspace, id, owned) = (
+            self.workspace.clone(),
+            self.config.id.clone(),
+            self.owned().clone(),
+        );
+        tokio::task::spawn_blocking(move || listen::prepare(&workspace, &id, &owned))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Io {
+                    operation: "prepare",
+                    path: arcane_workspace::layout::run_dir(&self.workspace),
+                    source: std::io::Error::other("the preparation did not finish"),
+                })
+            })
     }
 
     async fn start(self, cancel: &CancelToken) -> Result<Server, Error> {
@@ -499,8 +529,9 @@ impl Context {
             return Err(self.cancelled_error());
         }
         self.reap_orphan().await?;
+        let configured = self.configured();
         let outcome = tokio::select! {
-            outcome = probe::probe(self.engine(), self.endpoint(), self.config.probe_timeout) => outcome,
+            outcome = probe::probe(self.engine(), &configured, self.config.probe_timeout) => outcome,
             _ = cancelled(cancel) => return Err(self.cancelled_error()),
         };
         let answered = !matches!(outcome, ProbeOutcome::Refused);
@@ -543,7 +574,8 @@ impl Context {
             self.publisher.publish(Change::Loading, |_| {});
             version = self.wait_external(cancel).await?;
         }
-        let version = self.check_version(version, None).await?;
+        let address = EngineAddress::Tcp(self.endpoint().clone());
+        let version = self.check_version(&address, version, None).await?;
         self.publisher
             .publish(Change::Ready, |s| s.version = version);
         run_hook(&self.hook, &self.publisher.snapshot());
@@ -560,7 +592,7 @@ impl Context {
                 _ = tokio::time::sleep(POLL_MAX) => {}
                 _ = cancelled(cancel) => return Err(self.cancelled_error()),
             }
-            match probe::probe(self.engine(), self.endpoint(), self.config.probe_timeout).await {
+            match probe::probe(self.engine(), &self.configured(), self.config.probe_timeout).await {
                 ProbeOutcome::Ready { version } => return Ok(version),
                 ProbeOutcome::Loading if Instant::now() < deadline => {}
                 ProbeOutcome::Loading => {
@@ -587,6 +619,7 @@ impl Context {
     /// of the executable). Returns the observed version.
     async fn check_version(
         &self,
+        address: &EngineAddress,
         reported: Option<String>,
         runtime: Option<&str>,
     ) -> Result<Option<String>, Error> {
@@ -595,7 +628,7 @@ impl Context {
             (_, Some(version)) => Some(version),
             // `/props` costs a round trip on the way to ready: ask only when it matters.
             (Engine::LlamaCpp, None) if requested.is_some() => {
-                llama_build(self.endpoint(), self.config.probe_timeout)
+                llama_build(address, self.config.probe_timeout)
                     .await
                     .or_else(|| runtime.map(str::to_string))
             }
@@ -665,6 +698,13 @@ impl Context {
 
     /// Starts the configured executable and waits until it is ready.
     async fn launch(self, cancel: &CancelToken) -> Result<Server, Error> {
+        if let Some(reason) = &self.config.cannot_start {
+            return Err(Error::CannotStart {
+                engine: self.engine().as_str().into(),
+                url: self.endpoint().origin(),
+                reason: reason.clone(),
+            });
+        }
         let Some(executable) = self.config.executable.clone() else {
             return Err(Error::ExecutableMissing {
                 engine: self.engine().as_str().into(),
@@ -684,7 +724,6 @@ impl Context {
             _ = cancelled(cancel) => return Err(self.cancelled_error()),
         };
         let record = resolved.execution;
-        port_is_free(self.endpoint())?;
         let execution_json = execution::to_json(&record);
         let mut running = self
             .spawn(&executable, &resolved.launch, execution_json)
@@ -696,7 +735,11 @@ impl Context {
             Err(error) => return Err(self.fail_start(running, error).await),
         };
         let version = match self
-            .check_version(version, self.config.runtime_version.as_deref())
+            .check_version(
+                &self.owned().address,
+                version,
+                self.config.runtime_version.as_deref(),
+            )
             .await
         {
             Ok(version) => version,
@@ -774,19 +817,32 @@ impl Context {
                 }
             }
         }
+        self.prepare_listen().await?;
         let nonce = records::new_nonce();
+        let key_file = listen::key_file(&self.workspace, &self.config.id, self.owned());
         let EngineCommand {
             program,
             args,
             env,
             env_remove,
-        } = engine_command(&self.config, &self.validated, executable, launch, &nonce);
+        } = engine_command(
+            &self.config,
+            &self.validated,
+            executable,
+            launch,
+            &nonce,
+            key_file.as_deref(),
+        );
+        let owned = self.owned().clone();
         self.publisher.publish(Change::Spawned, |s| {
             s.owned = true;
             s.managed = true;
             s.execution = execution;
             s.exit = None;
             s.pid = None;
+            s.url = owned.address.to_string();
+            s.socket = owned.address.socket().map(Path::to_path_buf);
+            s.api_key = owned.key.clone();
         });
         let cwd = process::working_directory(&program);
         self.publisher.emit(
@@ -819,8 +875,11 @@ impl Context {
             kind: "arcane-engine-ownership".into(),
             id: self.config.id.clone(),
             engine: self.engine().as_str().into(),
-            url: self.endpoint().origin(),
-            port: self.endpoint().port(),
+            url: self.owned().address.to_string(),
+            port: match &self.owned().address {
+                EngineAddress::Tcp(endpoint) => endpoint.port(),
+                EngineAddress::Unix(_) => 0,
+            },
             pid,
             start_time: running.child.start_time.unwrap_or(0),
             exe: running.child.exe.clone().unwrap_or_else(|| program.clone()),
@@ -880,7 +939,16 @@ impl Context {
         (step, exit)
     }
 
+    /// Forgets an owned process that has exited: removes its socket or key file and
+    /// its ownership record.
     async fn remove_record(&self, nonce: &str) {
+        let (workspace, id, owned) = (
+            self.workspace.clone(),
+            self.config.id.clone(),
+            self.owned().clone(),
+        );
+        let _ =
+            tokio::task::spawn_blocking(move || listen::clean_up(&workspace, &id, &owned)).await;
         let (workspace, id, nonce) = (
             self.workspace.clone(),
             self.config.id.clone(),
@@ -922,7 +990,7 @@ impl Context {
                 _ = &mut abort => return Err(self.cancelled_error()),
                 exit = running.child.exit.exited() => {
                     running.drain(&self.publisher).await;
-                    return Err(exit_error(&engine, self.endpoint(), exit, running.last_lines()));
+                    return Err(exit_error(&engine, &self.owned().address, exit, running.last_lines()));
                 }
                 line = running.child.lines.recv(), if running.output_open => {
                     if let Some(line) = line {
@@ -951,7 +1019,7 @@ impl Context {
                     if now < next_probe {
                         continue;
                     }
-                    match probe::probe(self.engine(), self.endpoint(), self.config.probe_timeout).await {
+                    match probe::probe(self.engine(), &self.owned().address, self.config.probe_timeout).await {
                         ProbeOutcome::Ready { version } => return Ok(version),
                         ProbeOutcome::Loading => {
                             if !loading {
@@ -962,7 +1030,7 @@ impl Context {
                         }
                         ProbeOutcome::Answered { status, body } => {
                             return Err(Error::NotReady {
-                                engine, url: self.endpoint().origin(), status, body,
+                                engine, url: self.owned().address.to_string(), status, body,
                                 last_lines: running.last_lines(),
                             });
                         }
@@ -978,20 +1046,33 @@ impl Context {
 
 /// The error for an engine that exited before it was ready: a port conflict when its
 /// output says so, else its exit status.
-fn exit_error(engine: &str, endpoint: &Endpoint, exit: ExitInfo, last_lines: Vec<String>) -> Error {
+fn exit_error(
+    engine: &str,
+    address: &EngineAddress,
+    exit: ExitInfo,
+    last_lines: Vec<String>,
+) -> Error {
     let port_taken = last_lines.iter().any(|line| {
         let line = line.to_ascii_lowercase();
         line.contains("address already in use")
             || line.contains("couldn't bind")
             || line.contains("could not bind")
     });
-    if port_taken {
-        return Error::PortInUse {
-            port: endpoint.port(),
-            url: endpoint.origin(),
-            evidence: "engine-output".into(),
-            last_lines,
-        };
+    match address {
+        EngineAddress::Tcp(endpoint) if port_taken => {
+            return Error::PortInUse {
+                port: endpoint.port(),
+                url: endpoint.origin(),
+                evidence: "engine-output".into(),
+                last_lines,
+            }
+        }
+        EngineAddress::Unix(socket) if port_taken => {
+            return Error::SocketInUse {
+                socket: socket.clone(),
+            }
+        }
+        _ => {}
     }
     Error::ExitedEarly {
         engine: engine.into(),
@@ -1002,34 +1083,9 @@ fn exit_error(engine: &str, endpoint: &Endpoint, exit: ExitInfo, last_lines: Vec
     }
 }
 
-/// Refuses to spawn when another process holds the port without listening on it (a
-/// listener would have answered the probe). Binding with the default options detects a
-/// socket bound by anyone else.
-fn port_is_free(endpoint: &Endpoint) -> Result<(), Error> {
-    let host = if endpoint.host() == "localhost" {
-        "127.0.0.1"
-    } else {
-        endpoint.host()
-    };
-    match std::net::TcpListener::bind((host, endpoint.port())) {
-        Ok(listener) => {
-            drop(listener);
-            Ok(())
-        }
-        Err(error) if error.kind() == std::io::ErrorKind::AddrInUse => Err(Error::PortInUse {
-            port: endpoint.port(),
-            url: endpoint.origin(),
-            evidence: "bind".into(),
-            last_lines: Vec::new(),
-        }),
-        // Other failures (no IPv6, permissions) are left to the engine to report.
-        Err(_) => Ok(()),
-    }
-}
-
 /// llama.cpp's build (`b6000` from `/props` `build_info` `b6000-abc123`), if it says.
-async fn llama_build(endpoint: &Endpoint, timeout: Duration) -> Option<String> {
-    let answer = crate::http::get(endpoint, "/props", timeout).await.ok()?;
+async fn llama_build(address: &EngineAddress, timeout: Duration) -> Option<String> {
+    let answer = crate::http::get(address, "/props", timeout).await.ok()?;
     if !(200..300).contains(&answer.status) {
         return None;
     }

@@ -25,6 +25,9 @@
 //! is built by one rule, in `loader.rs`: the runtime's directories first, then the
 //! inherited value, de-duplicated, with no empty entry.
 //!
+//! Which TCP ports a process listens on ([`tcp_listeners`]) is read from `/proc`, the
+//! evidence that an owned engine has no open port.
+//!
 //! A process Arcane did not start is never signalled through this crate. A pid is
 //! identified by its start time ([`Identity`]): a recorded pid whose start time
 //! differs is another process, however alive it is.
@@ -32,8 +35,10 @@
 
 mod identity;
 mod loader;
+mod sockets;
 mod spawn;
 
 pub use identity::{exe, start_time, started_at, Identity, Liveness};
 pub use loader::{loader_path, LOADER_PATH_VARIABLE};
+pub use sockets::tcp_listeners;
 pub use spawn::{kill_all_now, spawn, Child, ExitInfo, Spec, StdioMode, StopStep};

@@ -103,6 +103,27 @@ pub fn engine_record(root: &Path, id: &str) -> PathBuf {
     engines_dir(root).join(format!("{id}.json"))
 }
 
+/// The name of the private run directory (mode 0700): engine sockets and keys.
+pub const RUN_DIR_NAME: &str = "run";
+
+/// `<root>/.arcane/run`: the private directory (mode 0700) of owned engines' sockets
+/// and API keys; only this user can reach what is inside.
+pub fn run_dir(root: &Path) -> PathBuf {
+    state_dir(root).join(RUN_DIR_NAME)
+}
+
+/// `<root>/.arcane/run/<id>.sock`: the Unix socket owned engine `id` listens on
+/// (llama-server takes a `--host` ending in `.sock` as a socket path).
+pub fn engine_socket(root: &Path, id: &str) -> PathBuf {
+    run_dir(root).join(format!("{id}.sock"))
+}
+
+/// `<root>/.arcane/run/<id>.key`: the API key file (mode 0600) of owned engine `id`
+/// when it listens on a TCP port.
+pub fn engine_key(root: &Path, id: &str) -> PathBuf {
+    run_dir(root).join(format!("{id}.key"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arcane_localai::probe::{self, ProbeOutcome};
-use arcane_localai::{Change, Endpoint, Engine, ServerSnapshot, ServerState, StateObserver};
+use arcane_localai::{
+    Change, Endpoint, Engine, EngineAddress, ServerSnapshot, ServerState, StateObserver,
+};
 use arcane_report::{error_json, CancelToken, Event, EventSink};
 use serde_json::Value;
 
@@ -112,6 +114,7 @@ impl EngineLauncher for AdoptLauncher {
         Box::pin(async move {
             let engine = engine_of(runtime)?;
             let endpoint = Endpoint::parse(&url).map_err(|e| Box::new(e) as BoxError)?;
+            let address = EngineAddress::Tcp(endpoint);
             let mut snapshot = ServerSnapshot::new(runtime.id(), runtime.id(), &url);
             snapshot.external = true;
             let mut adoption = Adoption {
@@ -124,7 +127,7 @@ impl EngineLauncher for AdoptLauncher {
             let deadline = tokio::time::Instant::now() + wait;
             loop {
                 let timeout = Deadlines::QUICK.head;
-                let last_error = match probe::probe(engine, &endpoint, timeout).await {
+                let last_error = match probe::probe(engine, &address, timeout).await {
                     ProbeOutcome::Ready { version } => {
                         adoption.change(Change::Ready, |s| s.version = version);
                         return Ok(Box::new(AdoptedEngine {

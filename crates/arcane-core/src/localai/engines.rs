@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use super::status::{EngineState, EngineView, LocalAiStatus};
 use super::{EngineHandle, EngineLauncher};
 use crate::error::{Error, Unready};
-use crate::http::{engine_client, Deadlines, EngineClient, Upstream, UpstreamTarget};
+use crate::http::{engine_client, Deadlines, EngineAccess, EngineClient, Upstream, UpstreamTarget};
 use crate::selection::Runtime;
 use crate::service::{
     BoxError, BoxFuture, MethodResult, MethodSpec, RequestContext, Service, ServiceContext,
@@ -180,14 +180,16 @@ impl LocalAiService {
     }
 
     pub(super) async fn refresh_models(&self, slot: &Slot) {
-        let url = slot.view.borrow().url().to_string();
+        let Some(access) = slot.view.borrow().access() else {
+            return;
+        };
         let (path, key) = match slot.runtime {
             Runtime::LlamaCpp => ("/v1/models", "data"),
             Runtime::Ollama => ("/api/tags", "models"),
             _ => return,
         };
         let models = self
-            .engine_json(Method::GET, &format!("{url}{path}"), None, Deadlines::QUICK)
+            .engine_json(&access, Method::GET, path, None, Deadlines::QUICK)
             .await
             .ok()
             .and_then(|v| v[key].as_array().cloned());
@@ -197,21 +199,25 @@ impl LocalAiService {
         }
     }
 
-    /// Waits until `slot` settles; its URL when ready.
-    pub(super) async fn ready_url(
+    /// Waits until `slot` settles; how to reach it when ready.
+    pub(super) async fn ready_access(
         &self,
         slot: &Slot,
         context: &RequestContext,
-    ) -> Result<String, BoxError> {
+    ) -> Result<EngineAccess, BoxError> {
         let mut view = slot.view.subscribe();
         let settled = tokio::select! {
             settled = view.wait_for(|v| v.state().is_settled()) => settled.map(|v| v.clone()).ok(),
             _ = context.cancel.cancelled() => return Err(Box::new(Error::Cancelled { id: context.request_id.clone() })),
         };
         match settled {
-            Some(view) if view.state().is_ready() => {
-                Ok(view.url().trim_end_matches('/').to_string())
-            }
+            Some(view) if view.state().is_ready() => view.access().ok_or_else(|| {
+                Box::new(Error::EngineNotReady {
+                    runtime: slot.runtime.id().into(),
+                    state: Unready::Unanswered(format!("no usable address `{}`", view.url())),
+                    retry_after: None,
+                }) as BoxError
+            }),
             Some(view) => Err(Box::new(Error::EngineNotReady {
                 runtime: slot.runtime.id().into(),
                 state: Unready::In(view.state()),
@@ -288,7 +294,7 @@ impl LocalAiService {
         if slot.state() == EngineState::Stopped {
             self.launch(Arc::clone(slot));
         }
-        let base = self.ready_url(slot, &context).await?;
+        let base = self.ready_access(slot, &context).await?.address.to_string();
         self.refresh_models(slot).await;
         let models = slot.models();
         let listed = |id: &str| models.iter().any(|m| m["id"].as_str() == Some(id));
@@ -324,10 +330,8 @@ impl Upstream for LocalAiService {
         };
         let view = slot.view.borrow();
         let state = view.state();
-        if state.is_ready() {
-            return UpstreamTarget::Ready {
-                url: view.url().to_string(),
-            };
+        if let Some(access) = view.access().filter(|_| state.is_ready()) {
+            return UpstreamTarget::Ready { access };
         }
         UpstreamTarget::Unavailable {
             runtime: "llama.cpp".into(),

@@ -5,24 +5,29 @@
 
 use arcane_report::event_types;
 use bytes::Bytes;
-use hyper::{Method, Request};
+use hyper::Method;
 use serde_json::{json, Value};
 
 use super::engines::LocalAiService;
 use crate::error::{Error, Peer};
-use crate::http::{collect, full, Deadlines, HttpBody};
+use crate::http::{collect, full, Deadlines, EngineAccess, HttpBody};
 use crate::selection::Runtime;
 use crate::service::{MethodResult, RequestContext};
 
 impl LocalAiService {
+    /// Sends one request to the engine at `access` (`path` with its query); a non-2xx
+    /// answer is [`Error::Upstream`] with the engine's body.
     pub(super) async fn send(
         &self,
+        access: &EngineAccess,
         method: Method,
-        url: &str,
+        path: &str,
         body: Option<&Value>,
         deadlines: Deadlines,
     ) -> Result<hyper::Response<HttpBody>, Error> {
-        let mut request = Request::builder().method(method).uri(url);
+        let url = access.url_of(path);
+        let url = url.as_str();
+        let mut request = access.request(method, path);
         let body = match body {
             Some(body) => {
                 request = request.header(hyper::header::CONTENT_TYPE, "application/json");
@@ -34,7 +39,10 @@ impl LocalAiService {
             url: url.into(),
             source: Box::new(e),
         })?;
-        let response = self.client.send(request, deadlines, Peer::Engine).await?;
+        let response = self
+            .client
+            .send_to(access, request, deadlines, Peer::Engine)
+            .await?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -51,15 +59,17 @@ impl LocalAiService {
         })
     }
 
+    /// [`Self::send`], with the answer read whole as JSON (or a JSON string).
     pub(super) async fn engine_json(
         &self,
+        access: &EngineAccess,
         method: Method,
-        url: &str,
+        path: &str,
         body: Option<&Value>,
         deadlines: Deadlines,
     ) -> Result<Value, Error> {
-        let response = self.send(method, url, body, deadlines).await?;
-        let bytes = collect(response, url, Peer::Engine).await?;
+        let response = self.send(access, method, path, body, deadlines).await?;
+        let bytes = collect(response, &access.url_of(path), Peer::Engine).await?;
         Ok(serde_json::from_slice(&bytes)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned())))
     }
@@ -70,7 +80,7 @@ impl LocalAiService {
         context: RequestContext,
     ) -> MethodResult {
         let slot = self.require(Runtime::LlamaCpp)?;
-        let base = self.ready_url(slot, &context).await?;
+        let access = self.ready_access(slot, &context).await?;
         let mut payload = match parameters.get("payload") {
             Some(Value::Object(p)) => Value::Object(p.clone()),
             _ => json!({}),
@@ -112,10 +122,17 @@ impl LocalAiService {
             .or_else(|| payload["stream"].as_bool())
             .unwrap_or(false);
         payload["stream"] = json!(stream);
-        let url = format!("{base}/v1/chat/completions");
+        let path = "/v1/chat/completions";
+        let url = access.url_of(path);
         if !stream {
             return Ok(self
-                .engine_json(Method::POST, &url, Some(&payload), Deadlines::GENERATION)
+                .engine_json(
+                    &access,
+                    Method::POST,
+                    path,
+                    Some(&payload),
+                    Deadlines::GENERATION,
+                )
                 .await?);
         }
         let stream_id = parameters["streamId"]
@@ -123,7 +140,13 @@ impl LocalAiService {
             .map(str::to_string)
             .unwrap_or_else(|| context.request_id.clone());
         let response = self
-            .send(Method::POST, &url, Some(&payload), Deadlines::GENERATION)
+            .send(
+                &access,
+                Method::POST,
+                path,
+                Some(&payload),
+                Deadlines::GENERATION,
+            )
             .await?;
         let mut content = String::new();
         let mut finish_reason = Value::Null;
@@ -174,7 +197,7 @@ impl LocalAiService {
         context: RequestContext,
     ) -> MethodResult {
         let slot = self.require(Runtime::Ollama)?;
-        let base = self.ready_url(slot, &context).await?;
+        let access = self.ready_access(slot, &context).await?;
         let (http_method, path, streams) = match method {
             "ollama.version" => (Method::GET, "/api/version", false),
             "ollama.models" => (Method::GET, "/api/tags", false),
@@ -185,10 +208,10 @@ impl LocalAiService {
             "ollama.embed" => (Method::POST, "/api/embed", false),
             _ => (Method::POST, "/api/pull", true),
         };
-        let url = format!("{base}{path}");
+        let url = access.url_of(path);
         if http_method == Method::GET {
             return Ok(self
-                .engine_json(Method::GET, &url, None, Deadlines::QUICK)
+                .engine_json(&access, Method::GET, path, None, Deadlines::QUICK)
                 .await?);
         }
         let deadlines = match method {
@@ -209,7 +232,7 @@ impl LocalAiService {
         body["stream"] = json!(stream);
         if !stream {
             let result = self
-                .engine_json(Method::POST, &url, Some(&body), deadlines)
+                .engine_json(&access, Method::POST, path, Some(&body), deadlines)
                 .await?;
             if method == "ollama.pull" {
                 self.refresh_models(slot).await;
@@ -221,7 +244,7 @@ impl LocalAiService {
             .map(str::to_string)
             .unwrap_or_else(|| context.request_id.clone());
         let response = self
-            .send(Method::POST, &url, Some(&body), deadlines)
+            .send(&access, Method::POST, path, Some(&body), deadlines)
             .await?;
         let mut content = String::new();
         let mut last = Value::Null;

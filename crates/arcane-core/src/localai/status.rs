@@ -82,8 +82,8 @@ impl std::fmt::Display for EngineState {
 }
 
 /// One engine on the wire (camelCase): `{id, url, state, available, owned, managed,
-/// external, execution, error, models}`, plus, once the supervisor has reported,
-/// `{engine, pid, version, restarts, stopStep, exit}`.
+/// external, reachableWithoutToken, execution, error, models}`, plus, once the
+/// supervisor has reported, `{engine, pid, version, restarts, stopStep, exit, socket}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EngineStatus {
@@ -105,6 +105,11 @@ pub struct EngineStatus {
     /// A listener Arcane did not start answered.
     #[serde(default)]
     pub external: bool,
+    /// Whether a local process or a web page can use the engine without the Core's
+    /// token: an adopted server or a port without a key (Ollama) yes; an owned engine
+    /// on its private socket or behind its key no.
+    #[serde(default)]
+    pub reachable_without_token: bool,
     /// The device resolution record (owned llama.cpp servers).
     #[serde(default)]
     pub execution: Option<Value>,
@@ -140,6 +145,9 @@ pub struct ProcessStatus {
     /// How the owned process ended, once it has.
     #[serde(default)]
     pub exit: Option<ExitStatus>,
+    /// The private Unix socket an owned engine listens on (none: a TCP port).
+    #[serde(default)]
+    pub socket: Option<std::path::PathBuf>,
 }
 
 /// How an owned engine process ended.
@@ -161,6 +169,24 @@ impl EngineStatus {
             (true, None) => "owned, no process running".to_string(),
             (false, _) if self.external => "adopted (not started by Arcane)".to_string(),
             (false, _) => "not running".to_string(),
+        }
+    }
+
+    /// Who can reach the engine, in words: "private socket, only through the Core",
+    /// "port behind a key only the Core knows", or "reachable without the token" and
+    /// why. The one wording `arcane status` and `arcane serve` print.
+    pub fn exposure(&self) -> String {
+        let socket = self.process.as_ref().and_then(|p| p.socket.as_ref());
+        match (self.reachable_without_token, socket) {
+            (false, Some(_)) => "private socket: reachable only through the Core".into(),
+            (false, None) => "port behind a key only the Core knows".into(),
+            (true, _) if self.external => {
+                "reachable without the token (adopted: not Arcane's to secure)".into()
+            }
+            (true, _) if self.owned => {
+                "reachable without the token (the engine has no authentication)".into()
+            }
+            (true, _) => "reachable without the token".into(),
         }
     }
 
@@ -238,6 +264,18 @@ impl EngineView {
         self.server.as_ref().map_or(&self.url, |s| &s.url)
     }
 
+    /// How to reach the engine: the supervisor's address and key once it reported,
+    /// else the configured url.
+    pub(crate) fn access(&self) -> Option<crate::http::EngineAccess> {
+        match &self.server {
+            Some(server) => server.address().map(|address| crate::http::EngineAccess {
+                address,
+                key: server.api_key.clone(),
+            }),
+            None => crate::http::EngineAccess::tcp(&self.url).ok(),
+        }
+    }
+
     /// Whether Arcane owns the engine process.
     pub(crate) fn owned(&self) -> bool {
         self.server.as_ref().is_some_and(|s| s.owned)
@@ -272,6 +310,7 @@ impl EngineView {
             owned: server.is_some_and(|s| s.owned),
             managed: server.is_some_and(|s| s.managed),
             external: server.is_some_and(|s| s.external),
+            reachable_without_token: server.is_none_or(ServerSnapshot::reachable_without_token),
             execution: server.and_then(|s| s.execution.clone()),
             error: self.error.clone(),
             process: server.map(|s| ProcessStatus {
@@ -284,6 +323,7 @@ impl EngineView {
                     code: exit.code,
                     signal: exit.signal,
                 }),
+                socket: s.socket.clone(),
             }),
             models: self.models.clone(),
         }
@@ -313,6 +353,7 @@ mod tests {
                 "managed",
                 "models",
                 "owned",
+                "reachableWithoutToken",
                 "state",
                 "url"
             ]
@@ -336,7 +377,9 @@ mod tests {
                 "models",
                 "owned",
                 "pid",
+                "reachableWithoutToken",
                 "restarts",
+                "socket",
                 "state",
                 "stopStep",
                 "url",
@@ -383,6 +426,7 @@ mod tests {
             restarts: 0,
             stop_step: None,
             exit: None,
+            socket: None,
         });
         assert_eq!(status.ownership(), "owned, pid 42");
     }

@@ -20,7 +20,7 @@ struct Fixed(String);
 impl Upstream for Fixed {
     fn openai_target(&self) -> UpstreamTarget {
         UpstreamTarget::Ready {
-            url: self.0.clone(),
+            access: arcane_core::http::EngineAccess::tcp(&self.0).expect("a loopback url"),
         }
     }
 }

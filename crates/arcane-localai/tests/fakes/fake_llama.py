@@ -3,7 +3,10 @@
 
 It speaks the parts of llama-server's protocol the supervisor relies on:
 
-* command line: `--host H --port P` (other llama-server flags are accepted and ignored),
+* command line: `--host H --port P`, or `--host PATH.sock` (a Unix socket, as
+  llama-server takes it), `--api-key-file FILE` (keys one per line, `#` comments; then
+  every path but `/health` and `/v1/health` answers 401 without `Authorization: Bearer
+  <key>`, with llama-server's body); other llama-server flags are accepted and ignored;
   `--version` prints a llama-style version line;
 * it binds like llama-server, and when the port is taken prints
   `couldn't bind HTTP server socket, hostname: H, port: P` and exits 1;
@@ -40,7 +43,7 @@ BUILD = 4242
 
 
 def parse(argv):
-    options = {"host": "127.0.0.1", "port": 8080, "modes": [], "state": None, "alias": None}
+    options = {"host": "127.0.0.1", "port": 8080, "modes": [], "state": None, "alias": None, "keys": None}
     index = 0
     while index < len(argv):
         arg = argv[index]
@@ -54,6 +57,10 @@ def parse(argv):
             index += 1
         elif arg == "--port":
             options["port"] = int(value)
+            index += 1
+        elif arg == "--api-key-file":
+            with open(value) as f:
+                options["keys"] = [l.strip() for l in f if l.strip() and not l.startswith("#")]
             index += 1
         elif arg == "--fake-mode":
             options["modes"].append(value)
@@ -117,7 +124,19 @@ def main():
             self.end_headers()
             self.wfile.write(data)
 
+        def refused(self):
+            keys = options["keys"]
+            if keys is None or self.path in ("/health", "/v1/health"):
+                return False
+            given = self.headers.get("Authorization", "")
+            if given.startswith("Bearer ") and given[len("Bearer "):] in keys:
+                return False
+            self.reply(401, {"error": {"message": "Invalid API Key", "type": "authentication_error", "code": 401}})
+            return True
+
         def do_GET(self):
+            if self.refused():
+                return
             if self.path in ("/health", "/v1/health"):
                 if "http500" in modes:
                     return self.reply(500, {"error": {"code": 500, "message": "internal fake failure"}})
@@ -138,6 +157,8 @@ def main():
         def do_POST(self):
             length = int(self.headers.get("Content-Length") or 0)
             self.rfile.read(length)
+            if self.refused():
+                return
             if self.path in ("/v1/chat/completions", "/chat/completions"):
                 return self.reply(200, {
                     "object": "chat.completion",
@@ -146,20 +167,39 @@ def main():
                 })
             return self.reply(404, {"error": {"code": 404, "message": "File Not Found"}})
 
-    family = socket.AF_INET6 if ":" in options["host"] else socket.AF_INET
+    unix = options["host"].endswith(".sock")
+    if unix:
+        family = socket.AF_UNIX
+    else:
+        family = socket.AF_INET6 if ":" in options["host"] else socket.AF_INET
 
     class Server(ThreadingHTTPServer):
         address_family = family
-        allow_reuse_address = True  # as cpp-httplib and Go do (SO_REUSEADDR)
+        allow_reuse_address = not unix  # as cpp-httplib and Go do (SO_REUSEADDR)
         daemon_threads = True
 
+        def server_bind(self):
+            if unix:
+                self.socket.bind(self.server_address)
+                self.server_name, self.server_port = "localhost", 0
+            else:
+                super().server_bind()
+
+        def get_request(self):
+            request, address = self.socket.accept()
+            # BaseHTTPRequestHandler wants a (host, port) client address.
+            return request, (address if not unix else ("local", 0))
+
     try:
-        server = Server((options["host"], options["port"]), Handler)
+        server = Server(options["host"] if unix else (options["host"], options["port"]), Handler)
     except OSError:
         log("couldn't bind HTTP server socket, hostname: %s, port: %d" % (options["host"], options["port"]))
         sys.exit(1)
     if "silent" not in modes:
-        log("main: server is listening on http://%s:%d - starting the main loop" % (options["host"], options["port"]))
+        if unix:
+            log("llama_server: listening on unix://%s" % options["host"])
+        else:
+            log("main: server is listening on http://%s:%d - starting the main loop" % (options["host"], options["port"]))
     if "crash-after" in modes:
         state = options["state"]
         crash = state is None or not os.path.exists(state)

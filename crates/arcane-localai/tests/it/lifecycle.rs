@@ -17,7 +17,7 @@ fn owned(server: Server) -> arcane_localai::OwnedServer {
 }
 
 #[tokio::test]
-async fn owned_server_reaches_ready_answers_and_stops_with_sigterm() {
+async fn owned_server_listens_on_its_private_socket_answers_and_stops_with_sigterm() {
     let ws = workspace();
     let port = free_port();
     let (supervisor, events) = supervisor(ws.path());
@@ -30,20 +30,20 @@ async fn owned_server_reaches_ready_answers_and_stops_with_sigterm() {
     let pid = server.pid().unwrap();
     let _guard = PidGuard(pid);
     assert!(alive(pid));
-    // The command line is the SDK's, in order.
+    // The command line is the SDK's, in order, with the socket as the host.
+    let socket = engine_socket(ws.path(), "llama.cpp");
     let cmdline = proc_list(pid, "cmdline");
     let args: Vec<&str> = cmdline
         .iter()
         .map(String::as_str)
         .skip_while(|a| *a != "--host")
         .collect();
+    let socket_text = socket.display().to_string();
     assert_eq!(
         args,
         [
             "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
+            socket_text.as_str(),
             "--jinja",
             "--model",
             "/nonexistent/fake.gguf",
@@ -51,13 +51,32 @@ async fn owned_server_reaches_ready_answers_and_stops_with_sigterm() {
             "smol"
         ]
     );
+    assert_eq!(snapshot.socket.as_deref(), Some(socket.as_path()));
+    assert_eq!(snapshot.url, format!("unix:{}", socket.display()));
+    assert!(!snapshot.reachable_without_token());
+    // No TCP port at all, and nothing at the configured url; the socket's directory
+    // is this user's alone.
+    assert_eq!(arcane_process::tcp_listeners(pid).unwrap(), []);
+    assert!(http_get(port, "/health").is_none());
+    let run = std::fs::metadata(socket.parent().unwrap()).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&run.permissions()) & 0o777,
+        0o700
+    );
     // The ownership record exists while it runs.
     let record = ws.path().join(".arcane/engines/llama.cpp.json");
     let written: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
     assert_eq!(written["pid"], pid);
-    assert_eq!(written["port"], port);
-    let (status, body) = http_post(port, "/v1/chat/completions", r#"{"messages":[]}"#).unwrap();
+    assert_eq!(written["url"], snapshot.url);
+    let (status, body) = http_unix(
+        &socket,
+        "POST",
+        "/v1/chat/completions",
+        r#"{"messages":[]}"#,
+        None,
+    )
+    .unwrap();
     assert_eq!(status, 200, "{body}");
 
     let report = server.stop().await;
@@ -67,6 +86,7 @@ async fn owned_server_reaches_ready_answers_and_stops_with_sigterm() {
         !record.exists(),
         "the ownership record is removed after stop"
     );
+    assert!(!socket.exists(), "the socket file is removed after stop");
     assert_eq!(server.snapshot().state, ServerState::Stopped);
     // Idempotent: the same report again, no second stop.
     assert_eq!(server.stop().await.step, StopStep::Sigterm);
@@ -77,6 +97,56 @@ async fn owned_server_reaches_ready_answers_and_stops_with_sigterm() {
     let stopped = events_of(&events, "local-ai.server.stopped");
     assert_eq!(stopped.len(), 1);
     assert_eq!(stopped[0]["stopStep"], "sigterm");
+    // The key never appears in an event.
+    assert!(stopped[0].get("apiKey").is_none());
+}
+
+#[tokio::test]
+async fn an_owned_server_on_a_port_demands_its_key_and_the_key_never_leaves_the_core() {
+    let ws = workspace();
+    let port = free_port();
+    let (supervisor, events) = supervisor(ws.path());
+    let mut config = fake_llama(port, &[]);
+    config.listen = arcane_localai::OwnedListen::KeyedPort;
+    let server = owned(supervisor.start(config, CancelToken::new()).await.unwrap());
+    let pid = server.pid().unwrap();
+    let _guard = PidGuard(pid);
+    let snapshot = server.snapshot();
+    let key = snapshot.api_key.clone().expect("a key for a TCP port");
+    assert!(!snapshot.reachable_without_token());
+    assert_eq!(
+        arcane_process::tcp_listeners(pid).unwrap(),
+        [format!("127.0.0.1:{port}").parse().unwrap()]
+    );
+    // Without the key: 401, even for the model list; with it: the answer.
+    for (method, path) in [("POST", "/v1/chat/completions"), ("GET", "/v1/models")] {
+        let (status, _) = http_keyed(port, method, path, "{}", None).unwrap();
+        assert_eq!(status, 401, "{method} {path}");
+        let (status, _) = http_keyed(port, method, path, "{}", Some("wrong-key")).unwrap();
+        assert_eq!(status, 401, "{method} {path}");
+        let (status, body) = http_keyed(port, method, path, "{}", Some(key.expose())).unwrap();
+        assert_eq!(status, 200, "{method} {path}: {body}");
+    }
+    let file = ws.path().join(".arcane/run/llama.cpp.key");
+    let meta = std::fs::metadata(&file).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+        0o600
+    );
+    // The key is on no command line and in no event.
+    assert!(!proc_list(pid, "cmdline")
+        .iter()
+        .any(|a| a.contains(key.expose())));
+    for event in events.events() {
+        assert!(
+            !event.data.to_string().contains(key.expose()),
+            "{}",
+            event.kind
+        );
+    }
+    assert!(!format!("{snapshot:?}").contains(key.expose()));
+    server.stop().await;
+    assert!(!file.exists(), "the key file is removed after stop");
 }
 
 #[tokio::test]
@@ -388,8 +458,10 @@ async fn a_bound_but_silent_socket_is_a_port_in_use_without_spawning() {
     // Bind without listening (a refused probe), through a raw socket.
     let fd = bind_only(port);
     let (supervisor, events) = supervisor(ws.path());
+    let mut config = fake_llama(port, &[]);
+    config.listen = arcane_localai::OwnedListen::KeyedPort;
     let error = supervisor
-        .start(fake_llama(port, &[]), CancelToken::new())
+        .start(config, CancelToken::new())
         .await
         .unwrap_err();
     assert_eq!(error.code(), codes::LOCAL_AI_PORT_IN_USE, "{error:?}");

@@ -59,10 +59,15 @@ async fn real_llama_server_on_the_cpu_answers_a_chat_and_stops() {
         "GPUs are hidden: {environ:?}"
     );
 
-    let (status, body) = http_post(
-        port,
+    // On its private socket: no TCP listener belongs to the engine.
+    assert_eq!(arcane_process::tcp_listeners(pid).unwrap(), []);
+    let socket = engine_socket(ws.path(), "llama.cpp");
+    let (status, body) = http_unix(
+        &socket,
+        "POST",
         "/v1/chat/completions",
         r#"{"messages":[{"role":"user","content":"Say hi."}],"max_tokens":8}"#,
+        None,
     )
     .unwrap();
     assert_eq!(status, 200, "{body}");
@@ -75,9 +80,6 @@ async fn real_llama_server_on_the_cpu_answers_a_chat_and_stops() {
     let report = server.stop().await;
     assert_eq!(report.step, StopStep::Sigterm);
     assert!(!alive(pid), "llama-server is gone after stop");
-    assert!(
-        http_get(port, "/health").is_none(),
-        "the port is free again"
-    );
+    assert!(!socket.exists(), "the socket is removed after the stop");
     assert_eq!(states(&events).last().map(String::as_str), Some("stopped"));
 }

@@ -145,11 +145,56 @@ pub fn http_post(port: u16, path: &str, body: &str) -> Option<(u16, String)> {
     )
 }
 
-fn request(port: u16, text: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+/// `method path` with an optional JSON body and bearer key, on a Unix socket.
+pub fn http_unix(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: &str,
+    key: Option<&str>,
+) -> Option<(u16, String)> {
+    let stream = std::os::unix::net::UnixStream::connect(socket).ok()?;
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
         .ok()?;
+    exchange(stream, &raw_request(method, path, body, key))
+}
+
+/// `method path` with an optional JSON body and bearer key, on 127.0.0.1:port.
+pub fn http_keyed(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &str,
+    key: Option<&str>,
+) -> Option<(u16, String)> {
+    request(port, &raw_request(method, path, body, key))
+}
+
+fn raw_request(method: &str, path: &str, body: &str, key: Option<&str>) -> String {
+    let auth = key
+        .map(|k| format!("Authorization: Bearer {k}\r\n"))
+        .unwrap_or_default();
+    format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// The socket an owned engine `id` listens on in `workspace`.
+pub fn engine_socket(workspace: &Path, id: &str) -> PathBuf {
+    workspace.join(".arcane/run").join(format!("{id}.sock"))
+}
+
+fn request(port: u16, text: &str) -> Option<(u16, String)> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .ok()?;
+    exchange(stream, text)
+}
+
+fn exchange(mut stream: impl Read + Write, text: &str) -> Option<(u16, String)> {
     stream.write_all(text.as_bytes()).ok()?;
     let mut response = Vec::new();
     stream.read_to_end(&mut response).ok()?;
