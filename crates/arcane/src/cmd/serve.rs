@@ -43,9 +43,12 @@ pub struct Args {
     #[arg(long, value_name = "RUNTIME")]
     pub runtime: Option<String>,
 
-    /// The listener url (default `http://127.0.0.1:8080`, Ollama `:11434`). A server
-    /// that already answers there is adopted; Arcane starts one only when nothing
-    /// listens on a loopback host.
+    /// The engine's url (default `http://127.0.0.1:8080`, Ollama `:11434`); clients do
+    /// not use it (they use the Core's address, `--listen`). A server that already
+    /// answers there is adopted as it is (even with nothing registered, when no other
+    /// flag is given). When nothing answers, Arcane starts llama.cpp on that port with a
+    /// random API key only the Core knows; without `--url`, it starts llama.cpp on a
+    /// private Unix socket and no port at all.
     #[arg(long, value_name = "URL")]
     pub url: Option<String>,
 
@@ -86,9 +89,11 @@ pub struct Args {
     #[arg(long, hide = true)]
     pub no_parent_death_signal: bool,
 
-    /// The loopback address the Core host listens on (`127.0.0.1` or `::1`).
-    #[arg(long, value_name = "ADDRESS")]
-    pub listen: Option<std::net::IpAddr>,
+    /// The Core's own address, the one clients use: `127.0.0.1`, `::1`, `localhost`,
+    /// optionally with a port (`127.0.0.1:9000`, `[::1]:9000`); loopback only. Default:
+    /// `listen` in `arcane.toml`, else `127.0.0.1` on the workspace's saved port.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
 
     /// Read the bearer token clients must present from FILE (one line, 16 or more
     /// visible characters, mode 0600) instead of the workspace's own `.arcane/core-token`
@@ -152,10 +157,12 @@ pub struct EngineTable {
     pub restart_backoff: Option<f64>,
 }
 
-/// The whole `arcane.toml`: only `[[engine]]`; any other key is refused.
+/// The whole `arcane.toml`: `listen` and `[[engine]]`; any other key is refused.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
+    /// The Core's own address (as `--listen`).
+    pub listen: Option<String>,
     /// The engines to run.
     #[serde(default)]
     pub engine: Vec<EngineTable>,
@@ -168,12 +175,14 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     // One owner per workspace: a running host is the answer, whatever these flags say.
     crate::cmd::ensure_workspace(context)?;
     let owner = arcane_core::endpoint::OwnerLock::acquire(&context.workspace)?;
+    // The Core's address first: a bad one is reported before any engine is looked up.
+    let (listen, port) = listen_address(context, &args)?;
     let configs = engine_configs(context, &args)?;
     let mut options = crate::cmd::core::ServeOptions::new(configs);
-    if let Some(listen) = args.listen {
+    if let Some(listen) = listen {
         options.listen = listen;
     }
-    options.port = args.port;
+    options.port = port;
     options.api_key = match &args.api_key_file {
         Some(file) => Some(
             arcane_core::endpoint::read_token_file(file)?.ok_or_else(|| {
@@ -200,6 +209,80 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         arcane_core::host::DEFAULT_DRAIN_DEADLINE,
     )?;
     crate::cmd::core::serve(context, options, owner)
+}
+
+/// The Core's listen address and port from `--listen` (else `listen` in
+/// `arcane.toml`) and `--port`; a port in the address that contradicts `--port` is a
+/// usage error.
+fn listen_address(
+    context: &Context,
+    args: &Args,
+) -> Result<(Option<std::net::IpAddr>, Option<u16>), CliError> {
+    let listen = match &args.listen {
+        Some(flag) => Some(("--listen", flag.clone())),
+        None => load_config(context, args)?
+            .0
+            .and_then(|file| file.listen)
+            .map(|value| ("`listen` in arcane.toml", value)),
+    };
+    let Some((source, text)) = listen else {
+        return Ok((None, args.port));
+    };
+    let (ip, port) = parse_listen(source, &text)?;
+    match (port, args.port) {
+        (Some(named), Some(flag)) if named != flag => Err(CommandError::usage(
+            format!("{source} `{text}` names port {named} but `--port` says {flag}"),
+            json!({"listen": text, "port": flag}),
+        )
+        .into()),
+        (named, flag) => Ok((Some(ip), named.or(flag))),
+    }
+}
+
+/// Parses a listen address: `IP`, `IP:PORT`, `[IPv6]:PORT`, `localhost[:PORT]`,
+/// optionally as `http://…`. Only loopback addresses are accepted (the Core's `Host`
+/// check and its threat model assume one machine).
+pub fn parse_listen(source: &str, text: &str) -> Result<(std::net::IpAddr, Option<u16>), CliError> {
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+    let bad = |why: &str| -> CliError {
+        CommandError::usage(format!("{source} `{text}` {why}"), json!({"listen": text}))
+            .hint("use `127.0.0.1`, `[::1]:PORT` or `localhost:PORT`")
+            .into()
+    };
+    let trimmed = text.trim();
+    let bare = trimmed
+        .strip_prefix("http://")
+        .unwrap_or(trimmed)
+        .trim_end_matches('/');
+    let (ip, port) = if let Ok(ip) = bare.parse::<IpAddr>() {
+        (ip, None)
+    } else if let Ok(address) = bare.parse::<SocketAddr>() {
+        (address.ip(), Some(address.port()))
+    } else if bare.eq_ignore_ascii_case("localhost") {
+        (IpAddr::V4(Ipv4Addr::LOCALHOST), None)
+    } else if let Some(port) = bare
+        .split_once(':')
+        .filter(|(host, _)| host.eq_ignore_ascii_case("localhost"))
+        .map(|(_, port)| port)
+    {
+        let port = port
+            .parse::<u16>()
+            .map_err(|_| bad("has a port that is not a number from 1 to 65535"))?;
+        (IpAddr::V4(Ipv4Addr::LOCALHOST), Some(port))
+    } else {
+        return Err(bad(
+            "is not an address (an IP or `localhost`, with an optional port)",
+        ));
+    };
+    if !ip.is_loopback() {
+        return Err(bad(
+            "is not a loopback address; the Core host listens on loopback only",
+        ));
+    }
+    if port == Some(0) {
+        return Err(bad("names port 0; leave the port out to use the saved one"));
+    }
+    Ok((ip, port))
 }
 
 /// Builds the engine configurations from `arcane.toml` and the flags, validating every
@@ -231,8 +314,19 @@ pub fn engine_configs(context: &Context, args: &Args) -> Result<Vec<EngineConfig
     if tables.is_empty() {
         tables.push(EngineTable::default());
     }
+    let registry = Registry::new(&context.workspace);
+    // The embedded default pointed at a url adopts whatever answers there; its model
+    // and device apply only if Arcane has to start the engine itself.
+    let adopt_first = embedded && args.url.is_some();
+    let mut cannot_start = None;
     if embedded {
-        tables[0].model = Some(DEFAULT_MODEL.into());
+        if adopt_first && registry.model(DEFAULT_MODEL).is_err() {
+            cannot_start = Some(format!(
+                "no model is given and the default model `{DEFAULT_MODEL}` is not registered (`arcane model add {DEFAULT_MODEL} --file PATH`)"
+            ));
+        } else {
+            tables[0].model = Some(DEFAULT_MODEL.into());
+        }
         tables[0].device = Some(DEFAULT_DEVICE.into());
     }
     // Flags override the first (or the selected) engine.
@@ -265,12 +359,15 @@ pub fn engine_configs(context: &Context, args: &Args) -> Result<Vec<EngineConfig
     if !args.engine_args.is_empty() {
         first.args = args.engine_args.clone();
     }
-    let registry = Registry::new(&context.workspace);
     let mut configs = Vec::new();
     for table in tables {
         let mut config = table_config(&registry, &table, &base, &context.workspace)?;
         config.parent_death_signal = !args.no_parent_death_signal;
         configs.push(config);
+    }
+    if let Some(first) = configs.first_mut() {
+        first.adopt_any = adopt_first;
+        first.cannot_start = cannot_start;
     }
     let mut ids: Vec<&str> = configs.iter().map(|c| c.id.as_str()).collect();
     ids.sort_unstable();
@@ -399,6 +496,10 @@ fn table_config(
     config.inherited_loader_path = crate::config::inherited_loader_path();
     if let Some(url) = &table.url {
         config.url = url.clone();
+        // A url the user asked for: an engine Arcane starts listens there, behind a key.
+        if engine == Engine::LlamaCpp {
+            config.listen = arcane_localai::OwnedListen::KeyedPort;
+        }
     }
     if let Some(runtime) = &registered {
         config.executable = Some(runtime.executable.clone());

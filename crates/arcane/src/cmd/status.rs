@@ -95,6 +95,9 @@ fn human(value: &Value, engines: &[EngineStatus]) -> String {
             line.push_str(&format!(": {message}"));
         }
         lines.push(line);
+        if engine.state.is_ready() || engine.owned {
+            lines.push(format!("          {}", engine.exposure()));
+        }
         for model in &engine.models {
             lines.push(format!("          model {}", text(&model["id"])));
         }

@@ -6,6 +6,7 @@ mod support;
 mod bundle;
 mod core;
 mod devices;
+mod front_door;
 mod lock;
 mod registry;
 mod serve;

@@ -16,7 +16,7 @@ fn fake_llama() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../arcane-localai/tests/fakes/fake_llama.py")
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -24,7 +24,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|stat| {
             stat.rfind(')')
@@ -34,13 +34,13 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-fn signal(pid: u32, name: &str) {
+pub(crate) fn signal(pid: u32, name: &str) {
     let _ = Command::new("kill")
         .args([&format!("-{name}"), &pid.to_string()])
         .status();
 }
 
-fn wait_gone(pid: u32, limit: Duration) -> bool {
+pub(crate) fn wait_gone(pid: u32, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
         if !alive(pid) {
@@ -51,7 +51,7 @@ fn wait_gone(pid: u32, limit: Duration) -> bool {
     !alive(pid)
 }
 
-fn health(port: u16) -> Option<u16> {
+pub(crate) fn health(port: u16) -> Option<u16> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream
@@ -65,29 +65,7 @@ fn health(port: u16) -> Option<u16> {
     text.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn post(port: u16, path: &str, body: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .ok()?;
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    Some((
-        status,
-        text.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default(),
-    ))
-}
-
-fn proc_list(pid: u32, file: &str) -> Vec<String> {
+pub(crate) fn proc_list(pid: u32, file: &str) -> Vec<String> {
     std::fs::read(format!("/proc/{pid}/{file}"))
         .unwrap_or_default()
         .split(|b| *b == 0)
@@ -98,7 +76,7 @@ fn proc_list(pid: u32, file: &str) -> Vec<String> {
 
 /// A running `arcane serve --output ndjson`; its stdout lines arrive on a channel.
 /// Dropping it kills arcane and every engine pid it reported.
-struct Serve {
+pub(crate) struct Serve {
     child: Child,
     lines: mpsc::Receiver<Value>,
     seen: Vec<Value>,
@@ -106,7 +84,7 @@ struct Serve {
 }
 
 impl Serve {
-    fn start(ws: &TestWorkspace, args: &[&str]) -> Serve {
+    pub(crate) fn start(ws: &TestWorkspace, args: &[&str]) -> Serve {
         let mut child = ws
             .arcane()
             .args(["--output", "ndjson", "serve"])
@@ -132,12 +110,12 @@ impl Serve {
         }
     }
 
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Waits for the first line of `kind` (an event type, or `error` for the error line).
-    fn wait_for(&mut self, kind: &str, limit: Duration) -> Value {
+    pub(crate) fn wait_for(&mut self, kind: &str, limit: Duration) -> Value {
         let deadline = Instant::now() + limit;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -160,7 +138,7 @@ impl Serve {
         }
     }
 
-    fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+    pub(crate) fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -172,7 +150,7 @@ impl Serve {
     }
 
     /// Every line printed (after exit).
-    fn rest(&mut self) -> Vec<Value> {
+    pub(crate) fn rest(&mut self) -> Vec<Value> {
         while let Ok(value) = self.lines.recv_timeout(Duration::from_millis(500)) {
             self.seen.push(value);
         }
@@ -193,10 +171,10 @@ impl Drop for Serve {
 }
 
 /// A real `llama-server` started by the test (external to Arcane); killed on drop.
-struct External(Child);
+pub(crate) struct External(Child);
 
 impl External {
-    fn start(port: u16) -> External {
+    pub(crate) fn start(port: u16) -> External {
         let child = Command::new(llama_server())
             .args([
                 "--host",
@@ -231,10 +209,17 @@ impl Drop for External {
     }
 }
 
-fn real_args(port: u16) -> Vec<String> {
+/// The real engine on `port` (a url the user asked for: an owned engine listens there,
+/// behind its key).
+pub(crate) fn real_args(port: u16) -> Vec<String> {
+    let mut args = vec!["--url".into(), format!("http://127.0.0.1:{port}")];
+    args.extend(real_socket_args());
+    args
+}
+
+/// The real engine with no url: an owned engine listens on its private socket.
+pub(crate) fn real_socket_args() -> Vec<String> {
     vec![
-        "--url".into(),
-        format!("http://127.0.0.1:{port}"),
         "--model".into(),
         smollm2().display().to_string(),
         "--executable".into(),
@@ -242,23 +227,26 @@ fn real_args(port: u16) -> Vec<String> {
     ]
 }
 
-fn strs(args: &[String]) -> Vec<&str> {
+pub(crate) fn strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
 
-const START: Duration = Duration::from_secs(120);
+pub(crate) const START: Duration = Duration::from_secs(120);
 
 #[test]
 fn serve_owns_a_real_llama_server_on_the_cpu_then_stops_it_on_sigterm() {
     let ws = TestWorkspace::new();
-    let port = free_port();
-    let mut args = real_args(port);
+    let mut args = real_socket_args();
     args.extend(["--device".into(), "cpu".into()]);
     let mut serve = Serve::start(&ws, &strs(&args));
     let ready = serve.wait_for("local-ai.server.ready", START);
     assert_eq!(ready["data"]["owned"], true);
-    assert_eq!(ready["data"]["url"], format!("http://127.0.0.1:{port}"));
+    let socket = ready["data"]["socket"].as_str().expect("a private socket");
+    assert!(socket.ends_with("/.arcane/run/llama.cpp.sock"), "{socket}");
+    assert_eq!(ready["data"]["url"], format!("unix:{socket}"));
     let pid = ready["data"]["pid"].as_u64().unwrap() as u32;
+    // No TCP listener belongs to the engine: the Core's port is the only way in.
+    assert_eq!(arcane_process::tcp_listeners(pid).unwrap(), []);
 
     // The CPU target's arguments and environment reached the child.
     let cmdline = proc_list(pid, "cmdline");
@@ -270,16 +258,23 @@ fn serve_owns_a_real_llama_server_on_the_cpu_then_stops_it_on_sigterm() {
         .iter()
         .any(|v| v == "CUDA_VISIBLE_DEVICES="));
 
-    let (status, body) = post(
-        port,
-        "/v1/chat/completions",
-        r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4}"#,
+    wait_host_ready(&ws);
+    let (host_port, token) = host_endpoint(&ws);
+    let (status, reply) = completion(
+        host_port,
+        &token,
+        serde_json::json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}),
     )
+    .join()
     .unwrap();
-    assert_eq!(status, 200, "{body}");
+    assert_eq!(status, 200, "{reply}");
 
     signal(serve.pid(), "TERM");
     assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+    assert!(
+        !std::path::Path::new(socket).exists(),
+        "the socket is removed"
+    );
     assert!(
         wait_gone(pid, Duration::from_secs(5)),
         "llama-server must be gone after arcane stops"
@@ -481,19 +476,49 @@ fn engines_come_from_arcane_toml() {
 #[test]
 fn the_embedded_default_needs_the_registered_model_and_says_how_to_get_it() {
     let ws = TestWorkspace::new();
-    let output = ws
-        .arcane()
-        .args([
-            "serve",
-            "--url",
-            &format!("http://127.0.0.1:{}", free_port()),
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("smollm2-135m"), "{stderr}");
-    assert!(stderr.contains("arcane model add"), "{stderr}");
+    // Before anything starts without a url; after probing the url with one (a server
+    // answering there would have been adopted).
+    for url in [None, Some(format!("http://127.0.0.1:{}", free_port()))] {
+        let mut command = ws.arcane();
+        command.arg("serve");
+        if let Some(url) = &url {
+            command.args(["--url", url]);
+        }
+        let output = command.output().unwrap();
+        assert_eq!(output.status.code(), Some(1), "{url:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("smollm2-135m"), "{url:?}: {stderr}");
+        assert!(stderr.contains("arcane model add"), "{url:?}: {stderr}");
+    }
+}
+
+#[test]
+fn serve_url_adopts_an_answering_server_with_nothing_registered() {
+    let ws = TestWorkspace::new();
+    let port = free_port();
+    let external = External::start(port);
+    let url = format!("http://127.0.0.1:{port}");
+    let mut serve = Serve::start(&ws, &["--url", &url]);
+    let ready = serve.wait_for("local-ai.server.ready", START);
+    assert_eq!(ready["data"]["external"], true);
+    assert_eq!(ready["data"]["owned"], false);
+    wait_host_ready(&ws);
+    // It serves what the adopted server has loaded, through the token.
+    let (host_port, token) = host_endpoint(&ws);
+    let (status, reply) = completion(
+        host_port,
+        &token,
+        serde_json::json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}),
+    )
+    .join()
+    .unwrap();
+    assert_eq!(status, 200, "{reply}");
+    let status = crate::support::run(ws.arcane().args(["--output", "json", "status"]));
+    let engine = &crate::support::json(&status)["engines"][0];
+    assert_eq!(engine["reachableWithoutToken"], true, "{engine}");
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(30)), Some(0));
+    assert!(alive(external.0.id()), "an adopted server is never stopped");
 }
 
 #[test]
@@ -535,7 +560,7 @@ fn a_bad_configuration_is_a_usage_error_before_anything_starts() {
 }
 
 /// The running host's port and token, from `core.json`.
-fn host_endpoint(ws: &TestWorkspace) -> (u16, String) {
+pub(crate) fn host_endpoint(ws: &TestWorkspace) -> (u16, String) {
     let record: Value =
         serde_json::from_slice(&std::fs::read(ws.path().join(".arcane/core.json")).unwrap())
             .unwrap();
@@ -548,7 +573,11 @@ fn host_endpoint(ws: &TestWorkspace) -> (u16, String) {
 /// Starts `POST /v1/chat/completions` through the host's passthrough on a thread;
 /// the thread returns the raw reply (status line, headers, body) once the host closes
 /// the connection.
-fn completion(port: u16, token: &str, body: Value) -> std::thread::JoinHandle<(u16, String)> {
+pub(crate) fn completion(
+    port: u16,
+    token: &str,
+    body: Value,
+) -> std::thread::JoinHandle<(u16, String)> {
     let body = body.to_string();
     let request = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -559,23 +588,20 @@ fn completion(port: u16, token: &str, body: Value) -> std::thread::JoinHandle<(u
     })
 }
 
-/// How many of the engine's slots are generating (llama-server `GET /slots`).
-fn processing_slots(engine_port: u16) -> usize {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", engine_port)) else {
-        return 0;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let _ =
-        stream.write_all(b"GET /slots HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text);
+/// How many of the engine's slots are generating (llama-server `GET /slots`, through
+/// the Core's front door).
+fn processing_slots(ws: &TestWorkspace) -> usize {
+    let (port, token) = host_endpoint(ws);
+    let (_, text) = crate::support::http_exchange(
+        &format!("127.0.0.1:{port}"),
+        &format!("GET /slots HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"),
+    );
     text.matches("\"is_processing\":true").count()
 }
 
 /// Waits (bounded) until the host itself reports its engine ready (`arcane status`),
 /// which comes a little after the engine's own `local-ai.server.ready` event.
-fn wait_host_ready(ws: &TestWorkspace) {
+pub(crate) fn wait_host_ready(ws: &TestWorkspace) {
     let deadline = Instant::now() + START;
     loop {
         let out = crate::support::run(ws.arcane().args(["--output", "json", "status"]));
@@ -588,9 +614,9 @@ fn wait_host_ready(ws: &TestWorkspace) {
 }
 
 /// Waits (bounded) until `count` slots of the engine are generating.
-fn wait_processing(engine_port: u16, count: usize) {
+fn wait_processing(ws: &TestWorkspace, count: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while processing_slots(engine_port) < count {
+    while processing_slots(ws) < count {
         assert!(
             Instant::now() < deadline,
             "the engine never worked on {count} request(s)"
@@ -601,8 +627,8 @@ fn wait_processing(engine_port: u16, count: usize) {
 
 /// `arcane serve` owning the real llama-server with two slots, so a streamed and a
 /// non-streamed completion run at once.
-fn serve_two_slots(ws: &TestWorkspace, port: u16, drain: &str) -> Serve {
-    let mut args = real_args(port);
+fn serve_two_slots(ws: &TestWorkspace, drain: &str) -> Serve {
+    let mut args = real_socket_args();
     args.extend(["--device", "cpu", "--drain-timeout", drain].map(String::from));
     args.extend(["--", "--parallel", "2", "--threads", "2"].map(String::from));
     Serve::start(ws, &strs(&args))
@@ -619,8 +645,7 @@ fn stop_steps(lines: &[Value]) -> Vec<Value> {
 #[test]
 fn sigterm_waits_for_in_flight_passthrough_responses_then_the_engine_exits_on_sigterm() {
     let ws = TestWorkspace::new();
-    let port = free_port();
-    let mut serve = serve_two_slots(&ws, port, "600");
+    let mut serve = serve_two_slots(&ws, "600");
     let ready = serve.wait_for("local-ai.server.ready", START);
     wait_host_ready(&ws);
     let engine = ready["data"]["pid"].as_u64().unwrap() as u32;
@@ -637,7 +662,7 @@ fn sigterm_waits_for_in_flight_passthrough_responses_then_the_engine_exits_on_si
         &token,
         serde_json::json!({"messages": messages, "max_tokens": 160}),
     );
-    wait_processing(port, 2);
+    wait_processing(&ws, 2);
 
     signal(serve.pid(), "TERM");
     let (status, reply) = streamed.join().unwrap();
@@ -677,8 +702,7 @@ fn sigterm_waits_for_in_flight_passthrough_responses_then_the_engine_exits_on_si
 #[test]
 fn past_the_drain_deadline_passthrough_responses_are_cut_and_the_engine_still_exits_on_sigterm() {
     let ws = TestWorkspace::new();
-    let port = free_port();
-    let mut serve = serve_two_slots(&ws, port, "1");
+    let mut serve = serve_two_slots(&ws, "1");
     serve.wait_for("local-ai.server.ready", START);
     wait_host_ready(&ws);
     let (host_port, token) = host_endpoint(&ws);
@@ -687,7 +711,7 @@ fn past_the_drain_deadline_passthrough_responses_are_cut_and_the_engine_still_ex
         "max_tokens": 6000, "ignore_eos": true, "stream": true,
     });
     let streamed = completion(host_port, &token, endless);
-    wait_processing(port, 1);
+    wait_processing(&ws, 1);
 
     signal(serve.pid(), "TERM");
     let (status, reply) = streamed.join().unwrap();
@@ -708,8 +732,7 @@ fn past_the_drain_deadline_passthrough_responses_are_cut_and_the_engine_still_ex
 #[test]
 fn a_second_sigterm_during_the_drain_ends_the_host_and_leaves_no_engine() {
     let ws = TestWorkspace::new();
-    let port = free_port();
-    let mut serve = serve_two_slots(&ws, port, "600");
+    let mut serve = serve_two_slots(&ws, "600");
     let ready = serve.wait_for("local-ai.server.ready", START);
     wait_host_ready(&ws);
     let engine = ready["data"]["pid"].as_u64().unwrap() as u32;
@@ -719,7 +742,7 @@ fn a_second_sigterm_during_the_drain_ends_the_host_and_leaves_no_engine() {
         "max_tokens": 6000, "ignore_eos": true, "stream": true,
     });
     let streamed = completion(host_port, &token, endless);
-    wait_processing(port, 1);
+    wait_processing(&ws, 1);
 
     signal(serve.pid(), "TERM");
     // The first signal started the drain, which waits for the stream.
@@ -791,7 +814,7 @@ fn unknown_keys_and_an_empty_engine_list_in_arcane_toml_are_refused() {
 }
 
 /// `arcane serve` on the fake engine at a free port, with `engine_args` after `--`.
-fn fake_serve_args(ws: &TestWorkspace, port: u16, engine_args: &[&str]) -> Vec<String> {
+pub(crate) fn fake_serve_args(ws: &TestWorkspace, port: u16, engine_args: &[&str]) -> Vec<String> {
     let model = ws.path().join("fake.gguf");
     std::fs::write(&model, b"GGUF").unwrap();
     let mut args: Vec<String> = vec![
