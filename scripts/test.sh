@@ -5,8 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-eval "$(bash scripts/provision.sh | grep -E '^(LLAMA_SERVER|ARCANE_TEST_MODEL)=')"
-export LLAMA_SERVER ARCANE_TEST_MODEL
+eval "$(bash scripts/provision.sh | grep -E '^(LLAMA_SERVER|ARCANE_TEST_MODEL|ARCANE_ONNXRUNTIME|ARCANE_ONNX_PYTHON|ARCANE_SILERO_VAD|ARCANE_SPEECH_WAV)=')"
+export LLAMA_SERVER ARCANE_TEST_MODEL ARCANE_ONNXRUNTIME ARCANE_ONNX_PYTHON ARCANE_SILERO_VAD ARCANE_SPEECH_WAV
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
