@@ -7,5 +7,6 @@ mod bundle;
 mod core;
 mod devices;
 mod lock;
+mod onnx;
 mod registry;
 mod serve;
