@@ -48,7 +48,7 @@ pub struct RunArgs {
     pub inputs: Vec<String>,
 
     /// Only these outputs (default: all), comma-separated or repeated.
-    #[arg(long = "output", value_name = "NAME", value_delimiter = ',')]
+    #[arg(long = "only", value_name = "NAME", value_delimiter = ',')]
     pub outputs: Vec<String>,
 
     /// Where to write `<output>.npy` files (created if missing; each written

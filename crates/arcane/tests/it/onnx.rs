@@ -116,6 +116,14 @@ impl Host {
         id
     }
 
+    /// Sends a control frame (no response over stdio).
+    fn control(&mut self, frame: Value) {
+        let body = frame.to_string();
+        let frame = format!("Content-Length: {}\r\n\r\n{body}", body.len());
+        self.stdin.write_all(frame.as_bytes()).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
     /// Waits (bounded) for the response to `id`.
     fn wait(&self, id: &str) -> Value {
         let (lock, ready) = &*self.responses;
@@ -599,4 +607,141 @@ fn concurrent_runs_on_one_session_and_on_two_sessions_each_get_their_own_answer(
         let response = host.wait(&id);
         assert_eq!(response["result"]["outputs"]["y"], input, "{id}");
     }
+}
+
+/// A graph that runs for a very long time: a Loop of 2^40 Adds.
+const SLOW_PYTHON: &str = r#"
+import json, os, sys
+import onnx, numpy as np
+from onnx import helper, TensorProto as T, numpy_helper
+out = sys.argv[1]
+body = helper.make_graph(
+    [helper.make_node("Add", ["acc_in", "one"], ["acc_out"]), helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+    "body",
+    [helper.make_tensor_value_info("i", T.INT64, []), helper.make_tensor_value_info("cond_in", T.BOOL, []),
+     helper.make_tensor_value_info("acc_in", T.FLOAT, [1])],
+    [helper.make_tensor_value_info("cond_out", T.BOOL, []), helper.make_tensor_value_info("acc_out", T.FLOAT, [1])],
+    [numpy_helper.from_array(np.array([1.0], dtype=np.float32), "one")])
+nodes = [helper.make_node("Loop", ["n", "cond", "x"], ["y"], body=body)]
+inits = [numpy_helper.from_array(np.array(1 << 40, dtype=np.int64), "n"), numpy_helper.from_array(np.array(True), "cond")]
+g = helper.make_graph(nodes, "slow", [helper.make_tensor_value_info("x", T.FLOAT, [1])], [helper.make_tensor_value_info("y", T.FLOAT, [1])], inits)
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]); m.ir_version = 8
+p = os.path.join(out, "slow.onnx"); onnx.save(m, p)
+print(json.dumps({"slow": p}))
+"#;
+
+#[test]
+fn a_run_is_cancelled_and_the_host_keeps_serving() {
+    let Some(parts) = parts() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let slow = python(&parts, SLOW_PYTHON, &[dir.path()]);
+    let graphs = python(&parts, GRAPHS_PYTHON, &[dir.path()]);
+    let workspace = TestWorkspace::new();
+    let mut host = Host::start(&workspace, &parts);
+    let slow = host.ok(
+        "onnx.load",
+        json!({"model": slow["slow"], "isolated": true}),
+    )["session"]
+        .clone();
+    let quick = host.ok("onnx.load", json!({"model": graphs["float32"]}))["session"].clone();
+    let run = host.send(
+        "onnx.run",
+        json!({"session": slow, "inputs": {"x": {"type": "float32", "shape": [1], "data": [0]}}}),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    host.control(json!({"protocol": "arcane/1", "type": "control", "control": "request.cancel", "requestId": run}));
+    let cancelled = host.wait(&run);
+    assert_eq!(
+        cancelled["error"]["code"], "ARCANE_CANCELLED",
+        "{cancelled}"
+    );
+    let out = host.ok(
+        "onnx.run",
+        json!({"session": quick, "inputs": {"x": sample("float32", 2)}}),
+    );
+    assert_eq!(out["outputs"]["y"], sample("float32", 2));
+}
+
+#[test]
+fn onnx_run_reads_npy_inputs_and_writes_npy_outputs() {
+    let Some(parts) = parts() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"
+import json, os, sys
+import numpy as np
+d = sys.argv[1]
+np.save(os.path.join(d, "input.npy"), np.zeros((1, 576), dtype=np.float32))
+np.save(os.path.join(d, "state.npy"), np.zeros((2, 1, 128), dtype=np.float32))
+np.save(os.path.join(d, "sr.npy"), np.array(16000, dtype=np.int64))
+print(json.dumps({}))
+"#;
+    python(&parts, script, &[dir.path()]);
+    let workspace = TestWorkspace::new();
+    let out_dir = dir.path().join("out");
+    let input = |name: &str| {
+        format!(
+            "{name}={}",
+            dir.path().join(format!("{name}.npy")).display()
+        )
+    };
+    let output = support::run(
+        workspace
+            .arcane()
+            .args(["--output", "json", "onnx", "run"])
+            .arg(&parts.silero)
+            .args([
+                "--input",
+                &input("input"),
+                "--input",
+                &input("state"),
+                "--input",
+                &input("sr"),
+            ])
+            .arg("--output-dir")
+            .arg(&out_dir)
+            .arg("--library")
+            .arg(&parts.library),
+    );
+    assert!(output.status.success(), "{}", support::stderr(&output));
+    let result = support::json(&output);
+    assert_eq!(
+        result["outputs"]["stateN"]["shape"],
+        json!([2, 1, 128]),
+        "{result}"
+    );
+    let check = r#"
+import json, sys
+import numpy as np
+d = sys.argv[1]
+p = np.load(d + "/output.npy"); s = np.load(d + "/stateN.npy")
+print(json.dumps({"p": float(p.reshape(-1)[0]), "shape": list(s.shape), "dtype": str(s.dtype)}))
+"#;
+    let read = python(&parts, check, &[&out_dir]);
+    assert_eq!(read["shape"], json!([2, 1, 128]));
+    assert_eq!(read["dtype"], "float32");
+    assert!(read["p"].as_f64().unwrap() < 0.5, "{read}");
+    // A missing input names the input and its expected shape.
+    let output = support::run(
+        workspace
+            .arcane()
+            .args(["--output", "json", "onnx", "run"])
+            .arg(&parts.silero)
+            .args([
+                "--input",
+                &input("input"),
+                "--input",
+                &input("sr"),
+                "--library",
+            ])
+            .arg(&parts.library),
+    );
+    assert_eq!(output.status.code(), Some(2));
+    let error = &support::json(&output)["error"];
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("input `state` is missing: expected float32 [2, "),
+        "{error}"
+    );
 }
