@@ -46,7 +46,7 @@ pub struct Opset {
 /// as a varint), the cheap test `arcane model add` uses before [`read_onnx`].
 pub fn looks_like_onnx(path: &Path) -> bool {
     let mut head = [0u8; 2];
-    File::open(path)
+    arcane_files::open_regular(path)
         .and_then(|mut f| f.read_exact(&mut head))
         .map(|()| head[0] == 0x08 && head[1] > 0 && head[1] < 0x80)
         .unwrap_or(false)

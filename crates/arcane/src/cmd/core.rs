@@ -205,7 +205,8 @@ pub fn engine_config(
     if engine == Engine::LlamaCpp {
         let model = match &options.model {
             Some(id) => Some(registry.model(id)?),
-            None => registry.models()?.into_iter().next(),
+            // llama.cpp serves GGUF models only (ONNX ones go to the `onnx` service).
+            None => registry.models()?.into_iter().find(|m| m.gguf.is_some()),
         };
         if let Some(model) = model {
             registry.check_model_file(&model, &context.cancel)?;

@@ -29,7 +29,7 @@ pub enum Command {
     Devices(devices::Args),
     /// Register, install, list and remove inference runtimes (llama.cpp, Ollama).
     Runtime(runtime::Args),
-    /// Register, list and remove GGUF models.
+    /// Register, list and remove GGUF and ONNX models.
     Model(model::Args),
     /// Run the Core host: engines, the `arcane/1` protocol on loopback HTTP, the
     /// OpenAI-compatible passthrough.

@@ -745,3 +745,62 @@ print(json.dumps({"p": float(p.reshape(-1)[0]), "shape": list(s.shape), "dtype":
         "{error}"
     );
 }
+
+#[test]
+fn model_add_records_an_onnx_header_and_sha256_and_onnx_load_takes_the_id() {
+    let Some(parts) = parts() else { return };
+    let workspace = TestWorkspace::new();
+    let output = support::run(
+        workspace
+            .arcane()
+            .args(["--output", "json", "model", "add", "silero-vad", "--file"])
+            .arg(&parts.silero),
+    );
+    assert!(output.status.success(), "{}", support::stderr(&output));
+    let model = support::json(&output);
+    let model = if model["model"].is_object() {
+        model["model"].clone()
+    } else {
+        model
+    };
+    assert_eq!(model["sha256"].as_str().unwrap().len(), 64, "{model}");
+    assert!(model["gguf"].is_null(), "{model}");
+    assert!(model["onnx"]["irVersion"].as_i64().unwrap() >= 7, "{model}");
+    assert!(
+        model["onnx"]["opsets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["domain"] == "ai.onnx"),
+        "{model}"
+    );
+    let inputs: Vec<&str> = model["onnx"]["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(inputs, ["input", "state", "sr"]);
+    let human = support::run(workspace.arcane().args(["model", "list"]));
+    assert!(
+        support::stdout(&human).contains("onnx"),
+        "{}",
+        support::stdout(&human)
+    );
+    let mut host = Host::start(&workspace, &parts);
+    let loaded = host.ok("onnx.load", json!({"model": "silero-vad"}));
+    assert_eq!(loaded["outputs"][0]["name"], "output", "{loaded}");
+    // A file that is neither GGUF nor ONNX is refused by name.
+    let junk = workspace.path().join("junk.onnx");
+    std::fs::write(&junk, b"not a model").unwrap();
+    let output = support::run(
+        workspace
+            .arcane()
+            .args(["--output", "json", "model", "add", "junk", "--file"])
+            .arg(&junk),
+    );
+    assert_eq!(
+        support::json(&output)["error"]["code"],
+        "LOCAL_AI_MODEL_INVALID"
+    );
+}
