@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -32,7 +32,7 @@ fn frame_inputs() -> Value {
     })
 }
 
-fn in_process(library: &PathBuf, model: &PathBuf) -> Vec<Duration> {
+fn in_process(library: &Path, model: &Path) -> Vec<Duration> {
     let runtime = Runtime::load(library).expect("runtime");
     let options = SessionOptions {
         intra_op_threads: Some(1),
@@ -71,7 +71,7 @@ fn in_process(library: &PathBuf, model: &PathBuf) -> Vec<Duration> {
         .collect()
 }
 
-fn stdio(library: &PathBuf, model: &PathBuf) -> Vec<Duration> {
+fn stdio(library: &Path, model: &Path) -> Vec<Duration> {
     let workspace = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_arcane"))
         .arg("--workspace")
@@ -104,7 +104,8 @@ fn stdio(library: &PathBuf, model: &PathBuf) -> Vec<Duration> {
             let mut frame = vec![0u8; length];
             stdout.read_exact(&mut frame).unwrap();
             let frame: Value = serde_json::from_slice(&frame).unwrap();
-            if frame["type"] == "response" && frame["id"] == id.to_string() {
+            if frame["type"] == "response" && frame["id"].as_str() == Some(id.to_string().as_str())
+            {
                 return frame;
             }
         }
