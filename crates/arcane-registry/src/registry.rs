@@ -609,8 +609,9 @@ impl Registry {
                         .map_err(|e| Error::io("resolve the link", &path, e))?,
                     _ => path,
                 };
-                // Refuse a non-GGUF file (or a FIFO, socket, device) before anything else.
-                gguf::read_gguf(&path)?;
+                // Refuse a file that is neither GGUF nor ONNX (or a FIFO, socket, device)
+                // before anything else.
+                read_header(&path)?;
                 Source::File(path)
             }
             Source::Url(url) => {
@@ -673,7 +674,7 @@ impl Registry {
                     });
                 }
             }
-            let info = gguf::read_gguf(&staged).map_err(|error| match error {
+            let (info, onnx) = read_header(&staged).map_err(|error| match error {
                 // Name the source, not the staging file, in the error.
                 Error::ModelInvalid { reason, found, .. } => Error::ModelInvalid {
                     path: PathBuf::from(&label),
@@ -696,6 +697,7 @@ impl Registry {
                 size,
                 sha256: actual,
                 gguf: info,
+                onnx,
                 source: label.clone(),
                 storage,
                 added_at: arcane_report::time::now_rfc3339(),
@@ -1084,6 +1086,33 @@ fn make_executable(path: &Path) -> Result<(), Error> {
 #[cfg(not(unix))]
 fn make_executable(_path: &Path) -> Result<(), Error> {
     Ok(())
+}
+
+/// A model file's header: GGUF, or else ONNX (a protobuf `ModelProto`, read without
+/// ONNX Runtime); a file that is neither is the GGUF reader's `LOCAL_AI_MODEL_INVALID`.
+fn read_header(
+    path: &Path,
+) -> Result<
+    (
+        Option<crate::GgufInfo>,
+        Option<arcane_onnx::model::OnnxInfo>,
+    ),
+    Error,
+> {
+    match gguf::read_gguf(path) {
+        Ok(info) => Ok((Some(info), None)),
+        Err(Error::ModelInvalid { .. }) if arcane_onnx::model::looks_like_onnx(path) => {
+            match arcane_onnx::model::read_onnx(path) {
+                Ok(info) => Ok((None, Some(info))),
+                Err(error) => Err(Error::ModelInvalid {
+                    path: path.to_path_buf(),
+                    reason: error.to_string(),
+                    found: None,
+                }),
+            }
+        }
+        Err(error) => Err(error),
+    }
 }
 
 #[cfg(test)]

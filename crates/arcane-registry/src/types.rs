@@ -101,7 +101,8 @@ impl FileStamp {
     }
 }
 
-/// A registered GGUF model.
+/// A registered model: a GGUF file (served by llama.cpp) or an ONNX graph (run by the
+/// `onnx` service).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Model {
@@ -113,8 +114,12 @@ pub struct Model {
     pub size: u64,
     /// Its SHA-256, 64 lowercase hex digits.
     pub sha256: String,
-    /// What its GGUF header says.
-    pub gguf: GgufInfo,
+    /// What its GGUF header says (GGUF models).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gguf: Option<GgufInfo>,
+    /// What its ONNX header says (ONNX models): IR version, opsets, inputs, outputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub onnx: Option<arcane_onnx::model::OnnxInfo>,
     /// The path or URL it was added from.
     pub source: String,
     /// How the file was stored.

@@ -92,6 +92,12 @@ pub fn env_path(name: &str) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
+/// The ONNX Runtime library named by `ARCANE_ONNXRUNTIME` (the `onnx` service's and
+/// `arcane onnx run`'s default when no flag names one).
+pub fn onnx_runtime() -> Option<PathBuf> {
+    env_path("ARCANE_ONNXRUNTIME")
+}
+
 /// The loader search path this process was started with (`LD_LIBRARY_PATH`,
 /// `DYLD_LIBRARY_PATH` on macOS), passed to every child that runs a runtime, after the
 /// runtime's own directories ([`arcane_process::loader_path`]).

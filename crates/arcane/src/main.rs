@@ -20,6 +20,11 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => return cli::refused(error),
     };
+    // The ONNX worker speaks frames on stdout and is stopped by its host: no
+    // workspace, no signal handlers.
+    if let cmd::Command::OnnxWorker(args) = &cli.command {
+        return ExitCode::from(cmd::onnx::worker(args));
+    }
     let output = output::Output::new(cli.global.output, cli.global.verbose);
     let context = match config::Context::resolve(&cli.global, output) {
         Ok(context) => context,

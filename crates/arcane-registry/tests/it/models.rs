@@ -33,15 +33,21 @@ fn the_real_smollm2_is_added_with_its_metadata_and_digest() {
             .join(".arcane/models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf")
     );
     assert_eq!(sha256sum(&model.path), model.sha256);
-    assert_eq!(model.gguf.architecture.as_deref(), Some("llama"));
-    assert_eq!(model.gguf.quantization.as_deref(), Some("Q4_1"));
-    assert_eq!(model.gguf.context_length, Some(8192));
-    let parameters = model.gguf.parameter_count.unwrap();
+    assert_eq!(
+        model.gguf.as_ref().unwrap().architecture.as_deref(),
+        Some("llama")
+    );
+    assert_eq!(
+        model.gguf.as_ref().unwrap().quantization.as_deref(),
+        Some("Q4_1")
+    );
+    assert_eq!(model.gguf.as_ref().unwrap().context_length, Some(8192));
+    let parameters = model.gguf.as_ref().unwrap().parameter_count.unwrap();
     assert!(
         (100_000_000..200_000_000).contains(&parameters),
         "{parameters}"
     );
-    assert!(matches!(model.gguf.version, 2 | 3));
+    assert!(matches!(model.gguf.as_ref().unwrap().version, 2 | 3));
     assert!(events.types().iter().any(|t| t == "registry.hash.progress"));
     assert_eq!(registry.model("smollm2-135m").unwrap(), model);
 }
@@ -66,9 +72,12 @@ fn a_file_is_hard_linked_on_the_same_file_system() {
         std::fs::metadata(&source).unwrap().ino()
     );
     assert_eq!(model.sha256, sha256sum(&source));
-    assert_eq!(model.gguf.architecture.as_deref(), Some("llama"));
-    assert_eq!(model.gguf.context_length, Some(2048));
-    assert_eq!(model.gguf.parameter_count, Some(4096));
+    assert_eq!(
+        model.gguf.as_ref().unwrap().architecture.as_deref(),
+        Some("llama")
+    );
+    assert_eq!(model.gguf.as_ref().unwrap().context_length, Some(2048));
+    assert_eq!(model.gguf.as_ref().unwrap().parameter_count, Some(4096));
     assert_eq!(model.source, source.display().to_string());
 }
 

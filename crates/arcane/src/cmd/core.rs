@@ -30,10 +30,15 @@ pub struct Args {
     #[arg(long)]
     pub stdio: bool,
 
-    /// Local-AI runtimes to host (`llama.cpp`, `ollama`), comma-separated or repeated.
-    /// `whisper.cpp`, `stable-diffusion.cpp` and `onnx` are refused as unsupported.
+    /// Local-AI runtimes to host (`llama.cpp`, `ollama`, `onnx`), comma-separated or
+    /// repeated. `whisper.cpp` and `stable-diffusion.cpp` are refused as unsupported.
     #[arg(long = "runtime", value_name = "ID", value_delimiter = ',')]
     pub runtimes: Vec<String>,
+
+    /// The ONNX Runtime library for the `onnx` runtime (`libonnxruntime.so.<version>`).
+    /// Default: `$ARCANE_ONNXRUNTIME`.
+    #[arg(long, value_name = "PATH")]
+    pub onnx_library: Option<std::path::PathBuf>,
 
     /// The largest accepted frame, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = arcane_core::framing::DEFAULT_MAX_FRAME)]
@@ -58,6 +63,7 @@ pub fn build_host(
     observer: Arc<dyn EventSink>,
     drain: std::time::Duration,
     launcher: &dyn Fn(Runtime) -> Result<Arc<dyn EngineLauncher>, CliError>,
+    onnx_library: Option<&std::path::Path>,
 ) -> Result<HostParts, CliError> {
     let plan = plan(runtimes)?;
     let mut builder = Host::builder(AppInfo::default())
@@ -78,6 +84,10 @@ pub fn build_host(
     }
     if plan.model_assets {
         builder = builder.service(model_assets(&context.workspace))?;
+    }
+    if plan.onnx {
+        let library = crate::cmd::onnx::library(onnx_library)?;
+        builder = builder.service(crate::cmd::onnx::service(context, library)?)?;
     }
     Ok(HostParts {
         host: builder.build(),
@@ -195,7 +205,8 @@ pub fn engine_config(
     if engine == Engine::LlamaCpp {
         let model = match &options.model {
             Some(id) => Some(registry.model(id)?),
-            None => registry.models()?.into_iter().next(),
+            // llama.cpp serves GGUF models only (ONNX ones go to the `onnx` service).
+            None => registry.models()?.into_iter().find(|m| m.gguf.is_some()),
         };
         if let Some(model) = model {
             registry.check_model_file(&model, &context.cancel)?;
@@ -248,9 +259,14 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         let observer: Arc<dyn EventSink> = Arc::new(arcane_report::NullSink);
         let engines = EngineOptions::default();
         let drain = arcane_core::host::DEFAULT_DRAIN_DEADLINE;
-        let parts = build_host(context, &args.runtimes, observer, drain, &|runtime| {
-            launcher(context, runtime, &engines)
-        })?;
+        let parts = build_host(
+            context,
+            &args.runtimes,
+            observer,
+            drain,
+            &|runtime| launcher(context, runtime, &engines),
+            args.onnx_library.as_deref(),
+        )?;
         let host = parts.host;
         host.start();
         shutdown_on_signal(context, &host);
@@ -279,6 +295,8 @@ pub struct ServeOptions {
     /// A bearer token the user supplied (`ARCANE_API_KEY`, `--api-key-file`) instead of
     /// the workspace's own (`.arcane/core-token`, kept across restarts).
     pub api_key: Option<String>,
+    /// Host the `onnx` runtime too, on this ONNX Runtime library.
+    pub onnx_library: Option<std::path::PathBuf>,
 }
 
 impl ServeOptions {
@@ -290,6 +308,7 @@ impl ServeOptions {
             port: None,
             drain_deadline: arcane_core::host::DEFAULT_DRAIN_DEADLINE,
             api_key: None,
+            onnx_library: None,
         }
     }
 }
@@ -315,6 +334,10 @@ pub fn serve(
         .iter()
         .map(|c| c.engine.as_str().to_string())
         .collect();
+    let mut runtimes = runtimes;
+    if options.onnx_library.is_some() {
+        runtimes.push(Runtime::Onnx.id().to_string());
+    }
     let plan = plan(&runtimes)?;
     if plan.engines.len() != options.configs.len() {
         return Err(CommandError::usage(
@@ -551,6 +574,7 @@ fn start_host(
                 })?;
             Ok(SupervisedLauncher::new(&context.workspace, config) as Arc<dyn EngineLauncher>)
         },
+        options.onnx_library.as_deref(),
     )?;
     parts.host.start();
     shutdown_on_signal(context, &parts.host);

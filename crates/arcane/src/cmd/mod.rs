@@ -14,6 +14,7 @@ pub mod devices;
 pub mod launch;
 pub mod lock;
 pub mod model;
+pub mod onnx;
 pub mod runtime;
 pub mod serve;
 pub mod status;
@@ -28,7 +29,7 @@ pub enum Command {
     Devices(devices::Args),
     /// Register, install, list and remove inference runtimes (llama.cpp, Ollama).
     Runtime(runtime::Args),
-    /// Register, list and remove GGUF models.
+    /// Register, list and remove GGUF and ONNX models.
     Model(model::Args),
     /// Run the Core host: engines, the `arcane/1` protocol on loopback HTTP, the
     /// OpenAI-compatible passthrough.
@@ -45,6 +46,11 @@ pub enum Command {
     Launch(launch::Args),
     /// Show or rotate the workspace's bearer token (kept across restarts).
     Token(token::Args),
+    /// Run ONNX models on NumPy `.npy` tensors.
+    Onnx(onnx::Args),
+    /// The ONNX worker process the Core host starts (internal).
+    #[command(name = "__onnx-worker", hide = true)]
+    OnnxWorker(onnx::WorkerArgs),
 }
 
 impl Command {
@@ -64,7 +70,9 @@ impl Command {
             | Command::Serve(_)
             | Command::Core(_)
             | Command::Launch(_)
-            | Command::Token(_) => false,
+            | Command::Token(_)
+            | Command::Onnx(_)
+            | Command::OnnxWorker(_) => false,
         }
     }
 }
@@ -86,6 +94,8 @@ pub fn run(context: &Context, command: Command) -> Result<u8, CliError> {
         Command::Chat(args) => chat::run(context, args),
         Command::Bundle(args) => bundle::run(context, args),
         Command::Launch(args) => launch::run(context, args),
+        Command::Onnx(args) => onnx::run(context, args),
+        Command::OnnxWorker(args) => Ok(onnx::worker(&args)),
     }
 }
 

@@ -1,4 +1,4 @@
-//! `arcane model`: add (verified), list and remove GGUF models. The rules live in
+//! `arcane model`: add (verified), list and remove GGUF and ONNX models. The rules live in
 //! `arcane-registry`; this module parses, calls and renders. Its events (`registry.*`,
 //! `download.*`) are rendered by `cmd::runtime::human_event`.
 
@@ -13,9 +13,10 @@ use crate::error::CliError;
 
 /// Arguments of `arcane model`.
 ///
-/// Models are GGUF files kept in the workspace under `.arcane/models/<id>/` and
-/// recorded (size, SHA-256, architecture, parameters, context length, quantization) in
-/// `.arcane/registry.json`.
+/// Models are GGUF files or ONNX graphs kept in the workspace under
+/// `.arcane/models/<id>/` and recorded (size, SHA-256, and for GGUF architecture,
+/// parameters, context length, quantization; for ONNX IR version, opsets, inputs and
+/// outputs) in `.arcane/registry.json`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(subcommand)]
@@ -24,14 +25,16 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 enum ModelCommand {
-    /// Check a GGUF model (magic, version, metadata), store it in the workspace and
+    /// Check a GGUF model (magic, version, metadata) or an ONNX model (protobuf header:
+    /// IR version, opset imports, inputs, outputs), store it in the workspace and
     /// register it with its size and SHA-256.
     ///
     /// `--file` hard-links the file when it is on the same file system as the
     /// workspace (no extra space) and copies it otherwise; `--url` downloads it and
     /// verifies it against `--sha256`.
     ///
-    /// Example: `arcane model add smollm2-135m --file SmolLM2-135M-Instruct.Q4_1.gguf`
+    /// Example: `arcane model add smollm2-135m --file SmolLM2-135M-Instruct.Q4_1.gguf`,
+    /// `arcane model add silero-vad --file silero_vad.onnx`
     Add(AddArgs),
     /// List the registered models (id, size, digest, architecture, parameters,
     /// quantization, context length, file).
@@ -48,11 +51,11 @@ struct AddArgs {
     #[arg(value_name = "ID")]
     id: String,
 
-    /// A GGUF file on this machine.
+    /// A GGUF or ONNX file on this machine.
     #[arg(long, value_name = "PATH")]
     file: Option<PathBuf>,
 
-    /// An `http(s)://` URL of a GGUF file; needs `--sha256`.
+    /// An `http(s)://` URL of a GGUF or ONNX file; needs `--sha256`.
     #[arg(long, value_name = "URL", requires = "sha256")]
     url: Option<String>,
 
@@ -156,9 +159,15 @@ fn storage(model: &Model) -> &'static str {
     }
 }
 
-/// `llama, 135M parameters, Q4_1, context 8192`.
+/// `llama, 135M parameters, Q4_1, context 8192`, or for an ONNX model
+/// `ONNX IR 8, opset ai.onnx 16, inputs input, state, sr`.
 fn describe(model: &Model) -> String {
-    let info = &model.gguf;
+    if let Some(onnx) = &model.onnx {
+        return describe_onnx(onnx);
+    }
+    let Some(info) = &model.gguf else {
+        return "unknown format".into();
+    };
     let mut parts = vec![info
         .architecture
         .clone()
@@ -174,6 +183,28 @@ fn describe(model: &Model) -> String {
     }
     parts.push(format!("GGUF v{}", info.version));
     parts.join(", ")
+}
+
+fn describe_onnx(info: &arcane_onnx::model::OnnxInfo) -> String {
+    let opsets: Vec<String> = info
+        .opsets
+        .iter()
+        .map(|o| format!("{} {}", o.domain, o.version))
+        .collect();
+    let names = |specs: &[arcane_onnx::IoSpec]| {
+        specs
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "ONNX IR {}, opset {}, inputs {}, outputs {}",
+        info.ir_version,
+        opsets.join(" + "),
+        names(&info.inputs),
+        names(&info.outputs)
+    )
 }
 
 /// `135M`, `7.2B`, `950K`.
@@ -202,14 +233,23 @@ fn list_text(models: &[Model], full_digest: bool) -> String {
                 m.id.clone(),
                 human_bytes(m.size),
                 digest,
-                m.gguf.architecture.clone().unwrap_or_else(|| "-".into()),
+                match (&m.gguf, &m.onnx) {
+                    (Some(g), _) => g.architecture.clone().unwrap_or_else(|| "-".into()),
+                    (None, Some(_)) => "onnx".into(),
+                    (None, None) => "-".into(),
+                },
                 m.gguf
-                    .parameter_count
+                    .as_ref()
+                    .and_then(|g| g.parameter_count)
                     .map(parameters)
                     .unwrap_or_else(|| "-".into()),
-                m.gguf.quantization.clone().unwrap_or_else(|| "-".into()),
                 m.gguf
-                    .context_length
+                    .as_ref()
+                    .and_then(|g| g.quantization.clone())
+                    .unwrap_or_else(|| "-".into()),
+                m.gguf
+                    .as_ref()
+                    .and_then(|g| g.context_length)
                     .map(|c| c.to_string())
                     .unwrap_or_else(|| "-".into()),
                 m.path.display().to_string(),

@@ -106,6 +106,11 @@ pub struct Args {
     #[arg(long, value_name = "PORT")]
     pub port: Option<u16>,
 
+    /// Also host the `onnx` runtime (`onnx.status|load|run|unload`, sessions in worker
+    /// processes) on this ONNX Runtime library (`libonnxruntime.so.<version>`).
+    #[arg(long, value_name = "PATH")]
+    pub onnx_library: Option<PathBuf>,
+
     /// Seconds a shutdown (Ctrl-C, SIGTERM) waits for in-flight passthrough responses
     /// (`/v1/chat/completions` and the rest, streamed ones included) to finish before
     /// it cuts them; only then are the engines stopped (default 30). A second signal
@@ -179,6 +184,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     let (listen, port) = listen_address(context, &args)?;
     let configs = engine_configs(context, &args)?;
     let mut options = crate::cmd::core::ServeOptions::new(configs);
+    options.onnx_library = args.onnx_library.clone();
     if let Some(listen) = listen {
         options.listen = listen;
     }

@@ -129,7 +129,10 @@ fn browser_attacks_get_nothing(port: u16) {
         let (status, head, body) = exchange(port, &request);
         assert!(!body.contains("choices"), "{name} on {port}: {body}");
         if name == "preflight" {
-            assert!(body.trim().is_empty() || body.contains("error"), "{name} on {port}: {body}");
+            assert!(
+                body.trim().is_empty() || body.contains("error"),
+                "{name} on {port}: {body}"
+            );
             continue;
         }
         assert!(

@@ -8,5 +8,6 @@ mod core;
 mod devices;
 mod front_door;
 mod lock;
+mod onnx;
 mod registry;
 mod serve;

@@ -148,3 +148,10 @@ pub fn wait_for_exit(
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// A non-empty environment variable as a path (the provisioned parts of the ONNX tests).
+pub fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}

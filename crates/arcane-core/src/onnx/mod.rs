@@ -1,0 +1,422 @@
+//! The `onnx` service: ONNX sessions in supervised worker processes, one worker per
+//! execution target (device).
+//!
+//! | method | parameters | result |
+//! |---|---|---|
+//! | `onnx.status` | — | `{runtime: {library, version, providers}, workers: [{target, pid, state}], sessions: [{session, model, target, provider, state, error?, inputs, outputs}]}` |
+//! | `onnx.load` | `{model, executionTarget?, options?, isolated?}` | `{session, model, target, provider, worker: {pid}, inputs, outputs}` |
+//! | `onnx.run` | `{session, inputs: {name: {type, shape, data}}, outputs?, encoding?}` | `{session, outputs: {name: tensor}}` |
+//! | `onnx.unload` | `{session}` | `{session, unloaded: true}` |
+//!
+//! `model` is a registered model id or a path (checked like the registry checks one:
+//! a regular file, opened without blocking). `executionTarget` is a device id from
+//! `localai.devices` (`cpu`, the default, or a GPU's id) or `{deviceId}`, resolved by
+//! `arcane-devices`: a GPU runs on the CUDA execution provider in a worker whose
+//! `CUDA_VISIBLE_DEVICES` is that GPU's UUID, and is refused
+//! (`LOCAL_AI_EXECUTION_TARGET_UNSUPPORTED`) when the runtime has no CUDA provider.
+//!
+//! Sessions on one target share its worker; `isolated: true` gives a session a worker
+//! of its own (on the same target), so nothing else shares its fate.
+//!
+//! A worker that dies (a crash, SIGKILL) fails its sessions with
+//! `LOCAL_AI_SERVER_FAILED` saying how it ended; other workers keep serving, and the
+//! next `onnx.load` on that target starts a fresh worker. A cancelled `onnx.run`
+//! sends the worker a cancel frame (ONNX Runtime's terminate flag); a run that has not
+//! stopped within [`OnnxConfig::cancel_grace`] has its worker killed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arcane_devices::{Backend, DeviceSource, ResolveRequest};
+use arcane_onnx::Provider;
+use arcane_report::codes;
+use serde_json::{json, Value};
+
+use crate::error::Error;
+use crate::service::{BoxError, BoxFuture, MethodResult, MethodSpec, RequestContext, Service};
+
+mod worker;
+
+pub use worker::{Worker, WorkerSpec};
+
+/// Resolves `onnx.load`'s `model` (a registered id or a path) to a model file.
+pub type ModelResolver = dyn Fn(&str) -> Result<PathBuf, BoxError> + Send + Sync;
+
+/// What the service needs, plugged in by the CLI.
+pub struct OnnxConfig {
+    /// The ONNX Runtime library (from the runtime registry). Its version and execution
+    /// providers come from the CPU worker's hello (started on first use), so the host
+    /// itself never loads the library.
+    pub library: PathBuf,
+    /// The worker program (the `arcane` binary) and the arguments before the library
+    /// path (`["__onnx-worker", "--library"]`).
+    pub worker_program: PathBuf,
+    /// Those arguments.
+    pub worker_args: Vec<String>,
+    /// Where devices come from.
+    pub devices: Arc<dyn DeviceSource>,
+    /// Resolves a model id or path.
+    pub models: Arc<ModelResolver>,
+    /// How long a worker may take to say hello.
+    pub start_timeout: Duration,
+    /// How long a cancelled run may take to stop before its worker is killed.
+    pub cancel_grace: Duration,
+}
+
+#[derive(Clone)]
+struct SessionEntry {
+    model: PathBuf,
+    target: String,
+    provider: Provider,
+    worker: Arc<Worker>,
+    described: Value,
+    error: Option<String>,
+}
+
+/// The `onnx` service.
+pub struct OnnxService {
+    config: OnnxConfig,
+    workers: tokio::sync::Mutex<HashMap<String, Arc<Worker>>>,
+    sessions: Mutex<BTreeMap<String, SessionEntry>>,
+    next_session: AtomicU64,
+}
+
+fn usage(message: String, details: Value) -> BoxError {
+    Box::new(Error::usage(message, details))
+}
+
+fn string_param(parameters: &Value, name: &str) -> Result<String, BoxError> {
+    parameters[name]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| {
+            usage(
+                format!("`{name}` is required (a string)"),
+                json!({"parameters": parameters}),
+            )
+        })
+}
+
+impl OnnxService {
+    /// The service (creating it starts nothing: workers start on `onnx.load`).
+    pub fn new(config: OnnxConfig) -> Arc<Self> {
+        Arc::new(Self {
+            config,
+            workers: tokio::sync::Mutex::new(HashMap::new()),
+            sessions: Mutex::new(BTreeMap::new()),
+            next_session: AtomicU64::new(1),
+        })
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, SessionEntry>> {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The CPU worker's hello (`{version, providers}`), starting that worker if needed.
+    async fn runtime_info(&self) -> Result<Value, BoxError> {
+        let spec = self.spec(BTreeMap::new(), Vec::new());
+        let worker = self.worker(arcane_devices::CPU_DEVICE_ID, spec).await?;
+        Ok(worker.hello().clone())
+    }
+
+    fn spec(&self, env: BTreeMap<String, String>, env_remove: Vec<String>) -> WorkerSpec {
+        let mut args = self.config.worker_args.clone();
+        args.push(self.config.library.display().to_string());
+        WorkerSpec {
+            program: self.config.worker_program.clone(),
+            args,
+            env,
+            env_remove,
+        }
+    }
+
+    async fn status(&self) -> MethodResult {
+        let info = self.runtime_info().await?;
+        let sessions: Vec<Value> = self
+            .sessions()
+            .iter()
+            .map(|(id, s)| {
+                let (state, error) = match (&s.error, s.worker.is_dead()) {
+                    (Some(e), _) => ("failed", Some(e.clone())),
+                    (None, true) => ("failed", Some(s.worker.death().to_string())),
+                    (None, false) => ("loaded", None),
+                };
+                json!({
+                    "session": id, "model": s.model, "target": s.target, "provider": s.provider,
+                    "state": state, "error": error,
+                    "inputs": s.described["inputs"], "outputs": s.described["outputs"],
+                })
+            })
+            .collect();
+        let workers: Vec<Value> = match self.workers.try_lock() {
+            Ok(workers) => workers
+                .values()
+                .map(|w| json!({"target": w.target(), "pid": w.pid(), "state": if w.is_dead() { "exited" } else { "running" }}))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        Ok(json!({
+            "runtime": {"id": "onnx", "library": self.config.library, "version": info["version"], "providers": info["providers"]},
+            "workers": workers,
+            "sessions": sessions,
+        }))
+    }
+
+    /// Resolves the target to `(device id, provider, env, env_remove)`.
+    fn resolve(
+        &self,
+        target: &Value,
+        providers: &[String],
+    ) -> Result<(String, Provider, WorkerSpec), BoxError> {
+        let id = match target {
+            Value::Null => arcane_devices::CPU_DEVICE_ID.to_string(),
+            Value::String(id) => id.clone(),
+            Value::Object(map) => match map.get("deviceId").and_then(Value::as_str) {
+                Some(id) => id.to_string(),
+                None => {
+                    return Err(usage(
+                        "`executionTarget` needs a `deviceId`".into(),
+                        json!({"executionTarget": target}),
+                    ))
+                }
+            },
+            _ => {
+                return Err(usage(
+                    "`executionTarget` must be `{deviceId}` or a device id".into(),
+                    json!({"executionTarget": target}),
+                ))
+            }
+        };
+        let has_cuda = providers.iter().any(|p| p == Provider::Cuda.ort_name());
+        let request = ResolveRequest {
+            target: Some(id.clone()),
+            runtime_backend: if has_cuda {
+                Backend::Cuda
+            } else {
+                Backend::Cpu
+            },
+            requested_backend: Backend::Auto,
+        };
+        let plan = arcane_devices::resolve(&request, self.config.devices.as_ref())
+            .map_err(|e| Box::new(e) as BoxError)?;
+        let cuda = plan
+            .execution()
+            .configured_target
+            .as_ref()
+            .is_some_and(|t| t.backend == Backend::Cuda);
+        if cuda && !has_cuda {
+            return Err(Box::new(arcane_onnx::Error::ProviderUnavailable {
+                provider: Provider::Cuda.ort_name().into(),
+                available: providers.to_vec(),
+            }));
+        }
+        let spec = self.spec(plan.env().clone(), plan.env_remove().to_vec());
+        Ok((id, if cuda { Provider::Cuda } else { Provider::Cpu }, spec))
+    }
+
+    /// The live worker for `target`, starting a fresh one when there is none or the
+    /// last one died.
+    async fn worker(&self, target: &str, spec: WorkerSpec) -> Result<Arc<Worker>, BoxError> {
+        let mut workers = self.workers.lock().await;
+        if let Some(worker) = workers.get(target) {
+            if !worker.is_dead() {
+                return Ok(Arc::clone(worker));
+            }
+        }
+        let timeout = self.config.start_timeout;
+        let name = target.to_string();
+        let started = tokio::task::spawn_blocking(move || Worker::start(&name, &spec, timeout))
+            .await
+            .map_err(|e| usage(format!("starting the ONNX worker failed: {e}"), Value::Null))??;
+        workers.insert(target.to_string(), Arc::clone(&started));
+        Ok(started)
+    }
+
+    async fn load(&self, parameters: Value) -> MethodResult {
+        let model = string_param(&parameters, "model")?;
+        let models = Arc::clone(&self.config.models);
+        let path = tokio::task::spawn_blocking(move || models(&model))
+            .await
+            .map_err(|e| usage(format!("resolving the model failed: {e}"), Value::Null))??;
+        let info = self.runtime_info().await?;
+        let providers: Vec<String> =
+            serde_json::from_value(info["providers"].clone()).unwrap_or_default();
+        let (target, provider, spec) = self.resolve(&parameters["executionTarget"], &providers)?;
+        let options = arcane_onnx::SessionOptions::from_json(&parameters["options"])
+            .map_err(|e| Box::new(e) as BoxError)?;
+        let session = format!("onnx-{}", self.next_session.fetch_add(1, Ordering::SeqCst));
+        // An isolated session gets a worker of its own on the same target.
+        let key = match parameters["isolated"].as_bool() {
+            Some(true) => format!("{target}/{session}"),
+            _ => target.clone(),
+        };
+        let worker = self.worker(&key, spec).await?;
+        let id = worker.next_id();
+        let frame = json!({"op": "load", "id": id, "session": session, "model": path, "provider": provider, "options": options});
+        let described = worker.call(id, frame).await?;
+        let pid = worker.pid();
+        self.sessions().insert(
+            session.clone(),
+            SessionEntry {
+                model: path.clone(),
+                target: target.clone(),
+                provider,
+                worker,
+                described: described.clone(),
+                error: None,
+            },
+        );
+        Ok(json!({
+            "session": session, "model": path, "target": target, "provider": provider,
+            "worker": {"pid": pid},
+            "inputs": described["inputs"], "outputs": described["outputs"],
+        }))
+    }
+
+    fn entry(&self, session: &str) -> Result<SessionEntry, BoxError> {
+        let entry = self.sessions().get(session).cloned().ok_or_else(|| {
+            Box::new(Error::Remote {
+                code: codes::ARCANE_NOT_FOUND.into(),
+                message: format!("no ONNX session `{session}` is loaded"),
+                details: json!({"session": session}),
+                hints: vec!["load one with `onnx.load`; `onnx.status` lists the sessions".into()],
+            }) as BoxError
+        })?;
+        if let Some(error) = &entry.error {
+            return Err(failed_session(session, error));
+        }
+        if entry.worker.is_dead() {
+            let error = entry.worker.death().to_string();
+            if let Some(e) = self.sessions().get_mut(session) {
+                e.error = Some(error.clone());
+            }
+            return Err(failed_session(session, &error));
+        }
+        Ok(entry)
+    }
+
+    async fn run(&self, parameters: Value, context: RequestContext) -> MethodResult {
+        let session = string_param(&parameters, "session")?;
+        let entry = self.entry(&session)?;
+        let Some(inputs) = parameters.get("inputs").filter(|v| v.is_object()) else {
+            return Err(usage(
+                "`inputs` is required: `{name: {type, shape, data}}`".into(),
+                json!({"session": session}),
+            ));
+        };
+        let worker = entry.worker;
+        let id = worker.next_id();
+        let mut frame = json!({"op": "run", "id": id, "session": session, "inputs": inputs});
+        if let Some(outputs) = parameters.get("outputs").filter(|v| !v.is_null()) {
+            frame["outputs"] = outputs.clone();
+        }
+        if let Some(encoding) = parameters.get("encoding").filter(|v| !v.is_null()) {
+            frame["encoding"] = encoding.clone();
+        }
+        let call = worker.call(id, frame);
+        tokio::pin!(call);
+        let result = tokio::select! {
+            result = &mut call => result,
+            () = context.cancel.cancelled() => {
+                worker.send(&json!({"op": "cancel", "id": worker.next_id(), "run": id}));
+                match tokio::time::timeout(self.config.cancel_grace, &mut call).await {
+                    Ok(_) => {}
+                    Err(_) => {
+                        worker.forget(id);
+                        worker.kill();
+                    }
+                }
+                return Err(Box::new(arcane_onnx::Error::Cancelled));
+            }
+        };
+        let result = result.map_err(|e| {
+            if worker.is_dead() {
+                let error = worker.death().to_string();
+                if let Some(s) = self.sessions().get_mut(&session) {
+                    s.error = Some(error.clone());
+                }
+                failed_session(&session, &error)
+            } else {
+                e
+            }
+        })?;
+        Ok(json!({"session": session, "outputs": result["outputs"]}))
+    }
+
+    async fn unload(&self, parameters: Value) -> MethodResult {
+        let session = string_param(&parameters, "session")?;
+        let entry = self.sessions().remove(&session);
+        let Some(entry) = entry else {
+            return Err(Box::new(Error::Remote {
+                code: codes::ARCANE_NOT_FOUND.into(),
+                message: format!("no ONNX session `{session}` is loaded"),
+                details: json!({"session": session}),
+                hints: vec![],
+            }));
+        };
+        if !entry.worker.is_dead() {
+            let id = entry.worker.next_id();
+            entry
+                .worker
+                .call(id, json!({"op": "unload", "id": id, "session": session}))
+                .await?;
+        }
+        Ok(json!({"session": session, "unloaded": true}))
+    }
+}
+
+fn failed_session(session: &str, error: &str) -> BoxError {
+    Box::new(Error::Remote {
+        code: codes::LOCAL_AI_SERVER_FAILED.into(),
+        message: format!("ONNX session `{session}` failed: {error}"),
+        details: json!({"session": session, "state": "failed"}),
+        hints: vec!["unload it and load the model again: a fresh worker is started".into()],
+    })
+}
+
+impl Service for OnnxService {
+    fn name(&self) -> &str {
+        "onnx"
+    }
+
+    fn methods(&self) -> Vec<MethodSpec> {
+        ["onnx.status", "onnx.load", "onnx.run", "onnx.unload"]
+            .into_iter()
+            .map(MethodSpec::request)
+            .collect()
+    }
+
+    fn call(
+        self: Arc<Self>,
+        method: String,
+        parameters: Value,
+        context: RequestContext,
+    ) -> BoxFuture<'static, MethodResult> {
+        Box::pin(async move {
+            match method.as_str() {
+                "onnx.status" => self.status().await,
+                "onnx.load" => self.load(parameters).await,
+                "onnx.run" => self.run(parameters, context).await,
+                "onnx.unload" => self.unload(parameters).await,
+                other => Err(usage(format!("unknown method `{other}`"), Value::Null)),
+            }
+        })
+    }
+
+    fn dispose(self: Arc<Self>) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(async move {
+            let workers: Vec<Arc<Worker>> =
+                self.workers.lock().await.drain().map(|(_, w)| w).collect();
+            let _ = tokio::task::spawn_blocking(move || {
+                for worker in workers {
+                    worker.stop(Duration::from_secs(2));
+                }
+            })
+            .await;
+            Ok(())
+        })
+    }
+}

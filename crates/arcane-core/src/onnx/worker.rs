@@ -1,0 +1,334 @@
+//! One ONNX worker process as the host sees it: started through the process module
+//! (own group, parent-death signal), spoken to in [`arcane_onnx::wire`] frames over
+//! its stdin and stdout by two threads, one request id per frame so runs overlap.
+//!
+//! When the worker's stdout ends (it exited, crashed or was killed) every request in
+//! flight fails with `LOCAL_AI_SERVER_FAILED` naming the worker and how it ended, and
+//! the worker is marked dead: the service then fails its sessions and starts a fresh
+//! worker on the next `onnx.load` for that target.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use arcane_onnx::wire::Response;
+use arcane_process::{Spec, StdioMode};
+use arcane_report::codes;
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+use crate::error::Error;
+use crate::service::BoxError;
+
+/// How a worker is started.
+#[derive(Debug, Clone)]
+pub struct WorkerSpec {
+    /// The program (the `arcane` binary) and its arguments up to the library path
+    /// (`["__onnx-worker", "--library"]` is appended by nobody: give them all).
+    pub program: PathBuf,
+    /// Its arguments, the library path included.
+    pub args: Vec<String>,
+    /// Variables set for this target (`CUDA_VISIBLE_DEVICES`).
+    pub env: BTreeMap<String, String>,
+    /// Variables removed.
+    pub env_remove: Vec<String>,
+}
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Response>>>>;
+
+/// A running worker.
+pub struct Worker {
+    target: String,
+    pid: u32,
+    next_id: AtomicU64,
+    pending: Pending,
+    writer: Mutex<mpsc::Sender<Vec<u8>>>,
+    dead: Arc<AtomicBool>,
+    ended: Arc<Mutex<Option<String>>>,
+    child: Mutex<Option<arcane_process::Child>>,
+    hello: Value,
+}
+
+fn failed(message: String, details: Value) -> BoxError {
+    Box::new(Error::Remote {
+        code: codes::LOCAL_AI_SERVER_FAILED.to_string(),
+        message,
+        details,
+        hints: vec![],
+    })
+}
+
+/// Turns an error frame into the host's error, keeping its code.
+pub fn remote(error: &Value) -> BoxError {
+    Box::new(Error::Remote {
+        code: error["code"]
+            .as_str()
+            .unwrap_or(codes::ARCANE_OPERATION_FAILED)
+            .to_string(),
+        message: error["message"]
+            .as_str()
+            .unwrap_or("the ONNX worker failed")
+            .to_string(),
+        details: error.get("details").cloned().unwrap_or(Value::Null),
+        hints: error["hints"]
+            .as_array()
+            .map(|h| {
+                h.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    })
+}
+
+impl Worker {
+    /// Starts a worker for `target` and waits (up to `hello_timeout`) for its hello.
+    /// Blocking: call it off the async threads.
+    pub fn start(
+        target: &str,
+        spec: &WorkerSpec,
+        hello_timeout: Duration,
+    ) -> Result<Arc<Worker>, BoxError> {
+        let mut process = Spec::new(&spec.program).args(&spec.args);
+        process.stdin = StdioMode::Piped;
+        process.stdout = StdioMode::Piped;
+        process.stderr = StdioMode::Inherit;
+        for (name, value) in &spec.env {
+            process = process.env(name, value);
+        }
+        process.env_remove = spec.env_remove.iter().map(Into::into).collect();
+        let mut child = arcane_process::spawn(process).map_err(|e| {
+            failed(
+                format!(
+                    "could not start the ONNX worker `{}`: {e}",
+                    spec.program.display()
+                ),
+                json!({"program": spec.program, "target": target}),
+            )
+        })?;
+        let pid = child.pid();
+        let (stdin, stdout) = match (child.stdin.take(), child.stdout.take()) {
+            (Some(stdin), Some(stdout)) => (stdin, stdout),
+            _ => {
+                return Err(failed(
+                    "the ONNX worker has no pipes".into(),
+                    json!({"pid": pid}),
+                ))
+            }
+        };
+        let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
+        let dead = Arc::new(AtomicBool::new(false));
+        let ended = Arc::new(Mutex::new(None));
+        let (hello_tx, hello_rx) = oneshot::channel();
+        pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(0, hello_tx);
+        spawn_reader(stdout, Arc::clone(&pending), Arc::clone(&dead));
+        let (tx, rx) = mpsc::channel::<Vec<u8>>();
+        spawn_writer(stdin, rx);
+        {
+            let ended = Arc::clone(&ended);
+            child.on_exit(move |info| {
+                *ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(info.describe());
+            });
+        }
+        let hello = wait_blocking(hello_rx, hello_timeout);
+        let worker = |hello: Value| Worker {
+            target: target.to_string(),
+            pid,
+            next_id: AtomicU64::new(1),
+            pending,
+            writer: Mutex::new(tx),
+            dead,
+            ended,
+            child: Mutex::new(Some(child)),
+            hello,
+        };
+        match hello {
+            Some(Response {
+                result: Some(result),
+                ..
+            }) => Ok(Arc::new(worker(result))),
+            Some(Response {
+                error: Some(error), ..
+            }) => Err(remote(&error)),
+            _ => {
+                let w = worker(Value::Null);
+                w.kill();
+                Err(failed(
+                    format!(
+                        "the ONNX worker (pid {pid}) for `{target}` did not start: {}",
+                        w.end_text()
+                    ),
+                    json!({"pid": pid, "target": target}),
+                ))
+            }
+        }
+    }
+
+    /// The target it serves (a device id).
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Its hello: `{version, providers, pid}`.
+    pub fn hello(&self) -> &Value {
+        &self.hello
+    }
+
+    /// Whether its output ended (it exited or was killed).
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::SeqCst)
+    }
+
+    /// How it ended, as text (`killed by signal 9`), or `still running`.
+    pub fn end_text(&self) -> String {
+        for _ in 0..50 {
+            if let Some(text) = self.ended.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+                return text;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        "its output ended".into()
+    }
+
+    /// The error every request gets once the worker is gone.
+    pub fn death(&self) -> BoxError {
+        failed(
+            format!(
+                "the ONNX worker (pid {}) for `{}` ended: {}",
+                self.pid,
+                self.target,
+                self.end_text()
+            ),
+            json!({"pid": self.pid, "target": self.target}),
+        )
+    }
+
+    /// The next request id.
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// Sends `frame` (which carries `id`) and waits for its answer.
+    pub async fn call(&self, id: u64, frame: Value) -> Result<Value, BoxError> {
+        let (tx, rx) = oneshot::channel();
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, tx);
+        if self.is_dead() {
+            self.pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
+            return Err(self.death());
+        }
+        self.send(&frame);
+        match rx.await {
+            Ok(Response {
+                result: Some(result),
+                ..
+            }) => Ok(result),
+            Ok(Response {
+                error: Some(error), ..
+            }) => Err(remote(&error)),
+            Ok(_) => Ok(Value::Null),
+            Err(_) => Err(self.death()),
+        }
+    }
+
+    /// Sends a frame that gets no answer (a cancel).
+    pub fn send(&self, frame: &Value) {
+        if let Ok(mut line) = serde_json::to_vec(frame) {
+            line.push(b'\n');
+            let _ = self
+                .writer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .send(line);
+        }
+    }
+
+    /// Forgets a request whose caller gave up (its answer is dropped).
+    pub fn forget(&self, id: u64) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    }
+
+    /// Kills the worker's group now (a hung run, shutdown).
+    pub fn kill(&self) {
+        if let Some(child) = self
+            .child
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            child.signal(libc::SIGKILL);
+        }
+    }
+
+    /// Stops the worker: closes its input (it exits), then TERM and KILL after `grace`.
+    pub fn stop(&self, grace: Duration) {
+        // Dropping the writer closes stdin once the writer thread drains.
+        let (tx, _) = mpsc::channel();
+        *self.writer.lock().unwrap_or_else(|e| e.into_inner()) = tx;
+        let child = self.child.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(mut child) = child {
+            if child.wait_timeout(grace).is_none() {
+                child.terminate(grace);
+            }
+        }
+    }
+}
+
+fn wait_blocking(rx: oneshot::Receiver<Response>, timeout: Duration) -> Option<Response> {
+    let (tx, done) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(rx.blocking_recv().ok());
+    });
+    done.recv_timeout(timeout).ok().flatten()
+}
+
+fn spawn_reader(stdout: std::process::ChildStdout, pending: Pending, dead: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        let reader = BufReader::new(stdout);
+        for line in reader.lines() {
+            let Ok(line) = line else { break };
+            let Ok(response) = serde_json::from_str::<Response>(&line) else {
+                continue;
+            };
+            let waiter = pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&response.id);
+            if let Some(waiter) = waiter {
+                let _ = waiter.send(response);
+            }
+        }
+        dead.store(true, Ordering::SeqCst);
+        // Dropping the senders fails every request in flight.
+        pending.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    });
+}
+
+fn spawn_writer(mut stdin: std::process::ChildStdin, rx: mpsc::Receiver<Vec<u8>>) {
+    std::thread::spawn(move || {
+        while let Ok(line) = rx.recv() {
+            if stdin.write_all(&line).and_then(|()| stdin.flush()).is_err() {
+                break;
+            }
+        }
+    });
+}

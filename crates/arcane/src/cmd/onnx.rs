@@ -1,0 +1,244 @@
+//! `arcane onnx run`: one ONNX model run on NumPy `.npy` inputs, outputs written as
+//! `.npy` files; and the hidden `arcane __onnx-worker`, the worker process the Core
+//! host's `onnx` service starts for each execution target.
+//!
+//! Also home of what `arcane core`/`arcane serve` need for the `onnx` service: where
+//! the ONNX Runtime library is ([`library`]) and the service itself ([`service`]).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arcane_core::onnx::{OnnxConfig, OnnxService};
+use arcane_onnx::{npy, Provider, RunCancel, Runtime, Session, SessionOptions};
+use arcane_report::codes;
+use serde_json::json;
+
+use crate::config::Context;
+use crate::error::{CliError, CommandError};
+
+/// Arguments of `arcane onnx`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: OnnxCommand,
+}
+
+/// `arcane onnx` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum OnnxCommand {
+    /// Run an ONNX model once on `.npy` inputs and write each output as `<name>.npy`.
+    ///
+    /// Example: `arcane onnx run silero_vad.onnx --input input=frame.npy
+    /// --input state=state.npy --input sr=sr.npy --output-dir out/`
+    Run(RunArgs),
+}
+
+/// Arguments of `arcane onnx run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The model: a registered model id or a path to an `.onnx` file.
+    #[arg(value_name = "MODEL")]
+    pub model: String,
+
+    /// An input as `NAME=FILE.npy` (NumPy `.npy`, any version, C order); repeat for
+    /// each input of the model.
+    #[arg(long = "input", value_name = "NAME=FILE")]
+    pub inputs: Vec<String>,
+
+    /// Only these outputs (default: all), comma-separated or repeated.
+    #[arg(long = "only", value_name = "NAME", value_delimiter = ',')]
+    pub outputs: Vec<String>,
+
+    /// Where to write `<output>.npy` files (created if missing; each written
+    /// atomically). Without it, outputs are printed (shape and type; `--output json`
+    /// prints the data too).
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+
+    /// The ONNX Runtime library (`libonnxruntime.so.<version>`). Default:
+    /// `$ARCANE_ONNXRUNTIME`.
+    #[arg(long, value_name = "PATH")]
+    pub library: Option<PathBuf>,
+}
+
+/// Arguments of the hidden `arcane __onnx-worker`.
+#[derive(Debug, clap::Args)]
+pub struct WorkerArgs {
+    /// The ONNX Runtime library to load.
+    #[arg(long, value_name = "PATH")]
+    pub library: PathBuf,
+}
+
+/// Runs the worker on stdin/stdout until stdin ends (0), or reports a runtime that does
+/// not load in its hello and exits 1.
+pub fn worker(args: &WorkerArgs) -> u8 {
+    let stdin = std::io::stdin();
+    match arcane_onnx::worker::serve(&args.library, stdin.lock(), std::io::stdout()) {
+        Ok(()) => 0,
+        Err(_) => 1,
+    }
+}
+
+/// The ONNX Runtime library: `flag`, else `$ARCANE_ONNXRUNTIME`; none is
+/// `ARCANE_PREREQUISITE_MISSING` saying how to get one.
+pub fn library(flag: Option<&Path>) -> Result<PathBuf, CliError> {
+    if let Some(path) = flag {
+        return Ok(path.to_path_buf());
+    }
+    crate::config::onnx_runtime().ok_or_else(|| {
+        CommandError::new(
+            codes::ARCANE_PREREQUISITE_MISSING,
+            "no ONNX Runtime library is configured",
+            json!({"minimumVersion": arcane_onnx::minimum_version()}),
+        )
+        .hint("pass `--onnx-library PATH` (or set ARCANE_ONNXRUNTIME) to the `onnxruntime` wheel's `onnxruntime/capi/libonnxruntime.so.<version>`; `scripts/provision.sh` installs one")
+        .into()
+    })
+}
+
+/// Resolves `model`: a registered model id first, else a path to a regular file
+/// (opened without blocking, as the registry opens a file it is given).
+pub fn model_path(workspace: &Path, model: &str) -> Result<PathBuf, arcane_core::BoxError> {
+    if let Ok(registered) = arcane_registry::Registry::new(workspace).model(model) {
+        return Ok(registered.path);
+    }
+    let path = std::path::absolute(model).unwrap_or_else(|_| PathBuf::from(model));
+    match arcane_files::open_regular(&path) {
+        Ok(_) => Ok(path),
+        Err(e) => Err(Box::new(
+            CommandError::new(
+                codes::ARCANE_NOT_FOUND,
+                format!("`{model}` is neither a registered model nor a readable model file: {e}"),
+                json!({"model": model, "path": path}),
+            )
+            .hint("`arcane model list` shows the registered models"),
+        )),
+    }
+}
+
+/// The `onnx` service over `library`, its workers run as `<this executable>
+/// __onnx-worker --library PATH`.
+pub fn service(context: &Context, library: PathBuf) -> Result<Arc<OnnxService>, CliError> {
+    let program = std::env::current_exe().map_err(|e| {
+        CommandError::new(
+            codes::ARCANE_IO,
+            "cannot find this executable to start ONNX workers",
+            json!({}),
+        )
+        .caused_by(e)
+    })?;
+    let workspace = context.workspace.clone();
+    Ok(OnnxService::new(OnnxConfig {
+        library,
+        worker_program: program,
+        worker_args: vec!["__onnx-worker".into(), "--library".into()],
+        devices: Arc::new(arcane_devices::LiveProbe),
+        models: Arc::new(move |model: &str| model_path(&workspace, model)),
+        start_timeout: std::time::Duration::from_secs(60),
+        cancel_grace: std::time::Duration::from_secs(2),
+    }))
+}
+
+/// Runs `arcane onnx`.
+pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
+    match args.command {
+        OnnxCommand::Run(args) => run_model(context, args),
+    }
+}
+
+fn read_inputs(specs: &[String]) -> Result<BTreeMap<String, arcane_onnx::Tensor>, CliError> {
+    let mut inputs = BTreeMap::new();
+    for spec in specs {
+        let Some((name, file)) = spec.split_once('=') else {
+            return Err(CommandError::usage(
+                format!("`--input {spec}` must be NAME=FILE.npy"),
+                json!({"input": spec}),
+            )
+            .into());
+        };
+        let path = Path::new(file);
+        let bytes = arcane_files::read_regular(path, 1 << 32).map_err(|e| {
+            CommandError::new(
+                codes::ARCANE_IO,
+                format!("cannot read `{file}`"),
+                json!({"path": path}),
+            )
+            .caused_by(e)
+        })?;
+        inputs.insert(name.to_string(), npy::from_bytes(file, &bytes)?);
+    }
+    Ok(inputs)
+}
+
+fn run_model(context: &Context, args: RunArgs) -> Result<u8, CliError> {
+    let library = library(args.library.as_deref())?;
+    let model = model_path(&context.workspace, &args.model).map_err(CliError)?;
+    let inputs = read_inputs(&args.inputs)?;
+    let runtime = Runtime::load(&library)?;
+    let session = Session::open(&runtime, &model, Provider::Cpu, &SessionOptions::default())?;
+    let wanted = (!args.outputs.is_empty()).then_some(args.outputs.as_slice());
+    let outputs = session.run(&inputs, wanted, &RunCancel::new())?;
+    let mut human = String::new();
+    let mut written = serde_json::Map::new();
+    for (name, tensor) in &outputs {
+        let mut entry = json!({"type": tensor.element_type().as_str(), "shape": tensor.shape});
+        if let Some(dir) = &args.output_dir {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                CommandError::new(
+                    codes::ARCANE_IO,
+                    format!("cannot create `{}`", dir.display()),
+                    json!({"path": dir}),
+                )
+                .caused_by(e)
+            })?;
+            let path = dir.join(format!("{}.npy", safe_name(name)));
+            arcane_files::write_atomic(&path, &npy::to_bytes(tensor), 0o644).map_err(|e| {
+                CommandError::new(
+                    codes::ARCANE_IO,
+                    format!("cannot write `{}`", path.display()),
+                    json!({"path": path}),
+                )
+                .caused_by(e)
+            })?;
+            human.push_str(&format!(
+                "{name}: {} {:?} -> {}\n",
+                tensor.element_type(),
+                tensor.shape,
+                path.display()
+            ));
+            entry["path"] = json!(path);
+        } else {
+            human.push_str(&format!(
+                "{name}: {} {:?}\n",
+                tensor.element_type(),
+                tensor.shape
+            ));
+            entry["data"] = tensor.to_json(arcane_onnx::Encoding::Array).data;
+        }
+        written.insert(name.clone(), entry);
+    }
+    context
+        .output
+        .result(&human, &json!({"model": model, "outputs": written}));
+    Ok(0)
+}
+
+/// An output name as a file name: `[A-Za-z0-9._-]` kept, anything else `_`.
+fn safe_name(name: &str) -> String {
+    let cleaned: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    match cleaned.trim_start_matches('.') {
+        "" => "output".into(),
+        rest => rest.to_string(),
+    }
+}
