@@ -1,5 +1,5 @@
 //! The loopback HTTP transport: `arcane/1` endpoints, the SSE event stream and the
-//! OpenAI-compatible passthrough, all behind one bearer token.
+//! engine's whole API (the passthrough), all behind one bearer token.
 //!
 //! # Admission (every endpoint, before anything runs)
 //!
@@ -20,7 +20,8 @@
 //! | `POST /v1/rpc` | one request frame → its response frame (HTTP 200 even when `ok:false`; 400 for a malformed frame, 413 over the body limit, 503 while shutting down). `X-Arcane-Client: <id>` selects the client's id space and SSE stream; without it every POST gets a fresh id space. |
 //! | `POST /v1/control` | one control frame for the client named by `X-Arcane-Client` → `{ok, result}` |
 //! | `GET /v1/events?client=<id>` | SSE (`data: <frame>` per message): the replay first, then events; the client's request events and a copy of its responses |
-//! | `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings`, `GET /v1/models` | forwarded unchanged to the ready llama.cpp engine, streamed chunk by chunk; 503 with `Retry-After` while the engine is starting or loading; 504 when the engine misses a [`Deadlines`] deadline |
+//! | `GET /health` | no token: only `{"status": "ok" \| "loading" \| "error"}` |
+//! | any other method and path | the engine's own API, forwarded by [`crate::passthrough`] |
 //!
 //! # Deadlines and the drain
 //!
