@@ -26,7 +26,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
-use std::io::Read;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -200,7 +199,7 @@ pub fn build(
     let skeleton = Manifest {
         schema_version: manifest::SCHEMA_VERSION,
         kind: manifest::KIND.into(),
-        bundle_id: uuid_v4(),
+        bundle_id: uuid_v4()?,
         builder: Builder {
             name: "arcane".into(),
             version: request.builder_version.clone(),
@@ -348,7 +347,7 @@ fn assemble_into_place(
     let temporary = output.parent.join(format!(
         ".{}.partial-{}",
         output.out_name.to_string_lossy(),
-        random_hex(8)
+        random_hex(8)?
     ));
     std::fs::create_dir(&temporary).map_err(|e| Error::io("create", &temporary, e))?;
     let mut guard = RemoveOnDrop(Some(temporary.clone()));
@@ -1024,49 +1023,16 @@ fn rename_checked(temporary: &Path, out: &Path) -> Result<(), Error> {
     std::fs::rename(temporary, out).map_err(|e| Error::io("rename into place", out, e))
 }
 
-fn random_bytes<const N: usize>() -> [u8; N] {
-    let mut bytes = [0u8; N];
-    let filled = File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .is_ok();
-    if !filled {
-        // Fall back to the process's randomized hasher seeds and the clock.
-        use std::hash::{BuildHasher, Hasher};
-        for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-            hasher.write_usize(i);
-            hasher.write_u128(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos())
-                    .unwrap_or(0),
-            );
-            let value = hasher.finish().to_le_bytes();
-            chunk.copy_from_slice(&value[..chunk.len()]);
-        }
-    }
-    bytes
+/// `bytes` random bytes as hex (a temporary name's suffix).
+fn random_hex(bytes: usize) -> Result<String, Error> {
+    arcane_files::secret_hex(bytes)
+        .map_err(|e| Error::io("read random bytes for", Path::new("a temporary name"), e))
 }
 
-fn random_hex(bytes: usize) -> String {
-    let random: [u8; 16] = random_bytes();
-    hex::encode(&random[..bytes.min(16)])
-}
-
-/// A random (version 4) UUID, lowercase.
-fn uuid_v4() -> String {
-    let mut b: [u8; 16] = random_bytes();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h = hex::encode(b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+/// A random (version 4) UUID: the bundle id.
+fn uuid_v4() -> Result<String, Error> {
+    arcane_files::uuid_v4()
+        .map_err(|e| Error::io("read random bytes for", Path::new("the bundle id"), e))
 }
 
 #[cfg(test)]
@@ -1110,7 +1076,7 @@ mod tests {
 
     #[test]
     fn uuids_are_well_formed_and_distinct() {
-        let (a, b) = (uuid_v4(), uuid_v4());
+        let (a, b) = (uuid_v4().unwrap(), uuid_v4().unwrap());
         assert!(manifest::is_uuid(&a), "{a}");
         assert_ne!(a, b);
         assert_eq!(&a[14..15], "4");

@@ -107,10 +107,8 @@ impl std::fmt::Debug for SecretKey {
 
 /// Makes a new key pair from the operating system's randomness.
 pub fn generate() -> Result<SecretKey, SignError> {
-    let mut seed = [0u8; 32];
-    let mut id = [0u8; 8];
-    getrandom::getrandom(&mut seed).map_err(|e| SignError::Io(e.to_string()))?;
-    getrandom::getrandom(&mut id).map_err(|e| SignError::Io(e.to_string()))?;
+    let seed: [u8; 32] = arcane_files::secret_bytes().map_err(|e| SignError::Io(e.to_string()))?;
+    let id: [u8; 8] = arcane_files::secret_bytes().map_err(|e| SignError::Io(e.to_string()))?;
     Ok(SecretKey {
         id,
         key: SigningKey::from_bytes(&seed),

@@ -106,13 +106,11 @@ fn io<'a>(operation: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error
 
 /// A fresh token: 32 random bytes from the OS, hex-encoded.
 pub fn new_token() -> Result<String, Error> {
-    let mut bytes = [0u8; 32];
-    getrandom::getrandom(&mut bytes).map_err(|e| Error::Io {
+    arcane_files::secret_hex(32).map_err(|source| Error::Io {
         operation: "read random bytes for",
         path: "the token".into(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+        source,
+    })
 }
 
 /// The path of the workspace's token file.

@@ -14,8 +14,9 @@
 //!   regular file, naming what it is.
 //!
 //! * [`trust`]: whose files Arcane trusts (owner and mode, `StrictModes`-style).
-//! * [`secret_hex`]: the one source of secrets (tokens, engine keys, nonces): bytes from
-//!   the kernel's random generator, never a fallback that could repeat.
+//! * [`secret_bytes`], [`secret_hex`], [`uuid_v4`]: the one source of secrets and
+//!   unique ids (tokens, engine keys, nonces, bundle ids): bytes from the kernel's
+//!   random generator, never a fallback that could repeat.
 //!
 //! No function here follows policy (who may write where); the callers' containment and
 //! ownership checks decide the paths.
@@ -31,12 +32,35 @@ use sha2::{Digest, Sha256};
 
 pub mod trust;
 
-/// `bytes` random bytes from the kernel (`getrandom(2)`), hex-encoded. Fails rather
-/// than fall back to anything guessable.
+/// `N` random bytes from the kernel (`getrandom(2)`). Fails rather than fall back to
+/// anything guessable.
+pub fn secret_bytes<const N: usize>() -> io::Result<[u8; N]> {
+    let mut buffer = [0u8; N];
+    getrandom::getrandom(&mut buffer).map_err(|e| io::Error::other(e.to_string()))?;
+    Ok(buffer)
+}
+
+/// `bytes` random bytes from the kernel, hex-encoded (tokens, keys, nonces).
 pub fn secret_hex(bytes: usize) -> io::Result<String> {
     let mut buffer = vec![0u8; bytes];
     getrandom::getrandom(&mut buffer).map_err(|e| io::Error::other(e.to_string()))?;
     Ok(hex::encode(buffer))
+}
+
+/// A random (version 4) UUID, lowercase, from the kernel's random bytes.
+pub fn uuid_v4() -> io::Result<String> {
+    let mut b: [u8; 16] = secret_bytes()?;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = hex::encode(b);
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    ))
 }
 
 /// The chunk size of every streaming read (large enough to keep the hasher busy).

@@ -818,7 +818,11 @@ impl Context {
             }
         }
         self.prepare_listen().await?;
-        let nonce = records::new_nonce();
+        let nonce = records::new_nonce().map_err(|source| Error::Io {
+            operation: "read random bytes for",
+            path: records::path(&self.workspace, &self.config.id),
+            source,
+        })?;
         let key_file = listen::key_file(&self.workspace, &self.config.id, self.owned());
         let EngineCommand {
             program,

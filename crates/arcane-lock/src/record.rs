@@ -230,29 +230,16 @@ pub(crate) fn holder_hint(bytes: &[u8]) -> Option<Holder> {
     parse(bytes).ok().map(|p| p.holder)
 }
 
-/// A fresh UUID v4 nonce.
+/// A fresh UUID v4 nonce. Without kernel randomness (never seen on Linux 3.17+), time
+/// and pid keep it unique per lease, which is all a nonce needs.
 pub(crate) fn new_nonce() -> String {
-    let mut bytes = [0u8; 16];
-    if sys::random(&mut bytes).is_err() {
-        // No kernel randomness: fall back to time and pid, still unique per lease.
+    arcane_files::uuid_v4().unwrap_or_else(|_| {
         let now = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default()
             .as_nanos();
-        bytes[..12].copy_from_slice(&now.to_le_bytes()[..12]);
-        bytes[12..].copy_from_slice(&sys::own_pid().to_le_bytes());
-    }
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+        format!("{now:032x}-{:08x}", sys::own_pid())
+    })
 }
 
 #[cfg(test)]

@@ -431,18 +431,6 @@ fn describe_command(exe: &str, words: &[String]) -> String {
     text.chars().take(120).collect()
 }
 
-/// Fills `bytes` from the kernel's random source.
-pub(crate) fn random(bytes: &mut [u8]) -> io::Result<()> {
-    let mut filled = 0;
-    while filled < bytes.len() {
-        let n = retry(|| {
-            rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty())
-        })?;
-        filled += n;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
