@@ -143,6 +143,84 @@ async fn latency(
     );
 }
 
+/// One kept-alive connection (as pooling clients such as `openai` hold): requests go
+/// one after the other on it.
+struct KeepAlive {
+    sender: hyper::client::conn::http1::SendRequest<arcane_core::http::HttpBody>,
+    access: EngineAccess,
+}
+
+impl KeepAlive {
+    async fn open(access: EngineAccess) -> Self {
+        let stream = access.address.connect().await.expect("connect");
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .expect("handshake");
+        let name = access.address.to_string();
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                println!("kept-alive connection to {name} ended: {error}");
+            }
+        });
+        Self { sender, access }
+    }
+
+    async fn post(&mut self, path: &str, body: &str) -> Duration {
+        let request = self
+            .access
+            .request(hyper::Method::POST, path)
+            .header("content-type", "application/json")
+            .body(full(body.to_string()))
+            .unwrap();
+        let started = Instant::now();
+        if let Err(error) = self.sender.ready().await {
+            panic!("{}: {error}", self.access.address);
+        }
+        let response = self.sender.send_request(request).await.expect("request");
+        assert!(response.status().is_success(), "{}", response.status());
+        let _ = response.into_body().collect().await.unwrap();
+        started.elapsed()
+    }
+}
+
+/// As [`latency`], with the client kept alive to the Core (as pooling clients such as
+/// `openai` are): both sides then open one fresh connection to the engine's socket per
+/// request (llama-server drops idle kept-alive connections, which is why Arcane does
+/// not pool them either), so the difference is the Core's own cost.
+async fn latency_kept_alive(
+    client: &EngineClient,
+    direct: &Target,
+    core: &EngineAccess,
+    path: &str,
+    body: &str,
+    rounds: usize,
+) {
+    let mut to_core = KeepAlive::open(core.clone()).await;
+    for _ in 0..5 {
+        exchange(client, direct, path, body).await;
+        to_core.post(path, body).await;
+    }
+    let (mut straight, mut through) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        straight.push(exchange(client, direct, path, body).await.0);
+        through.push(to_core.post(path, body).await);
+    }
+    let (s50, s99) = (
+        percentile(&mut straight, 0.5),
+        percentile(&mut straight, 0.99),
+    );
+    let (t50, t99) = (
+        percentile(&mut through, 0.5),
+        percentile(&mut through, 0.99),
+    );
+    println!(
+        "passthrough {path}, client kept alive to the Core ({rounds} requests each): engine socket p50 {:.3} ms p99 {:.3} ms | through Arcane p50 {:.3} ms p99 {:.3} ms | added p50 {:+.3} ms p99 {:+.3} ms (target p50 <= +0.15 ms), ratio {:.3}x",
+        ms(s50), ms(s99), ms(t50), ms(t99), ms(t50) - ms(s50), ms(t99) - ms(s99),
+        t50.as_secs_f64() / s50.as_secs_f64()
+    );
+}
+
 /// Tokens per second of 8 concurrent streams each way (SSE `data:` chunks counted).
 async fn throughput(client: &EngineClient, direct: &Target, core: &Target) {
     let body =
@@ -215,7 +293,18 @@ async fn passthrough() {
         access.address.socket().is_some(),
         "the engine is on its socket"
     );
+    let mut core_access = EngineAccess::tcp(&url).unwrap();
+    core_access.key = Some(arcane_localai::ApiKey::from_secret(&token));
     let direct = Target::Direct(access);
+    latency_kept_alive(
+        &client,
+        &direct,
+        &core_access,
+        "/tokenize",
+        r#"{"content":"hello world"}"#,
+        400,
+    )
+    .await;
     let core = Target::Core { url, token };
     latency(
         &client,

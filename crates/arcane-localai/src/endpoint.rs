@@ -337,6 +337,11 @@ impl ApiKey {
         arcane_files::secret_hex(32).map(|hex| Self(hex.into()))
     }
 
+    /// A key someone else chose (a bearer token to send).
+    pub fn from_secret(secret: &str) -> Self {
+        Self(secret.into())
+    }
+
     /// The key itself.
     pub fn expose(&self) -> &str {
         &self.0
