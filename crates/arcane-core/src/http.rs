@@ -417,7 +417,13 @@ fn health(shared: &Shared) -> Response<HttpBody> {
         .into_iter()
         .map(|(_, status)| status.state)
         .collect();
-    let engine = shared.options.upstream.as_ref().map(|u| u.openai_target());
+    // `None`: healthy whatever the target (no engine, or a gateway).
+    let engine = shared
+        .options
+        .upstream
+        .as_ref()
+        .filter(|u| u.healthy() != Some(true))
+        .map(|u| u.openai_target());
     let status =
         if shared.host.state() != HostState::Ready || services.contains(&ServiceState::Failed) {
             "error"

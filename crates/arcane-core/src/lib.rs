@@ -48,6 +48,7 @@ pub mod client;
 pub mod endpoint;
 mod error;
 pub mod framing;
+pub mod gateway;
 pub mod host;
 pub mod http;
 pub mod limits;

@@ -30,7 +30,9 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::error::{Error, Peer, Unready};
 use crate::host::{Host, Work};
+use crate::service::BoxFuture;
 use crate::upstream::{BodyError, Deadlines, EngineAccess, EngineClient, HttpBody};
+use serde_json::Value;
 
 /// Where the passthrough sends requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,10 +54,94 @@ pub enum UpstreamTarget {
     },
 }
 
-/// Supplies the passthrough's target (implemented by the local-AI service).
+/// What one forwarded request asks for: the model its JSON body (or `?model=`) names,
+/// and the body's `keep_alive` (Ollama's override of the model's idle time).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RouteRequest {
+    /// The model or alias asked for (`None`: the default model).
+    pub model: Option<String>,
+    /// `keep_alive` from the body, as given (seconds or a duration string).
+    pub keep_alive: Option<Value>,
+}
+
+/// Where one forwarded request goes, and what it holds until its answer is sent.
+pub struct Route {
+    /// How to reach the engine.
+    pub access: EngineAccess,
+    /// Held until the response body is sent to the end or dropped (the gateway counts
+    /// the model's requests in flight with it).
+    pub lease: Option<Box<dyn Send + Sync>>,
+    /// `(engine's name, name asked for)`: the model is named in the answer as the client
+    /// asked for it.
+    pub rename: Option<(String, String)>,
+}
+
+/// Why a request has no route: the HTTP status and the error to answer with.
+pub struct NoRoute {
+    /// The status (404 unknown model, 503 not ready, …).
+    pub status: StatusCode,
+    /// The JSON body.
+    pub body: Value,
+    /// `Retry-After` seconds, when a retry may succeed.
+    pub retry_after: Option<u64>,
+}
+
+/// Supplies the passthrough's target: the local-AI service (one engine) or the model
+/// gateway (a model per request).
 pub trait Upstream: Send + Sync {
-    /// The current target.
+    /// The current target of a request that names no model (also what `/health`
+    /// reports).
     fn openai_target(&self) -> UpstreamTarget;
+
+    /// Whether requests are routed by the model they name; the passthrough then reads
+    /// `model` from JSON bodies and answers `GET /v1/models[/{id}]` from
+    /// [`Upstream::models`].
+    fn routes_by_model(&self) -> bool {
+        false
+    }
+
+    /// The route of one request (the default: [`Upstream::openai_target`]).
+    fn route(&self, request: RouteRequest) -> BoxFuture<'_, Result<Route, NoRoute>> {
+        let _ = request;
+        Box::pin(async move {
+            match self.openai_target() {
+                UpstreamTarget::Ready { access } => Ok(Route {
+                    access,
+                    lease: None,
+                    rename: None,
+                }),
+                UpstreamTarget::Unavailable {
+                    runtime,
+                    state,
+                    retry_after,
+                } => {
+                    let error = Error::EngineNotReady {
+                        runtime,
+                        state,
+                        retry_after,
+                    };
+                    Err(NoRoute {
+                        status: StatusCode::SERVICE_UNAVAILABLE,
+                        body: serde_json::json!({"error": arcane_report::error_json(&error)}),
+                        retry_after,
+                    })
+                }
+            }
+        })
+    }
+
+    /// Whether the front door is healthy regardless of [`Upstream::openai_target`]
+    /// (`Some(true)`: the gateway, whose models load on demand); `None` judges by the
+    /// target.
+    fn healthy(&self) -> Option<bool> {
+        None
+    }
+
+    /// Arcane's own `GET /v1/models` answer (`{object: "list", data: [...]}`), when it
+    /// routes by model.
+    fn models(&self) -> Option<Value> {
+        None
+    }
 }
 
 /// Headers that describe one hop or the client's credentials with the Core: never
@@ -82,6 +168,9 @@ fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
     }
 }
 
+/// The largest JSON body read to find its `model` (bigger ones are refused with 413).
+const MAX_ROUTED_BODY: usize = 64 << 20;
+
 /// Forwards an admitted `request` to the engine `upstream` names and returns its
 /// answer (or the Core's 503 when the engine is not ready, 502/504 when it fails).
 pub async fn forward(
@@ -90,13 +179,12 @@ pub async fn forward(
     client: &EngineClient,
     request: Request<Incoming>,
 ) -> Response<HttpBody> {
-    // Accepted work from here until the response body is sent to the end.
+    // 1. Accepted work from here until the response body is sent to the end.
     let Some(work) = host.accept_work() else {
         return crate::http::error_response(StatusCode::SERVICE_UNAVAILABLE, &Error::ShuttingDown);
     };
-    let access = match target(upstream) {
-        Ok(access) => access,
-        Err(response) => return *response,
+    let Some(upstream) = upstream else {
+        return refusal(no_engine());
     };
     let deadlines = if request.method() == Method::GET {
         Deadlines::QUICK
@@ -108,13 +196,30 @@ pub async fn forward(
         .flatten()
         .filter(|id| !id.is_empty())
         .map(percent_decode);
-    let forwarded = match forwarded_request(&access, request) {
+    // 2. The gateway answers the model list itself, and reads the model a body names.
+    let (request, wanted) = if upstream.routes_by_model() {
+        if let Some(answer) = gateway_models(upstream, &request, model_id.as_deref()) {
+            return answer;
+        }
+        match read_route(request).await {
+            Ok(read) => read,
+            Err(response) => return *response,
+        }
+    } else {
+        (request.map(incoming_body), RouteRequest::default())
+    };
+    // 3. The route, then the exchange.
+    let route = match upstream.route(wanted).await {
+        Ok(route) => route,
+        Err(no_route) => return refusal(no_route),
+    };
+    let forwarded = match forwarded_request(&route.access, request) {
         Ok(forwarded) => forwarded,
         Err(response) => return *response,
     };
     let cancelled = work.cancelled();
     let answer = tokio::select! {
-        answer = client.send_to(&access, forwarded, deadlines, Peer::Engine) => answer,
+        answer = client.send_to(&route.access, forwarded, deadlines, Peer::Engine) => answer,
         // The drain deadline passed before the engine answered: drop the request.
         () = cancelled => return crate::http::error_response(StatusCode::SERVICE_UNAVAILABLE, &Error::ShuttingDown),
     };
@@ -124,13 +229,19 @@ pub async fn forward(
         Ok(upstream) if upstream.status() == StatusCode::NOT_FOUND && model_id.is_some() => {
             drop(upstream);
             let id = model_id.unwrap_or_default();
-            retrieve_model(client, &access, &id).await
+            retrieve_model(client, &route.access, &id).await
         }
         Ok(upstream) => {
             let (parts, body) = upstream.into_parts();
-            let mut response = Response::new(WorkBody::new(body, work).boxed());
+            let renames = route.rename.as_ref().is_some_and(|(from, to)| from != to);
+            let body = WorkBody::new(body, work, route.lease, route.rename);
+            let mut response = Response::new(body.boxed());
             *response.status_mut() = parts.status;
             copy_headers(&parts.headers, response.headers_mut());
+            if renames {
+                // The body's length changes with the name.
+                response.headers_mut().remove(hyper::header::CONTENT_LENGTH);
+            }
             response
         }
         Err(error) => {
@@ -139,6 +250,128 @@ pub async fn forward(
             crate::http::error_response(status, &error)
         }
     }
+}
+
+fn incoming_body(body: Incoming) -> HttpBody {
+    body.map_err(|e| -> BodyError { Box::new(e) }).boxed()
+}
+
+fn no_engine() -> NoRoute {
+    let error = Error::EngineNotReady {
+        runtime: "llama.cpp".into(),
+        state: Unready::NotSelected,
+        retry_after: None,
+    };
+    NoRoute {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        body: serde_json::json!({"error": arcane_report::error_json(&error)}),
+        retry_after: None,
+    }
+}
+
+/// The answer for a request without a route.
+fn refusal(no_route: NoRoute) -> Response<HttpBody> {
+    let mut response = crate::http::json_response(no_route.status, &no_route.body);
+    if let Some(seconds) = no_route.retry_after {
+        response
+            .headers_mut()
+            .insert(hyper::header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
+}
+
+/// The gateway's own `GET /v1/models` and `GET /v1/models/{id}`.
+fn gateway_models(
+    upstream: &dyn Upstream,
+    request: &Request<Incoming>,
+    model_id: Option<&str>,
+) -> Option<Response<HttpBody>> {
+    if request.method() != Method::GET {
+        return None;
+    }
+    let path = request.uri().path();
+    if path != "/v1/models" && model_id.is_none() {
+        return None;
+    }
+    let list = upstream.models()?;
+    let Some(id) = model_id else {
+        return Some(crate::http::json_response(StatusCode::OK, &list));
+    };
+    let entries = list["data"].as_array().cloned().unwrap_or_default();
+    Some(
+        match entries.iter().find(|m| m["id"].as_str() == Some(id)) {
+            Some(entry) => crate::http::json_response(StatusCode::OK, entry),
+            None => {
+                crate::http::json_response(StatusCode::NOT_FOUND, &model_not_found(id, &entries))
+            }
+        },
+    )
+}
+
+/// OpenAI's 404 for an unknown model, listing the known ids.
+pub fn model_not_found(id: &str, entries: &[Value]) -> Value {
+    let known: Vec<&str> = entries.iter().filter_map(|m| m["id"].as_str()).collect();
+    serde_json::json!({"error": {
+        "message": format!("The model `{id}` does not exist; known: {}", known.join(", ")),
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    }})
+}
+
+/// Reads a JSON body (bounded) to find the `model` and `keep_alive` it names; the
+/// query's `model=` names it for other requests. Returns the request with its body
+/// ready to send again.
+async fn read_route(
+    request: Request<Incoming>,
+) -> Result<(Request<HttpBody>, RouteRequest), Box<Response<HttpBody>>> {
+    let from_query = request.uri().query().and_then(|q| {
+        q.split('&')
+            .find_map(|pair| pair.strip_prefix("model="))
+            .map(percent_decode)
+    });
+    let json = request
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("json"));
+    if request.method() == Method::GET || !json {
+        let wanted = RouteRequest {
+            model: from_query,
+            keep_alive: None,
+        };
+        return Ok((request.map(incoming_body), wanted));
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = match http_body_util::Limited::new(body, MAX_ROUTED_BODY)
+        .collect()
+        .await
+    {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => {
+            let error = Error::usage(
+                format!("the request body is unreadable or larger than {MAX_ROUTED_BODY} bytes"),
+                serde_json::json!({"limit": MAX_ROUTED_BODY}),
+            );
+            return Err(Box::new(crate::http::error_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &error,
+            )));
+        }
+    };
+    let value: Option<Value> = serde_json::from_slice(&bytes).ok();
+    let wanted = RouteRequest {
+        model: value
+            .as_ref()
+            .and_then(|v| v["model"].as_str())
+            .map(str::to_string)
+            .or(from_query),
+        keep_alive: value.as_ref().and_then(|v| v.get("keep_alive").cloned()),
+    };
+    Ok((
+        Request::from_parts(parts, crate::upstream::full(bytes)),
+        wanted,
+    ))
 }
 
 /// `GET /v1/models/{id}` answered from the engine's `GET /v1/models`: the entry whose
@@ -211,44 +444,11 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The ready engine, or the 503 that says why there is none.
-fn target(upstream: Option<&dyn Upstream>) -> Result<EngineAccess, Box<Response<HttpBody>>> {
-    let target = match upstream {
-        Some(upstream) => upstream.openai_target(),
-        None => UpstreamTarget::Unavailable {
-            runtime: "llama.cpp".into(),
-            state: Unready::NotSelected,
-            retry_after: None,
-        },
-    };
-    match target {
-        UpstreamTarget::Ready { access } => Ok(access),
-        UpstreamTarget::Unavailable {
-            runtime,
-            state,
-            retry_after,
-        } => {
-            let error = Error::EngineNotReady {
-                runtime,
-                state,
-                retry_after,
-            };
-            let mut response = crate::http::error_response(StatusCode::SERVICE_UNAVAILABLE, &error);
-            if let Some(seconds) = retry_after {
-                response
-                    .headers_mut()
-                    .insert(hyper::header::RETRY_AFTER, HeaderValue::from(seconds));
-            }
-            Err(Box::new(response))
-        }
-    }
-}
-
 /// The client's request, re-addressed to the engine at `access` (hop-by-hop headers,
 /// the Core's token and the origin are not forwarded; the engine's key is added).
 fn forwarded_request(
     access: &EngineAccess,
-    request: Request<Incoming>,
+    request: Request<HttpBody>,
 ) -> Result<Request<HttpBody>, Box<Response<HttpBody>>> {
     let path_and_query = request
         .uri()
@@ -260,15 +460,13 @@ fn forwarded_request(
     if let Some(headers) = builder.headers_mut() {
         copy_headers(&parts.headers, headers);
     }
-    builder
-        .body(body.map_err(|e| -> BodyError { Box::new(e) }).boxed())
-        .map_err(|_| {
-            let error = Error::usage(
-                format!("`{path_and_query}` cannot be forwarded"),
-                serde_json::json!({"path": path_and_query}),
-            );
-            Box::new(crate::http::error_response(StatusCode::BAD_REQUEST, &error))
-        })
+    builder.body(body).map_err(|_| {
+        let error = Error::usage(
+            format!("`{path_and_query}` cannot be forwarded"),
+            serde_json::json!({"path": path_and_query}),
+        );
+        Box::new(crate::http::error_response(StatusCode::BAD_REQUEST, &error))
+    })
 }
 
 /// A passthrough response body that holds its [`Work`] until it is sent to the end (or
@@ -277,17 +475,45 @@ fn forwarded_request(
 struct WorkBody {
     inner: HttpBody,
     cut: Pin<Box<WaitForCancellationFutureOwned>>,
+    rename: Option<(Vec<u8>, Vec<u8>)>,
     _work: Work,
+    _lease: Option<Box<dyn Send + Sync>>,
 }
 
 impl WorkBody {
-    fn new(inner: HttpBody, work: Work) -> Self {
+    fn new(
+        inner: HttpBody,
+        work: Work,
+        lease: Option<Box<dyn Send + Sync>>,
+        rename: Option<(String, String)>,
+    ) -> Self {
         Self {
             inner,
             cut: Box::pin(work.cancelled()),
+            rename: rename.filter(|(from, to)| from != to).map(|(from, to)| {
+                let quote = |name: &str| serde_json::to_string(name).unwrap_or_default();
+                (
+                    format!("\"model\":{}", quote(&from)).into_bytes(),
+                    format!("\"model\":{}", quote(&to)).into_bytes(),
+                )
+            }),
             _work: work,
+            _lease: lease,
         }
     }
+}
+
+/// `data` with every `from` replaced by `to`.
+fn replace_all(data: &[u8], from: &[u8], to: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(data.len());
+    let mut rest = data;
+    while let Some(at) = rest.windows(from.len()).position(|w| w == from) {
+        out.extend_from_slice(&rest[..at]);
+        out.extend_from_slice(to);
+        rest = &rest[at + from.len()..];
+    }
+    out.extend_from_slice(rest);
+    Bytes::from(out)
 }
 
 /// The error a cut passthrough body ends with (the client sees a truncated response).
@@ -306,7 +532,17 @@ impl Body for WorkBody {
         if self.cut.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Some(Err(Box::new(Cut))));
         }
-        Pin::new(&mut self.inner).poll_frame(cx)
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        let Some((from, to)) = &self.rename else {
+            return polled;
+        };
+        match polled {
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => Poll::Ready(Some(Ok(Frame::data(replace_all(&data, from, to))))),
+                Err(frame) => Poll::Ready(Some(Ok(frame))),
+            },
+            other => other,
+        }
     }
 
     fn is_end_stream(&self) -> bool {
@@ -314,6 +550,10 @@ impl Body for WorkBody {
     }
 
     fn size_hint(&self) -> SizeHint {
+        if self.rename.is_some() {
+            // The length changes with the name.
+            return SizeHint::default();
+        }
         self.inner.size_hint()
     }
 }
@@ -327,5 +567,15 @@ mod tests {
         assert_eq!(percent_decode("org%2Fmodel"), "org/model");
         assert_eq!(percent_decode("a%zz%2"), "a%zz%2");
         assert_eq!(percent_decode("smollm2-135m"), "smollm2-135m");
+    }
+
+    #[test]
+    fn a_renamed_model_is_replaced_everywhere_it_is_named() {
+        let data = br#"data: {"model":"smol-a","x":1} {"model":"smol-a"} {"model":"smol-ab"}"#;
+        let out = replace_all(data, br#""model":"smol-a""#, br#""model":"fast""#);
+        assert_eq!(
+            &out[..],
+            br#"data: {"model":"fast","x":1} {"model":"fast"} {"model":"smol-ab"}"#
+        );
     }
 }

@@ -21,6 +21,15 @@ pub fn start_time(pid: u32) -> Option<u64> {
     fields.get(19)?.parse().ok()
 }
 
+/// The resident memory of `pid` in bytes (`VmRSS` of `/proc/<pid>/status`), or `None`
+/// when it cannot be read.
+pub fn resident_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// When `pid` started, on the wall clock (the boot time `btime` of `/proc/stat` plus its
 /// start time in clock ticks); whole-second precision at best. `None` when either
 /// cannot be read.

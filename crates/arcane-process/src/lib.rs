@@ -38,7 +38,7 @@ mod loader;
 mod sockets;
 mod spawn;
 
-pub use identity::{exe, start_time, started_at, Identity, Liveness};
+pub use identity::{exe, resident_bytes, start_time, started_at, Identity, Liveness};
 pub use loader::{loader_path, LOADER_PATH_VARIABLE};
 pub use sockets::tcp_listeners;
 pub use spawn::{kill_all_now, spawn, Child, ExitInfo, Spec, StdioMode, StopStep};

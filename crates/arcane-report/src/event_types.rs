@@ -105,6 +105,18 @@ event_types! {
     LOCAL_AI_SERVER_ERROR = "local-ai.server.error",
     /// An engine entered `stopped`.
     LOCAL_AI_SERVER_STOPPED = "local-ai.server.stopped",
+    /// The model gateway started loading a model `{model, device, reason}` (`reason`:
+    /// `request`, `on-start`, `load`).
+    LOCAL_AI_MODEL_LOADING = "local-ai.model.loading",
+    /// A model is loaded and answers `{model, device, pid, url}`.
+    LOCAL_AI_MODEL_READY = "local-ai.model.ready",
+    /// A model was unloaded `{model, device, reason}` (`keep-alive`, `request`, `shutdown`).
+    LOCAL_AI_MODEL_UNLOADED = "local-ai.model.unloaded",
+    /// A model was unloaded to make room on its device `{model, device, for}`.
+    LOCAL_AI_MODEL_EVICTED = "local-ai.model.evicted",
+    /// A model failed to load, or its engine died `{model, device, reason, error}`
+    /// (`reason`: `load-failed`, `crashed`).
+    LOCAL_AI_MODEL_FAILED = "local-ai.model.failed",
     /// A state change the transition table refused (a bug) `{id, engine, from, change, message}`.
     LOCAL_AI_TRANSITION_REFUSED = "local-ai.transition.refused",
 

@@ -51,6 +51,8 @@ pub struct HostParts {
     pub host: Host,
     /// The local-AI service, when a runtime was selected (the HTTP passthrough's upstream).
     pub local_ai: Option<Arc<LocalAiService>>,
+    /// The model gateway, when models are configured (then the passthrough's upstream).
+    pub gateway: Option<Arc<arcane_core::gateway::Gateway>>,
 }
 
 /// Builds the host for `runtimes`: `execution-devices` and `local-ai` when llama.cpp or
@@ -64,6 +66,7 @@ pub fn build_host(
     drain: std::time::Duration,
     launcher: &dyn Fn(Runtime) -> Result<Arc<dyn EngineLauncher>, CliError>,
     onnx_library: Option<&std::path::Path>,
+    gateway: Option<Arc<arcane_core::gateway::Gateway>>,
 ) -> Result<HostParts, CliError> {
     let plan = plan(runtimes)?;
     let mut builder = Host::builder(AppInfo::default())
@@ -89,9 +92,13 @@ pub fn build_host(
         let library = crate::cmd::onnx::library(onnx_library)?;
         builder = builder.service(crate::cmd::onnx::service(context, library)?)?;
     }
+    if let Some(gateway) = &gateway {
+        builder = builder.service(gateway.clone())?;
+    }
     Ok(HostParts {
         host: builder.build(),
         local_ai,
+        gateway,
     })
 }
 
@@ -266,6 +273,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
             drain,
             &|runtime| launcher(context, runtime, &engines),
             args.onnx_library.as_deref(),
+            None,
         )?;
         let host = parts.host;
         host.start();
@@ -297,6 +305,8 @@ pub struct ServeOptions {
     pub api_key: Option<String>,
     /// Host the `onnx` runtime too, on this ONNX Runtime library.
     pub onnx_library: Option<std::path::PathBuf>,
+    /// The model gateway (`[[model]]`), instead of `configs`.
+    pub gateway: Option<Arc<arcane_core::gateway::Gateway>>,
 }
 
 impl ServeOptions {
@@ -309,6 +319,7 @@ impl ServeOptions {
             drain_deadline: arcane_core::host::DEFAULT_DRAIN_DEADLINE,
             api_key: None,
             onnx_library: None,
+            gateway: None,
         }
     }
 }
@@ -575,6 +586,7 @@ fn start_host(
             Ok(SupervisedLauncher::new(&context.workspace, config) as Arc<dyn EngineLauncher>)
         },
         options.onnx_library.as_deref(),
+        options.gateway.clone(),
     )?;
     parts.host.start();
     shutdown_on_signal(context, &parts.host);
@@ -591,7 +603,9 @@ fn serve_http(
     let mut http_options = arcane_core::http::HttpOptions::new(token);
     // The workspace's token file is watched, so `arcane token rotate` takes effect at once.
     http_options.token_file = token_file;
-    if let Some(local_ai) = &parts.local_ai {
+    if let Some(gateway) = &parts.gateway {
+        http_options = http_options.upstream(gateway.clone());
+    } else if let Some(local_ai) = &parts.local_ai {
         http_options = http_options.upstream(local_ai.clone());
     }
     tokio::spawn(arcane_core::http::serve(

@@ -11,6 +11,7 @@ pub mod bundle;
 pub mod chat;
 pub mod core;
 pub mod devices;
+pub mod gateway;
 pub mod launch;
 pub mod lock;
 pub mod model;
@@ -40,6 +41,13 @@ pub enum Command {
     Status(status::Args),
     /// Send a prompt to the running Core host and stream the answer.
     Chat(chat::Args),
+    /// List the running host's models (`[[model]]`): state, device, pid, memory,
+    /// requests in flight, when each unloads.
+    Ps(gateway::PsArgs),
+    /// Load a model of the running host now (returns once it answers).
+    Load(gateway::ModelArgs),
+    /// Unload a model of the running host (refused while it has requests in flight).
+    Unload(gateway::ModelArgs),
     /// Build or verify a portable bundle.
     Bundle(bundle::Args),
     /// Launch a bundle's Core host or app (run from `<bundle>/bin/arcane`).
@@ -65,7 +73,11 @@ impl Command {
             Command::Model(args) => args.needs_existing_workspace(),
             Command::Runtime(args) => args.needs_existing_workspace(),
             Command::Bundle(args) => matches!(args.command, bundle::BundleCommand::Build(_)),
-            Command::Status(_) | Command::Chat(_) => true,
+            Command::Status(_)
+            | Command::Chat(_)
+            | Command::Ps(_)
+            | Command::Load(_)
+            | Command::Unload(_) => true,
             Command::Devices(_)
             | Command::Serve(_)
             | Command::Core(_)
@@ -92,6 +104,9 @@ pub fn run(context: &Context, command: Command) -> Result<u8, CliError> {
         Command::Core(args) => core::run(context, args),
         Command::Status(args) => status::run(context, args),
         Command::Chat(args) => chat::run(context, args),
+        Command::Ps(args) => gateway::ps(context, args),
+        Command::Load(args) => gateway::load(context, args, false),
+        Command::Unload(args) => gateway::load(context, args, true),
         Command::Bundle(args) => bundle::run(context, args),
         Command::Launch(args) => launch::run(context, args),
         Command::Onnx(args) => onnx::run(context, args),

@@ -168,6 +168,12 @@ pub struct EngineTable {
 pub struct ConfigFile {
     /// The Core's own address (as `--listen`).
     pub listen: Option<String>,
+    /// The model gateway's models (instead of `[[engine]]`).
+    #[serde(default)]
+    pub model: Vec<crate::cmd::gateway::ModelTable>,
+    /// Per-device limits of the model gateway (`[devices.cpu] max_loaded = 1`).
+    #[serde(default)]
+    pub devices: std::collections::HashMap<String, crate::cmd::gateway::DeviceTable>,
     /// The engines to run.
     #[serde(default)]
     pub engine: Vec<EngineTable>,
@@ -182,8 +188,14 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     let owner = arcane_core::endpoint::OwnerLock::acquire(&context.workspace)?;
     // The Core's address first: a bad one is reported before any engine is looked up.
     let (listen, port) = listen_address(context, &args)?;
-    let configs = engine_configs(context, &args)?;
+    let gateway = model_gateway(context, &args)?;
+    let configs = if gateway.is_some() {
+        Vec::new()
+    } else {
+        engine_configs(context, &args)?
+    };
     let mut options = crate::cmd::core::ServeOptions::new(configs);
+    options.gateway = gateway;
     options.onnx_library = args.onnx_library.clone();
     if let Some(listen) = listen {
         options.listen = listen;
@@ -215,6 +227,39 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         arcane_core::host::DEFAULT_DRAIN_DEADLINE,
     )?;
     crate::cmd::core::serve(context, options, owner)
+}
+
+/// The model gateway when `arcane.toml` has `[[model]]` tables (then neither
+/// `[[engine]]` nor engine flags may be given).
+fn model_gateway(
+    context: &Context,
+    args: &Args,
+) -> Result<Option<std::sync::Arc<arcane_core::gateway::Gateway>>, CliError> {
+    let (file, base) = load_config(context, args)?;
+    let Some(file) = file.filter(|f| !f.model.is_empty()) else {
+        return Ok(None);
+    };
+    let engine_flags = args.runtime.is_some()
+        || args.model.is_some()
+        || args.models_dir.is_some()
+        || args.device.is_some()
+        || args.url.is_some()
+        || args.executable.is_some();
+    if !file.engine.is_empty() || engine_flags {
+        return Err(CommandError::usage(
+            "`[[model]]` (the model gateway) and `[[engine]]` or engine flags (`--model`, `--url`, …) exclude each other",
+            json!({"models": file.model.len(), "engines": file.engine.len()}),
+        )
+        .hint("put every model in a `[[model]]` table, or use `[[engine]]` only")
+        .into());
+    }
+    crate::cmd::gateway::gateway(
+        context,
+        &file.model,
+        &file.devices,
+        &base,
+        !args.no_parent_death_signal,
+    )
 }
 
 /// The Core's listen address and port from `--listen` (else `listen` in
@@ -443,6 +488,30 @@ fn check_keys(path: &Path, table: &toml::Table) -> Result<(), CommandError> {
             refuse_unknown(path, &place, engine, field_names::<EngineTable>())?;
         }
     }
+    let models = table.get("model").and_then(toml::Value::as_array);
+    for (index, model) in models.into_iter().flatten().enumerate() {
+        if let Some(model) = model.as_table() {
+            let place = format!("`[[model]]` #{}", index + 1);
+            refuse_unknown(
+                path,
+                &place,
+                model,
+                field_names::<crate::cmd::gateway::ModelTable>(),
+            )?;
+        }
+    }
+    let devices = table.get("devices").and_then(toml::Value::as_table);
+    for (id, device) in devices.into_iter().flatten() {
+        if let Some(device) = device.as_table() {
+            let place = format!("`[devices.{id}]`");
+            refuse_unknown(
+                path,
+                &place,
+                device,
+                field_names::<crate::cmd::gateway::DeviceTable>(),
+            )?;
+        }
+    }
     Ok(())
 }
 
@@ -469,7 +538,7 @@ pub(crate) fn seconds(
 
 /// One engine table as an [`EngineConfig`]: resolves the runtime and model through the
 /// registry, makes paths absolute.
-fn table_config(
+pub(crate) fn table_config(
     registry: &Registry,
     table: &EngineTable,
     base: &Path,
@@ -651,6 +720,37 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
             Some(_) => Some(format!("{engine} stopped")),
             None => Some(format!("{engine} stopped")),
         },
+        event_types::LOCAL_AI_MODEL_LOADING => Some(format!(
+            "loading model `{}` on `{}`",
+            text("model"),
+            text("device")
+        )),
+        event_types::LOCAL_AI_MODEL_READY => Some(format!(
+            "model `{}` ready (pid {})",
+            text("model"),
+            data["pid"]
+        )),
+        event_types::LOCAL_AI_MODEL_UNLOADED => Some(format!(
+            "unloaded model `{}` ({})",
+            text("model"),
+            text("reason")
+        )),
+        event_types::LOCAL_AI_MODEL_EVICTED => Some(format!(
+            "evicted model `{}` from `{}` to make room for `{}`",
+            text("model"),
+            text("device"),
+            text("for")
+        )),
+        event_types::LOCAL_AI_MODEL_FAILED => Some(format!(
+            "model `{}` {}: {}",
+            text("model"),
+            if data["reason"] == "crashed" {
+                "crashed"
+            } else {
+                "failed to load"
+            },
+            data["error"]["message"].as_str().unwrap_or("?")
+        )),
         event_types::PROCESS_ORPHAN_STOPPED => Some(format!(
             "stopped an orphaned {} (pid {}) left behind by an earlier Arcane",
             text("id"),

@@ -1,0 +1,241 @@
+//! One configured model: its phase (the one table of what may follow what is
+//! [`Phase::may_become`]), what it holds while loaded, its requests in flight and its
+//! idle clock.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use super::{KeepAlive, ModelSpec};
+use crate::localai::EngineHandle;
+use crate::upstream::EngineAccess;
+
+/// Where a model is in its life.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Phase {
+    /// No engine runs for it.
+    Unloaded,
+    /// Its engine is starting; requests wait for it.
+    Loading,
+    /// Its engine answers here.
+    Ready(EngineAccess),
+    /// Its engine is being stopped (evicted, idle, or asked to); requests wait.
+    Unloading,
+    /// Its last load failed with this error; a new request tries again (after the
+    /// backoff).
+    Failed(Value),
+}
+
+impl Phase {
+    /// The wire name.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::Unloaded => "unloaded",
+            Self::Loading => "loading",
+            Self::Ready(_) => "ready",
+            Self::Unloading => "unloading",
+            Self::Failed(_) => "failed",
+        }
+    }
+
+    /// Whether the model occupies its device (counts against `max_loaded` and memory).
+    pub(crate) fn occupies(&self) -> bool {
+        matches!(self, Self::Loading | Self::Ready(_) | Self::Unloading)
+    }
+
+    /// The allowed changes: a load starts only from `unloaded` or `failed` and ends
+    /// `ready` or `failed`; only a ready model is unloaded; an unload ends `unloaded`;
+    /// a ready model whose engine died is `unloaded` (the next request reloads it).
+    pub(crate) fn may_become(&self, next: &Phase) -> bool {
+        use Phase::*;
+        matches!(
+            (self, next),
+            (Unloaded | Failed(_), Loading)
+                | (Loading, Ready(_) | Failed(_))
+                | (Ready(_), Unloading | Unloaded)
+                | (Unloading, Unloaded)
+        )
+    }
+}
+
+/// What changes together under the model's lock.
+pub(crate) struct Inner {
+    /// The running engine (owned or adopted), while ready or unloading.
+    pub handle: Option<Box<dyn EngineHandle>>,
+    /// Requests holding a [`super::Lease`].
+    pub in_flight: usize,
+    /// When the last request ended (or the model became ready).
+    pub last_used: Instant,
+    /// Bumped by every new request: an idle timer from before it does nothing.
+    pub idle_generation: u64,
+    /// The idle time in force (the spec's, or the last request's override).
+    pub keep_alive: KeepAlive,
+    /// When the idle timer will unload it.
+    pub unload_at: Option<Instant>,
+    /// How many times its engine died after it was ready.
+    pub crashes: u32,
+    /// No new load before this (after repeated failures).
+    pub retry_at: Option<Instant>,
+    /// The last failure (a load error or a crash), for `arcane ps`.
+    pub last_error: Option<Value>,
+    /// The engine's pid while ready (owned engines).
+    pub pid: Option<u32>,
+    /// The gateway is stopping the engine itself (not a crash).
+    pub stopping: bool,
+    /// Consecutive failed loads.
+    pub load_failures: u32,
+}
+
+/// One configured model.
+pub(crate) struct Model {
+    pub spec: ModelSpec,
+    pub inner: Mutex<Inner>,
+    pub phase: watch::Sender<Phase>,
+}
+
+impl Model {
+    pub(crate) fn new(spec: ModelSpec) -> Arc<Self> {
+        let keep_alive = spec.keep_alive;
+        Arc::new(Self {
+            spec,
+            inner: Mutex::new(Inner {
+                handle: None,
+                in_flight: 0,
+                last_used: Instant::now(),
+                idle_generation: 0,
+                keep_alive,
+                unload_at: None,
+                crashes: 0,
+                retry_at: None,
+                last_error: None,
+                pid: None,
+                stopping: false,
+                load_failures: 0,
+            }),
+            phase: watch::Sender::new(Phase::Unloaded),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn current(&self) -> Phase {
+        self.phase.borrow().clone()
+    }
+
+    /// Moves to `next` if the table allows it from the current phase.
+    pub(crate) fn become_(&self, next: Phase) -> bool {
+        let mut changed = false;
+        self.phase.send_if_modified(|phase| {
+            if phase.may_become(&next) {
+                *phase = next;
+                changed = true;
+            }
+            changed
+        });
+        changed
+    }
+
+    /// Whether `name` is this model's id or one of its aliases.
+    pub(crate) fn answers_to(&self, name: &str) -> bool {
+        self.spec.id == name || self.spec.aliases.iter().any(|a| a == name)
+    }
+
+    /// The `/v1/models` entry.
+    pub(crate) fn entry(&self) -> Value {
+        json!({
+            "id": self.spec.id,
+            "object": "model",
+            "created": 0,
+            "owned_by": "arcane",
+            "aliases": self.spec.aliases,
+            "state": self.current().name(),
+            "device": self.spec.device,
+        })
+    }
+
+    /// The `arcane ps` row.
+    pub(crate) fn row(&self) -> Value {
+        let phase = self.current();
+        let inner = self.lock();
+        let unloads_in = inner
+            .unload_at
+            .filter(|_| inner.in_flight == 0 && matches!(phase, Phase::Ready(_)))
+            .map(|at| at.saturating_duration_since(Instant::now()).as_secs_f64());
+        let url = match &phase {
+            Phase::Ready(access) => Some(access.address.to_string()),
+            _ => None,
+        };
+        json!({
+            "id": self.spec.id,
+            "aliases": self.spec.aliases,
+            "state": phase.name(),
+            "device": self.spec.device,
+            "external": self.spec.external,
+            "pid": inner.pid,
+            "residentBytes": inner.pid.and_then(arcane_process::resident_bytes),
+            "inFlight": inner.in_flight,
+            "keepAlive": inner.keep_alive.seconds(),
+            "unloadsIn": unloads_in,
+            "crashes": inner.crashes,
+            "lastError": inner.last_error,
+            "url": url,
+        })
+    }
+
+    /// How long to wait before a load after `failures` consecutive failures: none for
+    /// the first, then 1 s doubling to 30 s.
+    pub(crate) fn backoff(failures: u32) -> Option<Duration> {
+        (failures >= 2).then(|| {
+            Duration::from_secs(1u64 << (failures - 2).min(5)).min(Duration::from_secs(30))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_phase_table_allows_only_the_documented_changes() {
+        let access = EngineAccess::tcp("http://127.0.0.1:1").unwrap();
+        let all = [
+            Phase::Unloaded,
+            Phase::Loading,
+            Phase::Ready(access),
+            Phase::Unloading,
+            Phase::Failed(json!({})),
+        ];
+        let allowed: Vec<(&str, &str)> = all
+            .iter()
+            .flat_map(|from| {
+                all.iter()
+                    .filter(move |to| from.may_become(to))
+                    .map(move |to| (from.name(), to.name()))
+            })
+            .collect();
+        assert_eq!(
+            allowed,
+            [
+                ("unloaded", "loading"),
+                ("loading", "ready"),
+                ("loading", "failed"),
+                ("ready", "unloaded"),
+                ("ready", "unloading"),
+                ("unloading", "unloaded"),
+                ("failed", "loading"),
+            ]
+        );
+    }
+
+    #[test]
+    fn repeated_failures_back_off_up_to_thirty_seconds() {
+        assert_eq!(Model::backoff(1), None);
+        assert_eq!(Model::backoff(2), Some(Duration::from_secs(1)));
+        assert_eq!(Model::backoff(3), Some(Duration::from_secs(2)));
+        assert_eq!(Model::backoff(40), Some(Duration::from_secs(30)));
+    }
+}

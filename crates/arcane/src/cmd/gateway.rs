@@ -1,0 +1,335 @@
+//! The model gateway from the CLI: `[[model]]` and `[devices.<id>]` in `arcane.toml`
+//! turned into the Core host's [`Gateway`] (validated, registry read, nothing
+//! started), and `arcane ps`, `arcane load MODEL`, `arcane unload MODEL`.
+//!
+//! ```toml
+//! [[model]]
+//! id = "smol-a"              # what clients name in `model`
+//! aliases = ["fast"]
+//! model = "smollm2-135m"     # a registered model id or a GGUF path
+//! device = "cpu"             # exact; never a fallback (default `cpu`)
+//! args = ["-c", "2048"]      # engine arguments
+//! keep_alive = "5m"          # seconds or a duration; 0: after each request; -1: never
+//! load = "on-demand"         # or "on-start"
+//!
+//! [[model]]
+//! id = "remote"
+//! url = "http://127.0.0.1:9000"   # an OpenAI-compatible server: routed, never started
+//!
+//! [devices.cpu]
+//! max_loaded = 1
+//! memory = 8000000000        # bytes
+//! ```
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arcane_core::client::CoreClient;
+use arcane_core::gateway::{DeviceLimit, Gateway, KeepAlive, ModelSpec};
+use arcane_core::http::Deadlines;
+use arcane_core::localai::{AdoptLauncher, EngineLauncher};
+use arcane_core::selection::Runtime;
+use arcane_core::supervised::SupervisedLauncher;
+use arcane_registry::Registry;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::cmd::serve::EngineTable;
+use crate::config::Context;
+use crate::error::{CliError, CommandError};
+
+/// One `[[model]]` table.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelTable {
+    /// The id clients name.
+    pub id: String,
+    /// Other names.
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// A registered model id or a GGUF path.
+    pub model: Option<String>,
+    /// A registered runtime id (default: the registered llama.cpp).
+    pub runtime: Option<String>,
+    /// The exact device (default `cpu`).
+    pub device: Option<String>,
+    /// Engine arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Idle time before unloading: seconds, or a duration string.
+    pub keep_alive: Option<toml::Value>,
+    /// `on-demand` (default) or `on-start`.
+    pub load: Option<String>,
+    /// An external OpenAI-compatible server instead of `model`.
+    pub url: Option<String>,
+    /// Seconds a load may take (default 120).
+    pub startup_timeout: Option<f64>,
+}
+
+/// One `[devices.<id>]` table.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceTable {
+    /// The most models loaded at once.
+    pub max_loaded: Option<usize>,
+    /// The memory budget in bytes.
+    pub memory: Option<u64>,
+}
+
+/// Builds the gateway for `tables` (relative paths against `base`), or `None` when
+/// there are none.
+pub fn gateway(
+    context: &Context,
+    tables: &[ModelTable],
+    devices: &HashMap<String, DeviceTable>,
+    base: &Path,
+    parent_death_signal: bool,
+) -> Result<Option<Arc<Gateway>>, CliError> {
+    if tables.is_empty() {
+        return Ok(None);
+    }
+    let registry = Registry::new(&context.workspace);
+    let mut specs = Vec::new();
+    for table in tables {
+        check_names(table, &specs)?;
+        specs.push(spec(context, &registry, table, base, parent_death_signal)?);
+    }
+    let limits = devices
+        .iter()
+        .map(|(id, d)| {
+            (
+                id.clone(),
+                DeviceLimit {
+                    max_loaded: d.max_loaded,
+                    memory: d.memory,
+                },
+            )
+        })
+        .collect();
+    Ok(Some(Gateway::new(specs, limits)))
+}
+
+/// Refuses an empty or malformed id, a name used twice, and a model that names both
+/// `model` and `url`.
+fn check_names(table: &ModelTable, earlier: &[ModelSpec]) -> Result<(), CliError> {
+    let valid = !table.id.is_empty()
+        && table
+            .id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+    if !valid {
+        return Err(CommandError::usage(
+            format!(
+                "the model id `{}` may use only letters, digits, `.`, `-` and `_`",
+                table.id
+            ),
+            json!({"id": table.id}),
+        )
+        .into());
+    }
+    let names = std::iter::once(&table.id).chain(&table.aliases);
+    for name in names {
+        if earlier
+            .iter()
+            .any(|s| &s.id == name || s.aliases.contains(name))
+        {
+            return Err(CommandError::usage(
+                format!("the model name `{name}` is used twice in `[[model]]`"),
+                json!({"name": name}),
+            )
+            .into());
+        }
+    }
+    if table.url.is_some() == table.model.is_some() {
+        return Err(CommandError::usage(
+            format!("model `{}` needs exactly one of `model` (a registered id or GGUF path) and `url` (an external server)", table.id),
+            json!({"id": table.id}),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+fn spec(
+    context: &Context,
+    registry: &Registry,
+    table: &ModelTable,
+    base: &Path,
+    parent_death_signal: bool,
+) -> Result<ModelSpec, CliError> {
+    let keep_alive = match &table.keep_alive {
+        None => KeepAlive::default(),
+        Some(value) => keep_alive(&table.id, value)?,
+    };
+    let load_on_start = match table.load.as_deref() {
+        None | Some("on-demand") => false,
+        Some("on-start") => true,
+        Some(other) => {
+            return Err(CommandError::usage(
+                format!(
+                    "`load` of model `{}` must be `on-demand` or `on-start`, not `{other}`",
+                    table.id
+                ),
+                json!({"id": table.id, "load": other}),
+            )
+            .into())
+        }
+    };
+    let load_timeout = crate::cmd::serve::seconds(
+        "startup_timeout",
+        table.startup_timeout,
+        Duration::from_secs(120),
+    )?;
+    let (launcher, device, memory, external): (Arc<dyn EngineLauncher>, String, u64, bool) =
+        match &table.url {
+            Some(url) => (
+                AdoptLauncher::new(Runtime::LlamaCpp, url, load_timeout),
+                "external".into(),
+                0,
+                true,
+            ),
+            None => {
+                let engine = EngineTable {
+                    runtime: table.runtime.clone(),
+                    model: table.model.clone(),
+                    alias: Some(table.id.clone()),
+                    device: Some(table.device.clone().unwrap_or_else(|| "cpu".into())),
+                    args: table.args.clone(),
+                    startup_timeout: table.startup_timeout,
+                    ..EngineTable::default()
+                };
+                let mut config =
+                    crate::cmd::serve::table_config(registry, &engine, base, &context.workspace)?;
+                config.id = table.id.clone();
+                config.alias = Some(table.id.clone());
+                config.parent_death_signal = parent_death_signal;
+                let memory = config
+                    .model
+                    .as_deref()
+                    .and_then(|p| std::fs::metadata(p).ok())
+                    .map_or(0, |m| m.len() + m.len() / 10);
+                let device = config.device.clone().unwrap_or_else(|| "cpu".into());
+                (
+                    SupervisedLauncher::new(&context.workspace, config),
+                    device,
+                    memory,
+                    false,
+                )
+            }
+        };
+    Ok(ModelSpec {
+        id: table.id.clone(),
+        aliases: table.aliases.clone(),
+        launcher,
+        device,
+        keep_alive,
+        load_on_start,
+        external,
+        memory,
+        load_timeout,
+    })
+}
+
+fn keep_alive(id: &str, value: &toml::Value) -> Result<KeepAlive, CliError> {
+    let parsed = match value {
+        toml::Value::Integer(n) => KeepAlive::from_seconds(*n as f64),
+        toml::Value::Float(f) => KeepAlive::from_seconds(*f),
+        toml::Value::String(text) => KeepAlive::parse(text),
+        other => Err(format!("`{other}` is not a duration")),
+    };
+    parsed.map_err(|why| {
+        CommandError::usage(
+            format!("`keep_alive` of model `{id}`: {why}"),
+            json!({"id": id, "keep_alive": value.to_string()}),
+        )
+        .into()
+    })
+}
+
+/// Arguments of `arcane ps`.
+#[derive(Debug, clap::Args)]
+pub struct PsArgs {}
+
+/// Arguments of `arcane load` and `arcane unload`.
+#[derive(Debug, clap::Args)]
+pub struct ModelArgs {
+    /// The model id or alias (as in `arcane.toml`'s `[[model]]`).
+    pub model: String,
+}
+
+/// Runs `arcane ps`: the running host's models, loaded or not.
+pub fn ps(context: &Context, _args: PsArgs) -> Result<u8, CliError> {
+    let client = CoreClient::from_workspace(&context.workspace)?;
+    let answer = crate::cmd::core::block_on_client(context, "`arcane ps`", async {
+        Ok::<_, CliError>(client.call("models.list", json!({})).await?)
+    })?;
+    let rows = answer["models"].as_array().cloned().unwrap_or_default();
+    context
+        .output
+        .result(&table(&rows), &json!({"models": rows}));
+    Ok(0)
+}
+
+/// Runs `arcane load MODEL` (returns once it is ready) or `arcane unload MODEL`.
+pub fn load(context: &Context, args: ModelArgs, unload: bool) -> Result<u8, CliError> {
+    let client = CoreClient::from_workspace(&context.workspace)?
+        .with_deadlines(Deadlines::uniform(Duration::from_secs(600)));
+    let method = if unload {
+        "models.unload"
+    } else {
+        "models.load"
+    };
+    let row = crate::cmd::core::block_on_client(
+        context,
+        &format!("`arcane {}`", if unload { "unload" } else { "load" }),
+        async { Ok::<_, CliError>(client.call(method, json!({"model": args.model})).await?) },
+    )?;
+    let text = format!(
+        "{} {}",
+        row["id"].as_str().unwrap_or("?"),
+        row["state"].as_str().unwrap_or("?")
+    );
+    context.output.result(&text, &row);
+    Ok(0)
+}
+
+/// The `arcane ps` table.
+fn table(rows: &[Value]) -> String {
+    let text = |v: &Value| match v {
+        Value::Null => "-".to_string(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let cells: Vec<[String; 7]> = rows
+        .iter()
+        .map(|r| {
+            [
+                text(&r["id"]),
+                text(&r["state"]),
+                text(&r["device"]),
+                text(&r["pid"]),
+                r["residentBytes"]
+                    .as_u64()
+                    .map_or("-".into(), crate::cmd::runtime::human_bytes),
+                text(&r["inFlight"]),
+                r["unloadsIn"]
+                    .as_f64()
+                    .map_or("-".into(), |s| format!("{s:.0}s")),
+            ]
+        })
+        .collect();
+    crate::cmd::runtime::table(
+        &[
+            "MODEL",
+            "STATE",
+            "DEVICE",
+            "PID",
+            "MEMORY",
+            "IN FLIGHT",
+            "UNLOADS IN",
+        ],
+        &cells,
+    )
+}
