@@ -71,9 +71,8 @@ pub struct Route {
     /// Held until the response body is sent to the end or dropped (the gateway counts
     /// the model's requests in flight with it).
     pub lease: Option<Box<dyn Send + Sync>>,
-    /// `(engine's name, name asked for)`: the model is named in the answer as the client
-    /// asked for it.
-    pub rename: Option<(String, String)>,
+    /// The name the client asked for: every `"model"` the answer names becomes it.
+    pub rename: Option<String>,
 }
 
 /// Why a request has no route: the HTTP status and the error to answer with.
@@ -233,14 +232,37 @@ pub async fn forward(
         }
         Ok(upstream) => {
             let (parts, body) = upstream.into_parts();
-            let renames = route.rename.as_ref().is_some_and(|(from, to)| from != to);
-            let body = WorkBody::new(body, work, route.lease, route.rename);
+            let (body, rename) = match route.rename {
+                // A whole answer is renamed at once and keeps an exact length; a stream
+                // is renamed piece by piece.
+                Some(asked) if body.size_hint().exact().is_some() => match body.collect().await {
+                    Ok(collected) => (
+                        crate::upstream::full(rename_model(&collected.to_bytes(), &asked)),
+                        None,
+                    ),
+                    Err(error) => {
+                        let error = crate::upstream::body_error(
+                            error,
+                            &route.access.url_of("/"),
+                            Peer::Engine,
+                        );
+                        return crate::http::error_response(StatusCode::BAD_GATEWAY, &error);
+                    }
+                },
+                rename => (body, rename),
+            };
+            let streams_renamed = rename.is_some();
+            let body = WorkBody::new(body, work, route.lease, rename);
             let mut response = Response::new(body.boxed());
             *response.status_mut() = parts.status;
             copy_headers(&parts.headers, response.headers_mut());
-            if renames {
-                // The body's length changes with the name.
-                response.headers_mut().remove(hyper::header::CONTENT_LENGTH);
+            response.headers_mut().remove(hyper::header::CONTENT_LENGTH);
+            if !streams_renamed {
+                if let Some(length) = response.body().size_hint().exact() {
+                    response
+                        .headers_mut()
+                        .insert(hyper::header::CONTENT_LENGTH, HeaderValue::from(length));
+                }
             }
             response
         }
@@ -475,7 +497,7 @@ fn forwarded_request(
 struct WorkBody {
     inner: HttpBody,
     cut: Pin<Box<WaitForCancellationFutureOwned>>,
-    rename: Option<(Vec<u8>, Vec<u8>)>,
+    rename: Option<String>,
     _work: Work,
     _lease: Option<Box<dyn Send + Sync>>,
 }
@@ -485,32 +507,40 @@ impl WorkBody {
         inner: HttpBody,
         work: Work,
         lease: Option<Box<dyn Send + Sync>>,
-        rename: Option<(String, String)>,
+        rename: Option<String>,
     ) -> Self {
         Self {
             inner,
             cut: Box::pin(work.cancelled()),
-            rename: rename.filter(|(from, to)| from != to).map(|(from, to)| {
-                let quote = |name: &str| serde_json::to_string(name).unwrap_or_default();
-                (
-                    format!("\"model\":{}", quote(&from)).into_bytes(),
-                    format!("\"model\":{}", quote(&to)).into_bytes(),
-                )
-            }),
+            rename,
             _work: work,
             _lease: lease,
         }
     }
 }
 
-/// `data` with every `from` replaced by `to`.
-fn replace_all(data: &[u8], from: &[u8], to: &[u8]) -> Bytes {
+/// `data` (compact JSON, or SSE lines of it) with the value of every `"model"` key
+/// replaced by `asked`. A `"model":"` inside a JSON string would be escaped (`\"`), so
+/// only keys match.
+pub(crate) fn rename_model(data: &[u8], asked: &str) -> Bytes {
+    const KEY: &[u8] = b"\"model\":\"";
+    let value = serde_json::to_string(asked).unwrap_or_default();
     let mut out = Vec::with_capacity(data.len());
     let mut rest = data;
-    while let Some(at) = rest.windows(from.len()).position(|w| w == from) {
+    while let Some(at) = rest.windows(KEY.len()).position(|w| w == KEY) {
+        let start = at + KEY.len();
+        // The end of the string value: the first quote not escaped.
+        let mut end = start;
+        while end < rest.len() && rest[end] != b'"' {
+            end += if rest[end] == b'\\' { 2 } else { 1 };
+        }
+        if end >= rest.len() {
+            break;
+        }
         out.extend_from_slice(&rest[..at]);
-        out.extend_from_slice(to);
-        rest = &rest[at + from.len()..];
+        out.extend_from_slice(b"\"model\":");
+        out.extend_from_slice(value.as_bytes());
+        rest = &rest[end + 1..];
     }
     out.extend_from_slice(rest);
     Bytes::from(out)
@@ -533,12 +563,12 @@ impl Body for WorkBody {
             return Poll::Ready(Some(Err(Box::new(Cut))));
         }
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        let Some((from, to)) = &self.rename else {
+        let Some(asked) = &self.rename else {
             return polled;
         };
         match polled {
             Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                Ok(data) => Poll::Ready(Some(Ok(Frame::data(replace_all(&data, from, to))))),
+                Ok(data) => Poll::Ready(Some(Ok(Frame::data(rename_model(&data, asked))))),
                 Err(frame) => Poll::Ready(Some(Ok(frame))),
             },
             other => other,
@@ -570,12 +600,13 @@ mod tests {
     }
 
     #[test]
-    fn a_renamed_model_is_replaced_everywhere_it_is_named() {
-        let data = br#"data: {"model":"smol-a","x":1} {"model":"smol-a"} {"model":"smol-ab"}"#;
-        let out = replace_all(data, br#""model":"smol-a""#, br#""model":"fast""#);
+    fn every_model_key_is_renamed_and_nothing_inside_a_string() {
+        let data =
+            br#"data: {"model":"smol-a","x":1} {"model":"a\"b"} {"content":"say \"model\":\"x\""}"#;
+        let out = rename_model(data, "fast");
         assert_eq!(
             &out[..],
-            br#"data: {"model":"fast","x":1} {"model":"fast"} {"model":"smol-ab"}"#
+            br#"data: {"model":"fast","x":1} {"model":"fast"} {"content":"say \"model\":\"x\""}"#
         );
     }
 }

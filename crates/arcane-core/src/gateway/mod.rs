@@ -621,7 +621,12 @@ impl Upstream for Gateway {
             Ok(Route {
                 access,
                 lease: Some(Box::new(lease)),
-                rename: request.model.map(|asked| (model.spec.id.clone(), asked)),
+                // An owned engine answers with the model's id; an external one with its
+                // own name: rename when the client asked for something else.
+                rename: request
+                    .model
+                    .filter(|asked| *asked != model.spec.id || model.spec.external)
+                    .or_else(|| model.spec.external.then(|| model.spec.id.clone())),
             })
         })
     }

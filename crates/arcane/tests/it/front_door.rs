@@ -23,7 +23,7 @@ use crate::support::{run, TestWorkspace};
 const FOREIGN_ORIGIN: &str = "http://attacker.invalid";
 
 /// One HTTP/1.1 exchange on 127.0.0.1:`port`: status, lower-cased head, body.
-fn exchange(port: u16, request: &str) -> (u16, String, String) {
+pub(crate) fn exchange(port: u16, request: &str) -> (u16, String, String) {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(300)))
@@ -42,7 +42,13 @@ fn exchange(port: u16, request: &str) -> (u16, String, String) {
 }
 
 /// `method path` through the Core on `port` with `token` and a JSON `body`.
-fn call(port: u16, token: &str, method: &str, path: &str, body: Option<Value>) -> (u16, String) {
+pub(crate) fn call(
+    port: u16,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, String) {
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -53,19 +59,19 @@ fn call(port: u16, token: &str, method: &str, path: &str, body: Option<Value>) -
 }
 
 /// The JSON of a body, or a panic naming the path.
-fn parsed(path: &str, body: &str) -> Value {
+pub(crate) fn parsed(path: &str, body: &str) -> Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {body}"))
 }
 
 /// The engine's pid from a `local-ai.server.ready` line.
-fn engine_pid(ready: &Value) -> u32 {
+pub(crate) fn engine_pid(ready: &Value) -> u32 {
     ready["data"]["pid"]
         .as_u64()
         .expect("an owned engine's pid") as u32
 }
 
 /// The pids of `pid` and everything it started (children, grandchildren).
-fn process_tree(pid: u32) -> Vec<u32> {
+pub(crate) fn process_tree(pid: u32) -> Vec<u32> {
     let mut tree = vec![pid];
     let mut index = 0;
     while index < tree.len() {

@@ -7,6 +7,7 @@ mod bundle;
 mod core;
 mod devices;
 mod front_door;
+mod gateway;
 mod lock;
 mod onnx;
 mod registry;

@@ -115,6 +115,19 @@ impl Serve {
     }
 
     /// Waits for the first line of `kind` (an event type, or `error` for the error line).
+    /// Every line seen so far, after taking in what has arrived.
+    pub(crate) fn seen(&mut self) -> &[Value] {
+        while let Ok(value) = self.lines.try_recv() {
+            self.seen.push(value);
+        }
+        &self.seen
+    }
+
+    /// How many lines of type `kind` were seen so far.
+    pub(crate) fn count(&mut self, kind: &str) -> usize {
+        self.seen().iter().filter(|l| l["type"] == kind).count()
+    }
+
     pub(crate) fn wait_for(&mut self, kind: &str, limit: Duration) -> Value {
         let deadline = Instant::now() + limit;
         loop {

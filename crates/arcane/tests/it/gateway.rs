@@ -1,0 +1,395 @@
+//! Issue 12: the model gateway, with the real llama-server and SmolLM2: `[[model]]`
+//! entries routed by the request's `model`, loaded on demand (one engine start for
+//! many concurrent requests), evicted under `max_loaded` but never with a request in
+//! flight, unloaded after `keep_alive`, gone with a killed host; an external `url`
+//! entry routed to and never signalled; `arcane ps` agrees with `/proc`.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::front_door::{call, parsed, process_tree};
+use crate::serve::{alive, free_port, health, host_endpoint, signal, wait_gone, Serve, START};
+use crate::support::{llama_server, run, smollm2, TestWorkspace};
+
+/// A workspace with the real runtime and model registered and `toml` as its
+/// `arcane.toml` (`{model}` in it is replaced by the model's path).
+fn gateway_workspace(toml: &str) -> TestWorkspace {
+    let ws = TestWorkspace::new();
+    let ok = |out: std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    ok(run(ws
+        .arcane()
+        .args([
+            "runtime",
+            "add",
+            "llama.cpp",
+            "--backend",
+            "cpu",
+            "--executable",
+        ])
+        .arg(llama_server())));
+    ok(run(ws
+        .arcane()
+        .args(["model", "add", "smollm2-135m", "--file"])
+        .arg(smollm2())));
+    let toml = toml.replace("{model}", &smollm2().display().to_string());
+    std::fs::write(ws.path().join("arcane.toml"), toml).unwrap();
+    ws
+}
+
+/// Starts `arcane serve` on the gateway and waits until its service is ready.
+fn start(ws: &TestWorkspace) -> Serve {
+    let mut serve = Serve::start(ws, &[]);
+    serve.wait_for("core.listening", Duration::from_secs(60));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(ws.path().join(".arcane/core.json"))
+        .is_ok_and(|t| t.contains("token"))
+    {
+        assert!(Instant::now() < deadline, "no core.json");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    serve
+}
+
+fn chat(ws: &TestWorkspace, model: Option<&str>) -> (u16, Value) {
+    let (port, token) = host_endpoint(ws);
+    let mut body = json!({"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4});
+    if let Some(model) = model {
+        body["model"] = json!(model);
+    }
+    let (status, reply) = call(port, &token, "POST", "/v1/chat/completions", Some(body));
+    let value = serde_json::from_str(&reply).unwrap_or(Value::String(reply));
+    (status, value)
+}
+
+/// The `arcane ps` rows, by model id.
+fn ps(ws: &TestWorkspace) -> Vec<Value> {
+    let out = run(ws.arcane().args(["--output", "json", "ps"]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    crate::support::json(&out)["models"]
+        .as_array()
+        .cloned()
+        .unwrap()
+}
+
+fn row<'a>(rows: &'a [Value], id: &str) -> &'a Value {
+    rows.iter()
+        .find(|r| r["id"] == id)
+        .unwrap_or_else(|| panic!("no `{id}` in {rows:#?}"))
+}
+
+/// The llama-server processes under `serve`.
+fn engines_of(serve: &Serve) -> Vec<u32> {
+    process_tree(serve.pid())
+        .into_iter()
+        .skip(1)
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim().starts_with("llama-server"))
+        })
+        .collect()
+}
+
+#[test]
+fn requests_name_their_model_and_max_loaded_evicts_the_idle_one_but_never_one_in_flight() {
+    let ws = gateway_workspace(
+        r#"
+[[model]]
+id = "smol-a"
+aliases = ["fast"]
+model = "smollm2-135m"
+args = ["--parallel", "2"]
+
+[[model]]
+id = "smol-b"
+model = "{model}"
+startup_timeout = 8
+
+[devices.cpu]
+max_loaded = 1
+"#,
+    );
+    let mut serve = start(&ws);
+    // Every configured model is listed, loaded or not; an unknown one is OpenAI's 404.
+    let (port, token) = host_endpoint(&ws);
+    let (code, body) = call(port, &token, "GET", "/v1/models", None);
+    assert_eq!(code, 200, "{body}");
+    let listed: Vec<Value> = parsed("/v1/models", &body)["data"]
+        .as_array()
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        listed.iter().map(|m| m["id"].clone()).collect::<Vec<_>>(),
+        [json!("smol-a"), json!("smol-b")]
+    );
+    assert!(
+        listed.iter().all(|m| m["state"] == "unloaded"),
+        "{listed:?}"
+    );
+    let (code, answer) = chat(&ws, Some("nope"));
+    assert_eq!(code, 404, "{answer}");
+    assert_eq!(answer["error"]["code"], "model_not_found");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("smol-a"),
+        "{answer}"
+    );
+
+    // Alternating requests: each answers, named as asked; only one engine at a time.
+    for model in ["fast", "smol-b", "smol-a", "smol-b"] {
+        let (code, answer) = chat(&ws, Some(model));
+        assert_eq!(code, 200, "{model}: {answer}");
+        assert_eq!(answer["model"], model, "{answer}");
+        assert!(
+            answer["choices"][0]["message"]["content"].is_string(),
+            "{answer}"
+        );
+        assert_eq!(engines_of(&serve).len(), 1, "max_loaded = 1 on the CPU");
+    }
+    assert!(
+        serve.count("local-ai.model.evicted") >= 3,
+        "{:#?}",
+        serve.seen()
+    );
+    // `arcane ps` agrees with /proc.
+    let rows = ps(&ws);
+    assert_eq!(row(&rows, "smol-a")["state"], "unloaded");
+    let b = row(&rows, "smol-b");
+    assert_eq!(b["state"], "ready");
+    let pid = b["pid"].as_u64().unwrap() as u32;
+    assert_eq!(engines_of(&serve), [pid]);
+    assert!(b["residentBytes"].as_u64().unwrap() > 1 << 20, "{b}");
+    assert_eq!(
+        arcane_process::tcp_listeners(pid).unwrap(),
+        [],
+        "the engine has no port"
+    );
+
+    // A stream in flight on smol-a: smol-b cannot evict it, and says what holds the
+    // device; the stream keeps going.
+    let (code, _) = chat(&ws, Some("smol-a"));
+    assert_eq!(code, 200);
+    let a_pid = row(&ps(&ws), "smol-a")["pid"].as_u64().unwrap() as u32;
+    let endless = json!({"model": "smol-a", "messages": [{"role": "user", "content": "Count to one million."}],
+        "max_tokens": 6000, "ignore_eos": true, "stream": true})
+    .to_string();
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .write_all(format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{endless}",
+            endless.len()
+        ).as_bytes())
+        .unwrap();
+    let mut first = [0u8; 256];
+    let _ = stream.read(&mut first).unwrap();
+    assert_eq!(row(&ps(&ws), "smol-a")["inFlight"], 1);
+    let (code, answer) = chat(&ws, Some("smol-b"));
+    assert_eq!(code, 503, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("smol-a") && message.contains("in flight"),
+        "{answer}"
+    );
+    assert!(
+        alive(a_pid),
+        "a model with a stream in flight is never evicted"
+    );
+    let mut more = [0u8; 256];
+    assert!(
+        stream.read(&mut more).unwrap() > 0,
+        "the stream still flows"
+    );
+    drop(stream);
+    // Once the stream is gone, smol-b loads (smol-a is idle now).
+    let deadline = Instant::now() + START;
+    loop {
+        let (code, answer) = chat(&ws, Some("smol-b"));
+        if code == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "smol-b never loaded: {answer}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(wait_gone(a_pid, Duration::from_secs(30)));
+
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+}
+
+#[test]
+fn a_cold_model_loads_once_for_eight_requests_and_unloads_after_keep_alive() {
+    let ws = gateway_workspace(
+        r#"
+[[model]]
+id = "smol-a"
+model = "smollm2-135m"
+keep_alive = "2s"
+args = ["--parallel", "2"]
+"#,
+    );
+    let mut serve = start(&ws);
+    let requests: Vec<_> = (0..8)
+        .map(|_| {
+            let (port, token) = host_endpoint(&ws);
+            std::thread::spawn(move || {
+                let body = json!({"model": "smol-a", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2});
+                call(port, &token, "POST", "/v1/chat/completions", Some(body))
+            })
+        })
+        .collect();
+    for request in requests {
+        let (code, body) = request.join().unwrap();
+        assert_eq!(code, 200, "{body}");
+    }
+    assert_eq!(
+        serve.count("local-ai.model.loading"),
+        1,
+        "{:#?}",
+        serve.seen()
+    );
+    assert_eq!(
+        serve.count("process.starting"),
+        1,
+        "exactly one engine start"
+    );
+    let pid = row(&ps(&ws), "smol-a")["pid"].as_u64().unwrap() as u32;
+    // Idle for keep_alive: unloaded, its process gone.
+    let unloaded = serve.wait_for("local-ai.model.unloaded", Duration::from_secs(60));
+    assert_eq!(unloaded["data"]["reason"], "keep-alive");
+    assert!(wait_gone(pid, Duration::from_secs(10)));
+    assert_eq!(row(&ps(&ws), "smol-a")["state"], "unloaded");
+    // The next request reloads it; a request's own keep_alive overrides the model's.
+    let (port, token) = host_endpoint(&ws);
+    let body = json!({"model": "smol-a", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "keep_alive": -1});
+    let (code, reply) = call(port, &token, "POST", "/v1/chat/completions", Some(body));
+    assert_eq!(code, 200, "{reply}");
+    let reloaded = row(&ps(&ws), "smol-a").clone();
+    assert_eq!(reloaded["state"], "ready");
+    assert_ne!(reloaded["pid"], json!(pid));
+    assert_eq!(reloaded["keepAlive"], -1.0);
+    assert_eq!(reloaded["unloadsIn"], Value::Null);
+    // `arcane unload` and `arcane load` act on it directly.
+    assert!(run(ws.arcane().args(["unload", "smol-a"])).status.success());
+    assert_eq!(row(&ps(&ws), "smol-a")["state"], "unloaded");
+    assert!(run(ws.arcane().args(["load", "smol-a"])).status.success());
+    assert_eq!(row(&ps(&ws), "smol-a")["state"], "ready");
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+}
+
+#[test]
+fn kill_9_of_the_host_with_three_models_loaded_leaves_no_engine() {
+    let ws = gateway_workspace(
+        r#"
+[[model]]
+id = "smol-a"
+model = "smollm2-135m"
+load = "on-start"
+
+[[model]]
+id = "smol-b"
+model = "{model}"
+load = "on-start"
+
+[[model]]
+id = "smol-embed"
+model = "{model}"
+args = ["--embeddings", "--pooling", "mean"]
+load = "on-start"
+"#,
+    );
+    let mut serve = start(&ws);
+    let deadline = Instant::now() + START;
+    while serve.count("local-ai.model.ready") < 3 {
+        assert!(Instant::now() < deadline, "{:#?}", serve.seen());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The embedding entry answers embeddings through the same door.
+    let (port, token) = host_endpoint(&ws);
+    let (code, body) = call(
+        port,
+        &token,
+        "POST",
+        "/v1/embeddings",
+        Some(json!({"model": "smol-embed", "input": "red apple"})),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        parsed("/v1/embeddings", &body)["data"][0]["embedding"]
+            .as_array()
+            .unwrap()
+            .len()
+            > 16
+    );
+    let engines = engines_of(&serve);
+    assert_eq!(engines.len(), 3, "{engines:?}");
+    signal(serve.pid(), "KILL");
+    for pid in engines {
+        assert!(
+            wait_gone(pid, Duration::from_secs(10)),
+            "engine {pid} outlived a killed host"
+        );
+    }
+}
+
+#[test]
+fn an_external_url_entry_is_routed_to_and_never_signalled() {
+    let port = free_port();
+    let mut external = Command::new(llama_server())
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--alias",
+            "remote-smol",
+            "--model",
+        ])
+        .arg(smollm2())
+        .args(["--device", "none", "--gpu-layers", "0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + START;
+    while health(port) != Some(200) {
+        assert!(
+            Instant::now() < deadline,
+            "the external llama-server never became ready"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ws = gateway_workspace(&format!(
+        "[[model]]\nid = \"remote\"\nurl = \"http://127.0.0.1:{port}\"\n"
+    ));
+    let mut serve = start(&ws);
+    let (code, answer) = chat(&ws, Some("remote"));
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(answer["model"], "remote");
+    let rows = ps(&ws);
+    assert_eq!(row(&rows, "remote")["external"], true);
+    assert!(engines_of(&serve).is_empty(), "nothing was started");
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+    assert!(
+        alive(external.id()),
+        "an external server is never signalled"
+    );
+    assert_eq!(health(port), Some(200));
+    let _ = external.kill();
+    let _ = external.wait();
+}
