@@ -64,13 +64,27 @@ pub struct RouteRequest {
     pub keep_alive: Option<Value>,
 }
 
+/// What a forwarded request holds until its answer is sent to the end (or dropped):
+/// the gateway counts the model's requests in flight with it, and measures them.
+pub trait Lease: Send + Sync {
+    /// The engine answered with `status`.
+    fn answered(&mut self, status: StatusCode) {
+        let _ = status;
+    }
+    /// The answer reported this `usage` (`{prompt_tokens, completion_tokens, …}`).
+    fn usage(&mut self, usage: &Value) {
+        let _ = usage;
+    }
+    /// The answer was sent to the end.
+    fn finished(&mut self) {}
+}
+
 /// Where one forwarded request goes, and what it holds until its answer is sent.
 pub struct Route {
     /// How to reach the engine.
     pub access: EngineAccess,
-    /// Held until the response body is sent to the end or dropped (the gateway counts
-    /// the model's requests in flight with it).
-    pub lease: Option<Box<dyn Send + Sync>>,
+    /// Held until the response body is sent to the end or dropped.
+    pub lease: Option<Box<dyn Lease>>,
     /// The name the client asked for: every `"model"` the answer names becomes it.
     pub rename: Option<String>,
 }
@@ -133,6 +147,12 @@ pub trait Upstream: Send + Sync {
     /// (`Some(true)`: the gateway, whose models load on demand); `None` judges by the
     /// target.
     fn healthy(&self) -> Option<bool> {
+        None
+    }
+
+    /// Arcane's own `GET /metrics` answer (the gateway's Prometheus text), when it
+    /// routes by model.
+    fn metrics(&self) -> Option<String> {
         None
     }
 
@@ -200,6 +220,18 @@ pub async fn forward(
         if let Some(answer) = gateway_models(upstream, &request, model_id.as_deref()) {
             return answer;
         }
+        if request.method() == Method::GET && request.uri().path() == "/metrics" {
+            if let Some(text) = upstream.metrics() {
+                let mut response = Response::new(crate::upstream::full(text));
+                response.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    HeaderValue::from_static(
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    ),
+                );
+                return response;
+            }
+        }
         match read_route(request).await {
             Ok(read) => read,
             Err(response) => return *response,
@@ -208,7 +240,7 @@ pub async fn forward(
         (request.map(incoming_body), RouteRequest::default())
     };
     // 3. The route, then the exchange.
-    let route = match upstream.route(wanted).await {
+    let mut route = match upstream.route(wanted).await {
         Ok(route) => route,
         Err(no_route) => return refusal(no_route),
     };
@@ -232,14 +264,22 @@ pub async fn forward(
         }
         Ok(upstream) => {
             let (parts, body) = upstream.into_parts();
+            if let Some(lease) = route.lease.as_mut() {
+                lease.answered(parts.status);
+            }
             let (body, rename) = match route.rename {
                 // A whole answer is renamed at once and keeps an exact length; a stream
                 // is renamed piece by piece.
                 Some(asked) if body.size_hint().exact().is_some() => match body.collect().await {
-                    Ok(collected) => (
-                        crate::upstream::full(rename_model(&collected.to_bytes(), &asked)),
-                        None,
-                    ),
+                    Ok(collected) => {
+                        let bytes = collected.to_bytes();
+                        if let (Some(lease), Some(usage)) =
+                            (route.lease.as_mut(), find_usage(&bytes))
+                        {
+                            lease.usage(&usage);
+                        }
+                        (crate::upstream::full(rename_model(&bytes, &asked)), None)
+                    }
                     Err(error) => {
                         let error = crate::upstream::body_error(
                             error,
@@ -499,14 +539,14 @@ struct WorkBody {
     cut: Pin<Box<WaitForCancellationFutureOwned>>,
     rename: Option<String>,
     _work: Work,
-    _lease: Option<Box<dyn Send + Sync>>,
+    lease: Option<Box<dyn Lease>>,
 }
 
 impl WorkBody {
     fn new(
         inner: HttpBody,
         work: Work,
-        lease: Option<Box<dyn Send + Sync>>,
+        lease: Option<Box<dyn Lease>>,
         rename: Option<String>,
     ) -> Self {
         Self {
@@ -514,9 +554,28 @@ impl WorkBody {
             cut: Box::pin(work.cancelled()),
             rename,
             _work: work,
-            _lease: lease,
+            lease,
         }
     }
+}
+
+/// The `usage` an answer reports: in a JSON body, or in an SSE `data:` line of a
+/// stream (the last chunk carries it).
+fn find_usage(data: &[u8]) -> Option<Value> {
+    if !data.windows(7).any(|w| w == b"\"usage\"") {
+        return None;
+    }
+    let text = String::from_utf8_lossy(data);
+    let whole = serde_json::from_str::<Value>(text.trim()).ok();
+    let lines = text.lines().filter_map(|line| {
+        let json = line.trim().strip_prefix("data:")?.trim();
+        serde_json::from_str::<Value>(json).ok()
+    });
+    whole
+        .into_iter()
+        .chain(lines)
+        .filter_map(|v| v.get("usage").filter(|u| u.is_object()).cloned())
+        .next_back()
 }
 
 /// `data` (compact JSON, or SSE lines of it) with the value of every `"model"` key
@@ -563,6 +622,23 @@ impl Body for WorkBody {
             return Poll::Ready(Some(Err(Box::new(Cut))));
         }
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        // A body of known length is not polled again after its last frame: its end is
+        // seen here.
+        let ended = self.inner.is_end_stream();
+        if let Some(lease) = self.lease.as_mut() {
+            match &polled {
+                Poll::Ready(None) => lease.finished(),
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Some(usage) = frame.data_ref().and_then(|d| find_usage(d)) {
+                        lease.usage(&usage);
+                    }
+                    if ended {
+                        lease.finished();
+                    }
+                }
+                _ => {}
+            }
+        }
         let Some(asked) = &self.rename else {
             return polled;
         };
@@ -597,6 +673,15 @@ mod tests {
         assert_eq!(percent_decode("org%2Fmodel"), "org/model");
         assert_eq!(percent_decode("a%zz%2"), "a%zz%2");
         assert_eq!(percent_decode("smollm2-135m"), "smollm2-135m");
+    }
+
+    #[test]
+    fn usage_is_found_in_a_json_answer_and_in_a_stream_chunk() {
+        let whole = br#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}"#;
+        assert_eq!(find_usage(whole).unwrap()["completion_tokens"], 4);
+        let stream = b"data: {\"choices\":[]}\n\ndata: {\"usage\":{\"prompt_tokens\":5}}\n\n";
+        assert_eq!(find_usage(stream).unwrap()["prompt_tokens"], 5);
+        assert_eq!(find_usage(b"data: [DONE]"), None);
     }
 
     #[test]

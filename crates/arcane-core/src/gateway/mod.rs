@@ -44,9 +44,11 @@ use crate::service::{
 };
 
 mod keep_alive;
+mod metrics;
 mod model;
 
 pub use keep_alive::KeepAlive;
+use metrics::Metrics;
 use model::{Model, Phase};
 
 /// One configured model.
@@ -87,6 +89,7 @@ pub struct Gateway {
     placement: tokio::sync::Mutex<()>,
     changed: tokio::sync::Notify,
     context: Mutex<Option<ServiceContext>>,
+    metrics: Metrics,
     me: Weak<Gateway>,
 }
 
@@ -105,10 +108,61 @@ impl std::fmt::Debug for Gateway {
 struct Lease {
     model: Arc<Model>,
     gateway: Weak<Gateway>,
+    started: Instant,
+    status: Option<StatusCode>,
+    usage: Option<Value>,
+    finished: bool,
+}
+
+impl crate::passthrough::Lease for Lease {
+    fn answered(&mut self, status: StatusCode) {
+        self.status = Some(status);
+    }
+
+    fn usage(&mut self, usage: &Value) {
+        self.usage = Some(usage.clone());
+    }
+
+    fn finished(&mut self) {
+        self.finished = true;
+    }
+}
+
+impl Lease {
+    /// Counts the request in the model's metrics.
+    fn measure(&self, metrics: &Metrics) {
+        let label = Metrics::label(&self.model.spec.id);
+        metrics.requests.get_or_create(&label).inc();
+        let failed = !self.finished || self.status.is_none_or(|s| s.as_u16() >= 400);
+        if failed {
+            metrics.errors.get_or_create(&label).inc();
+        }
+        metrics
+            .duration
+            .get_or_create(&label)
+            .observe(self.started.elapsed().as_secs_f64());
+        let tokens = |key: &str| {
+            self.usage
+                .as_ref()
+                .and_then(|u| u[key].as_u64())
+                .unwrap_or(0)
+        };
+        metrics
+            .prompt_tokens
+            .get_or_create(&label)
+            .inc_by(tokens("prompt_tokens"));
+        metrics
+            .completion_tokens
+            .get_or_create(&label)
+            .inc_by(tokens("completion_tokens"));
+    }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        if let Some(gateway) = self.gateway.upgrade() {
+            self.measure(&gateway.metrics);
+        }
         let idle = {
             let mut inner = self.model.lock();
             inner.in_flight = inner.in_flight.saturating_sub(1);
@@ -147,14 +201,24 @@ impl Reason {
 impl Gateway {
     /// A gateway over `models` (the first is the default) with per-device `limits`.
     pub fn new(models: Vec<ModelSpec>, limits: HashMap<String, DeviceLimit>) -> Arc<Self> {
+        let metrics = Metrics::new();
+        for model in &models {
+            metrics.register_model(&model.id);
+        }
         Arc::new_cyclic(|me| Self {
             models: models.into_iter().map(Model::new).collect(),
             limits,
             placement: tokio::sync::Mutex::new(()),
             changed: tokio::sync::Notify::new(),
             context: Mutex::new(None),
+            metrics,
             me: me.clone(),
         })
+    }
+
+    /// The Prometheus text of the gateway's metrics.
+    pub fn metrics_text(&self) -> String {
+        self.metrics.encode()
     }
 
     fn emit(&self, kind: &str, data: Value) {
@@ -206,6 +270,10 @@ impl Gateway {
                     return Ok(Lease {
                         model: Arc::clone(model),
                         gateway: self.me.clone(),
+                        started: Instant::now(),
+                        status: None,
+                        usage: None,
+                        finished: false,
                     });
                 }
                 Phase::Failed(error) if waited_on_load => return Err(load_failed(&error)),
@@ -247,6 +315,10 @@ impl Gateway {
             return Ok(());
         }
         drop(placement);
+        self.metrics
+            .loads
+            .get_or_create(&Metrics::label(&model.spec.id))
+            .inc();
         self.emit(
             event_types::LOCAL_AI_MODEL_LOADING,
             json!({"model": model.spec.id, "device": model.spec.device, "reason": reason}),
@@ -304,6 +376,10 @@ impl Gateway {
             inner.retry_at = None;
         }
         if model.become_(Phase::Ready(access.clone())) {
+            self.metrics
+                .loaded
+                .get_or_create(&Metrics::label(&model.spec.id))
+                .set(1);
             self.emit(
                 event_types::LOCAL_AI_MODEL_READY,
                 json!({"model": model.spec.id, "device": model.spec.device, "pid": snapshot.pid, "url": access.address.to_string()}),
@@ -354,6 +430,9 @@ impl Gateway {
             inner.handle.take()
         };
         model.become_(Phase::Unloaded);
+        let label = Metrics::label(&model.spec.id);
+        self.metrics.crashes.get_or_create(&label).inc();
+        self.metrics.loaded.get_or_create(&label).set(0);
         self.emit(
             event_types::LOCAL_AI_MODEL_FAILED,
             json!({"model": model.spec.id, "device": model.spec.device, "reason": "crashed", "error": error, "exit": snapshot.exit}),
@@ -453,6 +532,11 @@ impl Gateway {
             inner.pid = None;
         }
         model.become_(Phase::Unloaded);
+        let label = Metrics::label(&model.spec.id);
+        self.metrics.loaded.get_or_create(&label).set(0);
+        if reason == Reason::Evicted {
+            self.metrics.evictions.get_or_create(&label).inc();
+        }
         let (kind, data) = match reason {
             Reason::Evicted => (
                 event_types::LOCAL_AI_MODEL_EVICTED,
@@ -629,6 +713,10 @@ impl Upstream for Gateway {
                     .or_else(|| model.spec.external.then(|| model.spec.id.clone())),
             })
         })
+    }
+
+    fn metrics(&self) -> Option<String> {
+        Some(self.metrics_text())
     }
 
     fn models(&self) -> Option<Value> {

@@ -393,3 +393,93 @@ fn an_external_url_entry_is_routed_to_and_never_signalled() {
     let _ = external.kill();
     let _ = external.wait();
 }
+
+#[test]
+fn metrics_count_what_was_sent_and_a_crashed_engine_is_reloaded_on_the_next_request() {
+    let ws = gateway_workspace(
+        r#"
+[[model]]
+id = "smol-a"
+model = "smollm2-135m"
+"#,
+    );
+    let mut serve = start(&ws);
+    let (port, token) = host_endpoint(&ws);
+    let mut completion_tokens = 0;
+    for _ in 0..3 {
+        let (code, answer) = chat(&ws, Some("smol-a"));
+        assert_eq!(code, 200, "{answer}");
+        completion_tokens += answer["usage"]["completion_tokens"].as_u64().unwrap();
+    }
+    let streamed = json!({"model": "smol-a", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
+        "stream": true, "stream_options": {"include_usage": true}});
+    let (code, body) = call(port, &token, "POST", "/v1/chat/completions", Some(streamed));
+    assert_eq!(code, 200);
+    let usage = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["usage"]["completion_tokens"].as_u64())
+        .next_back()
+        .expect("the stream reports its usage");
+    completion_tokens += usage;
+    let (code, _) = chat(&ws, Some("not-configured"));
+    assert_eq!(code, 404);
+
+    let metrics = |ws: &TestWorkspace| {
+        let (port, token) = host_endpoint(ws);
+        let (code, text) = call(port, &token, "GET", "/metrics", None);
+        assert_eq!(code, 200, "{text}");
+        text
+    };
+    let value = |text: &str, name: &str| -> f64 {
+        let prefix = format!("{name}{{model=\"smol-a\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+            .parse()
+            .unwrap()
+    };
+    let text = metrics(&ws);
+    assert_eq!(value(&text, "arcane_requests_total"), 4.0, "{text}");
+    assert_eq!(value(&text, "arcane_request_errors_total"), 0.0, "{text}");
+    assert_eq!(
+        value(&text, "arcane_completion_tokens_total"),
+        completion_tokens as f64,
+        "{text}"
+    );
+    assert!(value(&text, "arcane_prompt_tokens_total") > 0.0, "{text}");
+    assert_eq!(
+        value(&text, "arcane_request_duration_seconds_count"),
+        4.0,
+        "{text}"
+    );
+    assert_eq!(value(&text, "arcane_model_loads_total"), 1.0, "{text}");
+    assert_eq!(value(&text, "arcane_model_loaded"), 1.0, "{text}");
+    // The metrics need the token like everything else.
+    let (status, _, _) = crate::front_door::exchange(
+        port,
+        &format!("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"),
+    );
+    assert_eq!(status, 401);
+
+    // The engine dies: the model is unloaded with the crash on record, and the next
+    // request loads it again.
+    let pid = row(&ps(&ws), "smol-a")["pid"].as_u64().unwrap() as u32;
+    signal(pid, "KILL");
+    let failed = serve.wait_for("local-ai.model.failed", Duration::from_secs(60));
+    assert_eq!(failed["data"]["reason"], "crashed", "{failed}");
+    let crashed = row(&ps(&ws), "smol-a").clone();
+    assert_eq!(
+        (crashed["state"].clone(), crashed["crashes"].clone()),
+        (json!("unloaded"), json!(1))
+    );
+    let (code, answer) = chat(&ws, Some("smol-a"));
+    assert_eq!(code, 200, "{answer}");
+    assert_ne!(row(&ps(&ws), "smol-a")["pid"], json!(pid));
+    let text = metrics(&ws);
+    assert_eq!(value(&text, "arcane_model_crashes_total"), 1.0, "{text}");
+    assert_eq!(value(&text, "arcane_model_loads_total"), 2.0, "{text}");
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+}
