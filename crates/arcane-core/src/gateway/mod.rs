@@ -303,6 +303,7 @@ impl Gateway {
         if let Some(at) = retry_at.filter(|at| *at > Instant::now()) {
             let error = model.lock().last_error.clone().unwrap_or(Value::Null);
             let mut refused = load_failed(&error);
+            refused.status = StatusCode::SERVICE_UNAVAILABLE;
             refused.retry_after = Some(
                 at.saturating_duration_since(Instant::now())
                     .as_secs()
@@ -372,8 +373,8 @@ impl Gateway {
             inner.handle = Some(handle);
             inner.pid = snapshot.pid;
             inner.last_used = Instant::now();
-            inner.load_failures = 0;
             inner.retry_at = None;
+            inner.ready_since = Some(Instant::now());
         }
         if model.become_(Phase::Ready(access.clone())) {
             self.metrics
@@ -427,6 +428,17 @@ impl Gateway {
             inner.crashes += 1;
             inner.pid = None;
             inner.last_error = Some(error.clone());
+            // An engine that stayed up a minute starts the count again; one that keeps
+            // dying sooner backs off like a failing load.
+            let stayed_up = inner
+                .ready_since
+                .is_some_and(|since| since.elapsed() >= Duration::from_secs(60));
+            inner.load_failures = if stayed_up {
+                1
+            } else {
+                inner.load_failures + 1
+            };
+            inner.retry_at = Model::backoff(inner.load_failures).map(|d| Instant::now() + d);
             inner.handle.take()
         };
         model.become_(Phase::Unloaded);
@@ -530,6 +542,9 @@ impl Gateway {
             let mut inner = model.lock();
             inner.stopping = false;
             inner.pid = None;
+            inner.ready_since = None;
+            // A clean unload: the next load starts without a backoff.
+            inner.load_failures = 0;
         }
         model.become_(Phase::Unloaded);
         let label = Metrics::label(&model.spec.id);

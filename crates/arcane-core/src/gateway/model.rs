@@ -84,8 +84,11 @@ pub(crate) struct Inner {
     pub pid: Option<u32>,
     /// The gateway is stopping the engine itself (not a crash).
     pub stopping: bool,
-    /// Consecutive failed loads.
+    /// Consecutive failed loads, and crashes of an engine up for less than a minute:
+    /// the backoff before the next load.
     pub load_failures: u32,
+    /// When the engine became ready.
+    pub ready_since: Option<Instant>,
 }
 
 /// One configured model.
@@ -113,6 +116,7 @@ impl Model {
                 pid: None,
                 stopping: false,
                 load_failures: 0,
+                ready_since: None,
             }),
             phase: watch::Sender::new(Phase::Unloaded),
         })

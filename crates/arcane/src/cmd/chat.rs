@@ -1,6 +1,9 @@
-//! `arcane chat "PROMPT"`: sends one prompt to the running Core host's llama.cpp engine
-//! (through its OpenAI-compatible passthrough, authenticated with `core.json`'s token)
-//! and streams the answer as it is generated.
+//! `arcane chat "PROMPT"`: sends one prompt to the running Core host's engine (through
+//! its OpenAI-compatible passthrough, authenticated with `core.json`'s token) and
+//! streams the answer as it is generated. `--model` names a gateway model. Without a
+//! prompt, on a terminal, it is a conversation (each answer joins the history; an
+//! empty line or end of input ends it); without a terminal, standard input is the
+//! prompt.
 
 use std::io::Write;
 use std::time::Duration;
@@ -17,9 +20,13 @@ use crate::error::{Cause, CliError, CommandError};
 /// Arguments of `arcane chat`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// What to ask.
+    /// What to ask (none: a conversation on a terminal, else standard input).
     #[arg(value_name = "PROMPT")]
-    pub prompt: String,
+    pub prompt: Option<String>,
+
+    /// The model to ask (a `[[model]]` id or alias; default: the host's default).
+    #[arg(long, value_name = "MODEL")]
+    pub model: Option<String>,
 
     /// A system message to send first.
     #[arg(long, value_name = "TEXT")]
@@ -42,6 +49,7 @@ pub struct Args {
 
 /// Runs `arcane chat`.
 pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
+    use std::io::IsTerminal;
     let timeout = crate::cmd::serve::seconds("--timeout", args.timeout, Duration::from_secs(120))?;
     let client =
         CoreClient::from_workspace(&context.workspace)?.with_deadlines(Deadlines::uniform(timeout));
@@ -49,10 +57,80 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     if let Some(system) = &args.system {
         messages.push(json!({"role": "system", "content": system}));
     }
-    messages.push(json!({"role": "user", "content": args.prompt}));
+    let prompt = match &args.prompt {
+        Some(prompt) => prompt.clone(),
+        None if std::io::stdin().is_terminal() => {
+            return conversation(context, &client, &args, messages)
+        }
+        None => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(|e| {
+                CommandError::new(
+                    codes::ARCANE_IO,
+                    "cannot read the prompt from standard input",
+                    json!({}),
+                )
+                .caused_by(e)
+            })?;
+            text
+        }
+    };
+    messages.push(json!({"role": "user", "content": prompt}));
+    let answer = ask(context, &client, &args, &messages)?;
+    let human = context.output.mode == OutputMode::Human;
+    if human {
+        context.output.result("", &json!({}));
+        let _ = writeln!(std::io::stdout());
+    } else {
+        context
+            .output
+            .result("", &json!({"answer": answer, "url": client.endpoint().url}));
+    }
+    Ok(0)
+}
+
+/// A conversation on a terminal: a prompt per line, each answer streamed and kept in
+/// the history.
+fn conversation(
+    context: &Context,
+    client: &CoreClient,
+    args: &Args,
+    mut messages: Vec<Value>,
+) -> Result<u8, CliError> {
+    let stdin = std::io::stdin();
+    context.output.note(&format!(
+        "chatting with {} (an empty line or Ctrl-D ends it)",
+        args.model.as_deref().unwrap_or("the default model")
+    ));
+    loop {
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(b"> ");
+        let _ = err.flush();
+        drop(err);
+        let mut line = String::new();
+        if stdin.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+            return Ok(0);
+        }
+        messages.push(json!({"role": "user", "content": line.trim_end()}));
+        let answer = ask(context, client, args, &messages)?;
+        let _ = writeln!(std::io::stdout());
+        messages.push(json!({"role": "assistant", "content": answer}));
+    }
+}
+
+/// Sends `messages` and streams the answer to stdout (in human mode); returns it.
+fn ask(
+    context: &Context,
+    client: &CoreClient,
+    args: &Args,
+    messages: &[Value],
+) -> Result<String, CliError> {
     let mut payload = json!({"messages": messages, "max_tokens": args.max_tokens});
     if let Some(temperature) = args.temperature {
         payload["temperature"] = json!(temperature);
+    }
+    if let Some(model) = &args.model {
+        payload["model"] = json!(model);
     }
     let human = context.output.mode == OutputMode::Human;
     // Ctrl-C drops the stream, which the host passes on to the engine.
@@ -68,20 +146,12 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
             .await;
         match answer {
             Err(error) if error.code() == codes::LOCAL_AI_SERVER_NOT_READY => {
-                Err(explain_not_ready(&client, error).await)
+                Err(explain_not_ready(client, error).await)
             }
             other => other.map_err(CliError::from),
         }
     })?;
-    if human {
-        context.output.result("", &json!({}));
-        let _ = writeln!(std::io::stdout());
-    } else {
-        context
-            .output
-            .result("", &json!({"answer": answer, "url": client.endpoint().url}));
-    }
-    Ok(0)
+    Ok(answer)
 }
 
 /// A not-ready engine, explained: the host's error (its code, details and hints) with

@@ -282,6 +282,71 @@ args = ["--parallel", "2"]
     assert_ne!(reloaded["pid"], json!(pid));
     assert_eq!(reloaded["keepAlive"], -1.0);
     assert_eq!(reloaded["unloadsIn"], Value::Null);
+    // `arcane chat --model` asks it; standard input is the prompt without a terminal;
+    // on a terminal without a prompt it is a conversation.
+    let out = run(ws.arcane().args([
+        "--output",
+        "json",
+        "chat",
+        "--model",
+        "smol-a",
+        "--max-tokens",
+        "4",
+        "Hi",
+    ]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(crate::support::json(&out)["answer"]
+        .as_str()
+        .is_some_and(|a| !a.is_empty()));
+    let mut piped = ws
+        .arcane()
+        .args([
+            "--output",
+            "json",
+            "chat",
+            "--model",
+            "smol-a",
+            "--max-tokens",
+            "4",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    piped.stdin.take().unwrap().write_all(b"Say hi.").unwrap();
+    let out = piped.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(crate::support::json(&out)["answer"]
+        .as_str()
+        .is_some_and(|a| !a.is_empty()));
+    let command = format!(
+        "{} --workspace '{}' chat --model smol-a --max-tokens 4",
+        crate::support::arcane_bin().display(),
+        ws.path().display()
+    );
+    let mut terminal = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut input = terminal.stdin.take().unwrap();
+        input.write_all(b"Hi\nAgain\n\n").unwrap();
+    }
+    let out = terminal.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("chatting with smol-a"), "{text}");
+    assert!(
+        text.matches("> ").count() >= 3,
+        "two turns, then the empty line: {text}"
+    );
     // `arcane unload` and `arcane load` act on it directly.
     assert!(run(ws.arcane().args(["unload", "smol-a"])).status.success());
     assert_eq!(row(&ps(&ws), "smol-a")["state"], "unloaded");
