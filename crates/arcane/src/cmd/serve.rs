@@ -788,6 +788,16 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_gateway_configuration_parses() {
+        let text = include_str!("../../../../docs/gateway.toml.example");
+        let file: ConfigFile = toml::from_str(text).expect("docs/gateway.toml.example parses");
+        assert_eq!(file.model.len(), 2);
+        assert_eq!(file.model[0].aliases, ["fast"]);
+        assert_eq!(file.devices["cpu"].max_loaded, Some(2));
+        assert!(file.engine.is_empty());
+    }
+
+    #[test]
     fn an_unknown_key_is_refused() {
         assert!(toml::from_str::<ConfigFile>("[[engine]]\nmodle = \"x\"\n").is_err());
     }
