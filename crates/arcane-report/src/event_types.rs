@@ -117,6 +117,9 @@ event_types! {
     /// A model failed to load, or its engine died `{model, device, reason, error}`
     /// (`reason`: `load-failed`, `crashed`).
     LOCAL_AI_MODEL_FAILED = "local-ai.model.failed",
+    /// The gateway read its configuration again `{added, removed, changed, unchanged}`
+    /// (`arcane reload`, SIGHUP), or could not `{error}`.
+    LOCAL_AI_MODELS_RELOADED = "local-ai.models.reloaded",
     /// A state change the transition table refused (a bug) `{id, engine, from, change, message}`.
     LOCAL_AI_TRANSITION_REFUSED = "local-ai.transition.refused",
 

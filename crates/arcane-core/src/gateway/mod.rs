@@ -71,7 +71,15 @@ pub struct ModelSpec {
     pub memory: u64,
     /// How long a load may take.
     pub load_timeout: Duration,
+    /// What the model's configuration was made from: a reload keeps a model whose
+    /// fingerprint is unchanged (loaded or not) and replaces one whose changed.
+    pub fingerprint: String,
 }
+
+/// Reads the configuration again (`arcane reload`, SIGHUP): the models and device
+/// limits it now names. Blocking (it reads files and the registry).
+pub type Reloader =
+    Arc<dyn Fn() -> Result<(Vec<ModelSpec>, HashMap<String, DeviceLimit>), BoxError> + Send + Sync>;
 
 /// What fits on one device.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -84,8 +92,13 @@ pub struct DeviceLimit {
 
 /// The model gateway service (see the module documentation).
 pub struct Gateway {
-    models: Vec<Arc<Model>>,
-    limits: HashMap<String, DeviceLimit>,
+    /// The models requests are routed to (the first is the default).
+    models: std::sync::RwLock<Vec<Arc<Model>>>,
+    /// Models a reload removed or replaced: no longer routed to, unloaded once idle,
+    /// still holding their device until then.
+    retiring: Mutex<Vec<Arc<Model>>>,
+    limits: std::sync::RwLock<HashMap<String, DeviceLimit>>,
+    reloader: Mutex<Option<Reloader>>,
     placement: tokio::sync::Mutex<()>,
     changed: tokio::sync::Notify,
     context: Mutex<Option<ServiceContext>>,
@@ -95,11 +108,8 @@ pub struct Gateway {
 
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ids: Vec<&str> = self.models.iter().map(|m| m.spec.id.as_str()).collect();
-        f.debug_struct("Gateway")
-            .field("models", &ids)
-            .field("limits", &self.limits)
-            .finish()
+        let ids: Vec<String> = self.models().iter().map(|m| m.spec.id.clone()).collect();
+        f.debug_struct("Gateway").field("models", &ids).finish()
     }
 }
 
@@ -206,8 +216,10 @@ impl Gateway {
             metrics.register_model(&model.id);
         }
         Arc::new_cyclic(|me| Self {
-            models: models.into_iter().map(Model::new).collect(),
-            limits,
+            models: std::sync::RwLock::new(models.into_iter().map(Model::new).collect()),
+            retiring: Mutex::new(Vec::new()),
+            limits: std::sync::RwLock::new(limits),
+            reloader: Mutex::new(None),
             placement: tokio::sync::Mutex::new(()),
             changed: tokio::sync::Notify::new(),
             context: Mutex::new(None),
@@ -228,13 +240,14 @@ impl Gateway {
     }
 
     /// The model `name` selects (`None`: the default), or OpenAI's 404.
-    fn find(&self, name: Option<&str>) -> Result<&Arc<Model>, NoRoute> {
+    fn find(&self, name: Option<&str>) -> Result<Arc<Model>, NoRoute> {
+        let models = self.models();
         let found = match name {
-            None => self.models.first(),
-            Some(name) => self.models.iter().find(|m| m.answers_to(name)),
+            None => models.first(),
+            Some(name) => models.iter().find(|m| m.answers_to(name)),
         };
-        found.ok_or_else(|| {
-            let entries: Vec<Value> = self.models.iter().map(|m| m.entry()).collect();
+        found.cloned().ok_or_else(|| {
+            let entries: Vec<Value> = models.iter().map(|m| m.entry()).collect();
             NoRoute {
                 status: StatusCode::NOT_FOUND,
                 body: crate::passthrough::model_not_found(name.unwrap_or(""), &entries),
@@ -462,7 +475,13 @@ impl Gateway {
     /// waits (bounded) for one to become idle. Called with the placement lock held.
     async fn make_room(&self, model: &Arc<Model>) -> Result<(), NoRoute> {
         let device = &model.spec.device;
-        let limit = self.limits.get(device).copied().unwrap_or_default();
+        let limit = self
+            .limits
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(device)
+            .copied()
+            .unwrap_or_default();
         if let Some(budget) = limit.memory.filter(|b| model.spec.memory > *b) {
             return Err(busy(format!(
                 "`{}` needs {} bytes, more than device `{device}`'s budget of {budget}",
@@ -471,8 +490,15 @@ impl Gateway {
         }
         let deadline = Instant::now() + model.spec.load_timeout;
         loop {
-            let occupants: Vec<&Arc<Model>> = self
-                .models
+            let mut everyone = self.models();
+            everyone.extend(
+                self.retiring
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .iter()
+                    .cloned(),
+            );
+            let occupants: Vec<&Arc<Model>> = everyone
                 .iter()
                 .filter(|m| {
                     &m.spec.device == device && !Arc::ptr_eq(m, model) && m.current().occupies()
@@ -596,12 +622,148 @@ impl Gateway {
         });
     }
 
-    /// The `arcane ps` rows.
-    pub fn rows(&self) -> Vec<Value> {
-        self.models.iter().map(|m| m.row()).collect()
+    /// Sets how `models.reload` reads the configuration again.
+    pub fn set_reloader(&self, reloader: Reloader) {
+        *self.reloader.lock().unwrap_or_else(|p| p.into_inner()) = Some(reloader);
     }
 
-    fn model_parameter(&self, parameters: &Value) -> Result<&Arc<Model>, BoxError> {
+    /// Reads the configuration again and applies it: added models become routable,
+    /// removed ones stop being routed to and unload once idle, changed ones are
+    /// replaced (the old engine unloads once idle), unchanged ones are untouched.
+    /// Returns `{added, removed, changed, unchanged}`.
+    pub async fn reload(&self) -> MethodResult {
+        let reloader = self
+            .reloader
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let Some(reloader) = reloader else {
+            return Err(Box::new(Error::usage(
+                "this host cannot read its configuration again",
+                json!({}),
+            )));
+        };
+        let read = tokio::task::spawn_blocking(move || reloader())
+            .await
+            .map_err(|e| {
+                Box::new(Error::usage(
+                    format!("the reload did not finish: {e}"),
+                    json!({}),
+                )) as BoxError
+            })
+            .and_then(|read| read);
+        match read {
+            Ok((specs, limits)) => {
+                let summary = self.apply(specs, limits);
+                self.emit(event_types::LOCAL_AI_MODELS_RELOADED, summary.clone());
+                Ok(summary)
+            }
+            Err(error) => {
+                // Nothing changes: the models keep running as configured before.
+                self.emit(
+                    event_types::LOCAL_AI_MODELS_RELOADED,
+                    json!({"error": error_json(&*error)}),
+                );
+                Err(error)
+            }
+        }
+    }
+
+    /// Applies a new configuration (see [`Gateway::reload`]).
+    fn apply(&self, specs: Vec<ModelSpec>, limits: HashMap<String, DeviceLimit>) -> Value {
+        let old = self.models();
+        let (mut added, mut changed, mut unchanged) = (Vec::new(), Vec::new(), Vec::new());
+        let mut next = Vec::new();
+        for spec in specs {
+            let id = spec.id.clone();
+            match old.iter().find(|m| m.spec.id == id) {
+                Some(model) if model.spec.fingerprint == spec.fingerprint => {
+                    unchanged.push(id);
+                    next.push(Arc::clone(model));
+                }
+                Some(_) => {
+                    changed.push(id);
+                    next.push(Model::new(spec));
+                }
+                None => {
+                    added.push(id);
+                    next.push(Model::new(spec));
+                }
+            }
+        }
+        let retired: Vec<Arc<Model>> = old
+            .into_iter()
+            .filter(|m| !next.iter().any(|n| Arc::ptr_eq(n, m)))
+            .collect();
+        let removed: Vec<String> = retired
+            .iter()
+            .filter(|m| !changed.contains(&m.spec.id))
+            .map(|m| m.spec.id.clone())
+            .collect();
+        for model in &next {
+            self.metrics.register_model(&model.spec.id);
+        }
+        *self.models.write().unwrap_or_else(|p| p.into_inner()) = next;
+        *self.limits.write().unwrap_or_else(|p| p.into_inner()) = limits;
+        for model in retired {
+            self.retire(model);
+        }
+        self.changed.notify_waiters();
+        json!({"added": added, "removed": removed, "changed": changed, "unchanged": unchanged})
+    }
+
+    /// Unloads a model no longer routed to once its requests are done.
+    fn retire(&self, model: Arc<Model>) {
+        if !model.current().occupies() {
+            return;
+        }
+        self.retiring
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::clone(&model));
+        let Some(gateway) = self.me.upgrade() else {
+            return;
+        };
+        tokio::spawn(async move {
+            loop {
+                let notified = gateway.changed.notified();
+                let phase = model.current();
+                let idle = model.lock().in_flight == 0;
+                match phase {
+                    Phase::Ready(_) if idle => {
+                        gateway.unload(&model, Reason::Requested, None).await;
+                        break;
+                    }
+                    phase if !phase.occupies() => break,
+                    _ => {
+                        // Woken by a request's end or a phase change; checked again at
+                        // least every second.
+                        let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
+                    }
+                }
+            }
+            gateway
+                .retiring
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|m| !Arc::ptr_eq(m, &model));
+        });
+    }
+
+    /// The `arcane ps` rows.
+    pub fn rows(&self) -> Vec<Value> {
+        self.models().iter().map(|m| m.row()).collect()
+    }
+
+    /// The models requests are routed to now.
+    fn models(&self) -> Vec<Arc<Model>> {
+        self.models
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn model_parameter(&self, parameters: &Value) -> Result<Arc<Model>, BoxError> {
         let name = parameters["model"].as_str();
         self.find(name).map_err(|no_route| {
             Box::new(Error::usage(
@@ -609,14 +771,14 @@ impl Gateway {
                     .as_str()
                     .unwrap_or("unknown model")
                     .to_string(),
-                json!({"model": name, "known": self.models.iter().map(|m| m.spec.id.clone()).collect::<Vec<_>>()}),
+                json!({"model": name, "known": self.models().iter().map(|m| m.spec.id.clone()).collect::<Vec<_>>()}),
             )) as BoxError
         })
     }
 
     async fn load_method(&self, parameters: Value) -> MethodResult {
         let model = self.model_parameter(&parameters)?;
-        let lease = self.acquire(model, None).await.map_err(refused)?;
+        let lease = self.acquire(&model, None).await.map_err(refused)?;
         drop(lease);
         Ok(model.row())
     }
@@ -632,7 +794,7 @@ impl Gateway {
                 hints: vec!["wait for its requests to finish, then unload it".into()],
             }));
         }
-        self.unload(model, Reason::Requested, None).await;
+        self.unload(&model, Reason::Requested, None).await;
         Ok(model.row())
     }
 }
@@ -680,7 +842,7 @@ fn busy(message: String) -> NoRoute {
 
 impl Upstream for Gateway {
     fn openai_target(&self) -> UpstreamTarget {
-        match self.models.first().map(|m| m.current()) {
+        match self.models().first().map(|m| m.current()) {
             Some(Phase::Ready(access)) => UpstreamTarget::Ready { access },
             _ => UpstreamTarget::Unavailable {
                 runtime: "llama.cpp".into(),
@@ -713,7 +875,7 @@ impl Upstream for Gateway {
                 Some(Ok(keep_alive)) => Some(keep_alive),
                 None => None,
             };
-            let lease = self.acquire(model, keep_alive).await?;
+            let lease = self.acquire(&model, keep_alive).await?;
             let Phase::Ready(access) = model.current() else {
                 return Err(not_ready(&model.spec.id, "it was unloaded"));
             };
@@ -735,12 +897,13 @@ impl Upstream for Gateway {
     }
 
     fn models(&self) -> Option<Value> {
-        let data: Vec<Value> = self.models.iter().map(|m| m.entry()).collect();
+        let data: Vec<Value> = self.models().iter().map(|m| m.entry()).collect();
         Some(json!({"object": "list", "data": data}))
     }
 }
 
 const METHODS: &[&str] = &[
+    "models.reload",
     "models.list",
     "models.load",
     "models.unload",
@@ -765,7 +928,7 @@ impl Service for Gateway {
             if let Ok(mut slot) = self.context.lock() {
                 *slot = Some(context);
             }
-            for model in self.models.iter().filter(|m| m.spec.load_on_start) {
+            for model in self.models().iter().filter(|m| m.spec.load_on_start) {
                 // A failed start load is reported as `local-ai.model.failed`; requests
                 // try again.
                 let _ = self.load(model, "on-start").await;
@@ -782,6 +945,7 @@ impl Service for Gateway {
     ) -> BoxFuture<'static, MethodResult> {
         Box::pin(async move {
             match method.as_str() {
+                "models.reload" => self.reload().await,
                 "models.load" | "llama.load" => self.load_method(parameters).await,
                 "models.unload" | "llama.unload" => self.unload_method(parameters).await,
                 "localai.status" => Ok(json!({"runtimes": [], "models": self.rows()})),
@@ -793,7 +957,14 @@ impl Service for Gateway {
     fn dispose(self: Arc<Self>) -> BoxFuture<'static, Result<(), BoxError>> {
         Box::pin(async move {
             let mut stops = tokio::task::JoinSet::new();
-            for model in &self.models {
+            let mut everyone = self.models();
+            everyone.extend(
+                self.retiring
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .drain(..),
+            );
+            for model in &everyone {
                 let (gateway, model) = (Arc::clone(&self), Arc::clone(model));
                 stops.spawn(async move { gateway.unload(&model, Reason::Shutdown, None).await });
             }

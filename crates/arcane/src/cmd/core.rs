@@ -593,6 +593,20 @@ fn start_host(
     Ok(parts)
 }
 
+/// SIGHUP makes the gateway read `arcane.toml` again (its `local-ai.models.reloaded`
+/// event says what changed, or why nothing did).
+fn reload_on_sighup(gateway: Arc<arcane_core::gateway::Gateway>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            let _ = gateway.reload().await;
+        }
+    });
+}
+
 /// Step 4: serves HTTP (RPC, events, the passthrough to the local-AI service).
 fn serve_http(
     parts: &HostParts,
@@ -680,6 +694,9 @@ async fn serve_async(
         .is_none()
         .then(|| arcane_core::endpoint::token_path(&context.workspace));
     let server = serve_http(&parts, listening.listener, record.token.clone(), token_file);
+    if let Some(gateway) = &parts.gateway {
+        reload_on_sighup(gateway.clone());
+    }
     context.output.note(&format!(
         "Core host listening on {url}: clients use this address (OpenAI base URL {url}/v1) with the token `arcane token show` prints (endpoint in `{}`)",
         endpoint_file.display()

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arcane_core::client::CoreClient;
-use arcane_core::gateway::{DeviceLimit, Gateway, KeepAlive, ModelSpec};
+use arcane_core::gateway::{DeviceLimit, KeepAlive, ModelSpec};
 use arcane_core::http::Deadlines;
 use arcane_core::localai::{AdoptLauncher, EngineLauncher};
 use arcane_core::selection::Runtime;
@@ -78,23 +78,26 @@ pub struct DeviceTable {
     pub memory: Option<u64>,
 }
 
-/// Builds the gateway for `tables` (relative paths against `base`), or `None` when
-/// there are none.
-pub fn gateway(
-    context: &Context,
+/// The gateway's models for `tables` (relative paths against `base`) and its device
+/// limits: validated, the registry read, nothing started.
+pub fn models(
+    workspace: &Path,
     tables: &[ModelTable],
     devices: &HashMap<String, DeviceTable>,
     base: &Path,
     parent_death_signal: bool,
-) -> Result<Option<Arc<Gateway>>, CliError> {
-    if tables.is_empty() {
-        return Ok(None);
-    }
-    let registry = Registry::new(&context.workspace);
+) -> Result<(Vec<ModelSpec>, HashMap<String, DeviceLimit>), CliError> {
+    let registry = Registry::new(workspace);
     let mut specs = Vec::new();
     for table in tables {
         check_names(table, &specs)?;
-        specs.push(spec(context, &registry, table, base, parent_death_signal)?);
+        specs.push(spec(
+            workspace,
+            &registry,
+            table,
+            base,
+            parent_death_signal,
+        )?);
     }
     let limits = devices
         .iter()
@@ -108,7 +111,7 @@ pub fn gateway(
             )
         })
         .collect();
-    Ok(Some(Gateway::new(specs, limits)))
+    Ok((specs, limits))
 }
 
 /// Refuses an empty or malformed id, a name used twice, and a model that names both
@@ -153,7 +156,7 @@ fn check_names(table: &ModelTable, earlier: &[ModelSpec]) -> Result<(), CliError
 }
 
 fn spec(
-    context: &Context,
+    workspace: &Path,
     registry: &Registry,
     table: &ModelTable,
     base: &Path,
@@ -201,7 +204,7 @@ fn spec(
                     ..EngineTable::default()
                 };
                 let mut config =
-                    crate::cmd::serve::table_config(registry, &engine, base, &context.workspace)?;
+                    crate::cmd::serve::table_config(registry, &engine, base, workspace)?;
                 config.id = table.id.clone();
                 config.alias = Some(table.id.clone());
                 config.parent_death_signal = parent_death_signal;
@@ -212,14 +215,24 @@ fn spec(
                     .map_or(0, |m| m.len() + m.len() / 10);
                 let device = config.device.clone().unwrap_or_else(|| "cpu".into());
                 (
-                    SupervisedLauncher::new(&context.workspace, config),
+                    SupervisedLauncher::new(workspace, config),
                     device,
                     memory,
                     false,
                 )
             }
         };
+    // What a reload compares: the table as written, and the model file it names as
+    // it is now (edited in place, it is another model).
+    let stamp = table
+        .model
+        .as_deref()
+        .map(|m| base.join(m))
+        .and_then(|p| std::fs::metadata(p).ok())
+        .map(|m| (m.len(), m.modified().ok()));
+    let fingerprint = format!("{table:?} {stamp:?}");
     Ok(ModelSpec {
+        fingerprint,
         id: table.id.clone(),
         aliases: table.aliases.clone(),
         launcher,
@@ -269,6 +282,40 @@ pub fn ps(context: &Context, _args: PsArgs) -> Result<u8, CliError> {
     context
         .output
         .result(&table(&rows), &json!({"models": rows}));
+    Ok(0)
+}
+
+/// Arguments of `arcane reload`.
+#[derive(Debug, clap::Args)]
+pub struct ReloadArgs {}
+
+/// Runs `arcane reload`: the running host reads `arcane.toml` again (as on SIGHUP).
+pub fn reload(context: &Context, _args: ReloadArgs) -> Result<u8, CliError> {
+    let client = CoreClient::from_workspace(&context.workspace)?;
+    let summary = crate::cmd::core::block_on_client(context, "`arcane reload`", async {
+        Ok::<_, CliError>(client.call("models.reload", json!({})).await?)
+    })?;
+    let list = |key: &str| {
+        let names: Vec<&str> = summary[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if names.is_empty() {
+            "-".to_string()
+        } else {
+            names.join(", ")
+        }
+    };
+    let text = format!(
+        "added: {}\nremoved (unload when idle): {}\nchanged (reload when idle): {}\nunchanged: {}",
+        list("added"),
+        list("removed"),
+        list("changed"),
+        list("unchanged")
+    );
+    context.output.result(&text, &summary);
     Ok(0)
 }
 

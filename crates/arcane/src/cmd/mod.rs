@@ -48,6 +48,9 @@ pub enum Command {
     Load(gateway::ModelArgs),
     /// Unload a model of the running host (refused while it has requests in flight).
     Unload(gateway::ModelArgs),
+    /// Make the running host read `arcane.toml` again (as SIGHUP does): added models
+    /// become available, removed ones unload when idle, changed ones reload when idle.
+    Reload(gateway::ReloadArgs),
     /// Build or verify a portable bundle.
     Bundle(bundle::Args),
     /// Launch a bundle's Core host or app (run from `<bundle>/bin/arcane`).
@@ -77,7 +80,8 @@ impl Command {
             | Command::Chat(_)
             | Command::Ps(_)
             | Command::Load(_)
-            | Command::Unload(_) => true,
+            | Command::Unload(_)
+            | Command::Reload(_) => true,
             Command::Devices(_)
             | Command::Serve(_)
             | Command::Core(_)
@@ -107,6 +111,7 @@ pub fn run(context: &Context, command: Command) -> Result<u8, CliError> {
         Command::Ps(args) => gateway::ps(context, args),
         Command::Load(args) => gateway::load(context, args, false),
         Command::Unload(args) => gateway::load(context, args, true),
+        Command::Reload(args) => gateway::reload(context, args),
         Command::Bundle(args) => bundle::run(context, args),
         Command::Launch(args) => launch::run(context, args),
         Command::Onnx(args) => onnx::run(context, args),

@@ -230,12 +230,44 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
 }
 
 /// The model gateway when `arcane.toml` has `[[model]]` tables (then neither
-/// `[[engine]]` nor engine flags may be given).
+/// `[[engine]]` nor engine flags may be given), with a reloader that reads the file
+/// again (`arcane reload`, SIGHUP).
 fn model_gateway(
     context: &Context,
     args: &Args,
 ) -> Result<Option<std::sync::Arc<arcane_core::gateway::Gateway>>, CliError> {
-    let (file, base) = load_config(context, args)?;
+    let Some((specs, limits)) = gateway_models(&context.workspace, args)? else {
+        return Ok(None);
+    };
+    let gateway = arcane_core::gateway::Gateway::new(specs, limits);
+    let (workspace, args) = (context.workspace.clone(), args.clone());
+    gateway.set_reloader(std::sync::Arc::new(move || {
+        match gateway_models(&workspace, &args) {
+            Ok(Some(models)) => Ok(models),
+            Ok(None) => Err(Box::new(CommandError::usage(
+                "the configuration no longer has `[[model]]` tables; a running gateway keeps its models (restart to change modes)",
+                json!({}),
+            )) as arcane_core::BoxError),
+            Err(error) => Err(error.0),
+        }
+    }));
+    Ok(Some(gateway))
+}
+
+/// The gateway's models and device limits from the configuration file, or `None`
+/// without `[[model]]` tables.
+#[allow(clippy::type_complexity)]
+fn gateway_models(
+    workspace: &Path,
+    args: &Args,
+) -> Result<
+    Option<(
+        Vec<arcane_core::gateway::ModelSpec>,
+        std::collections::HashMap<String, arcane_core::gateway::DeviceLimit>,
+    )>,
+    CliError,
+> {
+    let (file, base) = load_config(workspace, args)?;
     let Some(file) = file.filter(|f| !f.model.is_empty()) else {
         return Ok(None);
     };
@@ -253,13 +285,14 @@ fn model_gateway(
         .hint("put every model in a `[[model]]` table, or use `[[engine]]` only")
         .into());
     }
-    crate::cmd::gateway::gateway(
-        context,
+    crate::cmd::gateway::models(
+        workspace,
         &file.model,
         &file.devices,
         &base,
         !args.no_parent_death_signal,
     )
+    .map(Some)
 }
 
 /// The Core's listen address and port from `--listen` (else `listen` in
@@ -271,7 +304,7 @@ fn listen_address(
 ) -> Result<(Option<std::net::IpAddr>, Option<u16>), CliError> {
     let listen = match &args.listen {
         Some(flag) => Some(("--listen", flag.clone())),
-        None => load_config(context, args)?
+        None => load_config(&context.workspace, args)?
             .0
             .and_then(|file| file.listen)
             .map(|value| ("`listen` in arcane.toml", value)),
@@ -339,7 +372,7 @@ pub fn parse_listen(source: &str, text: &str) -> Result<(std::net::IpAddr, Optio
 /// Builds the engine configurations from `arcane.toml` and the flags, validating every
 /// value and reading the registry, before anything is started.
 pub fn engine_configs(context: &Context, args: &Args) -> Result<Vec<EngineConfig>, CliError> {
-    let (file, base) = load_config(context, args)?;
+    let (file, base) = load_config(&context.workspace, args)?;
     let flags_configure = args.runtime.is_some()
         || args.model.is_some()
         || args.models_dir.is_some()
@@ -434,12 +467,12 @@ pub fn engine_configs(context: &Context, args: &Args) -> Result<Vec<EngineConfig
 
 /// Reads `--config FILE`, or `<workspace>/arcane.toml` when present. Returns the file
 /// and the directory relative paths in it resolve against.
-fn load_config(context: &Context, args: &Args) -> Result<(Option<ConfigFile>, PathBuf), CliError> {
-    let cwd = std::env::current_dir().unwrap_or_else(|_| context.workspace.clone());
+fn load_config(workspace: &Path, args: &Args) -> Result<(Option<ConfigFile>, PathBuf), CliError> {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| workspace.to_path_buf());
     let path = match &args.config {
         Some(path) => Some(cwd.join(path)),
         None => {
-            let default = context.workspace.join("arcane.toml");
+            let default = workspace.join("arcane.toml");
             default.is_file().then_some(default)
         }
     };
@@ -751,6 +784,30 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
             },
             data["error"]["message"].as_str().unwrap_or("?")
         )),
+        event_types::LOCAL_AI_MODELS_RELOADED => Some(match data["error"]["message"].as_str() {
+            Some(message) => format!("reload failed, the models stay as they were: {message}"),
+            None => {
+                let names = |key: &str| {
+                    let list: Vec<&str> = data[key]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .collect();
+                    if list.is_empty() {
+                        "-".to_string()
+                    } else {
+                        list.join(", ")
+                    }
+                };
+                format!(
+                    "reloaded arcane.toml: added {}, removed {}, changed {}",
+                    names("added"),
+                    names("removed"),
+                    names("changed")
+                )
+            }
+        }),
         event_types::PROCESS_ORPHAN_STOPPED => Some(format!(
             "stopped an orphaned {} (pid {}) left behind by an earlier Arcane",
             text("id"),

@@ -548,3 +548,81 @@ model = "smollm2-135m"
     signal(serve.pid(), "TERM");
     assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
 }
+
+#[test]
+fn reload_adds_removes_and_replaces_models_and_leaves_unchanged_ones_running() {
+    let ws = gateway_workspace(
+        r#"
+[[model]]
+id = "smol-a"
+model = "smollm2-135m"
+load = "on-start"
+
+[[model]]
+id = "smol-b"
+model = "{model}"
+"#,
+    );
+    let mut serve = start(&ws);
+    serve.wait_for("local-ai.model.ready", START);
+    let a_pid = row(&ps(&ws), "smol-a")["pid"].clone();
+    let write = |toml: &str| {
+        let toml = toml.replace("{model}", &smollm2().display().to_string());
+        std::fs::write(ws.path().join("arcane.toml"), toml).unwrap();
+    };
+    // `arcane reload`: smol-b goes, smol-c comes, smol-a keeps its engine.
+    write(
+        "[[model]]\nid = \"smol-a\"\nmodel = \"smollm2-135m\"\nload = \"on-start\"\n\n[[model]]\nid = \"smol-c\"\nmodel = \"{model}\"\n",
+    );
+    let out = run(ws.arcane().args(["--output", "json", "reload"]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = crate::support::json(&out);
+    assert_eq!(summary["added"], json!(["smol-c"]), "{summary}");
+    assert_eq!(summary["removed"], json!(["smol-b"]), "{summary}");
+    assert_eq!(summary["unchanged"], json!(["smol-a"]), "{summary}");
+    let rows = ps(&ws);
+    assert_eq!(
+        row(&rows, "smol-a")["pid"],
+        a_pid,
+        "an unchanged model is untouched"
+    );
+    assert!(!rows.iter().any(|r| r["id"] == "smol-b"));
+    assert_eq!(chat(&ws, Some("smol-b")).0, 404);
+    assert_eq!(chat(&ws, Some("smol-c")).0, 200);
+    // A configuration that does not parse changes nothing.
+    write("[[model]\nid = ");
+    let out = run(ws.arcane().args(["reload"]));
+    assert!(!out.status.success());
+    assert_eq!(row(&ps(&ws), "smol-a")["pid"], a_pid);
+    // SIGHUP: smol-a changed, so its idle engine is replaced.
+    write(
+        "[[model]]\nid = \"smol-a\"\nmodel = \"smollm2-135m\"\nargs = [\"-c\", \"1024\"]\n\n[[model]]\nid = \"smol-c\"\nmodel = \"{model}\"\n",
+    );
+    signal(serve.pid(), "HUP");
+    let reloaded = loop {
+        let line = serve.wait_for("local-ai.models.reloaded", Duration::from_secs(30));
+        // Earlier reloads' events come first.
+        if line["data"]["changed"].as_array().is_some_and(|c| !c.is_empty()) {
+            break line;
+        }
+    };
+    assert_eq!(reloaded["data"]["changed"], json!(["smol-a"]), "{reloaded}");
+    assert!(
+        wait_gone(a_pid.as_u64().unwrap() as u32, Duration::from_secs(30)),
+        "the old engine unloads when idle"
+    );
+    assert_eq!(chat(&ws, Some("smol-a")).0, 200);
+    let new_pid = row(&ps(&ws), "smol-a")["pid"].as_u64().unwrap() as u32;
+    assert!(
+        crate::serve::proc_list(new_pid, "cmdline")
+            .iter()
+            .any(|a| a == "1024"),
+        "the new arguments"
+    );
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+}
