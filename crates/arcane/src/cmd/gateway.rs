@@ -99,7 +99,7 @@ pub fn models(
             parent_death_signal,
         )?);
     }
-    let limits = devices
+    let mut limits: HashMap<String, DeviceLimit> = devices
         .iter()
         .map(|(id, d)| {
             (
@@ -111,7 +111,36 @@ pub fn models(
             )
         })
         .collect();
+    default_budgets(&specs, &mut limits);
     Ok((specs, limits))
+}
+
+/// A device without a `memory` budget gets its memory less a margin (a tenth, at least
+/// 1 GiB) from the device catalog; one the catalog does not know gets none (its load
+/// fails with the resolver's error anyway).
+fn default_budgets(specs: &[ModelSpec], limits: &mut HashMap<String, DeviceLimit>) {
+    let wanted: Vec<&str> = specs
+        .iter()
+        .filter(|s| !s.external)
+        .map(|s| s.device.as_str())
+        .filter(|d| limits.get(*d).is_none_or(|l| l.memory.is_none()))
+        .collect();
+    if wanted.is_empty() {
+        return;
+    }
+    let catalog = arcane_devices::probe();
+    for device in wanted {
+        let total_mib = catalog
+            .devices
+            .iter()
+            .find(|d| d.device_id.as_deref() == Some(device))
+            .and_then(|d| d.memory_mib.or(d.dedicated_memory_mib));
+        if let Some(total) = total_mib.map(|mib| mib << 20) {
+            let margin = (total / 10).max(1 << 30);
+            limits.entry(device.to_string()).or_default().memory =
+                Some(total.saturating_sub(margin));
+        }
+    }
 }
 
 /// Refuses an empty or malformed id, a name used twice, and a model that names both

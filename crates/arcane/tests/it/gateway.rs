@@ -606,7 +606,10 @@ model = "{model}"
     let reloaded = loop {
         let line = serve.wait_for("local-ai.models.reloaded", Duration::from_secs(30));
         // Earlier reloads' events come first.
-        if line["data"]["changed"].as_array().is_some_and(|c| !c.is_empty()) {
+        if line["data"]["changed"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty())
+        {
             break line;
         }
     };
@@ -623,6 +626,51 @@ model = "{model}"
             .any(|a| a == "1024"),
         "the new arguments"
     );
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+}
+
+#[test]
+fn a_memory_budget_evicts_like_max_loaded_and_a_model_too_big_for_it_is_refused_naming_both() {
+    let size = std::fs::metadata(smollm2()).unwrap().len();
+    let ws = gateway_workspace(&format!(
+        r#"
+[[model]]
+id = "smol-a"
+model = "smollm2-135m"
+
+[[model]]
+id = "smol-b"
+model = "{{model}}"
+
+[devices.cpu]
+memory = {}
+"#,
+        size * 3 / 2
+    ));
+    let mut serve = start(&ws);
+    assert_eq!(chat(&ws, Some("smol-a")).0, 200);
+    assert_eq!(chat(&ws, Some("smol-b")).0, 200);
+    let evicted = serve.wait_for("local-ai.model.evicted", Duration::from_secs(30));
+    assert_eq!(evicted["data"]["model"], "smol-a");
+    assert_eq!(evicted["data"]["for"], "smol-b");
+    assert_eq!(engines_of(&serve).len(), 1);
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+
+    let ws = gateway_workspace(&format!(
+        "[[model]]\nid = \"smol-a\"\nmodel = \"smollm2-135m\"\n\n[devices.cpu]\nmemory = {}\n",
+        size / 2
+    ));
+    let mut serve = start(&ws);
+    let (code, answer) = chat(&ws, Some("smol-a"));
+    assert_eq!(code, 503, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("smol-a") && message.contains("budget"),
+        "{message}"
+    );
+    assert!(engines_of(&serve).is_empty(), "nothing was started");
     signal(serve.pid(), "TERM");
     assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
 }
