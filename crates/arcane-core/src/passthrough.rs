@@ -77,6 +77,8 @@ pub trait Lease: Send + Sync {
     }
     /// The answer was sent to the end.
     fn finished(&mut self) {}
+    /// The engine could not be reached (or gave no answer).
+    fn unreachable(&mut self) {}
 }
 
 /// Where one forwarded request goes, and what it holds until its answer is sent.
@@ -307,6 +309,9 @@ pub async fn forward(
             response
         }
         Err(error) => {
+            if let Some(lease) = route.lease.as_mut() {
+                lease.unreachable();
+            }
             let status =
                 StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::BAD_GATEWAY);
             crate::http::error_response(status, &error)

@@ -136,6 +136,16 @@ impl crate::passthrough::Lease for Lease {
     fn finished(&mut self) {
         self.finished = true;
     }
+
+    fn unreachable(&mut self) {
+        // An external server that stopped answering is probed again by the next
+        // request (an owned engine's death is seen by its supervisor).
+        if self.model.spec.external {
+            if let Some(gateway) = self.gateway.upgrade() {
+                gateway.lost_external(&self.model);
+            }
+        }
+    }
 }
 
 impl Lease {
@@ -465,6 +475,27 @@ impl Gateway {
         self.changed.notify_waiters();
         if let Some(handle) = handle {
             // The supervisor saw the exit; this only reaps its bookkeeping.
+            tokio::spawn(async move {
+                let _ = handle.stop().await;
+            });
+        }
+    }
+
+    /// An external model that did not answer: released, so the next request adopts
+    /// (probes) it again.
+    fn lost_external(&self, model: &Arc<Model>) {
+        let handle = model.lock().handle.take();
+        if model.become_(Phase::Unloaded) {
+            let label = Metrics::label(&model.spec.id);
+            self.metrics.loaded.get_or_create(&label).set(0);
+            self.emit(
+                event_types::LOCAL_AI_MODEL_FAILED,
+                json!({"model": model.spec.id, "device": model.spec.device, "reason": "unreachable"}),
+            );
+            self.changed.notify_waiters();
+        }
+        if let Some(handle) = handle {
+            // Releasing an adopted server signals nothing.
             tokio::spawn(async move {
                 let _ = handle.stop().await;
             });

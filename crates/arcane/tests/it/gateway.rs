@@ -455,6 +455,42 @@ fn an_external_url_entry_is_routed_to_and_never_signalled() {
         "an external server is never signalled"
     );
     assert_eq!(health(port), Some(200));
+
+    // A server that goes away is probed again by the next request once it is back.
+    let mut serve = start(&ws);
+    assert_eq!(chat(&ws, Some("remote")).0, 200);
+    let _ = external.kill();
+    let _ = external.wait();
+    assert_eq!(chat(&ws, Some("remote")).0, 502);
+    let lost = serve.wait_for("local-ai.model.failed", Duration::from_secs(30));
+    assert_eq!(lost["data"]["reason"], "unreachable", "{lost}");
+    assert_eq!(row(&ps(&ws), "remote")["state"], "unloaded");
+    let mut external = Command::new(llama_server())
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--model",
+        ])
+        .arg(smollm2())
+        .args(["--device", "none", "--gpu-layers", "0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + START;
+    while health(port) != Some(200) {
+        assert!(
+            Instant::now() < deadline,
+            "the external llama-server never came back"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(chat(&ws, Some("remote")).0, 200);
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+    assert!(alive(external.id()));
     let _ = external.kill();
     let _ = external.wait();
 }
