@@ -101,7 +101,9 @@ pub struct Gateway {
     reloader: Mutex<Option<Reloader>>,
     placement: tokio::sync::Mutex<()>,
     changed: tokio::sync::Notify,
-    context: Mutex<Option<ServiceContext>>,
+    /// Set when the host starts the service; a load waits for it (a request may come
+    /// through the passthrough before).
+    context: tokio::sync::watch::Sender<Option<ServiceContext>>,
     metrics: Metrics,
     me: Weak<Gateway>,
 }
@@ -232,7 +234,7 @@ impl Gateway {
             reloader: Mutex::new(None),
             placement: tokio::sync::Mutex::new(()),
             changed: tokio::sync::Notify::new(),
-            context: Mutex::new(None),
+            context: tokio::sync::watch::Sender::new(None),
             metrics,
             me: me.clone(),
         })
@@ -244,7 +246,7 @@ impl Gateway {
     }
 
     fn emit(&self, kind: &str, data: Value) {
-        if let Some(context) = self.context.lock().ok().and_then(|c| c.clone()) {
+        if let Some(context) = self.context.borrow().clone() {
             context.emit(kind, data);
         }
     }
@@ -358,7 +360,11 @@ impl Gateway {
 
     /// The load itself: launch, then `ready` (or `failed`).
     async fn run_load(self: Arc<Self>, model: Arc<Model>) {
-        let Some(context) = self.context.lock().ok().and_then(|c| c.clone()) else {
+        let mut started = self.context.subscribe();
+        let Ok(context) = started.wait_for(Option::is_some).await.map(|c| c.clone()) else {
+            return;
+        };
+        let Some(context) = context else {
             return;
         };
         let observer = self.observer(&model);
@@ -416,7 +422,11 @@ impl Gateway {
         {
             let mut inner = model.lock();
             inner.load_failures += 1;
-            inner.retry_at = Model::backoff(inner.load_failures).map(|d| Instant::now() + d);
+            // Even after one failure, a second load waits a moment: the requests that
+            // arrive right after it get its error (and `Retry-After`) instead of a load
+            // each.
+            let wait = Model::backoff(inner.load_failures).unwrap_or(Duration::from_secs(1));
+            inner.retry_at = Some(Instant::now() + wait);
             inner.last_error = Some(error.clone());
         }
         model.become_(Phase::Failed(error.clone()));
@@ -956,9 +966,7 @@ impl Service for Gateway {
 
     fn start(self: Arc<Self>, context: ServiceContext) -> BoxFuture<'static, Result<(), BoxError>> {
         Box::pin(async move {
-            if let Ok(mut slot) = self.context.lock() {
-                *slot = Some(context);
-            }
+            self.context.send_replace(Some(context));
             for model in self.models().iter().filter(|m| m.spec.load_on_start) {
                 // A failed start load is reported as `local-ai.model.failed`; requests
                 // try again.

@@ -52,9 +52,12 @@ pub struct Args {
     #[arg(long, value_name = "URL")]
     pub url: Option<String>,
 
-    /// The model: a registered model id or a GGUF file path (llama.cpp).
-    #[arg(long, value_name = "ID|PATH", conflicts_with = "models_dir")]
-    pub model: Option<String>,
+    /// The model: a registered model id or a GGUF file path (llama.cpp). Given more
+    /// than once, `arcane serve` is a model gateway over them (as `[[model]]` tables):
+    /// `--model ID=MODEL` names one, else its id is the registered id or the file's stem;
+    /// `--device` and the engine arguments after `--` apply to each.
+    #[arg(long, value_name = "[ID=]ID|PATH", conflicts_with = "models_dir")]
+    pub model: Vec<String>,
 
     /// Router mode: serve every model in DIR (`--models-dir`; Ollama: `OLLAMA_MODELS`).
     #[arg(long, value_name = "DIR")]
@@ -268,11 +271,33 @@ fn gateway_models(
     CliError,
 > {
     let (file, base) = load_config(workspace, args)?;
+    if args.model.len() > 1 {
+        if file
+            .as_ref()
+            .is_some_and(|f| !f.model.is_empty() || !f.engine.is_empty())
+        {
+            return Err(CommandError::usage(
+                "`--model` given more than once makes a gateway of its own; it excludes `[[model]]` and `[[engine]]` in arcane.toml",
+                json!({"models": args.model}),
+            )
+            .into());
+        }
+        let tables = flag_models(args)?;
+        let devices = file.map(|f| f.devices).unwrap_or_default();
+        return crate::cmd::gateway::models(
+            workspace,
+            &tables,
+            &devices,
+            &base,
+            !args.no_parent_death_signal,
+        )
+        .map(Some);
+    }
     let Some(file) = file.filter(|f| !f.model.is_empty()) else {
         return Ok(None);
     };
     let engine_flags = args.runtime.is_some()
-        || args.model.is_some()
+        || !args.model.is_empty()
         || args.models_dir.is_some()
         || args.device.is_some()
         || args.url.is_some()
@@ -293,6 +318,38 @@ fn gateway_models(
         !args.no_parent_death_signal,
     )
     .map(Some)
+}
+
+/// `[[model]]` tables from a repeated `--model`.
+fn flag_models(args: &Args) -> Result<Vec<crate::cmd::gateway::ModelTable>, CliError> {
+    args.model
+        .iter()
+        .map(|given| {
+            let (id, model) = match given.split_once('=') {
+                Some((id, model)) => (id.to_string(), model.to_string()),
+                None => {
+                    let stem = Path::new(given)
+                        .file_stem()
+                        .map(|s| s.to_string_lossy().into_owned())
+                        .unwrap_or_else(|| given.clone());
+                    let id = if given.contains('/') || given.ends_with(".gguf") {
+                        stem
+                    } else {
+                        given.clone()
+                    };
+                    (id, given.clone())
+                }
+            };
+            Ok(crate::cmd::gateway::ModelTable {
+                id,
+                model: Some(model),
+                runtime: args.runtime.clone(),
+                device: args.device.clone(),
+                args: args.engine_args.clone(),
+                ..Default::default()
+            })
+        })
+        .collect()
 }
 
 /// The Core's listen address and port from `--listen` (else `listen` in
@@ -374,7 +431,7 @@ pub fn parse_listen(source: &str, text: &str) -> Result<(std::net::IpAddr, Optio
 pub fn engine_configs(context: &Context, args: &Args) -> Result<Vec<EngineConfig>, CliError> {
     let (file, base) = load_config(&context.workspace, args)?;
     let flags_configure = args.runtime.is_some()
-        || args.model.is_some()
+        || !args.model.is_empty()
         || args.models_dir.is_some()
         || args.device.is_some()
         || args.backend.is_some()
@@ -415,9 +472,10 @@ pub fn engine_configs(context: &Context, args: &Args) -> Result<Vec<EngineConfig
     }
     // Flags override the first (or the selected) engine.
     let first = &mut tables[0];
+    let model = args.model.first().cloned();
     let overrides: [(&Option<String>, &mut Option<String>); 5] = [
         (&args.url, &mut first.url),
-        (&args.model, &mut first.model),
+        (&model, &mut first.model),
         (&args.alias, &mut first.alias),
         (&args.device, &mut first.device),
         (&args.backend, &mut first.backend),

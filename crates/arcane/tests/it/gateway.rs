@@ -458,7 +458,8 @@ fn an_external_url_entry_is_routed_to_and_never_signalled() {
 
     // A server that goes away is probed again by the next request once it is back.
     let mut serve = start(&ws);
-    assert_eq!(chat(&ws, Some("remote")).0, 200);
+    let (code, answer) = chat(&ws, Some("remote"));
+    assert_eq!(code, 200, "{answer}");
     let _ = external.kill();
     let _ = external.wait();
     assert_eq!(chat(&ws, Some("remote")).0, 502);
@@ -707,6 +708,77 @@ memory = {}
         "{message}"
     );
     assert!(engines_of(&serve).is_empty(), "nothing was started");
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+}
+
+#[test]
+fn a_repeated_model_flag_makes_a_gateway_llama_methods_act_on_it_and_a_failed_load_answers_every_waiter(
+) {
+    let ws = gateway_workspace("");
+    std::fs::remove_file(ws.path().join("arcane.toml")).unwrap();
+    let bad = ws.path().join("broken.gguf");
+    std::fs::write(&bad, b"GGUF\x03\x00\x00\x00 this is not a model").unwrap();
+    let bad = bad.display().to_string();
+    let mut serve = Serve::start(&ws, &["--model", "a=smollm2-135m", "--model", &bad]);
+    serve.wait_for("core.listening", Duration::from_secs(60));
+    let (port, token) = host_endpoint(&ws);
+    let (_, body) = call(port, &token, "GET", "/v1/models", None);
+    let ids: Vec<Value> = parsed("/v1/models", &body)["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].clone())
+        .collect();
+    assert_eq!(ids, [json!("a"), json!("broken")]);
+    // No `model`: the default (the first).
+    let (code, answer) = chat(&ws, None);
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(answer["model"], "a");
+    // The llama.* methods over arcane/1 act on the same models.
+    let rpc = |method: &str, parameters: Value| {
+        let frame = json!({"protocol": "arcane/1", "type": "request", "id": method, "method": method, "parameters": parameters});
+        let (code, body) = call(port, &token, "POST", "/v1/rpc", Some(frame));
+        assert_eq!(code, 200, "{body}");
+        parsed(method, &body)
+    };
+    let models = rpc("llama.models", json!({}));
+    assert_eq!(models["result"]["models"][0]["state"], "ready", "{models}");
+    let unloaded = rpc("llama.unload", json!({"model": "a"}));
+    assert_eq!(unloaded["result"]["state"], "unloaded", "{unloaded}");
+    let loaded = rpc("llama.load", json!({"model": "a"}));
+    assert_eq!(loaded["result"]["state"], "ready", "{loaded}");
+    // Four requests wait on one failing load; each gets the engine's error.
+    let waiters: Vec<_> = (0..4)
+        .map(|_| {
+            let (port, token) = (port, token.clone());
+            std::thread::spawn(move || {
+                let body = json!({"model": "broken", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2});
+                call(port, &token, "POST", "/v1/chat/completions", Some(body))
+            })
+        })
+        .collect();
+    for waiter in waiters {
+        let (code, body) = waiter.join().unwrap();
+        assert!(code == 502 || code == 503, "{code}: {body}");
+        let error: Value = serde_json::from_str(&body).unwrap();
+        assert!(error["error"]["message"].is_string(), "{error}");
+        if code == 502 {
+            assert!(
+                error["error"]["details"]["lastLines"]
+                    .as_array()
+                    .is_some_and(|l| !l.is_empty()),
+                "the engine's last lines: {error}"
+            );
+        }
+    }
+    let loads = serve
+        .seen()
+        .iter()
+        .filter(|l| l["type"] == "local-ai.model.loading" && l["data"]["model"] == "broken")
+        .count();
+    assert_eq!(loads, 1, "one load for every waiter");
+    assert_eq!(row(&ps(&ws), "broken")["state"], "failed");
     signal(serve.pid(), "TERM");
     assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
 }
