@@ -27,7 +27,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     let timeout = crate::cmd::serve::seconds("--timeout", args.timeout, Duration::from_secs(10))?;
     let client =
         CoreClient::from_workspace(&context.workspace)?.with_deadlines(Deadlines::uniform(timeout));
-    let (health, local_ai, devices) =
+    let (health, local_ai, devices, models) =
         crate::cmd::core::block_on_client(context, "`arcane status`", async {
             let health = client.health().await?;
             let has_local_ai = health["services"]
@@ -43,7 +43,15 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
             } else {
                 None
             };
-            Ok::<_, CliError>((health, local_ai, devices))
+            let has_gateway = health["services"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|s| s["name"] == "model-gateway"));
+            let models = if has_gateway {
+                client.call("models.list", json!({})).await.ok()
+            } else {
+                None
+            };
+            Ok::<_, CliError>((health, local_ai, devices, models))
         })?;
     let endpoint = client.endpoint();
     let engines = local_ai.unwrap_or_default();
@@ -55,6 +63,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         "services": health["services"],
         "engines": engines.to_json()["runtimes"].take(),
         "devices": devices.as_ref().map(|d| d["devices"].clone()).unwrap_or(json!([])),
+        "models": models.as_ref().map(|m| m["models"].clone()).unwrap_or(json!([])),
     });
     context
         .output
@@ -101,6 +110,21 @@ fn human(value: &Value, engines: &[EngineStatus]) -> String {
         for model in &engine.models {
             lines.push(format!("          model {}", text(&model["id"])));
         }
+    }
+    for model in value["models"].as_array().into_iter().flatten() {
+        let mut line = format!(
+            "  model   {:<18} {} on `{}`",
+            text(&model["id"]),
+            text(&model["state"]),
+            text(&model["device"])
+        );
+        if let Some(pid) = model["pid"].as_u64() {
+            line.push_str(&format!(", pid {pid}"));
+        }
+        if model["external"] == true {
+            line.push_str(", external (reachable without the token)");
+        }
+        lines.push(line);
     }
     for device in value["devices"].as_array().into_iter().flatten() {
         lines.push(format!(

@@ -565,6 +565,11 @@ model = "smollm2-135m"
     );
     assert_eq!(status, 401);
 
+    let status = crate::support::stdout(&run(ws.arcane().arg("status")));
+    assert!(
+        status.contains("model   smol-a") && status.contains("ready on `cpu`"),
+        "{status}"
+    );
     // The engine dies: the model is unloaded with the crash on record, and the next
     // request loads it again.
     let pid = row(&ps(&ws), "smol-a")["pid"].as_u64().unwrap() as u32;
