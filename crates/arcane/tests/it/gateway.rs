@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::front_door::{call, parsed, process_tree};
-use crate::serve::{alive, free_port, health, host_endpoint, signal, wait_gone, Serve, START};
+use crate::serve::{
+    alive, free_port, health, host_endpoint, signal, wait_gone, External, Serve, START,
+};
 use crate::support::{llama_server, run, smollm2, TestWorkspace};
 
 /// A workspace with the real runtime and model registered and `toml` as its
@@ -414,30 +416,8 @@ load = "on-start"
 #[test]
 fn an_external_url_entry_is_routed_to_and_never_signalled() {
     let port = free_port();
-    let mut external = Command::new(llama_server())
-        .args([
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--alias",
-            "remote-smol",
-            "--model",
-        ])
-        .arg(smollm2())
-        .args(["--device", "none", "--gpu-layers", "0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + START;
-    while health(port) != Some(200) {
-        assert!(
-            Instant::now() < deadline,
-            "the external llama-server never became ready"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Its own name is the model file's; answers name the model as the client asked.
+    let external = External::start(port);
     let ws = gateway_workspace(&format!(
         "[[model]]\nid = \"remote\"\nurl = \"http://127.0.0.1:{port}\"\n"
     ));
@@ -451,7 +431,7 @@ fn an_external_url_entry_is_routed_to_and_never_signalled() {
     signal(serve.pid(), "TERM");
     assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
     assert!(
-        alive(external.id()),
+        alive(external.0.id()),
         "an external server is never signalled"
     );
     assert_eq!(health(port), Some(200));
@@ -460,40 +440,16 @@ fn an_external_url_entry_is_routed_to_and_never_signalled() {
     let mut serve = start(&ws);
     let (code, answer) = chat(&ws, Some("remote"));
     assert_eq!(code, 200, "{answer}");
-    let _ = external.kill();
-    let _ = external.wait();
+    drop(external);
     assert_eq!(chat(&ws, Some("remote")).0, 502);
     let lost = serve.wait_for("local-ai.model.failed", Duration::from_secs(30));
     assert_eq!(lost["data"]["reason"], "unreachable", "{lost}");
     assert_eq!(row(&ps(&ws), "remote")["state"], "unloaded");
-    let mut external = Command::new(llama_server())
-        .args([
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--model",
-        ])
-        .arg(smollm2())
-        .args(["--device", "none", "--gpu-layers", "0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + START;
-    while health(port) != Some(200) {
-        assert!(
-            Instant::now() < deadline,
-            "the external llama-server never came back"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let external = External::start(port);
     assert_eq!(chat(&ws, Some("remote")).0, 200);
     signal(serve.pid(), "TERM");
     assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
-    assert!(alive(external.id()));
-    let _ = external.kill();
-    let _ = external.wait();
+    assert!(alive(external.0.id()));
 }
 
 #[test]

@@ -184,7 +184,7 @@ impl Drop for Serve {
 }
 
 /// A real `llama-server` started by the test (external to Arcane); killed on drop.
-pub(crate) struct External(Child);
+pub(crate) struct External(pub(crate) Child);
 
 impl External {
     pub(crate) fn start(port: u16) -> External {
