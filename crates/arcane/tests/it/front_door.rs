@@ -346,8 +346,7 @@ fn an_owned_engine_has_no_port_and_its_whole_api_goes_through_the_token() {
     drop(stream);
     busy(false);
 
-    signal(serve.pid(), "TERM");
-    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+    serve.terminate();
     assert!(wait_gone(engine, Duration::from_secs(10)));
 }
 
@@ -405,8 +404,7 @@ fn an_owned_engine_on_a_url_answers_401_to_everyone_but_the_core() {
         human.contains("port behind a key only the Core knows"),
         "{human}"
     );
-    signal(serve.pid(), "TERM");
-    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+    serve.terminate();
     assert!(
         !ws.path().join(".arcane/run/llama.cpp.key").exists(),
         "the key file goes with the engine"

@@ -228,8 +228,7 @@ max_loaded = 1
     }
     assert!(wait_gone(a_pid, Duration::from_secs(30)));
 
-    signal(serve.pid(), "TERM");
-    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+    serve.terminate();
 }
 
 #[test]
@@ -354,8 +353,7 @@ args = ["--parallel", "2"]
     assert_eq!(row(&ps(&ws), "smol-a")["state"], "unloaded");
     assert!(run(ws.arcane().args(["load", "smol-a"])).status.success());
     assert_eq!(row(&ps(&ws), "smol-a")["state"], "ready");
-    signal(serve.pid(), "TERM");
-    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+    serve.terminate();
 }
 
 #[test]
@@ -428,8 +426,7 @@ fn an_external_url_entry_is_routed_to_and_never_signalled() {
     let rows = ps(&ws);
     assert_eq!(row(&rows, "remote")["external"], true);
     assert!(engines_of(&serve).is_empty(), "nothing was started");
-    signal(serve.pid(), "TERM");
-    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+    serve.terminate();
     assert!(
         alive(external.0.id()),
         "an external server is never signalled"
@@ -447,8 +444,7 @@ fn an_external_url_entry_is_routed_to_and_never_signalled() {
     assert_eq!(row(&ps(&ws), "remote")["state"], "unloaded");
     let external = External::start(port);
     assert_eq!(chat(&ws, Some("remote")).0, 200);
-    signal(serve.pid(), "TERM");
-    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+    serve.terminate();
     assert!(alive(external.0.id()));
 }
 
@@ -543,8 +539,7 @@ model = "smollm2-135m"
     let text = metrics(&ws);
     assert_eq!(value(&text, "arcane_model_crashes_total"), 1.0, "{text}");
     assert_eq!(value(&text, "arcane_model_loads_total"), 2.0, "{text}");
-    signal(serve.pid(), "TERM");
-    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+    serve.terminate();
 }
 
 #[test]
@@ -624,8 +619,7 @@ model = "{model}"
             .any(|a| a == "1024"),
         "the new arguments"
     );
-    signal(serve.pid(), "TERM");
-    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+    serve.terminate();
 }
 
 #[test]
@@ -653,8 +647,7 @@ memory = {}
     assert_eq!(evicted["data"]["model"], "smol-a");
     assert_eq!(evicted["data"]["for"], "smol-b");
     assert_eq!(engines_of(&serve).len(), 1);
-    signal(serve.pid(), "TERM");
-    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+    serve.terminate();
 
     let ws = gateway_workspace(&format!(
         "[[model]]\nid = \"smol-a\"\nmodel = \"smollm2-135m\"\n\n[devices.cpu]\nmemory = {}\n",
@@ -669,8 +662,7 @@ memory = {}
         "{message}"
     );
     assert!(engines_of(&serve).is_empty(), "nothing was started");
-    signal(serve.pid(), "TERM");
-    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+    serve.terminate();
 }
 
 #[test]
@@ -740,6 +732,5 @@ fn a_repeated_model_flag_makes_a_gateway_llama_methods_act_on_it_and_a_failed_lo
         .count();
     assert_eq!(loads, 1, "one load for every waiter");
     assert_eq!(row(&ps(&ws), "broken")["state"], "failed");
-    signal(serve.pid(), "TERM");
-    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+    serve.terminate();
 }

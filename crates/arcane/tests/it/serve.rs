@@ -115,6 +115,16 @@ impl Serve {
     }
 
     /// Waits for the first line of `kind` (an event type, or `error` for the error line).
+    /// SIGTERM, then the clean exit (0) within a minute.
+    pub(crate) fn terminate(&mut self) {
+        signal(self.pid(), "TERM");
+        assert_eq!(
+            self.wait_exit(Duration::from_secs(60)),
+            Some(0),
+            "arcane serve exits 0 on SIGTERM"
+        );
+    }
+
     /// Every line seen so far, after taking in what has arrived.
     pub(crate) fn seen(&mut self) -> &[Value] {
         while let Ok(value) = self.lines.try_recv() {
