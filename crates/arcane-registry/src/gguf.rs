@@ -38,7 +38,46 @@ pub struct GgufInfo {
     pub tensor_count: u64,
     /// The number of metadata keys.
     pub metadata_count: u64,
+    /// `<architecture>.block_count`: the layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_count: Option<u64>,
+    /// `<architecture>.embedding_length`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedding_length: Option<u64>,
+    /// `<architecture>.attention.head_count`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_count: Option<u64>,
+    /// `<architecture>.attention.head_count_kv` (grouped-query attention; default:
+    /// `head_count`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_count_kv: Option<u64>,
 }
+
+impl GgufInfo {
+    /// The f16 key/value cache for `context` tokens, in bytes: 2 (K and V) × layers ×
+    /// context × (embedding × kv heads / heads) × 2 bytes. `None` when the header does
+    /// not say.
+    pub fn kv_cache_bytes(&self, context: u64) -> Option<u64> {
+        let (layers, embedding, heads) =
+            (self.block_count?, self.embedding_length?, self.head_count?);
+        let kv_heads = self.head_count_kv.unwrap_or(heads);
+        let per_token = embedding.checked_mul(kv_heads)? / heads.max(1);
+        2u64.checked_mul(layers)?
+            .checked_mul(context)?
+            .checked_mul(per_token)?
+            .checked_mul(2)
+    }
+}
+
+/// The `<architecture>.*` numbers kept (the context length, and what the key/value
+/// cache's size follows from).
+const ARCH_NUMBERS: &[&str] = &[
+    ".context_length",
+    ".block_count",
+    ".embedding_length",
+    ".attention.head_count",
+    ".attention.head_count_kv",
+];
 
 /// The name of a llama.cpp `general.file_type` (`llama_ftype`) value.
 pub fn quantization_name(file_type: u32) -> Option<&'static str> {
@@ -190,8 +229,13 @@ impl Reader<'_> {
             file_type: None,
             tensor_count,
             metadata_count,
+            block_count: None,
+            embedding_length: None,
+            head_count: None,
+            head_count_kv: None,
         };
-        let mut context_lengths: HashMap<String, u64> = HashMap::new();
+        // `<architecture>.<key>` numbers; which architecture is known only at the end.
+        let mut numbers: HashMap<String, u64> = HashMap::new();
         for _ in 0..metadata_count {
             let key = self.string(MAX_KEEP_STRING)?;
             let kind = self.u32()?;
@@ -206,19 +250,24 @@ impl Reader<'_> {
                 }
                 ("general.file_type", Value::Unsigned(n)) => info.file_type = u32::try_from(n).ok(),
                 ("general.file_type", Value::Signed(n)) => info.file_type = u32::try_from(n).ok(),
-                (key, Value::Unsigned(n)) if key.ends_with(".context_length") => {
-                    context_lengths.insert(key.to_string(), n);
+                (key, Value::Unsigned(n)) if ARCH_NUMBERS.iter().any(|k| key.ends_with(k)) => {
+                    numbers.insert(key.to_string(), n);
                 }
-                (key, Value::Signed(n)) if key.ends_with(".context_length") && n >= 0 => {
-                    context_lengths.insert(key.to_string(), n as u64);
+                (key, Value::Signed(n))
+                    if n >= 0 && ARCH_NUMBERS.iter().any(|k| key.ends_with(k)) =>
+                {
+                    numbers.insert(key.to_string(), n as u64);
                 }
                 _ => {}
             }
         }
         if let Some(arch) = &info.architecture {
-            info.context_length = context_lengths
-                .get(&format!("{arch}.context_length"))
-                .copied();
+            let number = |key: &str| numbers.get(&format!("{arch}{key}")).copied();
+            info.context_length = number(".context_length");
+            info.block_count = number(".block_count");
+            info.embedding_length = number(".embedding_length");
+            info.head_count = number(".attention.head_count");
+            info.head_count_kv = number(".attention.head_count_kv");
         }
         info.quantization = info
             .file_type

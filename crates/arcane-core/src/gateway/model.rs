@@ -181,6 +181,7 @@ impl Model {
             "external": self.spec.external,
             "pid": inner.pid,
             "residentBytes": inner.pid.and_then(arcane_process::resident_bytes),
+            "memoryNeed": self.spec.memory,
             "inFlight": inner.in_flight,
             "keepAlive": inner.keep_alive.seconds(),
             "unloadsIn": unloads_in,

@@ -42,6 +42,18 @@ fn the_real_smollm2_is_added_with_its_metadata_and_digest() {
         Some("Q4_1")
     );
     assert_eq!(model.gguf.as_ref().unwrap().context_length, Some(8192));
+    // SmolLM2-135M: 30 layers, 576 wide, 9 heads sharing 3 key/value heads.
+    let gguf = model.gguf.as_ref().unwrap();
+    assert_eq!(
+        (
+            gguf.block_count,
+            gguf.embedding_length,
+            gguf.head_count,
+            gguf.head_count_kv
+        ),
+        (Some(30), Some(576), Some(9), Some(3))
+    );
+    assert_eq!(gguf.kv_cache_bytes(1024), Some(2 * 30 * 1024 * 192 * 2));
     let parameters = model.gguf.as_ref().unwrap().parameter_count.unwrap();
     assert!(
         (100_000_000..200_000_000).contains(&parameters),

@@ -240,8 +240,7 @@ fn spec(
                 let memory = config
                     .model
                     .as_deref()
-                    .and_then(|p| std::fs::metadata(p).ok())
-                    .map_or(0, |m| m.len() + m.len() / 10);
+                    .map_or(0, |p| memory_need(p, &table.args));
                 let device = config.device.clone().unwrap_or_else(|| "cpu".into());
                 (
                     SupervisedLauncher::new(workspace, config),
@@ -272,6 +271,25 @@ fn spec(
         memory,
         load_timeout,
     })
+}
+
+/// What a model needs on its device: its file, the key/value cache of its context
+/// (`-c`/`--ctx-size` in its arguments, else the context it was trained for), and a
+/// tenth for compute buffers. A header that does not say leaves the file alone.
+fn memory_need(model: &Path, args: &[String]) -> u64 {
+    let file = std::fs::metadata(model).map_or(0, |m| m.len());
+    let info = arcane_registry::read_gguf(model).ok();
+    let asked = args
+        .windows(2)
+        .find(|w| w[0] == "-c" || w[0] == "--ctx-size")
+        .and_then(|w| w[1].parse::<u64>().ok())
+        .filter(|c| *c > 0);
+    let context = asked
+        .or(info.as_ref().and_then(|i| i.context_length))
+        .unwrap_or(4096);
+    let cache = info.and_then(|i| i.kv_cache_bytes(context)).unwrap_or(0);
+    let need = file + cache;
+    need + need / 10
 }
 
 fn keep_alive(id: &str, value: &toml::Value) -> Result<KeepAlive, CliError> {

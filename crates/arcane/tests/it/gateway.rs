@@ -630,14 +630,17 @@ fn a_memory_budget_evicts_like_max_loaded_and_a_model_too_big_for_it_is_refused_
 [[model]]
 id = "smol-a"
 model = "smollm2-135m"
+args = ["-c", "512"]
 
 [[model]]
 id = "smol-b"
 model = "{{model}}"
+args = ["-c", "512"]
 
 [devices.cpu]
 memory = {}
 "#,
+        // Each needs its file, a 512-token cache and a tenth: one fits, two do not.
         size * 3 / 2
     ));
     let mut serve = start(&ws);
