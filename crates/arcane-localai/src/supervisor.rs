@@ -52,7 +52,10 @@ use crate::Error;
 const LAST_LINES: usize = 20;
 /// The first readiness poll delay; it doubles up to [`POLL_MAX`].
 const POLL_FIRST: Duration = Duration::from_millis(10);
-const POLL_MAX: Duration = Duration::from_millis(250);
+/// The longest wait between two readiness polls: a loading engine is asked every
+/// 50 ms (a `GET /health` on a local socket costs well under a millisecond), so a cold
+/// request waits at most that long after the engine is ready.
+const POLL_MAX: Duration = Duration::from_millis(50);
 
 /// Runs exactly once with the final snapshot.
 pub type ExitHook = Box<dyn FnOnce(&ServerSnapshot) + Send>;
