@@ -13,6 +13,8 @@
 //! | `unload` | `session` | `{}` |
 //! | `cancel` | `run` (the run's id) | none: the run answers `ARCANE_CANCELLED` |
 //!
+//! * Runs on one session are answered in order by that session's thread; runs on
+//!   different sessions run in parallel.
 //! * An error is `{"id", "error": {code, message, details, hints?}}`
 //!   ([`arcane_report::error_json`]).
 
@@ -22,7 +24,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{Encoding, Provider, SessionOptions};
+use crate::{Encoding, JsonTensor, Provider, SessionOptions};
 
 /// A request to the worker.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -48,8 +50,9 @@ pub enum Request {
         id: u64,
         /// The session id.
         session: String,
-        /// The inputs, in their wire form (`{name: {type, shape, data}}`).
-        inputs: BTreeMap<String, Value>,
+        /// The inputs, in their wire form (`{name: {type, shape, data}}`; the host
+        /// sends numeric data as base64, the cheapest form to write and read).
+        inputs: BTreeMap<String, JsonTensor>,
         /// The outputs wanted (default: all).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         outputs: Option<Vec<String>>,

@@ -31,8 +31,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arcane_devices::{Backend, DeviceSource, ResolveRequest};
-use arcane_onnx::Provider;
+use arcane_onnx::{Encoding, Provider, Tensor};
 use arcane_report::codes;
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::Error;
@@ -226,11 +227,7 @@ impl OnnxService {
                 return Ok(Arc::clone(worker));
             }
         }
-        let timeout = self.config.start_timeout;
-        let name = target.to_string();
-        let started = tokio::task::spawn_blocking(move || Worker::start(&name, &spec, timeout))
-            .await
-            .map_err(|e| usage(format!("starting the ONNX worker failed: {e}"), Value::Null))??;
+        let started = Worker::start(target, &spec, self.config.start_timeout).await?;
         workers.insert(target.to_string(), Arc::clone(&started));
         Ok(started)
     }
@@ -307,21 +304,30 @@ impl OnnxService {
                 json!({"session": session}),
             ));
         };
+        let encoding = match parameters.get("encoding").filter(|v| !v.is_null()) {
+            Some(value) => Encoding::deserialize(value).map_err(|e| {
+                usage(
+                    format!("`encoding` must be `array` or `base64`: {e}"),
+                    json!({"encoding": value}),
+                )
+            })?,
+            None => Encoding::Array,
+        };
         let worker = entry.worker;
         let id = worker.next_id();
-        let mut frame = json!({"op": "run", "id": id, "session": session, "inputs": inputs});
+        let mut frame = json!({
+            "op": "run", "id": id, "session": session,
+            "inputs": worker_inputs(inputs)?, "encoding": Encoding::Base64,
+        });
         if let Some(outputs) = parameters.get("outputs").filter(|v| !v.is_null()) {
             frame["outputs"] = outputs.clone();
-        }
-        if let Some(encoding) = parameters.get("encoding").filter(|v| !v.is_null()) {
-            frame["encoding"] = encoding.clone();
         }
         let call = worker.call(id, frame);
         tokio::pin!(call);
         let result = tokio::select! {
             result = &mut call => result,
             () = context.cancel.cancelled() => {
-                worker.send(&json!({"op": "cancel", "id": worker.next_id(), "run": id}));
+                worker.send(&json!({"op": "cancel", "id": worker.next_id(), "run": id})).await;
                 match tokio::time::timeout(self.config.cancel_grace, &mut call).await {
                     Ok(_) => {}
                     Err(_) => {
@@ -343,7 +349,7 @@ impl OnnxService {
                 e
             }
         })?;
-        Ok(json!({"session": session, "outputs": result["outputs"]}))
+        Ok(json!({"session": session, "outputs": caller_outputs(&result["outputs"], encoding)?}))
     }
 
     async fn unload(&self, parameters: Value) -> MethodResult {
@@ -366,6 +372,40 @@ impl OnnxService {
         }
         Ok(json!({"session": session, "unloaded": true}))
     }
+}
+
+/// The caller's inputs as the worker gets them: each one parsed here (so malformed
+/// data is refused before the worker sees it) and its numeric data sent as base64,
+/// which the worker reads without parsing numbers. Names, types and shapes are checked
+/// against the model by the worker.
+fn worker_inputs(inputs: &Value) -> Result<Value, BoxError> {
+    let Value::Object(inputs) = inputs else {
+        return Ok(Value::Null);
+    };
+    let mut encoded = serde_json::Map::with_capacity(inputs.len());
+    for (name, value) in inputs {
+        let tensor = Tensor::from_value(name, value).map_err(|e| Box::new(e) as BoxError)?;
+        let json = tensor.to_json(Encoding::Base64).into_value();
+        encoded.insert(name.clone(), json);
+    }
+    Ok(Value::Object(encoded))
+}
+
+/// The worker's outputs (base64) in the encoding the caller asked for.
+fn caller_outputs(outputs: &Value, encoding: Encoding) -> Result<Value, BoxError> {
+    if encoding == Encoding::Base64 {
+        return Ok(outputs.clone());
+    }
+    let Value::Object(outputs) = outputs else {
+        return Ok(outputs.clone());
+    };
+    let mut decoded = serde_json::Map::with_capacity(outputs.len());
+    for (name, value) in outputs {
+        let tensor = Tensor::from_value(name, value).map_err(|e| Box::new(e) as BoxError)?;
+        let json = tensor.to_json(encoding).into_value();
+        decoded.insert(name.clone(), json);
+    }
+    Ok(Value::Object(decoded))
 }
 
 fn failed_session(session: &str, error: &str) -> BoxError {
@@ -410,13 +450,48 @@ impl Service for OnnxService {
         Box::pin(async move {
             let workers: Vec<Arc<Worker>> =
                 self.workers.lock().await.drain().map(|(_, w)| w).collect();
+            for worker in &workers {
+                worker.close_input().await;
+            }
             let _ = tokio::task::spawn_blocking(move || {
                 for worker in workers {
-                    worker.stop(Duration::from_secs(2));
+                    worker.reap(Duration::from_secs(2));
                 }
             })
             .await;
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The worker is sent base64 whatever the caller wrote (so it parses no numbers),
+    /// malformed data is refused here naming the input, and outputs come back to the
+    /// caller bit for bit in the encoding asked for.
+    #[test]
+    fn the_worker_leg_carries_base64_and_the_caller_gets_its_encoding_back() {
+        let inputs = json!({
+            "x": {"type": "float32", "shape": [2], "data": [0.1, -2.5]},
+            "s": {"type": "string", "shape": [1], "data": ["a"]},
+        });
+        let sent = worker_inputs(&inputs).unwrap();
+        assert!(sent["x"]["data"].is_string(), "{sent}");
+        assert_eq!(sent["s"]["data"], json!(["a"]));
+        let back = caller_outputs(&sent, Encoding::Array).unwrap();
+        assert_eq!(
+            back["x"],
+            json!({"type": "float32", "shape": [2], "data": [0.1f32, -2.5f32]})
+        );
+        assert_eq!(caller_outputs(&sent, Encoding::Base64).unwrap(), sent);
+
+        let bad = json!({"x": {"type": "float32", "shape": [3], "data": [1, 2]}});
+        let error = worker_inputs(&bad).unwrap_err().to_string();
+        assert!(
+            error.contains("input `x`") && error.contains("needs 3 elements"),
+            "{error}"
+        );
     }
 }

@@ -272,11 +272,12 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         shutdown_on_signal(context, &host);
         let mut options = arcane_core::stdio::StdioOptions::default();
         options.max_frame = args.max_frame;
-        arcane_core::stdio::serve(&host, tokio::io::stdin(), tokio::io::stdout(), options)
+        let (stdin, stdout, _blocking) = arcane_core::stdio::process_stdio();
+        arcane_core::stdio::serve(&host, stdin, stdout, options)
             .await
             .map_err(CliError::from)
     });
-    // stdin is read on a blocking thread that may still wait for input.
+    // stdin may be read on a blocking thread that still waits for input.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     outcome.map(|()| 0)
 }

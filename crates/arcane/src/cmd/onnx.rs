@@ -75,7 +75,11 @@ pub struct WorkerArgs {
 /// not load in its hello and exits 1.
 pub fn worker(args: &WorkerArgs) -> u8 {
     let stdin = std::io::stdin();
-    match arcane_onnx::worker::serve(&args.library, stdin.lock(), std::io::stdout()) {
+    match arcane_onnx::worker::serve(
+        &args.library,
+        std::io::BufReader::new(stdin),
+        std::io::stdout(),
+    ) {
         Ok(()) => 0,
         Err(_) => 1,
     }

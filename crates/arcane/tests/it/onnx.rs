@@ -804,3 +804,100 @@ fn model_add_records_an_onnx_header_and_sha256_and_onnx_load_takes_the_id() {
         "LOCAL_AI_MODEL_INVALID"
     );
 }
+
+/// The worker process on its own wire (`arcane __onnx-worker`), one frame at a time.
+struct WorkerProcess {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl WorkerProcess {
+    fn start(library: &Path) -> Self {
+        let mut child = Command::new(support::arcane_bin())
+            .args(["__onnx-worker", "--library"])
+            .arg(library)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the worker");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut worker = WorkerProcess {
+            child,
+            stdin,
+            stdout,
+        };
+        assert!(worker.answer()["result"]["version"].is_string());
+        worker
+    }
+
+    fn send(&mut self, frame: &Value) {
+        let mut line = frame.to_string();
+        line.push('\n');
+        self.stdin.write_all(line.as_bytes()).unwrap();
+    }
+
+    fn answer(&mut self) -> Value {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|_| panic!("a worker frame: {line:?}"))
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The worker answers each run on the thread that read it, with the next thread
+/// already reading: a cancel read just before its run (the two frames crossing) still
+/// cancels it, and the runs around it are answered as usual, in order, one at a time
+/// and as a burst.
+#[test]
+fn the_worker_cancels_a_run_whose_cancel_came_first_and_answers_every_other_run() {
+    let Some(parts) = parts() else { return };
+    let mut worker = WorkerProcess::start(&parts.library);
+    worker.send(
+        &json!({"op": "load", "id": 1, "session": "s", "model": parts.silero, "provider": "cpu"}),
+    );
+    assert!(worker.answer()["result"]["inputs"].is_array());
+    let inputs = json!({
+        "input": {"type": "float32", "shape": [1, 576], "data": vec![0f32; 576]},
+        "state": {"type": "float32", "shape": [2, 1, 128], "data": vec![0f32; 256]},
+        "sr": {"type": "int64", "shape": [], "data": [16000]},
+    });
+    let run = |id: u64| json!({"op": "run", "id": id, "session": "s", "inputs": inputs, "encoding": "base64"});
+    for id in 2..12 {
+        worker.send(&run(id));
+        let answer = worker.answer();
+        assert_eq!(answer["id"], id);
+        assert!(
+            answer["result"]["outputs"]["stateN"]["data"].is_string(),
+            "{answer}"
+        );
+    }
+    worker.send(&json!({"op": "cancel", "id": 20, "run": 21}));
+    worker.send(&run(21));
+    let cancelled = worker.answer();
+    assert_eq!(cancelled["id"], 21);
+    assert_eq!(
+        cancelled["error"]["code"], "ARCANE_CANCELLED",
+        "{cancelled}"
+    );
+    for id in 30..40 {
+        worker.send(&run(id));
+    }
+    let mut answered: Vec<u64> = (30..40)
+        .map(|_| worker.answer()["id"].as_u64().unwrap())
+        .collect();
+    answered.sort_unstable();
+    assert_eq!(answered, (30..40).collect::<Vec<u64>>());
+    worker.send(&json!({"op": "unload", "id": 41, "session": "s"}));
+    assert_eq!(worker.answer()["result"], json!({}));
+    worker.send(&run(42));
+    let unknown = worker.answer();
+    assert_eq!(unknown["error"]["code"], "ARCANE_USAGE", "{unknown}");
+}
