@@ -36,7 +36,7 @@ pub struct Args {
     pub runtimes: Vec<String>,
 
     /// The ONNX Runtime library for the `onnx` runtime (`libonnxruntime.so.<version>`).
-    /// Default: `$ARCANE_ONNXRUNTIME`.
+    /// Default: `$ARCANE_ONNXRUNTIME`, else the registered `onnx` runtime.
     #[arg(long, value_name = "PATH")]
     pub onnx_library: Option<std::path::PathBuf>,
 
@@ -86,7 +86,7 @@ pub fn build_host(
         builder = builder.service(model_assets(&context.workspace))?;
     }
     if plan.onnx {
-        let library = crate::cmd::onnx::library(onnx_library)?;
+        let library = crate::cmd::onnx::library(context, onnx_library)?;
         builder = builder.service(crate::cmd::onnx::service(context, library)?)?;
     }
     Ok(HostParts {

@@ -58,7 +58,7 @@ pub struct RunArgs {
     pub output_dir: Option<PathBuf>,
 
     /// The ONNX Runtime library (`libonnxruntime.so.<version>`). Default:
-    /// `$ARCANE_ONNXRUNTIME`.
+    /// `$ARCANE_ONNXRUNTIME`, else the registered `onnx` runtime.
     #[arg(long, value_name = "PATH")]
     pub library: Option<PathBuf>,
 }
@@ -85,21 +85,29 @@ pub fn worker(args: &WorkerArgs) -> u8 {
     }
 }
 
-/// The ONNX Runtime library: `flag`, else `$ARCANE_ONNXRUNTIME`; none is
-/// `ARCANE_PREREQUISITE_MISSING` saying how to get one.
-pub fn library(flag: Option<&Path>) -> Result<PathBuf, CliError> {
+/// The ONNX Runtime library: `flag`, else `$ARCANE_ONNXRUNTIME` (both explicit
+/// overrides), else the workspace's registered ONNX Runtime (`arcane runtime add onnx`:
+/// the one called `onnx`, or the only one); none is `ARCANE_PREREQUISITE_MISSING`
+/// saying how to get one.
+pub fn library(context: &Context, flag: Option<&Path>) -> Result<PathBuf, CliError> {
     if let Some(path) = flag {
         return Ok(path.to_path_buf());
     }
-    crate::config::onnx_runtime().ok_or_else(|| {
-        CommandError::new(
-            codes::ARCANE_PREREQUISITE_MISSING,
-            "no ONNX Runtime library is configured",
-            json!({"minimumVersion": arcane_onnx::minimum_version()}),
-        )
-        .hint("pass `--onnx-library PATH` (or set ARCANE_ONNXRUNTIME) to the `onnxruntime` wheel's `onnxruntime/capi/libonnxruntime.so.<version>`; `scripts/provision.sh` installs one")
-        .into()
-    })
+    if let Some(path) = crate::config::onnx_runtime() {
+        return Ok(path);
+    }
+    if let Some(runtime) =
+        arcane_registry::Registry::new(&context.workspace).default_onnx_runtime()?
+    {
+        return Ok(runtime.library);
+    }
+    Err(CommandError::new(
+        codes::ARCANE_PREREQUISITE_MISSING,
+        "no ONNX Runtime library is configured",
+        json!({"minimumVersion": arcane_onnx::minimum_version()}),
+    )
+    .hint("register one with `arcane runtime add onnx --library PATH` (the `onnxruntime` wheel's `onnxruntime/capi/libonnxruntime.so.<version>`; `scripts/provision.sh` installs one), or pass `--onnx-library PATH` or set ARCANE_ONNXRUNTIME")
+    .into())
 }
 
 /// Resolves `model`: a registered model id first, else a path to a regular file
@@ -177,7 +185,7 @@ fn read_inputs(specs: &[String]) -> Result<BTreeMap<String, arcane_onnx::Tensor>
 }
 
 fn run_model(context: &Context, args: RunArgs) -> Result<u8, CliError> {
-    let library = library(args.library.as_deref())?;
+    let library = library(context, args.library.as_deref())?;
     let model = model_path(&context.workspace, &args.model).map_err(CliError)?;
     let inputs = read_inputs(&args.inputs)?;
     let runtime = Runtime::load(&library)?;

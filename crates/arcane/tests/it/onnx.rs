@@ -83,10 +83,16 @@ impl Drop for Host {
 
 impl Host {
     fn start(workspace: &TestWorkspace, parts: &Parts) -> Host {
-        let mut child = workspace
-            .arcane()
+        let mut command = workspace.arcane();
+        command
             .args(["core", "--stdio", "--runtime", "onnx", "--onnx-library"])
-            .arg(&parts.library)
+            .arg(&parts.library);
+        Host::spawn(command)
+    }
+
+    /// Starts `command` (an `arcane core --stdio …`).
+    fn spawn(mut command: Command) -> Host {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -900,4 +906,87 @@ fn the_worker_cancels_a_run_whose_cancel_came_first_and_answers_every_other_run(
     worker.send(&run(42));
     let unknown = worker.answer();
     assert_eq!(unknown["error"]["code"], "ARCANE_USAGE", "{unknown}");
+}
+
+/// `arcane runtime add onnx --library PATH` reads the library's version through the
+/// loader (a missing one is `ARCANE_PREREQUISITE_MISSING` naming the path and the
+/// minimum), `runtime list` shows it, the Core uses it when `onnx` is selected with no
+/// `--onnx-library` or `ARCANE_ONNXRUNTIME`, and `runtime remove` forgets it.
+#[test]
+fn runtime_add_onnx_registers_the_library_the_core_finds_and_remove_forgets_it() {
+    let Some(parts) = parts() else { return };
+    let workspace = TestWorkspace::new();
+    let arcane = || {
+        let mut command = workspace.arcane();
+        command
+            .env_remove("ARCANE_ONNXRUNTIME")
+            .args(["--output", "json"]);
+        command
+    };
+    let missing = "/nonexistent/libonnxruntime.so.1.31.1";
+    let out = support::run(arcane().args(["runtime", "add", "onnx", "--library", missing]));
+    assert!(!out.status.success());
+    let error = &support::json(&out)["error"];
+    assert_eq!(error["code"], "ARCANE_PREREQUISITE_MISSING", "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains(missing) && message.contains("1.31"),
+        "{message}"
+    );
+    let out = support::run(arcane().args(["runtime", "add", "onnx", "--executable", missing]));
+    assert!(
+        !out.status.success(),
+        "onnx takes a library, not an executable"
+    );
+
+    let out = support::run(
+        arcane()
+            .args(["runtime", "add", "onnx", "--library"])
+            .arg(&parts.library),
+    );
+    assert!(out.status.success(), "{}", support::stderr(&out));
+    let added = support::json(&out)["runtime"].clone();
+    assert_eq!(added["id"], "onnx");
+    assert!(
+        added["version"].as_str().unwrap().starts_with("1.31"),
+        "{added}"
+    );
+    let listed = support::json(&support::run(arcane().args(["runtime", "list"])));
+    assert_eq!(listed["onnxRuntimes"][0]["id"], "onnx", "{listed}");
+    let text = support::stdout(&support::run(workspace.arcane().args(["runtime", "list"])));
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("onnx ") && l.contains("libonnxruntime")),
+        "{text}"
+    );
+
+    let mut command = workspace.arcane();
+    command
+        .env_remove("ARCANE_ONNXRUNTIME")
+        .args(["core", "--stdio", "--runtime", "onnx"]);
+    let mut host = Host::spawn(command);
+    let status = host.ok("onnx.status", json!({}));
+    assert_eq!(status["runtime"]["library"], added["library"], "{status}");
+    assert!(status["runtime"]["version"]
+        .as_str()
+        .unwrap()
+        .starts_with("1.31"));
+    drop(host);
+
+    let out = support::run(arcane().args(["runtime", "remove", "onnx"]));
+    assert!(out.status.success(), "{}", support::stderr(&out));
+    let listed = support::json(&support::run(arcane().args(["runtime", "list"])));
+    assert_eq!(listed["onnxRuntimes"], json!([]), "{listed}");
+    assert!(
+        parts.library.is_file(),
+        "the library itself is left in place"
+    );
+    let out = support::run(
+        arcane()
+            .args(["core", "--stdio", "--runtime", "onnx"])
+            .stdin(Stdio::null()),
+    );
+    assert!(!out.status.success());
+    let error = &support::json(&out)["error"];
+    assert_eq!(error["code"], "ARCANE_PREREQUISITE_MISSING", "{error}");
 }
