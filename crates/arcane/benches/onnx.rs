@@ -184,6 +184,8 @@ impl Http {
             models: Arc::new(|model: &str| Ok(PathBuf::from(model))),
             start_timeout: Duration::from_secs(60),
             cancel_grace: Duration::from_secs(2),
+            records: None,
+            workers_outlive_host: false,
         });
         let token = "bench-token-0123456789abcdef".to_string();
         let (host, address) = runtime.block_on(async {

@@ -39,9 +39,13 @@ use serde_json::{json, Value};
 use crate::error::Error;
 use crate::service::{BoxError, BoxFuture, MethodResult, MethodSpec, RequestContext, Service};
 
+pub mod records;
 mod worker;
 
 pub use worker::{Worker, WorkerSpec};
+
+/// The worker flag (`arcane __onnx-worker`) that keeps it alive after its input ends.
+pub const OUTLIVE_INPUT_FLAG: &str = "--outlive-input";
 
 /// Resolves `onnx.load`'s `model` (a registered id or a path) to a model file.
 pub type ModelResolver = dyn Fn(&str) -> Result<PathBuf, BoxError> + Send + Sync;
@@ -65,6 +69,13 @@ pub struct OnnxConfig {
     pub start_timeout: Duration,
     /// How long a cancelled run may take to stop before its worker is killed.
     pub cancel_grace: Duration,
+    /// The workspace whose `.arcane/onnx-workers/` records each worker ([`records`]);
+    /// the service's start stops the orphans recorded there. `None`: no records.
+    pub records: Option<PathBuf>,
+    /// Test-only: start workers without the parent-death signal and with
+    /// [`OUTLIVE_INPUT_FLAG`] (they stay after their input ends, as one stuck in a run
+    /// would), to make an orphan.
+    pub workers_outlive_host: bool,
 }
 
 #[derive(Clone)]
@@ -126,11 +137,16 @@ impl OnnxService {
     fn spec(&self, env: BTreeMap<String, String>, env_remove: Vec<String>) -> WorkerSpec {
         let mut args = self.config.worker_args.clone();
         args.push(self.config.library.display().to_string());
+        if self.config.workers_outlive_host {
+            args.push(OUTLIVE_INPUT_FLAG.into());
+        }
         WorkerSpec {
             program: self.config.worker_program.clone(),
             args,
             env,
             env_remove,
+            parent_death_signal: !self.config.workers_outlive_host,
+            records: self.config.records.clone(),
         }
     }
 
@@ -192,13 +208,11 @@ impl OnnxService {
             }
         };
         let has_cuda = providers.iter().any(|p| p == Provider::Cuda.ort_name());
+        // Resolved as for a CUDA runtime, so that a GPU target is recognised as one and
+        // refused below in ONNX's own terms when this runtime lacks the provider.
         let request = ResolveRequest {
             target: Some(id.clone()),
-            runtime_backend: if has_cuda {
-                Backend::Cuda
-            } else {
-                Backend::Cpu
-            },
+            runtime_backend: Backend::Cuda,
             requested_backend: Backend::Auto,
         };
         let plan = arcane_devices::resolve(&request, self.config.devices.as_ref())
@@ -209,13 +223,34 @@ impl OnnxService {
             .as_ref()
             .is_some_and(|t| t.backend == Backend::Cuda);
         if cuda && !has_cuda {
-            return Err(Box::new(arcane_onnx::Error::ProviderUnavailable {
-                provider: Provider::Cuda.ort_name().into(),
-                available: providers.to_vec(),
-            }));
+            return Err(self.no_cuda(&id, providers));
         }
         let spec = self.spec(plan.env().clone(), plan.env_remove().to_vec());
         Ok((id, if cuda { Provider::Cuda } else { Provider::Cpu }, spec))
+    }
+
+    /// The refusal of GPU target `id` on a runtime without the CUDA provider.
+    fn no_cuda(&self, id: &str, providers: &[String]) -> BoxError {
+        let cuda = Provider::Cuda.ort_name();
+        let device = self
+            .config
+            .devices
+            .catalog()
+            .devices
+            .into_iter()
+            .find(|d| d.device_id.as_deref() == Some(id))
+            .map(|d| format!(" ({})", d.name))
+            .unwrap_or_default();
+        Box::new(Error::Remote {
+            code: codes::LOCAL_AI_EXECUTION_TARGET_UNSUPPORTED.into(),
+            message: format!(
+                "execution target `{id}`{device} is an NVIDIA GPU, which needs ONNX Runtime's `{cuda}`; the runtime `{}` has only {}",
+                self.config.library.display(),
+                providers.join(", ")
+            ),
+            details: json!({"target": id, "provider": cuda, "available": providers, "library": self.config.library}),
+            hints: vec!["register an ONNX Runtime built with CUDA (the `onnxruntime-gpu` wheel's library) with `arcane runtime add onnx --library PATH`, or choose the target `cpu`".into()],
+        })
     }
 
     /// The live worker for `target`, starting a fresh one when there is none or the
@@ -427,6 +462,34 @@ impl Service for OnnxService {
             .into_iter()
             .map(MethodSpec::request)
             .collect()
+    }
+
+    fn start(
+        self: Arc<Self>,
+        context: crate::service::ServiceContext,
+    ) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(async move {
+            let Some(workspace) = self.config.records.clone() else {
+                return Ok(());
+            };
+            let reaped = tokio::task::spawn_blocking(move || {
+                records::reap_orphans(&workspace, Duration::from_secs(2))
+            })
+            .await
+            .unwrap_or_default();
+            for orphan in reaped {
+                let record = &orphan.record;
+                context.emit(
+                    arcane_report::event_types::PROCESS_ORPHAN_STOPPED,
+                    json!({
+                        "id": format!("onnx-worker:{}", record.target), "pid": record.pid,
+                        "executable": record.exe, "previousOwner": record.owner.pid,
+                        "stopStep": orphan.step,
+                    }),
+                );
+            }
+            Ok(())
+        })
     }
 
     fn call(

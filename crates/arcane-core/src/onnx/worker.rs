@@ -25,6 +25,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
+use super::records;
 use crate::error::Error;
 use crate::service::BoxError;
 
@@ -40,6 +41,11 @@ pub struct WorkerSpec {
     pub env: BTreeMap<String, String>,
     /// Variables removed.
     pub env_remove: Vec<String>,
+    /// Arm the parent-death signal (off only in tests that make an orphan).
+    pub parent_death_signal: bool,
+    /// The workspace whose `.arcane/onnx-workers/` gets the worker's ownership record
+    /// (`None`: no record).
+    pub records: Option<PathBuf>,
 }
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Response>>>>;
@@ -107,8 +113,11 @@ impl Worker {
                 process = process.env(name, value);
             }
             process.env_remove = spec.env_remove.iter().map(Into::into).collect();
+            process.parent_death_signal = spec.parent_death_signal;
             process
         };
+        let nonce = arcane_process::ownership::new_nonce();
+        let process = process.env(records::NONCE_VARIABLE, &nonce);
         let cannot_start = |e: &dyn std::fmt::Display| {
             failed(
                 format!(
@@ -118,11 +127,30 @@ impl Worker {
                 json!({"program": spec.program, "target": target}),
             )
         };
-        let mut child = tokio::task::spawn_blocking(move || arcane_process::spawn(process))
-            .await
-            .map_err(|e| cannot_start(&e))?
-            .map_err(|e| cannot_start(&e))?;
+        let record = spec
+            .records
+            .clone()
+            .map(|workspace| (workspace, target.to_string()));
+        let written = record.clone();
+        let record_nonce = nonce.clone();
+        let mut child = tokio::task::spawn_blocking(move || {
+            let child = arcane_process::spawn(process)?;
+            if let Some((workspace, target)) = &written {
+                // Written before anything else happens, so a host killed from here on
+                // leaves a record the next one can act on.
+                if let Some(record) = records::Record::of(target, child.pid(), &record_nonce) {
+                    records::write(workspace, &record)?;
+                }
+            }
+            Ok::<_, std::io::Error>(child)
+        })
+        .await
+        .map_err(|e| cannot_start(&e))?
+        .map_err(|e| cannot_start(&e))?;
         let pid = child.pid();
+        if let Some((workspace, _)) = record {
+            child.on_exit(move |_| records::remove(&workspace, pid, &nonce));
+        }
         let pipes = match (child.stdin.take(), child.stdout.take()) {
             (Some(stdin), Some(stdout)) => pipe::Sender::from_owned_fd(OwnedFd::from(stdin))
                 .and_then(|w| Ok((w, pipe::Receiver::from_owned_fd(OwnedFd::from(stdout))?))),

@@ -43,6 +43,16 @@ pub struct Args {
     /// The largest accepted frame, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = arcane_core::framing::DEFAULT_MAX_FRAME)]
     pub max_frame: usize,
+
+    /// Test-only: resolve ONNX execution targets against this device inventory (the
+    /// `arcane devices --inventory` format) instead of probing this machine.
+    #[arg(long, value_name = "PATH", hide = true)]
+    pub onnx_inventory: Option<std::path::PathBuf>,
+
+    /// Test-only: start ONNX workers without the parent-death signal, as if they had
+    /// outlived a host that could not take them down.
+    #[arg(long, hide = true)]
+    pub onnx_workers_outlive_host: bool,
 }
 
 /// The services a host gets, built by the caller from the runtime selection.
@@ -63,7 +73,7 @@ pub fn build_host(
     observer: Arc<dyn EventSink>,
     drain: std::time::Duration,
     launcher: &dyn Fn(Runtime) -> Result<Arc<dyn EngineLauncher>, CliError>,
-    onnx_library: Option<&std::path::Path>,
+    onnx: &crate::cmd::onnx::OnnxOptions,
 ) -> Result<HostParts, CliError> {
     let plan = plan(runtimes)?;
     let mut builder = Host::builder(AppInfo::default())
@@ -86,8 +96,7 @@ pub fn build_host(
         builder = builder.service(model_assets(&context.workspace))?;
     }
     if plan.onnx {
-        let library = crate::cmd::onnx::library(context, onnx_library)?;
-        builder = builder.service(crate::cmd::onnx::service(context, library)?)?;
+        builder = builder.service(crate::cmd::onnx::service(context, onnx)?)?;
     }
     Ok(HostParts {
         host: builder.build(),
@@ -265,7 +274,11 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
             observer,
             drain,
             &|runtime| launcher(context, runtime, &engines),
-            args.onnx_library.as_deref(),
+            &crate::cmd::onnx::OnnxOptions {
+                library: args.onnx_library.clone(),
+                inventory: args.onnx_inventory.clone(),
+                workers_outlive_host: args.onnx_workers_outlive_host,
+            },
         )?;
         let host = parts.host;
         host.start();
@@ -575,7 +588,10 @@ fn start_host(
                 })?;
             Ok(SupervisedLauncher::new(&context.workspace, config) as Arc<dyn EngineLauncher>)
         },
-        options.onnx_library.as_deref(),
+        &crate::cmd::onnx::OnnxOptions {
+            library: options.onnx_library.clone(),
+            ..Default::default()
+        },
     )?;
     parts.host.start();
     shutdown_on_signal(context, &parts.host);

@@ -69,17 +69,28 @@ pub struct WorkerArgs {
     /// The ONNX Runtime library to load.
     #[arg(long, value_name = "PATH")]
     pub library: PathBuf,
+
+    /// Test-only: stay (idle) after the input ends, until killed, as a worker stuck in
+    /// a run would; with the parent-death signal off this makes an orphan.
+    #[arg(long = "outlive-input", hide = true)]
+    pub outlive_input: bool,
 }
 
 /// Runs the worker on stdin/stdout until stdin ends (0), or reports a runtime that does
 /// not load in its hello and exits 1.
 pub fn worker(args: &WorkerArgs) -> u8 {
     let stdin = std::io::stdin();
-    match arcane_onnx::worker::serve(
+    let served = arcane_onnx::worker::serve(
         &args.library,
         std::io::BufReader::new(stdin),
         std::io::stdout(),
-    ) {
+    );
+    if args.outlive_input {
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    }
+    match served {
         Ok(()) => 0,
         Err(_) => 1,
     }
@@ -130,9 +141,22 @@ pub fn model_path(workspace: &Path, model: &str) -> Result<PathBuf, arcane_core:
     }
 }
 
-/// The `onnx` service over `library`, its workers run as `<this executable>
-/// __onnx-worker --library PATH`.
-pub fn service(context: &Context, library: PathBuf) -> Result<Arc<OnnxService>, CliError> {
+/// How the host sets up its `onnx` service.
+#[derive(Debug, Clone, Default)]
+pub struct OnnxOptions {
+    /// The library given explicitly (`--onnx-library`); see [`library`].
+    pub library: Option<PathBuf>,
+    /// Test-only: the device inventory ONNX targets are resolved against.
+    pub inventory: Option<PathBuf>,
+    /// Test-only: workers are started without the parent-death signal.
+    pub workers_outlive_host: bool,
+}
+
+/// The `onnx` service of the host in `context.workspace`: workers are this executable
+/// (`__onnx-worker`) on the library [`library`] finds, targets resolved by the live
+/// device probe (or `options.inventory`), models by [`model_path`].
+pub fn service(context: &Context, options: &OnnxOptions) -> Result<Arc<OnnxService>, CliError> {
+    let library = library(context, options.library.as_deref())?;
     let program = std::env::current_exe().map_err(|e| {
         CommandError::new(
             codes::ARCANE_IO,
@@ -141,15 +165,21 @@ pub fn service(context: &Context, library: PathBuf) -> Result<Arc<OnnxService>, 
         )
         .caused_by(e)
     })?;
+    let devices: Arc<dyn arcane_devices::DeviceSource> = match &options.inventory {
+        Some(path) => Arc::new(arcane_devices::Catalog::from_inventory_file(path)?),
+        None => Arc::new(arcane_devices::LiveProbe),
+    };
     let workspace = context.workspace.clone();
     Ok(OnnxService::new(OnnxConfig {
         library,
         worker_program: program,
         worker_args: vec!["__onnx-worker".into(), "--library".into()],
-        devices: Arc::new(arcane_devices::LiveProbe),
+        devices,
         models: Arc::new(move |model: &str| model_path(&workspace, model)),
         start_timeout: std::time::Duration::from_secs(60),
         cancel_grace: std::time::Duration::from_secs(2),
+        records: Some(context.workspace.clone()),
+        workers_outlive_host: options.workers_outlive_host,
     }))
 }
 

@@ -990,3 +990,112 @@ fn runtime_add_onnx_registers_the_library_the_core_finds_and_remove_forgets_it()
     let error = &support::json(&out)["error"];
     assert_eq!(error["code"], "ARCANE_PREREQUISITE_MISSING", "{error}");
 }
+
+/// A session asked for an NVIDIA GPU (presented by a fixture inventory on this
+/// CPU-only machine) on a runtime without the CUDA execution provider is refused,
+/// naming the device and what is missing; the CPU stays usable.
+#[test]
+fn a_gpu_target_without_the_cuda_provider_is_refused_clearly() {
+    let Some(parts) = parts() else { return };
+    let inventory = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../arcane-devices/tests/fixtures/one-gpu.json");
+    let gpu = "nvidia-gpu-3f2a9c1e-0b4d-4e6f-8a9b-0c1d2e3f4a5b";
+    let workspace = TestWorkspace::new();
+    let mut command = workspace.arcane();
+    command
+        .args(["core", "--stdio", "--runtime", "onnx", "--onnx-library"])
+        .arg(&parts.library)
+        .arg("--onnx-inventory")
+        .arg(&inventory);
+    let mut host = Host::spawn(command);
+    let providers = host.ok("onnx.status", json!({}))["runtime"]["providers"].clone();
+    assert!(
+        !providers
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p == "CUDAExecutionProvider"),
+        "this test needs a runtime without CUDA: {providers}"
+    );
+    for target in [json!(gpu), json!({"deviceId": gpu})] {
+        let error = host.err(
+            "onnx.load",
+            json!({"model": parts.silero, "executionTarget": target}),
+        );
+        assert_eq!(
+            error["code"], "LOCAL_AI_EXECUTION_TARGET_UNSUPPORTED",
+            "{error}"
+        );
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains(gpu) && message.contains("NVIDIA H200"),
+            "{message}"
+        );
+        assert!(message.contains("`CUDAExecutionProvider`"), "{message}");
+        assert!(
+            message.contains(parts.library.to_str().unwrap()),
+            "{message}"
+        );
+        assert!(!message.contains("llama.cpp"), "{message}");
+        assert_eq!(error["details"]["target"], gpu, "{error}");
+    }
+    let loaded = host.ok(
+        "onnx.load",
+        json!({"model": parts.silero, "executionTarget": "cpu"}),
+    );
+    assert_eq!(loaded["provider"], "cpu");
+}
+
+/// Kills `pid` (SIGKILL) when dropped: an orphan must not outlive a failed test.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if pid_alive(self.0) {
+            // SAFETY: a plain syscall on the pid this test made an orphan of.
+            unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Each worker has an ownership record (pid, start time, nonce, owner); a worker that
+/// outlives its host's SIGKILL (parent-death signal off, as if it had not been
+/// delivered, and stuck so it does not exit at the end of its input) is stopped by the
+/// next host's start, which removes its record.
+#[test]
+fn a_worker_orphaned_by_a_killed_host_is_stopped_by_the_next_host() {
+    let Some(parts) = parts() else { return };
+    let workspace = TestWorkspace::new();
+    let mut command = workspace.arcane();
+    command
+        .args(["core", "--stdio", "--runtime", "onnx", "--onnx-library"])
+        .arg(&parts.library)
+        .arg("--onnx-workers-outlive-host");
+    let mut host = Host::spawn(command);
+    let loaded = host.ok("onnx.load", json!({"model": parts.silero}));
+    let pid = loaded["worker"]["pid"].as_u64().unwrap() as u32;
+    let _cleanup = KillOnDrop(pid);
+    let record_path = workspace
+        .path()
+        .join(".arcane/onnx-workers")
+        .join(format!("{pid}.json"));
+    let record: Value = serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
+    assert_eq!(record["kind"], "arcane-onnx-worker-ownership", "{record}");
+    assert_eq!(record["pid"], pid);
+    assert_eq!(record["owner"]["pid"], host.child.id());
+    assert!(
+        record["nonce"].as_str().is_some_and(|n| n.len() == 32),
+        "{record}"
+    );
+
+    host.child.kill().unwrap(); // SIGKILL
+    let _ = host.child.wait();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(pid_alive(pid), "the worker should have been orphaned");
+    assert!(record_path.exists());
+
+    let mut next = Host::start(&workspace, &parts);
+    next.ok("onnx.status", json!({}));
+    assert!(wait_gone(pid), "the orphan {pid} was not stopped");
+    assert!(!record_path.exists(), "the orphan's record was not removed");
+}
