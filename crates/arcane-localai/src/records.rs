@@ -183,9 +183,21 @@ pub(crate) fn remove_file(workspace: &Path, id: &str) -> Result<(), Error> {
     }
 }
 
-/// A fresh random nonce.
+/// A fresh random nonce (128 bits from the kernel, as hex).
 pub(crate) fn new_nonce() -> String {
-    arcane_process::ownership::new_nonce()
+    let mut bytes = [0u8; 16];
+    let filled = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .is_ok();
+    if !filled {
+        // Fall back to time and pid: uniqueness is all that matters here.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        bytes[..16].copy_from_slice(&(now ^ ((std::process::id() as u128) << 64)).to_le_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Runs `f` while holding the workspace operation lock (`operation` names it), on a

@@ -101,23 +101,6 @@ pub fn environ_has(pid: u32, name: &str, value: &str) -> Option<bool> {
     )
 }
 
-/// A fresh random nonce (128 bits from the kernel, as hex).
-pub fn new_nonce() -> String {
-    let mut bytes = [0u8; 16];
-    let filled = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
-        .is_ok();
-    if !filled {
-        // Fall back to time and pid: uniqueness is all that matters here.
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        bytes.copy_from_slice(&(now ^ ((std::process::id() as u128) << 64)).to_le_bytes());
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Stops a proven orphan (see [`judge`]): SIGTERM to its group, SIGKILL after
 /// `grace`, each sent only while the pid still has `start_time`. It is not our child,
 /// so liveness is polled through `/proc`. Blocking.

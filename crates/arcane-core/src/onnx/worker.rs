@@ -104,20 +104,6 @@ impl Worker {
         spec: &WorkerSpec,
         hello_timeout: Duration,
     ) -> Result<Arc<Worker>, BoxError> {
-        let process = {
-            let mut process = Spec::new(&spec.program).args(&spec.args);
-            process.stdin = StdioMode::Piped;
-            process.stdout = StdioMode::Piped;
-            process.stderr = StdioMode::Inherit;
-            for (name, value) in &spec.env {
-                process = process.env(name, value);
-            }
-            process.env_remove = spec.env_remove.iter().map(Into::into).collect();
-            process.parent_death_signal = spec.parent_death_signal;
-            process
-        };
-        let nonce = arcane_process::ownership::new_nonce();
-        let process = process.env(records::NONCE_VARIABLE, &nonce);
         let cannot_start = |e: &dyn std::fmt::Display| {
             failed(
                 format!(
@@ -127,26 +113,15 @@ impl Worker {
                 json!({"program": spec.program, "target": target}),
             )
         };
+        // The token generator: a fresh 256-bit random value is as good a nonce.
+        let nonce = crate::endpoint::new_token().map_err(|e| cannot_start(&e))?;
         let record = spec
             .records
             .clone()
             .map(|workspace| (workspace, target.to_string()));
-        let written = record.clone();
-        let record_nonce = nonce.clone();
-        let mut child = tokio::task::spawn_blocking(move || {
-            let child = arcane_process::spawn(process)?;
-            if let Some((workspace, target)) = &written {
-                // Written before anything else happens, so a host killed from here on
-                // leaves a record the next one can act on.
-                if let Some(record) = records::Record::of(target, child.pid(), &record_nonce) {
-                    records::write(workspace, &record)?;
-                }
-            }
-            Ok::<_, std::io::Error>(child)
-        })
-        .await
-        .map_err(|e| cannot_start(&e))?
-        .map_err(|e| cannot_start(&e))?;
+        let mut child = spawn_recorded(process_spec(spec, &nonce), record.clone(), nonce.clone())
+            .await
+            .map_err(|e| cannot_start(&e))?;
         let pid = child.pid();
         if let Some((workspace, _)) = record {
             child.on_exit(move |_| records::remove(&workspace, pid, &nonce));
@@ -345,6 +320,41 @@ impl Worker {
             }
         }
     }
+}
+
+/// The worker's process: piped stdin and stdout, the target's variables, `nonce`.
+fn process_spec(spec: &WorkerSpec, nonce: &str) -> Spec {
+    let mut process = Spec::new(&spec.program).args(&spec.args);
+    process.stdin = StdioMode::Piped;
+    process.stdout = StdioMode::Piped;
+    process.stderr = StdioMode::Inherit;
+    for (name, value) in &spec.env {
+        process = process.env(name, value);
+    }
+    process.env_remove = spec.env_remove.iter().map(Into::into).collect();
+    process.parent_death_signal = spec.parent_death_signal;
+    process.env(records::NONCE_VARIABLE, nonce)
+}
+
+/// Spawns `process` off the async threads and, given `(workspace, target)`, writes
+/// its ownership record before anything else happens (so a host killed from then on
+/// leaves a record the next one can act on).
+async fn spawn_recorded(
+    process: Spec,
+    record: Option<(PathBuf, String)>,
+    nonce: String,
+) -> std::io::Result<arcane_process::Child> {
+    tokio::task::spawn_blocking(move || {
+        let child = arcane_process::spawn(process)?;
+        if let Some((workspace, target)) = &record {
+            if let Some(record) = records::Record::of(target, child.pid(), &nonce) {
+                records::write(workspace, &record)?;
+            }
+        }
+        Ok(child)
+    })
+    .await
+    .map_err(std::io::Error::other)?
 }
 
 /// Reads the worker's answers until its stdout ends, handing each to its waiter; then

@@ -1084,7 +1084,7 @@ fn a_worker_orphaned_by_a_killed_host_is_stopped_by_the_next_host() {
     assert_eq!(record["pid"], pid);
     assert_eq!(record["owner"]["pid"], host.child.id());
     assert!(
-        record["nonce"].as_str().is_some_and(|n| n.len() == 32),
+        record["nonce"].as_str().is_some_and(|n| n.len() == 64),
         "{record}"
     );
 
