@@ -13,8 +13,9 @@
 //! | `unload` | `session` | `{}` |
 //! | `cancel` | `run` (the run's id) | none: the run answers `ARCANE_CANCELLED` |
 //!
-//! * Runs on one session are answered in order by that session's thread; runs on
-//!   different sessions run in parallel.
+//! * Each request is answered by the worker thread that read it; runs on one session
+//!   take turns at its ONNX Runtime lock, runs on different sessions run in parallel,
+//!   and a `cancel` is read while its run is going (even one read just before it).
 //! * An error is `{"id", "error": {code, message, details, hints?}}`
 //!   ([`arcane_report::error_json`]).
 
