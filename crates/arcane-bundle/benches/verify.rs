@@ -153,6 +153,7 @@ fn write_bundle(root: &Path) -> Vec<String> {
         target: Target::host(),
         runtimes: Vec::new(),
         models: Vec::new(),
+        onnx_runtimes: Vec::new(),
         launch: LaunchDefaults::default(),
         files: entries,
     };

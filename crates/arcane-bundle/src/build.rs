@@ -35,8 +35,8 @@ use serde_json::json;
 use crate::error::Error;
 use crate::hash::Progress;
 use crate::manifest::{
-    self, AppInfo, Builder, FileEntry, LaunchDefaults, Manifest, ModelEntry, RuntimeEntry, Target,
-    LAUNCHER_PATH, MANIFEST_NAME,
+    self, AppInfo, Builder, FileEntry, LaunchDefaults, Manifest, ModelEntry, OnnxRuntimeEntry,
+    RuntimeEntry, Target, LAUNCHER_PATH, MANIFEST_NAME,
 };
 use crate::path::{check_path, check_path_set};
 
@@ -44,35 +44,48 @@ use crate::path::{check_path, check_path_set};
 /// `{"id", "name", "version", "start"}`, every field optional.
 pub const APP_DESCRIPTOR: &str = "arcane-app.json";
 
-/// `--runtime ENGINE[=ID]`: an engine and optionally the registry id of the runtime.
+/// What a `--runtime` names: an engine's runtime, or ONNX Runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeKind {
+    /// An engine executable (`llama.cpp`, `ollama`).
+    Engine(arcane_registry::Engine),
+    /// An ONNX Runtime library (`onnx`).
+    Onnx,
+}
+
+/// `--runtime ENGINE[=ID]`: an engine (or `onnx`) and optionally the registry id of
+/// the runtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeRequest {
-    /// The engine (`llama.cpp`, `ollama`).
-    pub engine: arcane_registry::Engine,
-    /// The runtime id; `None` takes the engine's default runtime.
+    /// The engine, or ONNX Runtime.
+    pub kind: RuntimeKind,
+    /// The runtime id; `None` takes the default runtime of that kind.
     pub id: Option<String>,
 }
 
 impl RuntimeRequest {
-    /// Parses `llama.cpp` or `llama.cpp=ID`.
+    /// Parses `llama.cpp`, `llama.cpp=ID`, `onnx` or `onnx=ID`.
     pub fn parse(text: &str) -> Result<Self, Error> {
         let (engine, id) = match text.split_once('=') {
             Some((engine, id)) => (engine, Some(id.to_string())),
             None => (text, None),
         };
-        let engine = engine.parse().map_err(|_| {
-            Error::input(
-                format!("unknown engine `{engine}` in `--runtime {text}`"),
-                json!({"runtime": text}),
-            )
-        })?;
+        let kind = match engine {
+            arcane_registry::ONNX_ID => RuntimeKind::Onnx,
+            engine => RuntimeKind::Engine(engine.parse().map_err(|_| {
+                Error::input(
+                    format!("unknown engine `{engine}` in `--runtime {text}`"),
+                    json!({"runtime": text}),
+                )
+            })?),
+        };
         if id.as_deref() == Some("") {
             return Err(Error::input(
                 format!("empty runtime id in `--runtime {text}`"),
                 json!({"runtime": text}),
             ));
         }
-        Ok(Self { engine, id })
+        Ok(Self { kind, id })
     }
 }
 
@@ -182,17 +195,25 @@ pub fn build(
     let app = plan_app(&output.app_dir, &request.app, &mut plan)?;
 
     // 2. Resolve runtimes and models under the workspace lock.
-    let (runtimes, models) = resolve(request, events, cancel)?;
+    let Resolved {
+        runtimes,
+        onnx_runtimes,
+        models,
+    } = resolve(request, events, cancel)?;
     let host = Target::host();
     let mut runtime_entries = Vec::new();
     for runtime in &runtimes {
         runtime_entries.push(plan_runtime(runtime, &host, &mut plan)?);
     }
+    let mut onnx_entries = Vec::new();
+    for runtime in &onnx_runtimes {
+        onnx_entries.push(plan_onnx_runtime(runtime, &host, &mut plan)?);
+    }
     let model_entries = plan_models(&models, &mut plan);
     let sizes = check_plan(&plan)?;
     events.emit(Event::new(
         arcane_report::event_types::BUNDLE_BUILD_RESOLVED,
-        json!({"runtimes": runtimes.iter().map(|r| &r.id).collect::<Vec<_>>(), "models": models.iter().map(|m| &m.id).collect::<Vec<_>>(), "files": plan.len(), "bytes": sizes}),
+        json!({"runtimes": runtimes.iter().map(|r| &r.id).chain(onnx_runtimes.iter().map(|r| &r.id)).collect::<Vec<_>>(), "models": models.iter().map(|m| &m.id).collect::<Vec<_>>(), "files": plan.len(), "bytes": sizes}),
     ));
 
     // 3. Assemble in a temporary sibling (creating the missing parents of `--out`).
@@ -208,6 +229,7 @@ pub fn build(
         target: host,
         runtimes: runtime_entries,
         models: model_entries,
+        onnx_runtimes: onnx_entries,
         launch: LaunchDefaults {
             runtime: None,
             model: None,
@@ -462,11 +484,18 @@ impl Drop for RemoveOnDrop {
     }
 }
 
+/// What the registry gave for a build.
+struct Resolved {
+    runtimes: Vec<arcane_registry::Runtime>,
+    onnx_runtimes: Vec<arcane_registry::OnnxRuntime>,
+    models: Vec<arcane_registry::Model>,
+}
+
 fn resolve(
     request: &BuildRequest,
     events: &dyn EventSink,
     cancel: &CancelToken,
-) -> Result<(Vec<arcane_registry::Runtime>, Vec<arcane_registry::Model>), Error> {
+) -> Result<Resolved, Error> {
     let workspace = &request.workspace;
     let options = arcane_lock::AcquireOptions::new("bundle-build")
         .map_err(|source| Error::Lock {
@@ -484,23 +513,36 @@ fn resolve(
         })?;
     let result = (|| {
         let registry = arcane_registry::Registry::new(workspace);
+        let registry_error = |source| Error::Registry {
+            workspace: workspace.clone(),
+            source: Box::new(source),
+        };
         let mut runtimes = Vec::new();
+        let mut onnx_runtimes: Vec<arcane_registry::OnnxRuntime> = Vec::new();
         for wanted in &request.runtimes {
+            let engine = match wanted.kind {
+                RuntimeKind::Engine(engine) => engine,
+                RuntimeKind::Onnx => {
+                    let runtime =
+                        onnx_runtime(&registry, wanted.id.as_deref()).map_err(registry_error)?;
+                    if !onnx_runtimes.iter().any(|r| r.id == runtime.id) {
+                        onnx_runtimes.push(runtime);
+                    }
+                    continue;
+                }
+            };
             let runtime = match &wanted.id {
                 Some(id) => registry.runtime(id),
-                None => registry.default_runtime(wanted.engine),
+                None => registry.default_runtime(engine),
             }
-            .map_err(|source| Error::Registry {
-                workspace: workspace.clone(),
-                source: Box::new(source),
-            })?;
-            if runtime.engine != wanted.engine {
+            .map_err(registry_error)?;
+            if runtime.engine != engine {
                 return Err(Error::input(
                     format!(
                         "runtime `{}` is a {} runtime, not {}",
-                        runtime.id, runtime.engine, wanted.engine
+                        runtime.id, runtime.engine, engine
                     ),
-                    json!({"runtime": runtime.id, "engine": runtime.engine, "requested": wanted.engine}),
+                    json!({"runtime": runtime.id, "engine": runtime.engine, "requested": engine}),
                 ));
             }
             if !runtimes
@@ -523,7 +565,11 @@ fn resolve(
                 models.push(model);
             }
         }
-        Ok((runtimes, models))
+        Ok(Resolved {
+            runtimes,
+            onnx_runtimes,
+            models,
+        })
     })();
     let released = lock
         .release_with_events(events)
@@ -704,10 +750,45 @@ fn plan_runtime(
             search.push(dir.clone());
         }
     }
+    // ggml's backends (`libggml-*`) are loaded at run time, not named in `DT_NEEDED`.
+    let libraries = needed_libraries(&runtime.executable, &search, "libggml")?;
+    for (name, source) in libraries {
+        if name == executable_name {
+            continue;
+        }
+        let exec = std::fs::metadata(&source)
+            .map(|m| m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false);
+        plan.push(Planned {
+            destination: format!("{dir}/{name}"),
+            source,
+            exec,
+        });
+    }
+    Ok(RuntimeEntry {
+        id: runtime.id.clone(),
+        engine: runtime.engine.to_string(),
+        version: runtime.version.clone(),
+        backend,
+        executable,
+        library_dirs: vec![dir],
+    })
+}
+
+/// The shared libraries `binary` needs, by the names the loader asks for (its
+/// `DT_NEEDED` closure, found in `search`; system libraries elsewhere are not
+/// bundled), plus the libraries in `search` whose names start with `dynamic` (loaded
+/// at run time, so named nowhere; regular files only, never an alias symlink). When a
+/// binary cannot be parsed, every library in `search` is taken. Name → source.
+fn needed_libraries(
+    binary: &Path,
+    search: &[PathBuf],
+    dynamic: &str,
+) -> Result<BTreeMap<String, PathBuf>, Error> {
     // name → source, for every library the bundle will hold.
     let mut libraries: BTreeMap<String, PathBuf> = BTreeMap::new();
     let mut resolved_targets: HashSet<PathBuf> = HashSet::new();
-    let mut queue = vec![runtime.executable.clone()];
+    let mut queue = vec![binary.to_path_buf()];
     let mut parsed_all = true;
     while let Some(binary) = queue.pop() {
         let bytes = std::fs::read(&binary).map_err(|e| Error::io("read", &binary, e))?;
@@ -729,10 +810,10 @@ fn plan_runtime(
             queue.push(found);
         }
     }
-    // Libraries loaded at run time (ggml backends) are regular files beside the
-    // executable or in a library directory; symlinks that nothing needs are aliases,
-    // and other tools' libraries (`libllama-bench-impl.so`) are not the server's.
-    for dir in &search {
+    // Libraries loaded at run time are regular files beside the binary or in a
+    // library directory; symlinks that nothing needs are aliases, and other tools'
+    // libraries (`libllama-bench-impl.so`) are not the binary's.
+    for dir in search {
         let Ok(entries) = std::fs::read_dir(dir) else {
             continue;
         };
@@ -751,35 +832,82 @@ fn plan_runtime(
             };
             let is_alias = kind.is_symlink();
             let real = std::fs::canonicalize(entry.path()).unwrap_or_else(|_| entry.path());
-            // With the `DT_NEEDED` closure known, only ggml's dynamically loaded backends
-            // (`libggml-*`) are added; without it, every library is.
-            let wanted = !parsed_all || (!is_alias && name.starts_with("libggml"));
+            // With the `DT_NEEDED` closure known, only the dynamically loaded ones are
+            // added; without it, every library is.
+            let wanted = !parsed_all || (!is_alias && name.starts_with(dynamic));
             if !wanted || !real.is_file() || resolved_targets.contains(&real) {
                 continue;
             }
             libraries.insert(name, entry.path());
         }
     }
-    for (name, source) in libraries {
-        if name == executable_name {
-            continue;
-        }
-        let exec = std::fs::metadata(&source)
-            .map(|m| m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false);
-        plan.push(Planned {
-            destination: format!("{dir}/{name}"),
-            source,
-            exec,
-        });
+    Ok(libraries)
+}
+
+/// Places an ONNX Runtime under `runtimes/<id>/<os>-<arch>/`: the library, the
+/// libraries it needs from its own directory, and its execution-provider libraries
+/// (`libonnxruntime_providers_*`, loaded at run time from beside it).
+fn plan_onnx_runtime(
+    runtime: &arcane_registry::OnnxRuntime,
+    host: &Target,
+    plan: &mut Vec<Planned>,
+) -> Result<OnnxRuntimeEntry, Error> {
+    if !manifest::is_segment_id(&runtime.id) {
+        return Err(Error::input(
+            format!("runtime id `{}` cannot name a bundle directory", runtime.id),
+            json!({"runtime": runtime.id}),
+        ));
     }
-    Ok(RuntimeEntry {
+    let dir = format!("runtimes/{}/{}-{}", runtime.id, host.os, host.arch);
+    let name = runtime
+        .library
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| check_path(n).is_ok())
+        .unwrap_or("libonnxruntime.so")
+        .to_string();
+    let library = format!("{dir}/{name}");
+    plan.push(Planned {
+        destination: library.clone(),
+        source: runtime.library.clone(),
+        exec: false,
+    });
+    let search: Vec<PathBuf> = runtime
+        .library
+        .parent()
+        .map(Path::to_path_buf)
+        .into_iter()
+        .collect();
+    for (needed, source) in needed_libraries(&runtime.library, &search, "libonnxruntime_providers")?
+    {
+        if needed != name {
+            plan.push(Planned {
+                destination: format!("{dir}/{needed}"),
+                source,
+                exec: false,
+            });
+        }
+    }
+    Ok(OnnxRuntimeEntry {
         id: runtime.id.clone(),
-        engine: runtime.engine.to_string(),
         version: runtime.version.clone(),
-        backend,
-        executable,
-        library_dirs: vec![dir],
+        library,
+    })
+}
+
+/// The ONNX Runtime `id` names, or the default one.
+fn onnx_runtime(
+    registry: &arcane_registry::Registry,
+    id: Option<&str>,
+) -> Result<arcane_registry::OnnxRuntime, arcane_registry::Error> {
+    let runtimes = registry.onnx_runtimes()?;
+    let found = match id {
+        Some(id) => runtimes.iter().find(|r| r.id == id).cloned(),
+        None => registry.default_onnx_runtime()?,
+    };
+    found.ok_or_else(|| arcane_registry::Error::RuntimeNotFound {
+        id: id.unwrap_or(arcane_registry::ONNX_ID).to_string(),
+        known: runtimes.iter().map(|r| r.id.clone()).collect(),
     })
 }
 
@@ -1085,7 +1213,14 @@ mod tests {
     #[test]
     fn runtime_requests_parse() {
         let plain = RuntimeRequest::parse("llama.cpp").unwrap();
-        assert_eq!(plain.engine, arcane_registry::Engine::LlamaCpp);
+        assert_eq!(
+            plain.kind,
+            RuntimeKind::Engine(arcane_registry::Engine::LlamaCpp)
+        );
+        assert_eq!(
+            RuntimeRequest::parse("onnx").unwrap().kind,
+            RuntimeKind::Onnx
+        );
         assert_eq!(plain.id, None);
         let named = RuntimeRequest::parse("llama.cpp=llama.cpp-b1").unwrap();
         assert_eq!(named.id.as_deref(), Some("llama.cpp-b1"));

@@ -172,6 +172,8 @@ pub struct LaunchContext {
     pub runtime: Option<LaunchRuntime>,
     /// The model to load, if the bundle has one.
     pub model: Option<LaunchModel>,
+    /// The bundled ONNX Runtime library the Core's `onnx` runtime loads, if any.
+    pub onnx_library: Option<PathBuf>,
 }
 
 impl LaunchContext {
@@ -192,6 +194,7 @@ impl LaunchContext {
             "executionTarget": self.execution_target,
             "runtime": self.runtime.as_ref().map(|r| json!({"id": r.id, "executable": r.executable, "libraryDirs": r.library_dirs, "backend": r.backend})),
             "model": self.model.as_ref().map(|m| json!({"id": m.id, "path": m.path})),
+            "onnxLibrary": self.onnx_library,
         })
     }
 }
@@ -244,6 +247,9 @@ pub fn resolve_context(
         id: m.id.clone(),
         path: bundle.resolve(&m.path),
     });
+    let onnx_library = manifest
+        .launch_onnx_runtime()
+        .map(|r| bundle.resolve(&r.library));
     Ok(LaunchContext {
         bundle,
         state_root: root,
@@ -251,6 +257,7 @@ pub fn resolve_context(
         execution_target,
         runtime,
         model,
+        onnx_library,
     })
 }
 

@@ -61,7 +61,9 @@ pub mod path;
 pub mod sign;
 mod verify;
 
-pub use build::{build, AppOverrides, BuildOutcome, BuildRequest, RuntimeRequest, APP_DESCRIPTOR};
+pub use build::{
+    build, AppOverrides, BuildOutcome, BuildRequest, RuntimeKind, RuntimeRequest, APP_DESCRIPTOR,
+};
 pub use error::Error;
 pub use failure::Failure;
 pub use launch::{

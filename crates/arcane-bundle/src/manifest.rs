@@ -52,6 +52,9 @@ pub struct Manifest {
     pub runtimes: Vec<RuntimeEntry>,
     /// The bundled models.
     pub models: Vec<ModelEntry>,
+    /// The bundled ONNX Runtime libraries (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub onnx_runtimes: Vec<OnnxRuntimeEntry>,
     /// What `launch` uses unless the launch file or flags say otherwise.
     pub launch: LaunchDefaults,
     /// Every file of the bundle except the manifest, sorted by raw UTF-8 bytes.
@@ -130,6 +133,19 @@ pub struct RuntimeEntry {
     pub executable: String,
     /// Directories holding its shared libraries (bundle-relative).
     pub library_dirs: Vec<String>,
+}
+
+/// One entry of `onnxRuntimes[]`: an ONNX Runtime library the Core's ONNX workers
+/// load (not an executable the Core starts).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OnnxRuntimeEntry {
+    /// The runtime's id (a single path segment, unique among all runtimes).
+    pub id: String,
+    /// The version the library reports.
+    pub version: String,
+    /// The library: `runtimes/<id>/<os>-<arch>/<name>`, a listed file.
+    pub library: String,
 }
 
 /// One entry of `models[]`.
@@ -253,6 +269,11 @@ impl Manifest {
             Some(id) => self.runtimes.iter().find(|r| &r.id == id),
             None => self.runtimes.first(),
         }
+    }
+
+    /// The ONNX Runtime `launch` hands the Core: the first of `onnxRuntimes[]`.
+    pub fn launch_onnx_runtime(&self) -> Option<&OnnxRuntimeEntry> {
+        self.onnx_runtimes.first()
     }
 
     /// The model `launch` uses: `launch.model`, else the first.
@@ -414,6 +435,37 @@ impl Manifest {
                 continue;
             }
             self.check_runtime(runtime, failures);
+        }
+        for runtime in &self.onnx_runtimes {
+            if !is_segment_id(&runtime.id) || !runtime_ids.insert(runtime.id.as_str()) {
+                failures.push(manifest_invalid(
+                    format!("runtime id `{}` is invalid or repeated", runtime.id),
+                    json!({"field": "onnxRuntimes[].id", "value": runtime.id}),
+                ));
+                continue;
+            }
+            self.check_onnx_runtime(runtime, failures);
+        }
+    }
+
+    /// One ONNX Runtime: its library is a listed file under `runtimes/<id>/`.
+    fn check_onnx_runtime(&self, runtime: &OnnxRuntimeEntry, failures: &mut Vec<Failure>) {
+        let field = format!("onnxRuntimes[{}]", runtime.id);
+        let area = format!("runtimes/{}/", runtime.id);
+        if let Some(failure) = path_failure(&runtime.library, &field)
+            .or_else(|| outside_area(&runtime.library, &area, &field))
+        {
+            failures.push(failure);
+        } else if self.file(&runtime.library).is_none() {
+            failures.push(Failure::at(
+                codes::BUNDLE_RUNTIME_MISSING,
+                &runtime.library,
+                format!(
+                    "the library of ONNX runtime `{}` is not listed in files[]",
+                    runtime.id
+                ),
+                json!({"runtime": runtime.id, "reason": "not-listed"}),
+            ));
         }
     }
 
@@ -728,6 +780,7 @@ mod tests {
                 sha256: digest('a'),
                 format: "gguf".into(),
             }],
+            onnx_runtimes: Vec::new(),
             launch: LaunchDefaults::default(),
             files: vec![
                 file("app/index.html", false),
@@ -793,6 +846,50 @@ mod tests {
         assert!(
             failures.iter().any(|f| f.code == codes::BUNDLE_PATH_INVALID
                 && f.path.as_deref() == Some("/etc/passwd")),
+            "{failures:?}"
+        );
+    }
+
+    /// An ONNX Runtime's library must be a listed file in its own runtime area, and
+    /// its id is unique among all runtimes.
+    #[test]
+    fn onnx_runtimes_are_cross_checked() {
+        let mut manifest = sample();
+        let onnx = |id: &str, library: &str| OnnxRuntimeEntry {
+            id: id.into(),
+            version: "1.31.1".into(),
+            library: library.into(),
+        };
+        manifest.onnx_runtimes = vec![onnx("onnx", "runtimes/onnx/linux-x64/libonnxruntime.so")];
+        let failures = manifest.check();
+        assert!(
+            failures
+                .iter()
+                .any(|f| f.code == codes::BUNDLE_RUNTIME_MISSING
+                    && f.path.as_deref() == Some("runtimes/onnx/linux-x64/libonnxruntime.so")),
+            "{failures:?}"
+        );
+        manifest.onnx_runtimes = vec![
+            onnx(
+                "llama.cpp-b1",
+                "runtimes/llama.cpp-b1/linux-x64-cpu/libllama.so",
+            ),
+            onnx(
+                "elsewhere",
+                "runtimes/llama.cpp-b1/linux-x64-cpu/libllama.so",
+            ),
+        ];
+        let failures = manifest.check();
+        assert!(
+            failures
+                .iter()
+                .any(|f| f.details["field"] == "onnxRuntimes[].id"),
+            "{failures:?}"
+        );
+        assert!(
+            failures
+                .iter()
+                .any(|f| f.details["reason"] == "outside-area"),
             "{failures:?}"
         );
     }

@@ -8,6 +8,7 @@
 //! request-lifetime work is cancelled, accepted responses are written, services drain,
 //! `closed` is published and queued output is flushed before [`serve`] returns.
 
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::Arc;
 
 use arcane_report::error_json;
@@ -33,6 +34,66 @@ impl Default for StdioOptions {
     fn default() -> Self {
         Self {
             max_frame: crate::framing::DEFAULT_MAX_FRAME,
+        }
+    }
+}
+
+/// A reader for [`serve`].
+pub type StdioReader = Box<dyn AsyncRead + Unpin + Send>;
+/// A writer for [`serve`].
+pub type StdioWriter = Box<dyn AsyncWrite + Unpin + Send>;
+
+/// This process's stdin and stdout for [`serve`]. A pipe (what a parent process
+/// gives its child) is driven by the async runtime's reactor, so a frame is read and
+/// written by the task that handles it instead of being handed to a blocking thread
+/// and back; anything else (a terminal, a file) goes through tokio's blocking stdio.
+/// Call it inside the runtime. The pipes are put in non-blocking mode while the guard
+/// lives and back in blocking mode when it drops (they are shared with whoever gave
+/// them to this process).
+pub fn process_stdio() -> (StdioReader, StdioWriter, BlockingGuard) {
+    let mut guard = BlockingGuard(Vec::new());
+    let stdin = std::io::stdin();
+    let reader: StdioReader = match stdin
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(tokio::net::unix::pipe::Receiver::from_owned_fd)
+    {
+        Ok(pipe) => {
+            guard.0.push(stdin.as_raw_fd());
+            Box::new(pipe)
+        }
+        Err(_) => Box::new(tokio::io::stdin()),
+    };
+    let stdout = std::io::stdout();
+    let writer: StdioWriter = match stdout
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(tokio::net::unix::pipe::Sender::from_owned_fd)
+    {
+        Ok(pipe) => {
+            guard.0.push(stdout.as_raw_fd());
+            Box::new(pipe)
+        }
+        Err(_) => Box::new(tokio::io::stdout()),
+    };
+    (reader, writer, guard)
+}
+
+/// Puts the stdio pipes [`process_stdio`] made non-blocking back in blocking mode.
+#[must_use = "dropping it restores blocking mode at once"]
+pub struct BlockingGuard(Vec<RawFd>);
+
+impl Drop for BlockingGuard {
+    fn drop(&mut self) {
+        for fd in &self.0 {
+            // SAFETY: `fd` is this process's stdin or stdout, open for its whole life;
+            // F_GETFL/F_SETFL only read and change its status flags.
+            unsafe {
+                let flags = libc::fcntl(*fd, libc::F_GETFL);
+                if flags >= 0 {
+                    libc::fcntl(*fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+                }
+            }
         }
     }
 }

@@ -184,56 +184,14 @@ fn read_lines(
         });
 }
 
-/// Whether `/proc/<pid>/environ` holds `name=value`; `None` when it cannot be read.
-pub(crate) fn process_environ_has(pid: u32, name: &str, value: &str) -> Option<bool> {
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    let wanted = format!("{name}={value}");
-    Some(
-        environ
-            .split(|b| *b == 0)
-            .any(|entry| entry == wanted.as_bytes()),
-    )
-}
-
-/// Stops a process that a previous Arcane provably owned (`records` checked pid, start
-/// time and executable). It is not our child, so liveness is polled through `/proc`;
-/// the group is signalled only while the pid still has the recorded start time.
+/// Stops a process that a previous Arcane provably owned (`records` checked the
+/// proof): [`arcane_process::ownership::stop_orphan`], off the async threads.
 pub(crate) async fn stop_orphan(pid: u32, start_time: u64, grace: Duration) -> StopStep {
-    let alive = || arcane_process::start_time(pid) == Some(start_time);
-    let signal = |sig: libc::c_int| {
-        if !alive() {
-            return;
-        }
-        // SAFETY: plain syscalls. The pid was re-checked against the recorded start time
-        // just above, so it names the orphan, which leads its own group (spawned with
-        // `setpgid(0, 0)`); if it does not lead a group, only the pid is signalled.
-        unsafe {
-            if libc::getpgid(pid as libc::pid_t) == pid as libc::pid_t {
-                libc::killpg(pid as libc::pid_t, sig);
-            } else {
-                libc::kill(pid as libc::pid_t, sig);
-            }
-        }
-    };
-    if !alive() {
-        return StopStep::AlreadyExited;
-    }
-    signal(libc::SIGTERM);
-    let deadline = tokio::time::Instant::now() + grace;
-    while tokio::time::Instant::now() < deadline {
-        if !alive() {
-            return StopStep::Sigterm;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    signal(libc::SIGKILL);
-    for _ in 0..250 {
-        if !alive() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    StopStep::Sigkill
+    tokio::task::spawn_blocking(move || {
+        arcane_process::ownership::stop_orphan(pid, start_time, grace)
+    })
+    .await
+    .unwrap_or(StopStep::Sigkill)
 }
 
 /// The directory the child runs in: the executable's own directory (as the SDK does).

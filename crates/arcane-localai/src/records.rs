@@ -18,14 +18,10 @@
 //!
 //! # The proof
 //!
-//! A recorded process is stopped only when ALL of these hold, so a reused pid or a
-//! stranger is never signalled:
-//!
-//! 1. the pid is alive with the recorded start time (`/proc/<pid>/stat` field 22);
-//! 2. `/proc/<pid>/exe` is the recorded executable;
-//! 3. its environment (when readable) holds the recorded `ARCANE_ENGINE_NONCE`;
-//! 4. the recorded owner (the Arcane that spawned it) is gone: a live owner still
-//!    supervises its engine, which is then left alone (and may be adopted).
+//! [`arcane_process::ownership`]'s, shared with the ONNX workers: pid with the
+//! recorded start time, the recorded executable, the recorded `ARCANE_ENGINE_NONCE` in
+//! its environment, and its owner gone (a live owner still supervises its engine,
+//! which is then left alone and may be adopted).
 //!
 //! A record whose process is gone, or fails the proof, is stale and is removed.
 
@@ -46,12 +42,7 @@ const KIND: &str = "arcane-engine-ownership";
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The Arcane process that spawned an engine.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Owner {
-    pub pid: u32,
-    pub start_time: u64,
-}
+pub(crate) use arcane_process::ownership::Owner;
 
 /// One ownership record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,15 +64,7 @@ pub(crate) struct Record {
 }
 
 /// What a record says about its process now.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Judgement {
-    /// The process is gone, or the pid now belongs to someone else: remove the record.
-    Stale(&'static str),
-    /// The spawning Arcane is still alive and supervises it: leave both alone.
-    OwnerAlive,
-    /// A proven orphan of an earlier Arcane: stop it.
-    Orphan,
-}
+pub(crate) use arcane_process::ownership::Judgement;
 
 /// Creates the workspace (mode 0700, private to the user like the lock's own directory)
 /// when nothing exists there: a first `serve` may run before anything else created it.
@@ -129,11 +112,7 @@ pub(crate) fn path(workspace: &Path, id: &str) -> PathBuf {
 
 /// This process as an owner.
 pub(crate) fn current_owner() -> Owner {
-    let pid = std::process::id();
-    Owner {
-        pid,
-        start_time: arcane_process::start_time(pid).unwrap_or(0),
-    }
+    Owner::current()
 }
 
 /// Reads the record of `id`; a missing or unreadable record is `None`.
@@ -143,26 +122,16 @@ pub(crate) fn read(workspace: &Path, id: &str) -> Option<Record> {
     (record.kind == KIND && record.schema_version == 1).then_some(record)
 }
 
-/// Judges a record against the live system (see the module doc for the proof).
+/// Judges a record against the live system (the proof of
+/// [`arcane_process::ownership`]).
 pub(crate) fn judge(record: &Record) -> Judgement {
-    if arcane_process::start_time(record.pid) != Some(record.start_time) {
-        return Judgement::Stale("process-gone");
-    }
-    if arcane_process::exe(record.pid).as_deref() != Some(record.exe.as_path()) {
-        return Judgement::Stale("executable-differs");
-    }
-    if process::process_environ_has(record.pid, crate::command::NONCE_VARIABLE, &record.nonce)
-        == Some(false)
-    {
-        return Judgement::Stale("nonce-differs");
-    }
-    let owner = &record.owner;
-    if owner.pid != std::process::id()
-        && arcane_process::start_time(owner.pid) == Some(owner.start_time)
-    {
-        return Judgement::OwnerAlive;
-    }
-    Judgement::Orphan
+    arcane_process::ownership::judge(&arcane_process::ownership::Claim {
+        pid: record.pid,
+        start_time: record.start_time,
+        exe: &record.exe,
+        nonce: (crate::command::NONCE_VARIABLE, &record.nonce),
+        owner: &record.owner,
+    })
 }
 
 /// The permission bits of an ownership record.

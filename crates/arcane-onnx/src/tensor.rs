@@ -294,6 +294,17 @@ pub struct JsonTensor {
     pub data: Value,
 }
 
+impl JsonTensor {
+    /// As a JSON value (`{type, shape, data}`), moving `data` rather than copying it.
+    pub fn into_value(self) -> Value {
+        let mut map = serde_json::Map::with_capacity(3);
+        map.insert("type".into(), Value::String(self.element_type));
+        map.insert("shape".into(), Value::from(self.shape));
+        map.insert("data".into(), self.data);
+        Value::Object(map)
+    }
+}
+
 impl Tensor {
     /// The element type.
     pub fn element_type(&self) -> ElementType {
@@ -304,24 +315,43 @@ impl Tensor {
     /// type name, that every dimension is ≥ 0, and that the data has exactly as many
     /// elements as the shape.
     pub fn from_json(name: &str, json: &JsonTensor) -> Result<Tensor, Error> {
+        Self::parse(name, &json.element_type, &json.shape, &json.data)
+    }
+
+    /// [`Tensor::from_json`] on a wire tensor still in a JSON value (`{type, shape,
+    /// data}`), read in place: the data is not copied first.
+    pub fn from_value(name: &str, value: &Value) -> Result<Tensor, Error> {
+        let bad = |reason: &str| Error::BadData {
+            name: name.to_string(),
+            reason: format!("expected {{type, shape, data}}: {reason}"),
+        };
+        let element_type = value["type"]
+            .as_str()
+            .ok_or_else(|| bad("`type` must be a string"))?;
+        let shape = value["shape"]
+            .as_array()
+            .and_then(|dims| dims.iter().map(Value::as_i64).collect::<Option<Vec<i64>>>())
+            .ok_or_else(|| bad("`shape` must be an array of integers"))?;
+        Self::parse(name, element_type, &shape, &value["data"])
+    }
+
+    fn parse(name: &str, type_name: &str, shape: &[i64], data: &Value) -> Result<Tensor, Error> {
         let bad = |reason: String| Error::BadData {
             name: name.to_string(),
             reason,
         };
-        let element_type = ElementType::parse(&json.element_type).ok_or_else(|| {
+        let element_type = ElementType::parse(type_name).ok_or_else(|| {
             bad(format!(
-                "unknown element type `{}` (use one of {})",
-                json.element_type,
+                "unknown element type `{type_name}` (use one of {})",
                 ElementType::ALL.map(ElementType::as_str).join(", ")
             ))
         })?;
-        let count = element_count(&json.shape).ok_or_else(|| {
+        let count = element_count(shape).ok_or_else(|| {
             bad(format!(
-                "shape {:?} has a negative or too large dimension",
-                json.shape
+                "shape {shape:?} has a negative or too large dimension"
             ))
         })?;
-        let data = match &json.data {
+        let data = match data {
             Value::String(text) if element_type != ElementType::String => {
                 let bytes = base64::engine::general_purpose::STANDARD
                     .decode(text)
@@ -335,20 +365,19 @@ impl Tensor {
             }
             Value::Array(_) => {
                 let mut flat = Vec::new();
-                flatten(&json.data, &mut flat);
+                flatten(data, &mut flat);
                 from_values(element_type, &flat).map_err(bad)?
             }
             _ => return Err(bad("`data` must be a JSON array or a base64 string".into())),
         };
         if data.len() != count {
             return Err(bad(format!(
-                "shape {:?} needs {count} elements but `data` has {}",
-                json.shape,
+                "shape {shape:?} needs {count} elements but `data` has {}",
                 data.len()
             )));
         }
         Ok(Tensor {
-            shape: json.shape.clone(),
+            shape: shape.to_vec(),
             data,
         })
     }

@@ -13,6 +13,9 @@
 //! | `unload` | `session` | `{}` |
 //! | `cancel` | `run` (the run's id) | none: the run answers `ARCANE_CANCELLED` |
 //!
+//! * Each request is answered by the worker thread that read it; runs on one session
+//!   take turns at its ONNX Runtime lock, runs on different sessions run in parallel,
+//!   and a `cancel` is read while its run is going (even one read just before it).
 //! * An error is `{"id", "error": {code, message, details, hints?}}`
 //!   ([`arcane_report::error_json`]).
 
@@ -22,7 +25,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{Encoding, Provider, SessionOptions};
+use crate::{Encoding, JsonTensor, Provider, SessionOptions};
 
 /// A request to the worker.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -48,8 +51,9 @@ pub enum Request {
         id: u64,
         /// The session id.
         session: String,
-        /// The inputs, in their wire form (`{name: {type, shape, data}}`).
-        inputs: BTreeMap<String, Value>,
+        /// The inputs, in their wire form (`{name: {type, shape, data}}`; the host
+        /// sends numeric data as base64, the cheapest form to write and read).
+        inputs: BTreeMap<String, JsonTensor>,
         /// The outputs wanted (default: all).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         outputs: Option<Vec<String>>,

@@ -1,12 +1,18 @@
 //! The worker's loop: load the runtime, say hello, then answer [`wire`](crate::wire)
-//! requests from `input` on `output` until `input` ends. Every request runs on its own
-//! thread, so runs on different sessions run in parallel and a cancel arrives while a
-//! run is going.
+//! requests from `input` on `output` until `input` ends.
+//!
+//! Requests are read by a small pool of threads that take turns at `input`: the
+//! thread that reads a request answers it itself (no hand-off, so a run starts as
+//! soon as its frame is read), and the next thread in line is already waiting for the
+//! following frame, so a cancel is read while a run is going and runs on different
+//! sessions run in parallel. A thread is added when none is left waiting and leaves
+//! when enough others are; runs on one session take turns at its ONNX Runtime lock.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use arcane_report::error_json;
 use serde_json::{json, Value};
@@ -14,24 +20,37 @@ use serde_json::{json, Value};
 use crate::wire::{Request, Response};
 use crate::{Error, JsonTensor, RunCancel, Runtime, Session, Tensor};
 
-struct State<W> {
+/// Threads left waiting for the next frame beyond which a thread that finished a
+/// request leaves the pool.
+const SPARE_READERS: usize = 2;
+
+struct State<R, W> {
     runtime: Runtime,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     runs: Mutex<HashMap<u64, RunCancel>>,
     output: Mutex<W>,
+    input: Mutex<R>,
+    /// Threads waiting for (or reading) the next frame.
+    waiting: AtomicUsize,
+    /// Set once `input` ended.
+    ended: AtomicBool,
 }
 
-impl<W: Write> State<W> {
-    fn send(&self, response: &Response) {
-        let Ok(mut line) = serde_json::to_vec(response) else {
-            return;
-        };
-        line.push(b'\n');
-        let mut out = self.output.lock().unwrap_or_else(|e| e.into_inner());
-        // A failed write means the host is gone; the read side ends the loop.
-        let _ = out.write_all(&line).and_then(|()| out.flush());
-    }
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
 
+fn write_line<W: Write>(output: &Mutex<W>, response: &Response) {
+    let Ok(mut line) = serde_json::to_vec(response) else {
+        return;
+    };
+    line.push(b'\n');
+    let mut out = lock(output);
+    // A failed write means the host is gone; the read side ends the loop.
+    let _ = out.write_all(&line).and_then(|()| out.flush());
+}
+
+impl<R, W: Write> State<R, W> {
     fn answer(&self, id: u64, result: Result<Value, Error>) {
         let response = match result {
             Ok(value) => Response {
@@ -45,7 +64,7 @@ impl<W: Write> State<W> {
                 error: Some(error_json(&error)),
             },
         };
-        self.send(&response);
+        write_line(&self.output, &response);
     }
 }
 
@@ -54,7 +73,7 @@ impl<W: Write> State<W> {
 /// when the runtime cannot be used.
 pub fn serve<R, W>(library: &Path, input: R, output: W) -> Result<(), Error>
 where
-    R: BufRead,
+    R: BufRead + Send + 'static,
     W: Write + Send + 'static,
 {
     let output = Mutex::new(output);
@@ -66,11 +85,7 @@ where
                 result: None,
                 error: Some(error_json(&error)),
             };
-            if let Ok(mut line) = serde_json::to_vec(&hello) {
-                line.push(b'\n');
-                let mut out = output.lock().unwrap_or_else(|e| e.into_inner());
-                let _ = out.write_all(&line).and_then(|()| out.flush());
-            }
+            write_line(&output, &hello);
             return Err(error);
         }
     };
@@ -79,6 +94,9 @@ where
         sessions: Mutex::new(HashMap::new()),
         runs: Mutex::new(HashMap::new()),
         output,
+        input: Mutex::new(input),
+        waiting: AtomicUsize::new(1),
+        ended: AtomicBool::new(false),
     });
     state.answer(
         0,
@@ -88,56 +106,71 @@ where
             "pid": std::process::id(),
         })),
     );
-    for line in input.lines() {
-        let Ok(line) = line else { break };
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<Request>(&line) {
-            Ok(request) => dispatch(&state, request),
-            Err(e) => {
-                let id = serde_json::from_str::<Value>(&line)
-                    .ok()
-                    .and_then(|v| v["id"].as_u64())
-                    .unwrap_or(0);
-                state.answer(
-                    id,
-                    Err(Error::usage(
-                        format!("malformed worker request: {e}"),
-                        Value::Null,
-                    )),
-                );
-            }
-        }
-    }
+    // This thread stays in the pool until the input ends; the others may leave.
+    take_turns(&state, true);
     Ok(())
 }
 
-fn dispatch<W: Write + Send + 'static>(state: &Arc<State<W>>, request: Request) {
-    if let Request::Cancel { run, .. } = &request {
-        if let Some(cancel) = state
-            .runs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(run)
-        {
-            cancel.cancel();
+/// One pool thread: read a frame, make sure someone waits for the next, answer it.
+fn take_turns<R, W>(state: &Arc<State<R, W>>, first: bool)
+where
+    R: BufRead + Send + 'static,
+    W: Write + Send + 'static,
+{
+    loop {
+        let line = {
+            let mut input = lock(&state.input);
+            let mut line = String::new();
+            match state.ended.load(Ordering::SeqCst) {
+                true => None,
+                false => match input.read_line(&mut line) {
+                    Ok(n) if n > 0 => Some(line),
+                    _ => None,
+                },
+            }
+        };
+        let Some(line) = line else {
+            state.ended.store(true, Ordering::SeqCst);
+            return;
+        };
+        if state.waiting.fetch_sub(1, Ordering::SeqCst) == 1 {
+            // Nobody is left waiting for the next frame: add a thread that does.
+            state.waiting.fetch_add(1, Ordering::SeqCst);
+            let next = Arc::clone(state);
+            std::thread::spawn(move || take_turns(&next, false));
         }
-        return;
+        if !line.trim().is_empty() {
+            handle_line(state, &line);
+        }
+        if !first && state.waiting.load(Ordering::SeqCst) >= SPARE_READERS {
+            return;
+        }
+        state.waiting.fetch_add(1, Ordering::SeqCst);
     }
-    if let Request::Run { id, .. } = &request {
-        state
-            .runs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(*id, RunCancel::new());
-    }
-    let state = Arc::clone(state);
-    std::thread::spawn(move || handle(&state, request));
 }
 
-fn handle<W: Write>(state: &State<W>, request: Request) {
+fn handle_line<R, W: Write>(state: &State<R, W>, line: &str) {
+    match serde_json::from_str::<Request>(line) {
+        Ok(request) => handle(state, request),
+        Err(e) => {
+            let id = serde_json::from_str::<Value>(line)
+                .ok()
+                .and_then(|v| v["id"].as_u64())
+                .unwrap_or(0);
+            let error = Error::usage(format!("malformed worker request: {e}"), Value::Null);
+            state.answer(id, Err(error));
+        }
+    }
+}
+
+fn handle<R, W: Write>(state: &State<R, W>, request: Request) {
     match request {
+        Request::Cancel { run, .. } => {
+            // The run's frame may have been read just before this one and not be
+            // registered yet: it then starts already cancelled. (A cancel that crosses
+            // its run's answer leaves one small entry behind.)
+            lock(&state.runs).entry(run).or_default().cancel();
+        }
         Request::Load {
             id,
             session,
@@ -147,11 +180,7 @@ fn handle<W: Write>(state: &State<W>, request: Request) {
         } => {
             let result = Session::open(&state.runtime, &model, provider, &options).map(|opened| {
                 let described = json!({"inputs": opened.inputs(), "outputs": opened.outputs()});
-                state
-                    .sessions
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(session, Arc::new(opened));
+                lock(&state.sessions).insert(session, Arc::new(opened));
                 described
             });
             state.answer(id, result);
@@ -163,13 +192,7 @@ fn handle<W: Write>(state: &State<W>, request: Request) {
             outputs,
             encoding,
         } => {
-            let cancel = state
-                .runs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&id)
-                .cloned()
-                .unwrap_or_default();
+            let cancel = lock(&state.runs).entry(id).or_default().clone();
             let result = find(state, &session).and_then(|opened| {
                 let inputs = parse_inputs(&inputs)?;
                 let produced = opened.run(&inputs, outputs.as_deref(), &cancel)?;
@@ -179,27 +202,24 @@ fn handle<W: Write>(state: &State<W>, request: Request) {
                     .collect();
                 Ok(json!({"outputs": outputs}))
             });
-            state
-                .runs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&id);
+            lock(&state.runs).remove(&id);
             state.answer(id, result);
         }
         Request::Unload { id, session } => {
-            let removed = state
-                .sessions
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&session);
-            let result = match removed {
+            let result = match lock(&state.sessions).remove(&session) {
                 Some(_) => Ok(json!({})),
                 None => Err(unknown_session(&session)),
             };
             state.answer(id, result);
         }
-        Request::Cancel { .. } => {}
     }
+}
+
+fn find<R, W>(state: &State<R, W>, session: &str) -> Result<Arc<Session>, Error> {
+    lock(&state.sessions)
+        .get(session)
+        .cloned()
+        .ok_or_else(|| unknown_session(session))
 }
 
 fn unknown_session(session: &str) -> Error {
@@ -209,27 +229,12 @@ fn unknown_session(session: &str) -> Error {
     )
 }
 
-fn find<W>(state: &State<W>, session: &str) -> Result<Arc<Session>, Error> {
-    state
-        .sessions
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(session)
-        .cloned()
-        .ok_or_else(|| unknown_session(session))
-}
-
 /// Parses the wire inputs (`{name: {type, shape, data}}`).
-pub fn parse_inputs(inputs: &BTreeMap<String, Value>) -> Result<BTreeMap<String, Tensor>, Error> {
+pub fn parse_inputs(
+    inputs: &BTreeMap<String, JsonTensor>,
+) -> Result<BTreeMap<String, Tensor>, Error> {
     inputs
         .iter()
-        .map(|(name, value)| {
-            let json: JsonTensor =
-                serde_json::from_value(value.clone()).map_err(|e| Error::BadData {
-                    name: name.clone(),
-                    reason: format!("expected {{type, shape, data}}: {e}"),
-                })?;
-            Ok((name.clone(), Tensor::from_json(name, &json)?))
-        })
+        .map(|(name, json)| Ok((name.clone(), Tensor::from_json(name, json)?)))
         .collect()
 }

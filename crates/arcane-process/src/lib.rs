@@ -28,6 +28,9 @@
 //! Which TCP ports a process listens on ([`tcp_listeners`]) is read from `/proc`, the
 //! evidence that an owned engine has no open port.
 //!
+//! A process an earlier Arcane started and lost is recognised by one proof
+//! ([`ownership`]: pid, start time, executable, nonce, owner gone) before it is stopped.
+//!
 //! A process Arcane did not start is never signalled through this crate. A pid is
 //! identified by its start time ([`Identity`]): a recorded pid whose start time
 //! differs is another process, however alive it is.
@@ -35,6 +38,7 @@
 
 mod identity;
 mod loader;
+pub mod ownership;
 mod sockets;
 mod spawn;
 

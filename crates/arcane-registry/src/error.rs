@@ -62,6 +62,10 @@ pub enum Error {
         /// Every registered runtime id.
         known: Vec<String>,
     },
+    /// An ONNX Runtime library is missing, is not ONNX Runtime, or is too old (the
+    /// message names the path and the minimum version).
+    #[error(transparent)]
+    OnnxLibrary(#[from] arcane_onnx::Error),
     /// No model has this id.
     #[error("no model `{id}` is registered{}", known_list(known))]
     ModelNotFound {
@@ -374,6 +378,7 @@ impl Diagnostic for Error {
             Error::Cancelled { .. } => codes::ARCANE_CANCELLED,
             Error::Io { .. } => codes::ARCANE_IO,
             Error::Lock(error) => error.code(),
+            Error::OnnxLibrary(error) => error.code(),
         }
     }
 
@@ -474,6 +479,7 @@ impl Diagnostic for Error {
                 json!({"path": path, "found": found, "supported": supported})
             }
             Error::Lock(error) => error.details(),
+            Error::OnnxLibrary(error) => error.details(),
         }
     }
 
@@ -532,6 +538,7 @@ impl Diagnostic for Error {
             )],
             Error::Cancelled { .. } => Vec::new(),
             Error::Lock(error) => error.hints(),
+            Error::OnnxLibrary(error) => error.hints(),
             _ => Vec::new(),
         }
     }

@@ -79,6 +79,6 @@ pub use gguf::{quantization_name, read_gguf, GgufInfo};
 pub use hash::{sha256_file, sha256_reader};
 pub use id::{is_valid_id, normalize_sha256, MAX_ID_LEN};
 pub use registry::{
-    AddModel, AddRuntime, InstallRuntime, LockSettings, Registry, DEFAULT_VERSION_TIMEOUT,
+    AddModel, AddRuntime, InstallRuntime, LockSettings, Registry, DEFAULT_VERSION_TIMEOUT, ONNX_ID,
 };
-pub use types::{ArchiveOrigin, Engine, FileStamp, Model, Runtime, Source, Storage};
+pub use types::{ArchiveOrigin, Engine, FileStamp, Model, OnnxRuntime, Runtime, Source, Storage};

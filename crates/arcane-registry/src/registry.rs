@@ -14,7 +14,20 @@ use crate::id::{check_id, check_version, normalize_sha256};
 use crate::store::{self, Document, Staging};
 use crate::types::{is_under, safe_file_name};
 use crate::{archive, download, gguf, hash, probe, progress};
-use crate::{ArchiveOrigin, Engine, Error, FileStamp, Model, Runtime, Source, Storage};
+use crate::{
+    ArchiveOrigin, Engine, Error, FileStamp, Model, OnnxRuntime, Runtime, Source, Storage,
+};
+
+/// The id an ONNX Runtime is registered under by default, and the one picked first.
+pub const ONNX_ID: &str = "onnx";
+
+/// The ids of every runtime, engine and ONNX alike.
+fn runtime_ids(document: &Document) -> Vec<String> {
+    let engines = document.runtimes.iter().map(|r| r.id.clone());
+    engines
+        .chain(document.onnx_runtimes.iter().map(|r| r.id.clone()))
+        .collect()
+}
 
 /// The default time limit for `<executable> --version`.
 pub const DEFAULT_VERSION_TIMEOUT: Duration = Duration::from_secs(20);
@@ -288,6 +301,93 @@ impl Registry {
         }
     }
 
+    /// Every registered ONNX Runtime, in registration order.
+    pub fn onnx_runtimes(&self) -> Result<Vec<OnnxRuntime>, Error> {
+        Ok(self.load()?.onnx_runtimes)
+    }
+
+    /// The ONNX Runtime to use when none is named: the one with id `onnx`, else the
+    /// only one; `None` when none (or several, none called `onnx`) is registered.
+    pub fn default_onnx_runtime(&self) -> Result<Option<OnnxRuntime>, Error> {
+        let runtimes = self.onnx_runtimes()?;
+        if let Some(runtime) = runtimes.iter().find(|r| r.id == ONNX_ID) {
+            return Ok(Some(runtime.clone()));
+        }
+        Ok(match runtimes.as_slice() {
+            [only] => Some(only.clone()),
+            _ => None,
+        })
+    }
+
+    /// Registers an ONNX Runtime library after reading its version through
+    /// `arcane-onnx`'s loader (a missing library, one that is not ONNX Runtime or one
+    /// older than [`arcane_onnx::minimum_version`] is `ARCANE_PREREQUISITE_MISSING`
+    /// naming the path and the minimum). `id` defaults to `onnx` and shares the
+    /// runtimes' namespace. Holds the lock as `runtime-add`; emits
+    /// `registry.runtime.added` `{runtime}`.
+    pub fn add_onnx_runtime(
+        &self,
+        library: &Path,
+        id: Option<&str>,
+        events: &dyn EventSink,
+        cancel: &CancelToken,
+    ) -> Result<OnnxRuntime, Error> {
+        let id = id.unwrap_or(ONNX_ID).to_string();
+        check_id("runtime", &id)?;
+        let library = std::path::absolute(library).map_err(|e| Error::io("resolve", library, e))?;
+        // A missing file is reported by the version check, with the minimum.
+        let library = std::fs::canonicalize(&library).unwrap_or(library);
+        let version = arcane_onnx::library_version(&library)?;
+        let runtime = OnnxRuntime {
+            id: id.clone(),
+            version,
+            library,
+            added_at: arcane_report::time::now_rfc3339(),
+        };
+        self.locked("runtime-add", events, cancel, || {
+            let mut document = self.load()?;
+            let taken = document.runtimes.iter().any(|r| r.id == id)
+                || document.onnx_runtimes.iter().any(|r| r.id == id);
+            if taken {
+                return Err(Error::RuntimeExists { id: id.clone() });
+            }
+            document.onnx_runtimes.push(runtime.clone());
+            self.save(&document)
+        })?;
+        events.emit(Event::new(
+            arcane_report::event_types::REGISTRY_RUNTIME_ADDED,
+            json!({"runtime": runtime}),
+        ));
+        Ok(runtime)
+    }
+
+    /// Unregisters the ONNX Runtime `id` (its library is never touched). Holds the lock
+    /// as `runtime-remove`; emits `registry.runtime.removed` `{runtime}`.
+    pub fn remove_onnx_runtime(
+        &self,
+        id: &str,
+        events: &dyn EventSink,
+        cancel: &CancelToken,
+    ) -> Result<OnnxRuntime, Error> {
+        let runtime = self.locked("runtime-remove", events, cancel, || {
+            let mut document = self.load()?;
+            let Some(runtime) = document.onnx_runtimes.iter().find(|r| r.id == id).cloned() else {
+                return Err(Error::RuntimeNotFound {
+                    id: id.to_string(),
+                    known: runtime_ids(&document),
+                });
+            };
+            document.onnx_runtimes.retain(|r| r.id != id);
+            self.save(&document)?;
+            Ok(runtime)
+        })?;
+        events.emit(Event::new(
+            arcane_report::event_types::REGISTRY_RUNTIME_REMOVED,
+            json!({"runtime": runtime}),
+        ));
+        Ok(runtime)
+    }
+
     /// Every registered model, in registration order.
     pub fn models(&self) -> Result<Vec<Model>, Error> {
         Ok(self.load()?.models)
@@ -393,7 +493,7 @@ impl Registry {
         };
         self.locked("runtime-add", events, cancel, || {
             let mut document = self.load()?;
-            if document.runtimes.iter().any(|r| r.id == id) {
+            if runtime_ids(&document).contains(&id) {
                 return Err(Error::RuntimeExists { id: id.clone() });
             }
             document.runtimes.push(runtime.clone());

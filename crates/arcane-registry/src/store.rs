@@ -1,7 +1,8 @@
 //! The registry file, `.arcane/registry.json`, and the file-system steps every mutation
 //! shares.
 //!
-//! The file is `{"version": 1, "runtimes": [...], "models": [...]}`. Paths under the
+//! The file is `{"version": 1, "runtimes": [...], "models": [...], "onnxRuntimes": [...]}`
+//! (`onnxRuntimes` only once one is registered). Paths under the
 //! workspace are stored relative to it (so a moved workspace keeps working) and are
 //! absolute in memory. Writes go through [`arcane_files::write_atomic`] (a temporary
 //! name, fsync, rename over the old file, fsync of the directory, mode 0644): a reader
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Model, Runtime};
+use crate::{Error, Model, OnnxRuntime, Runtime};
 
 /// The registry file format version this build reads and writes.
 pub(crate) const FORMAT_VERSION: u32 = 1;
@@ -29,6 +30,8 @@ pub(crate) struct Document {
     pub runtimes: Vec<Runtime>,
     #[serde(default)]
     pub models: Vec<Model>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub onnx_runtimes: Vec<OnnxRuntime>,
 }
 
 fn relative(path: &mut PathBuf, workspace: &Path) {
@@ -55,6 +58,9 @@ fn map_paths(document: &mut Document, workspace: &Path, f: fn(&mut PathBuf, &Pat
     }
     for model in &mut document.models {
         f(&mut model.path, workspace);
+    }
+    for runtime in &mut document.onnx_runtimes {
+        f(&mut runtime.library, workspace);
     }
 }
 
@@ -114,6 +120,7 @@ pub(crate) fn save(workspace: &Path, path: &Path, document: &Document) -> Result
         version: FORMAT_VERSION,
         runtimes: document.runtimes.clone(),
         models: document.models.clone(),
+        onnx_runtimes: document.onnx_runtimes.clone(),
     };
     map_paths(&mut stored, workspace, relative);
     let mut text = serde_json::to_vec_pretty(&stored)

@@ -55,6 +55,22 @@ pub struct Runtime {
     pub added_at: String,
 }
 
+/// A registered ONNX Runtime: a shared library the Core loads in its ONNX worker
+/// processes (`arcane runtime add onnx --library PATH`), not an engine executable it
+/// supervises, hence a record of its own rather than an [`Engine`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OnnxRuntime {
+    /// The id (default `onnx`), unique among all runtimes.
+    pub id: String,
+    /// The version the library reports (`1.31.1`).
+    pub version: String,
+    /// The library (`libonnxruntime.so.<version>`), absolute.
+    pub library: PathBuf,
+    /// When it was registered (RFC 3339 UTC).
+    pub added_at: String,
+}
+
 /// How a model's file came into `.arcane/models/<id>/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

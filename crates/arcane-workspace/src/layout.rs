@@ -103,6 +103,14 @@ pub fn engine_record(root: &Path, id: &str) -> PathBuf {
     engines_dir(root).join(format!("{id}.json"))
 }
 
+/// The name of the directory of ONNX worker ownership records, under `.arcane`.
+pub const ONNX_WORKERS_DIR_NAME: &str = "onnx-workers";
+
+/// `<root>/.arcane/onnx-workers`: one ownership record per running ONNX worker.
+pub fn onnx_workers_dir(root: &Path) -> PathBuf {
+    state_dir(root).join(ONNX_WORKERS_DIR_NAME)
+}
+
 /// The name of the private run directory (mode 0700): engine sockets and keys.
 pub const RUN_DIR_NAME: &str = "run";
 

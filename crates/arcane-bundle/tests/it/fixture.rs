@@ -100,6 +100,7 @@ impl Fixture {
                 sha256: model_sha,
                 format: "gguf".into(),
             }],
+            onnx_runtimes: Vec::new(),
             launch: LaunchDefaults::default(),
             files: entries,
         };

@@ -31,16 +31,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arcane_devices::{Backend, DeviceSource, ResolveRequest};
-use arcane_onnx::Provider;
+use arcane_onnx::{Encoding, Provider, Tensor};
 use arcane_report::codes;
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::Error;
 use crate::service::{BoxError, BoxFuture, MethodResult, MethodSpec, RequestContext, Service};
 
+pub mod records;
 mod worker;
 
 pub use worker::{Worker, WorkerSpec};
+
+/// The worker flag (`arcane __onnx-worker`) that keeps it alive after its input ends.
+pub const OUTLIVE_INPUT_FLAG: &str = "--outlive-input";
 
 /// Resolves `onnx.load`'s `model` (a registered id or a path) to a model file.
 pub type ModelResolver = dyn Fn(&str) -> Result<PathBuf, BoxError> + Send + Sync;
@@ -64,6 +69,13 @@ pub struct OnnxConfig {
     pub start_timeout: Duration,
     /// How long a cancelled run may take to stop before its worker is killed.
     pub cancel_grace: Duration,
+    /// The workspace whose `.arcane/onnx-workers/` records each worker ([`records`]);
+    /// the service's start stops the orphans recorded there. `None`: no records.
+    pub records: Option<PathBuf>,
+    /// Test-only: start workers without the parent-death signal and with
+    /// [`OUTLIVE_INPUT_FLAG`] (they stay after their input ends, as one stuck in a run
+    /// would), to make an orphan.
+    pub workers_outlive_host: bool,
 }
 
 #[derive(Clone)]
@@ -125,11 +137,16 @@ impl OnnxService {
     fn spec(&self, env: BTreeMap<String, String>, env_remove: Vec<String>) -> WorkerSpec {
         let mut args = self.config.worker_args.clone();
         args.push(self.config.library.display().to_string());
+        if self.config.workers_outlive_host {
+            args.push(OUTLIVE_INPUT_FLAG.into());
+        }
         WorkerSpec {
             program: self.config.worker_program.clone(),
             args,
             env,
             env_remove,
+            parent_death_signal: !self.config.workers_outlive_host,
+            records: self.config.records.clone(),
         }
     }
 
@@ -191,13 +208,11 @@ impl OnnxService {
             }
         };
         let has_cuda = providers.iter().any(|p| p == Provider::Cuda.ort_name());
+        // Resolved as for a CUDA runtime, so that a GPU target is recognised as one and
+        // refused below in ONNX's own terms when this runtime lacks the provider.
         let request = ResolveRequest {
             target: Some(id.clone()),
-            runtime_backend: if has_cuda {
-                Backend::Cuda
-            } else {
-                Backend::Cpu
-            },
+            runtime_backend: Backend::Cuda,
             requested_backend: Backend::Auto,
         };
         let plan = arcane_devices::resolve(&request, self.config.devices.as_ref())
@@ -208,13 +223,34 @@ impl OnnxService {
             .as_ref()
             .is_some_and(|t| t.backend == Backend::Cuda);
         if cuda && !has_cuda {
-            return Err(Box::new(arcane_onnx::Error::ProviderUnavailable {
-                provider: Provider::Cuda.ort_name().into(),
-                available: providers.to_vec(),
-            }));
+            return Err(self.no_cuda(&id, providers));
         }
         let spec = self.spec(plan.env().clone(), plan.env_remove().to_vec());
         Ok((id, if cuda { Provider::Cuda } else { Provider::Cpu }, spec))
+    }
+
+    /// The refusal of GPU target `id` on a runtime without the CUDA provider.
+    fn no_cuda(&self, id: &str, providers: &[String]) -> BoxError {
+        let cuda = Provider::Cuda.ort_name();
+        let device = self
+            .config
+            .devices
+            .catalog()
+            .devices
+            .into_iter()
+            .find(|d| d.device_id.as_deref() == Some(id))
+            .map(|d| format!(" ({})", d.name))
+            .unwrap_or_default();
+        Box::new(Error::Remote {
+            code: codes::LOCAL_AI_EXECUTION_TARGET_UNSUPPORTED.into(),
+            message: format!(
+                "execution target `{id}`{device} is an NVIDIA GPU, which needs ONNX Runtime's `{cuda}`; the runtime `{}` has only {}",
+                self.config.library.display(),
+                providers.join(", ")
+            ),
+            details: json!({"target": id, "provider": cuda, "available": providers, "library": self.config.library}),
+            hints: vec!["register an ONNX Runtime built with CUDA (the `onnxruntime-gpu` wheel's library) with `arcane runtime add onnx --library PATH`, or choose the target `cpu`".into()],
+        })
     }
 
     /// The live worker for `target`, starting a fresh one when there is none or the
@@ -226,11 +262,7 @@ impl OnnxService {
                 return Ok(Arc::clone(worker));
             }
         }
-        let timeout = self.config.start_timeout;
-        let name = target.to_string();
-        let started = tokio::task::spawn_blocking(move || Worker::start(&name, &spec, timeout))
-            .await
-            .map_err(|e| usage(format!("starting the ONNX worker failed: {e}"), Value::Null))??;
+        let started = Worker::start(target, &spec, self.config.start_timeout).await?;
         workers.insert(target.to_string(), Arc::clone(&started));
         Ok(started)
     }
@@ -307,21 +339,30 @@ impl OnnxService {
                 json!({"session": session}),
             ));
         };
+        let encoding = match parameters.get("encoding").filter(|v| !v.is_null()) {
+            Some(value) => Encoding::deserialize(value).map_err(|e| {
+                usage(
+                    format!("`encoding` must be `array` or `base64`: {e}"),
+                    json!({"encoding": value}),
+                )
+            })?,
+            None => Encoding::Array,
+        };
         let worker = entry.worker;
         let id = worker.next_id();
-        let mut frame = json!({"op": "run", "id": id, "session": session, "inputs": inputs});
+        let mut frame = json!({
+            "op": "run", "id": id, "session": session,
+            "inputs": worker_inputs(inputs)?, "encoding": Encoding::Base64,
+        });
         if let Some(outputs) = parameters.get("outputs").filter(|v| !v.is_null()) {
             frame["outputs"] = outputs.clone();
-        }
-        if let Some(encoding) = parameters.get("encoding").filter(|v| !v.is_null()) {
-            frame["encoding"] = encoding.clone();
         }
         let call = worker.call(id, frame);
         tokio::pin!(call);
         let result = tokio::select! {
             result = &mut call => result,
             () = context.cancel.cancelled() => {
-                worker.send(&json!({"op": "cancel", "id": worker.next_id(), "run": id}));
+                worker.send(&json!({"op": "cancel", "id": worker.next_id(), "run": id})).await;
                 match tokio::time::timeout(self.config.cancel_grace, &mut call).await {
                     Ok(_) => {}
                     Err(_) => {
@@ -343,7 +384,7 @@ impl OnnxService {
                 e
             }
         })?;
-        Ok(json!({"session": session, "outputs": result["outputs"]}))
+        Ok(json!({"session": session, "outputs": caller_outputs(&result["outputs"], encoding)?}))
     }
 
     async fn unload(&self, parameters: Value) -> MethodResult {
@@ -368,6 +409,40 @@ impl OnnxService {
     }
 }
 
+/// The caller's inputs as the worker gets them: each one parsed here (so malformed
+/// data is refused before the worker sees it) and its numeric data sent as base64,
+/// which the worker reads without parsing numbers. Names, types and shapes are checked
+/// against the model by the worker.
+fn worker_inputs(inputs: &Value) -> Result<Value, BoxError> {
+    let Value::Object(inputs) = inputs else {
+        return Ok(Value::Null);
+    };
+    let mut encoded = serde_json::Map::with_capacity(inputs.len());
+    for (name, value) in inputs {
+        let tensor = Tensor::from_value(name, value).map_err(|e| Box::new(e) as BoxError)?;
+        let json = tensor.to_json(Encoding::Base64).into_value();
+        encoded.insert(name.clone(), json);
+    }
+    Ok(Value::Object(encoded))
+}
+
+/// The worker's outputs (base64) in the encoding the caller asked for.
+fn caller_outputs(outputs: &Value, encoding: Encoding) -> Result<Value, BoxError> {
+    if encoding == Encoding::Base64 {
+        return Ok(outputs.clone());
+    }
+    let Value::Object(outputs) = outputs else {
+        return Ok(outputs.clone());
+    };
+    let mut decoded = serde_json::Map::with_capacity(outputs.len());
+    for (name, value) in outputs {
+        let tensor = Tensor::from_value(name, value).map_err(|e| Box::new(e) as BoxError)?;
+        let json = tensor.to_json(encoding).into_value();
+        decoded.insert(name.clone(), json);
+    }
+    Ok(Value::Object(decoded))
+}
+
 fn failed_session(session: &str, error: &str) -> BoxError {
     Box::new(Error::Remote {
         code: codes::LOCAL_AI_SERVER_FAILED.into(),
@@ -387,6 +462,34 @@ impl Service for OnnxService {
             .into_iter()
             .map(MethodSpec::request)
             .collect()
+    }
+
+    fn start(
+        self: Arc<Self>,
+        context: crate::service::ServiceContext,
+    ) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(async move {
+            let Some(workspace) = self.config.records.clone() else {
+                return Ok(());
+            };
+            let reaped = tokio::task::spawn_blocking(move || {
+                records::reap_orphans(&workspace, Duration::from_secs(2))
+            })
+            .await
+            .unwrap_or_default();
+            for orphan in reaped {
+                let record = &orphan.record;
+                context.emit(
+                    arcane_report::event_types::PROCESS_ORPHAN_STOPPED,
+                    json!({
+                        "id": format!("onnx-worker:{}", record.target), "pid": record.pid,
+                        "executable": record.exe, "previousOwner": record.owner.pid,
+                        "stopStep": orphan.step,
+                    }),
+                );
+            }
+            Ok(())
+        })
     }
 
     fn call(
@@ -410,13 +513,48 @@ impl Service for OnnxService {
         Box::pin(async move {
             let workers: Vec<Arc<Worker>> =
                 self.workers.lock().await.drain().map(|(_, w)| w).collect();
+            for worker in &workers {
+                worker.close_input().await;
+            }
             let _ = tokio::task::spawn_blocking(move || {
                 for worker in workers {
-                    worker.stop(Duration::from_secs(2));
+                    worker.reap(Duration::from_secs(2));
                 }
             })
             .await;
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The worker is sent base64 whatever the caller wrote (so it parses no numbers),
+    /// malformed data is refused here naming the input, and outputs come back to the
+    /// caller bit for bit in the encoding asked for.
+    #[test]
+    fn the_worker_leg_carries_base64_and_the_caller_gets_its_encoding_back() {
+        let inputs = json!({
+            "x": {"type": "float32", "shape": [2], "data": [0.1, -2.5]},
+            "s": {"type": "string", "shape": [1], "data": ["a"]},
+        });
+        let sent = worker_inputs(&inputs).unwrap();
+        assert!(sent["x"]["data"].is_string(), "{sent}");
+        assert_eq!(sent["s"]["data"], json!(["a"]));
+        let back = caller_outputs(&sent, Encoding::Array).unwrap();
+        assert_eq!(
+            back["x"],
+            json!({"type": "float32", "shape": [2], "data": [0.1f32, -2.5f32]})
+        );
+        assert_eq!(caller_outputs(&sent, Encoding::Base64).unwrap(), sent);
+
+        let bad = json!({"x": {"type": "float32", "shape": [3], "data": [1, 2]}});
+        let error = worker_inputs(&bad).unwrap_err().to_string();
+        assert!(
+            error.contains("input `x`") && error.contains("needs 3 elements"),
+            "{error}"
+        );
     }
 }

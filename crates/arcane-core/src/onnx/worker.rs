@@ -1,6 +1,9 @@
 //! One ONNX worker process as the host sees it: started through the process module
 //! (own group, parent-death signal), spoken to in [`arcane_onnx::wire`] frames over
-//! its stdin and stdout by two threads, one request id per frame so runs overlap.
+//! its stdin and stdout, one request id per frame so runs overlap. Both pipes are
+//! driven by the host's async runtime (non-blocking, woken by the reactor): a frame is
+//! written by the task that sends it and answers are read by one task, so no thread
+//! hand-off sits between a caller and the worker.
 //!
 //! When the worker's stdout ends (it exited, crashed or was killed) every request in
 //! flight fails with `LOCAL_AI_SERVER_FAILED` naming the worker and how it ended, and
@@ -8,18 +11,21 @@
 //! worker on the next `onnx.load` for that target.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader, Write};
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arcane_onnx::wire::Response;
 use arcane_process::{Spec, StdioMode};
 use arcane_report::codes;
 use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
+use super::records;
 use crate::error::Error;
 use crate::service::BoxError;
 
@@ -35,6 +41,11 @@ pub struct WorkerSpec {
     pub env: BTreeMap<String, String>,
     /// Variables removed.
     pub env_remove: Vec<String>,
+    /// Arm the parent-death signal (off only in tests that make an orphan).
+    pub parent_death_signal: bool,
+    /// The workspace whose `.arcane/onnx-workers/` gets the worker's ownership record
+    /// (`None`: no record).
+    pub records: Option<PathBuf>,
 }
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Response>>>>;
@@ -45,7 +56,8 @@ pub struct Worker {
     pid: u32,
     next_id: AtomicU64,
     pending: Pending,
-    writer: Mutex<mpsc::Sender<Vec<u8>>>,
+    /// The worker's stdin (`None` once closed by [`Worker::close_input`]).
+    writer: tokio::sync::Mutex<Option<pipe::Sender>>,
     dead: Arc<AtomicBool>,
     ended: Arc<Mutex<Option<String>>>,
     child: Mutex<Option<arcane_process::Child>>,
@@ -86,21 +98,13 @@ pub fn remote(error: &Value) -> BoxError {
 
 impl Worker {
     /// Starts a worker for `target` and waits (up to `hello_timeout`) for its hello.
-    /// Blocking: call it off the async threads.
-    pub fn start(
+    /// Call it inside the host's async runtime (the pipes are registered with it).
+    pub async fn start(
         target: &str,
         spec: &WorkerSpec,
         hello_timeout: Duration,
     ) -> Result<Arc<Worker>, BoxError> {
-        let mut process = Spec::new(&spec.program).args(&spec.args);
-        process.stdin = StdioMode::Piped;
-        process.stdout = StdioMode::Piped;
-        process.stderr = StdioMode::Inherit;
-        for (name, value) in &spec.env {
-            process = process.env(name, value);
-        }
-        process.env_remove = spec.env_remove.iter().map(Into::into).collect();
-        let mut child = arcane_process::spawn(process).map_err(|e| {
+        let cannot_start = |e: &dyn std::fmt::Display| {
             failed(
                 format!(
                     "could not start the ONNX worker `{}`: {e}",
@@ -108,15 +112,33 @@ impl Worker {
                 ),
                 json!({"program": spec.program, "target": target}),
             )
-        })?;
+        };
+        // The token generator: a fresh 256-bit random value is as good a nonce.
+        let nonce = crate::endpoint::new_token().map_err(|e| cannot_start(&e))?;
+        let record = spec
+            .records
+            .clone()
+            .map(|workspace| (workspace, target.to_string()));
+        let mut child = spawn_recorded(process_spec(spec, &nonce), record.clone(), nonce.clone())
+            .await
+            .map_err(|e| cannot_start(&e))?;
         let pid = child.pid();
-        let (stdin, stdout) = match (child.stdin.take(), child.stdout.take()) {
-            (Some(stdin), Some(stdout)) => (stdin, stdout),
-            _ => {
+        if let Some((workspace, _)) = record {
+            child.on_exit(move |_| records::remove(&workspace, pid, &nonce));
+        }
+        let pipes = match (child.stdin.take(), child.stdout.take()) {
+            (Some(stdin), Some(stdout)) => pipe::Sender::from_owned_fd(OwnedFd::from(stdin))
+                .and_then(|w| Ok((w, pipe::Receiver::from_owned_fd(OwnedFd::from(stdout))?))),
+            _ => Err(std::io::Error::other("the ONNX worker has no pipes")),
+        };
+        let (stdin, stdout) = match pipes {
+            Ok(pipes) => pipes,
+            Err(e) => {
+                child.signal(libc::SIGKILL);
                 return Err(failed(
-                    "the ONNX worker has no pipes".into(),
+                    format!("the ONNX worker's pipes failed: {e}"),
                     json!({"pid": pid}),
-                ))
+                ));
             }
         };
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
@@ -127,22 +149,27 @@ impl Worker {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(0, hello_tx);
-        spawn_reader(stdout, Arc::clone(&pending), Arc::clone(&dead));
-        let (tx, rx) = mpsc::channel::<Vec<u8>>();
-        spawn_writer(stdin, rx);
+        tokio::spawn(read_responses(
+            stdout,
+            Arc::clone(&pending),
+            Arc::clone(&dead),
+        ));
         {
             let ended = Arc::clone(&ended);
             child.on_exit(move |info| {
                 *ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(info.describe());
             });
         }
-        let hello = wait_blocking(hello_rx, hello_timeout);
+        let hello = tokio::time::timeout(hello_timeout, hello_rx)
+            .await
+            .ok()
+            .and_then(Result::ok);
         let worker = |hello: Value| Worker {
             target: target.to_string(),
             pid,
             next_id: AtomicU64::new(1),
             pending,
-            writer: Mutex::new(tx),
+            writer: tokio::sync::Mutex::new(Some(stdin)),
             dead,
             ended,
             child: Mutex::new(Some(child)),
@@ -159,11 +186,11 @@ impl Worker {
             _ => {
                 let w = worker(Value::Null);
                 w.kill();
+                let end = tokio::task::spawn_blocking(move || w.end_text())
+                    .await
+                    .unwrap_or_default();
                 Err(failed(
-                    format!(
-                        "the ONNX worker (pid {pid}) for `{target}` did not start: {}",
-                        w.end_text()
-                    ),
+                    format!("the ONNX worker (pid {pid}) for `{target}` did not start: {end}"),
                     json!({"pid": pid, "target": target}),
                 ))
             }
@@ -226,14 +253,10 @@ impl Worker {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(id, tx);
-        if self.is_dead() {
-            self.pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&id);
+        if self.is_dead() || !self.send(&frame).await {
+            self.forget(id);
             return Err(self.death());
         }
-        self.send(&frame);
         match rx.await {
             Ok(Response {
                 result: Some(result),
@@ -247,15 +270,17 @@ impl Worker {
         }
     }
 
-    /// Sends a frame that gets no answer (a cancel).
-    pub fn send(&self, frame: &Value) {
-        if let Ok(mut line) = serde_json::to_vec(frame) {
-            line.push(b'\n');
-            let _ = self
-                .writer
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .send(line);
+    /// Writes `frame` as one line; `false` when the worker's input is closed or gone.
+    /// A frame that gets no answer (a cancel) is sent with this alone.
+    pub async fn send(&self, frame: &Value) -> bool {
+        let Ok(mut line) = serde_json::to_vec(frame) else {
+            return false;
+        };
+        line.push(b'\n');
+        let mut writer = self.writer.lock().await;
+        match writer.as_mut() {
+            Some(stdin) => stdin.write_all(&line).await.is_ok(),
+            None => false,
         }
     }
 
@@ -279,11 +304,15 @@ impl Worker {
         }
     }
 
-    /// Stops the worker: closes its input (it exits), then TERM and KILL after `grace`.
-    pub fn stop(&self, grace: Duration) {
-        // Dropping the writer closes stdin once the writer thread drains.
-        let (tx, _) = mpsc::channel();
-        *self.writer.lock().unwrap_or_else(|e| e.into_inner()) = tx;
+    /// Closes the worker's input: it finishes what it is doing and exits.
+    pub async fn close_input(&self) {
+        self.writer.lock().await.take();
+    }
+
+    /// Waits up to `grace` for the worker to exit (after [`Worker::close_input`]),
+    /// then TERM and KILL after another `grace`. Blocking: call it off the async
+    /// threads.
+    pub fn reap(&self, grace: Duration) {
         let child = self.child.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(mut child) = child {
             if child.wait_timeout(grace).is_none() {
@@ -293,42 +322,58 @@ impl Worker {
     }
 }
 
-fn wait_blocking(rx: oneshot::Receiver<Response>, timeout: Duration) -> Option<Response> {
-    let (tx, done) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(rx.blocking_recv().ok());
-    });
-    done.recv_timeout(timeout).ok().flatten()
+/// The worker's process: piped stdin and stdout, the target's variables, `nonce`.
+fn process_spec(spec: &WorkerSpec, nonce: &str) -> Spec {
+    let mut process = Spec::new(&spec.program).args(&spec.args);
+    process.stdin = StdioMode::Piped;
+    process.stdout = StdioMode::Piped;
+    process.stderr = StdioMode::Inherit;
+    for (name, value) in &spec.env {
+        process = process.env(name, value);
+    }
+    process.env_remove = spec.env_remove.iter().map(Into::into).collect();
+    process.parent_death_signal = spec.parent_death_signal;
+    process.env(records::NONCE_VARIABLE, nonce)
 }
 
-fn spawn_reader(stdout: std::process::ChildStdout, pending: Pending, dead: Arc<AtomicBool>) {
-    std::thread::spawn(move || {
-        let reader = BufReader::new(stdout);
-        for line in reader.lines() {
-            let Ok(line) = line else { break };
-            let Ok(response) = serde_json::from_str::<Response>(&line) else {
-                continue;
-            };
-            let waiter = pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&response.id);
-            if let Some(waiter) = waiter {
-                let _ = waiter.send(response);
+/// Spawns `process` off the async threads and, given `(workspace, target)`, writes
+/// its ownership record before anything else happens (so a host killed from then on
+/// leaves a record the next one can act on).
+async fn spawn_recorded(
+    process: Spec,
+    record: Option<(PathBuf, String)>,
+    nonce: String,
+) -> std::io::Result<arcane_process::Child> {
+    tokio::task::spawn_blocking(move || {
+        let child = arcane_process::spawn(process)?;
+        if let Some((workspace, target)) = &record {
+            if let Some(record) = records::Record::of(target, child.pid(), &nonce) {
+                records::write(workspace, &record)?;
             }
         }
-        dead.store(true, Ordering::SeqCst);
-        // Dropping the senders fails every request in flight.
-        pending.lock().unwrap_or_else(|e| e.into_inner()).clear();
-    });
+        Ok(child)
+    })
+    .await
+    .map_err(std::io::Error::other)?
 }
 
-fn spawn_writer(mut stdin: std::process::ChildStdin, rx: mpsc::Receiver<Vec<u8>>) {
-    std::thread::spawn(move || {
-        while let Ok(line) = rx.recv() {
-            if stdin.write_all(&line).and_then(|()| stdin.flush()).is_err() {
-                break;
-            }
+/// Reads the worker's answers until its stdout ends, handing each to its waiter; then
+/// marks the worker dead and fails every request still in flight.
+async fn read_responses(stdout: pipe::Receiver, pending: Pending, dead: Arc<AtomicBool>) {
+    let mut lines = BufReader::with_capacity(64 * 1024, stdout).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let Ok(response) = serde_json::from_str::<Response>(&line) else {
+            continue;
+        };
+        let waiter = pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&response.id);
+        if let Some(waiter) = waiter {
+            let _ = waiter.send(response);
         }
-    });
+    }
+    dead.store(true, Ordering::SeqCst);
+    // Dropping the senders fails every request in flight.
+    pending.lock().unwrap_or_else(|e| e.into_inner()).clear();
 }

@@ -60,8 +60,9 @@ pub struct BuildArgs {
     #[arg(long, value_name = "DIR")]
     pub app: PathBuf,
 
-    /// A runtime from the registry: `llama.cpp` (the engine's default runtime) or
-    /// `llama.cpp=ID`. Repeatable.
+    /// A runtime from the registry: `llama.cpp` (the engine's default runtime),
+    /// `llama.cpp=ID`, or `onnx[=ID]` (the registered ONNX Runtime library, which
+    /// `launch` hands the Core host). Repeatable.
     #[arg(
         long = "runtime",
         value_name = "ENGINE[=ID]",
@@ -264,7 +265,13 @@ fn build(context: &Context, args: BuildArgs) -> Result<u8, CliError> {
         human_bytes(outcome.bytes),
         manifest.app.id,
         manifest.app.version,
-        list(manifest.runtimes.iter().map(|r| r.id.as_str())),
+        list(
+            manifest
+                .runtimes
+                .iter()
+                .map(|r| r.id.as_str())
+                .chain(manifest.onnx_runtimes.iter().map(|r| r.id.as_str()))
+        ),
         list(manifest.models.iter().map(|m| m.id.as_str())),
         outcome.root.display(),
         outcome.root.display(),

@@ -36,13 +36,23 @@ pub struct Args {
     pub runtimes: Vec<String>,
 
     /// The ONNX Runtime library for the `onnx` runtime (`libonnxruntime.so.<version>`).
-    /// Default: `$ARCANE_ONNXRUNTIME`.
+    /// Default: `$ARCANE_ONNXRUNTIME`, else the registered `onnx` runtime.
     #[arg(long, value_name = "PATH")]
     pub onnx_library: Option<std::path::PathBuf>,
 
     /// The largest accepted frame, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = arcane_core::framing::DEFAULT_MAX_FRAME)]
     pub max_frame: usize,
+
+    /// Test-only: resolve ONNX execution targets against this device inventory (the
+    /// `arcane devices --inventory` format) instead of probing this machine.
+    #[arg(long, value_name = "PATH", hide = true)]
+    pub onnx_inventory: Option<std::path::PathBuf>,
+
+    /// Test-only: start ONNX workers without the parent-death signal, as if they had
+    /// outlived a host that could not take them down.
+    #[arg(long, hide = true)]
+    pub onnx_workers_outlive_host: bool,
 }
 
 /// The services a host gets, built by the caller from the runtime selection.
@@ -65,7 +75,7 @@ pub fn build_host(
     observer: Arc<dyn EventSink>,
     drain: std::time::Duration,
     launcher: &dyn Fn(Runtime) -> Result<Arc<dyn EngineLauncher>, CliError>,
-    onnx_library: Option<&std::path::Path>,
+    onnx: &crate::cmd::onnx::OnnxOptions,
     gateway: Option<Arc<arcane_core::gateway::Gateway>>,
 ) -> Result<HostParts, CliError> {
     let plan = plan(runtimes)?;
@@ -89,8 +99,7 @@ pub fn build_host(
         builder = builder.service(model_assets(&context.workspace))?;
     }
     if plan.onnx {
-        let library = crate::cmd::onnx::library(onnx_library)?;
-        builder = builder.service(crate::cmd::onnx::service(context, library)?)?;
+        builder = builder.service(crate::cmd::onnx::service(context, onnx)?)?;
     }
     if let Some(gateway) = &gateway {
         builder = builder.service(gateway.clone())?;
@@ -272,7 +281,11 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
             observer,
             drain,
             &|runtime| launcher(context, runtime, &engines),
-            args.onnx_library.as_deref(),
+            &crate::cmd::onnx::OnnxOptions {
+                library: args.onnx_library.clone(),
+                inventory: args.onnx_inventory.clone(),
+                workers_outlive_host: args.onnx_workers_outlive_host,
+            },
             None,
         )?;
         let host = parts.host;
@@ -280,11 +293,12 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         shutdown_on_signal(context, &host);
         let mut options = arcane_core::stdio::StdioOptions::default();
         options.max_frame = args.max_frame;
-        arcane_core::stdio::serve(&host, tokio::io::stdin(), tokio::io::stdout(), options)
+        let (stdin, stdout, _blocking) = arcane_core::stdio::process_stdio();
+        arcane_core::stdio::serve(&host, stdin, stdout, options)
             .await
             .map_err(CliError::from)
     });
-    // stdin is read on a blocking thread that may still wait for input.
+    // stdin may be read on a blocking thread that still waits for input.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     outcome.map(|()| 0)
 }
@@ -585,7 +599,10 @@ fn start_host(
                 })?;
             Ok(SupervisedLauncher::new(&context.workspace, config) as Arc<dyn EngineLauncher>)
         },
-        options.onnx_library.as_deref(),
+        &crate::cmd::onnx::OnnxOptions {
+            library: options.onnx_library.clone(),
+            ..Default::default()
+        },
         options.gateway.clone(),
     )?;
     parts.host.start();

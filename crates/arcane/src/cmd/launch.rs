@@ -132,8 +132,8 @@ fn trusted_key_file(args: &Args) -> Result<Option<PathBuf>, CliError> {
 }
 
 /// The `serve` command line that runs the Core host for `launch`: the bundle's own
-/// launcher, state in the state root, the bundle's executable and model passed
-/// explicitly, its libraries first on the loader path, and the engine on a free
+/// launcher, state in the state root, the bundle's executable, model and ONNX Runtime
+/// library passed explicitly, its libraries first on the loader path, and the engine on a free
 /// loopback port (so it never adopts a stranger's server on the default port).
 fn serve_command(launch: &LaunchContext) -> Result<Command, CliError> {
     let launcher = launch
@@ -160,6 +160,9 @@ fn serve_command(launch: &LaunchContext) -> Result<Command, CliError> {
     }
     if let Some(model) = &launch.model {
         command.arg("--model").arg(&model.path);
+    }
+    if let Some(library) = &launch.onnx_library {
+        command.arg("--onnx-library").arg(library);
     }
     if let Some(target) = &launch.execution_target {
         command.arg("--device").arg(target);

@@ -58,7 +58,7 @@ pub struct RunArgs {
     pub output_dir: Option<PathBuf>,
 
     /// The ONNX Runtime library (`libonnxruntime.so.<version>`). Default:
-    /// `$ARCANE_ONNXRUNTIME`.
+    /// `$ARCANE_ONNXRUNTIME`, else the registered `onnx` runtime.
     #[arg(long, value_name = "PATH")]
     pub library: Option<PathBuf>,
 }
@@ -69,33 +69,56 @@ pub struct WorkerArgs {
     /// The ONNX Runtime library to load.
     #[arg(long, value_name = "PATH")]
     pub library: PathBuf,
+
+    /// Test-only: stay (idle) after the input ends, until killed, as a worker stuck in
+    /// a run would; with the parent-death signal off this makes an orphan.
+    #[arg(long = "outlive-input", hide = true)]
+    pub outlive_input: bool,
 }
 
 /// Runs the worker on stdin/stdout until stdin ends (0), or reports a runtime that does
 /// not load in its hello and exits 1.
 pub fn worker(args: &WorkerArgs) -> u8 {
     let stdin = std::io::stdin();
-    match arcane_onnx::worker::serve(&args.library, stdin.lock(), std::io::stdout()) {
+    let served = arcane_onnx::worker::serve(
+        &args.library,
+        std::io::BufReader::new(stdin),
+        std::io::stdout(),
+    );
+    if args.outlive_input {
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    }
+    match served {
         Ok(()) => 0,
         Err(_) => 1,
     }
 }
 
-/// The ONNX Runtime library: `flag`, else `$ARCANE_ONNXRUNTIME`; none is
-/// `ARCANE_PREREQUISITE_MISSING` saying how to get one.
-pub fn library(flag: Option<&Path>) -> Result<PathBuf, CliError> {
+/// The ONNX Runtime library: `flag`, else `$ARCANE_ONNXRUNTIME` (both explicit
+/// overrides), else the workspace's registered ONNX Runtime (`arcane runtime add onnx`:
+/// the one called `onnx`, or the only one); none is `ARCANE_PREREQUISITE_MISSING`
+/// saying how to get one.
+pub fn library(context: &Context, flag: Option<&Path>) -> Result<PathBuf, CliError> {
     if let Some(path) = flag {
         return Ok(path.to_path_buf());
     }
-    crate::config::onnx_runtime().ok_or_else(|| {
-        CommandError::new(
-            codes::ARCANE_PREREQUISITE_MISSING,
-            "no ONNX Runtime library is configured",
-            json!({"minimumVersion": arcane_onnx::minimum_version()}),
-        )
-        .hint("pass `--onnx-library PATH` (or set ARCANE_ONNXRUNTIME) to the `onnxruntime` wheel's `onnxruntime/capi/libonnxruntime.so.<version>`; `scripts/provision.sh` installs one")
-        .into()
-    })
+    if let Some(path) = crate::config::onnx_runtime() {
+        return Ok(path);
+    }
+    if let Some(runtime) =
+        arcane_registry::Registry::new(&context.workspace).default_onnx_runtime()?
+    {
+        return Ok(runtime.library);
+    }
+    Err(CommandError::new(
+        codes::ARCANE_PREREQUISITE_MISSING,
+        "no ONNX Runtime library is configured",
+        json!({"minimumVersion": arcane_onnx::minimum_version()}),
+    )
+    .hint("register one with `arcane runtime add onnx --library PATH` (the `onnxruntime` wheel's `onnxruntime/capi/libonnxruntime.so.<version>`; `scripts/provision.sh` installs one), or pass `--onnx-library PATH` or set ARCANE_ONNXRUNTIME")
+    .into())
 }
 
 /// Resolves `model`: a registered model id first, else a path to a regular file
@@ -118,9 +141,22 @@ pub fn model_path(workspace: &Path, model: &str) -> Result<PathBuf, arcane_core:
     }
 }
 
-/// The `onnx` service over `library`, its workers run as `<this executable>
-/// __onnx-worker --library PATH`.
-pub fn service(context: &Context, library: PathBuf) -> Result<Arc<OnnxService>, CliError> {
+/// How the host sets up its `onnx` service.
+#[derive(Debug, Clone, Default)]
+pub struct OnnxOptions {
+    /// The library given explicitly (`--onnx-library`); see [`library`].
+    pub library: Option<PathBuf>,
+    /// Test-only: the device inventory ONNX targets are resolved against.
+    pub inventory: Option<PathBuf>,
+    /// Test-only: workers are started without the parent-death signal.
+    pub workers_outlive_host: bool,
+}
+
+/// The `onnx` service of the host in `context.workspace`: workers are this executable
+/// (`__onnx-worker`) on the library [`library`] finds, targets resolved by the live
+/// device probe (or `options.inventory`), models by [`model_path`].
+pub fn service(context: &Context, options: &OnnxOptions) -> Result<Arc<OnnxService>, CliError> {
+    let library = library(context, options.library.as_deref())?;
     let program = std::env::current_exe().map_err(|e| {
         CommandError::new(
             codes::ARCANE_IO,
@@ -129,15 +165,21 @@ pub fn service(context: &Context, library: PathBuf) -> Result<Arc<OnnxService>, 
         )
         .caused_by(e)
     })?;
+    let devices: Arc<dyn arcane_devices::DeviceSource> = match &options.inventory {
+        Some(path) => Arc::new(arcane_devices::Catalog::from_inventory_file(path)?),
+        None => Arc::new(arcane_devices::LiveProbe),
+    };
     let workspace = context.workspace.clone();
     Ok(OnnxService::new(OnnxConfig {
         library,
         worker_program: program,
         worker_args: vec!["__onnx-worker".into(), "--library".into()],
-        devices: Arc::new(arcane_devices::LiveProbe),
+        devices,
         models: Arc::new(move |model: &str| model_path(&workspace, model)),
         start_timeout: std::time::Duration::from_secs(60),
         cancel_grace: std::time::Duration::from_secs(2),
+        records: Some(context.workspace.clone()),
+        workers_outlive_host: options.workers_outlive_host,
     }))
 }
 
@@ -173,7 +215,7 @@ fn read_inputs(specs: &[String]) -> Result<BTreeMap<String, arcane_onnx::Tensor>
 }
 
 fn run_model(context: &Context, args: RunArgs) -> Result<u8, CliError> {
-    let library = library(args.library.as_deref())?;
+    let library = library(context, args.library.as_deref())?;
     let model = model_path(&context.workspace, &args.model).map_err(CliError)?;
     let inputs = read_inputs(&args.inputs)?;
     let runtime = Runtime::load(&library)?;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use arcane_devices::Backend;
-use arcane_registry::{AddRuntime, Engine, InstallRuntime, Registry, Runtime, Source};
+use arcane_registry::{AddRuntime, Engine, InstallRuntime, OnnxRuntime, Registry, Runtime, Source};
 use arcane_report::event_types;
 use arcane_report::{Event, EventSink};
 use indicatif::{ProgressBar, ProgressDrawTarget};
@@ -20,9 +20,10 @@ use crate::output::Output;
 
 /// Arguments of `arcane runtime`.
 ///
-/// A runtime is an engine executable Arcane may start: llama.cpp's `llama-server` or
-/// `ollama`. Registered runtimes live in the workspace's `.arcane/registry.json`;
-/// installed ones under `.arcane/runtimes/<engine>/<version>[-<backend>]/`.
+/// A runtime is an engine executable Arcane may start (llama.cpp's `llama-server` or
+/// `ollama`) or the ONNX Runtime library its ONNX workers load. Registered runtimes
+/// live in the workspace's `.arcane/registry.json`; installed ones under
+/// `.arcane/runtimes/<engine>/<version>[-<backend>]/`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(subcommand)]
@@ -32,9 +33,11 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 enum RuntimeCommand {
     /// Register an existing engine executable after checking that it runs
-    /// (`--version`); records its version, backend and library directory.
+    /// (`--version`), recording its version, backend and library directory; or an
+    /// ONNX Runtime library (`onnx --library PATH`), recording the version it reports.
     ///
-    /// Example: `arcane runtime add llama.cpp --executable ~/llama.cpp/build/bin/llama-server --backend cpu`
+    /// Examples: `arcane runtime add llama.cpp --executable ~/llama.cpp/build/bin/llama-server --backend cpu`,
+    /// `arcane runtime add onnx --library .../onnxruntime/capi/libonnxruntime.so.1.31.1`
     Add(AddArgs),
     /// Install an official release archive (`.zip` or `.tar.gz`, a file or an
     /// `http(s)://` URL) after checking its SHA-256, then register it.
@@ -47,7 +50,8 @@ enum RuntimeCommand {
     // `--version` names the runtime's version here, not Arcane's.
     #[command(disable_version_flag = true)]
     Install(InstallArgs),
-    /// List the registered runtimes (id, engine, version, backend, executable).
+    /// List the registered runtimes (id, engine, version, backend, executable or
+    /// library).
     List,
     /// Unregister a runtime; an installed one is deleted from `.arcane/runtimes/`
     /// (an external executable is never touched).
@@ -82,15 +86,42 @@ fn parse_engine(value: &str) -> Result<Engine, String> {
     value.parse::<Engine>().map_err(|e| e.to_string())
 }
 
+/// What `arcane runtime add` registers: an engine, or ONNX Runtime.
+#[derive(Debug, Clone, Copy)]
+enum AddKind {
+    Engine(Engine),
+    Onnx,
+}
+
+fn parse_add_kind(value: &str) -> Result<AddKind, String> {
+    if value == arcane_registry::ONNX_ID {
+        return Ok(AddKind::Onnx);
+    }
+    value
+        .parse::<Engine>()
+        .map(AddKind::Engine)
+        .map_err(|_| format!("unknown runtime `{value}`: expected `llama.cpp`, `ollama` or `onnx`"))
+}
+
 #[derive(Debug, clap::Args)]
 struct AddArgs {
-    /// The engine: `llama.cpp` or `ollama`.
-    #[arg(value_name = "ENGINE", value_parser = parse_engine)]
-    engine: Engine,
+    /// The runtime: `llama.cpp`, `ollama` or `onnx`.
+    #[arg(value_name = "ENGINE", value_parser = parse_add_kind)]
+    engine: AddKind,
 
     /// The engine's server executable (`llama-server` or `ollama`).
+    #[arg(
+        long,
+        value_name = "PATH",
+        required_unless_present = "library",
+        conflicts_with = "library"
+    )]
+    executable: Option<PathBuf>,
+
+    /// The ONNX Runtime shared library (`libonnxruntime.so.<version>`, e.g. the
+    /// `onnxruntime` wheel's `onnxruntime/capi/libonnxruntime.so.1.31.1`); `onnx` only.
     #[arg(long, value_name = "PATH")]
-    executable: PathBuf,
+    library: Option<PathBuf>,
 
     /// The backend it was built for. Default: detected from its ggml libraries
     /// (llama.cpp; `cpu` when none is found), `auto` for Ollama.
@@ -163,27 +194,7 @@ impl Args {
 pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     let registry = Registry::new(&context.workspace);
     match args.command {
-        RuntimeCommand::Add(add) => {
-            let mut options = AddRuntime::new(add.engine, add.executable)
-                .inherited_loader_path(crate::config::inherited_loader_path());
-            if let Some(backend) = add.backend {
-                options = options.backend(backend.into());
-            }
-            if let Some(id) = add.id {
-                options = options.id(id);
-            }
-            let sink = ProgressSink::new(&context.output);
-            let runtime = registry.add_runtime(&options, &sink, &context.cancel)?;
-            drop(sink);
-            context.output.result(
-                &format!(
-                    "registered runtime `{}`: {}",
-                    runtime.id,
-                    describe(&runtime)
-                ),
-                &json!({"runtime": runtime}),
-            );
-        }
+        RuntimeCommand::Add(add) => add_runtime(context, &registry, add)?,
         RuntimeCommand::Install(install) => {
             let source = Source::parse(&install.archive)?;
             let mut options = InstallRuntime::new(install.engine, source, install.sha256)
@@ -214,9 +225,25 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         }
         RuntimeCommand::List => {
             let runtimes = registry.runtimes()?;
-            context
-                .output
-                .result(&list_text(&runtimes), &json!({"runtimes": runtimes}));
+            let onnx = registry.onnx_runtimes()?;
+            context.output.result(
+                &list_text(&runtimes, &onnx),
+                &json!({"runtimes": runtimes, "onnxRuntimes": onnx}),
+            );
+        }
+        RuntimeCommand::Remove(remove)
+            if registry.onnx_runtimes()?.iter().any(|r| r.id == remove.id) =>
+        {
+            let runtime =
+                registry.remove_onnx_runtime(&remove.id, &context.output, &context.cancel)?;
+            context.output.result(
+                &format!(
+                    "removed runtime `{}` (left {} in place)",
+                    runtime.id,
+                    runtime.library.display()
+                ),
+                &json!({"runtime": runtime}),
+            );
         }
         RuntimeCommand::Remove(remove) => {
             let record = registry.runtime(&remove.id)?;
@@ -249,6 +276,67 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     Ok(0)
 }
 
+/// `arcane runtime add`: an engine executable, or an ONNX Runtime library.
+fn add_runtime(context: &Context, registry: &Registry, add: AddArgs) -> Result<(), CliError> {
+    let sink = ProgressSink::new(&context.output);
+    let (engine, executable) = match (add.engine, add.executable, add.library) {
+        (AddKind::Onnx, None, Some(library)) => {
+            if add.backend.is_some() {
+                return Err(usage(
+                    "`--backend` is for engines; ONNX Runtime reports its own execution providers",
+                ));
+            }
+            let runtime =
+                registry.add_onnx_runtime(&library, add.id.as_deref(), &sink, &context.cancel)?;
+            drop(sink);
+            context.output.result(
+                &format!(
+                    "registered runtime `{}`: onnx {} at {}",
+                    runtime.id,
+                    runtime.version,
+                    runtime.library.display()
+                ),
+                &json!({"runtime": runtime}),
+            );
+            return Ok(());
+        }
+        (AddKind::Onnx, ..) => {
+            return Err(usage(
+                "`arcane runtime add onnx` needs `--library PATH` (not `--executable`)",
+            ))
+        }
+        (AddKind::Engine(engine), Some(executable), None) => (engine, executable),
+        (AddKind::Engine(engine), ..) => {
+            return Err(usage(&format!(
+            "`arcane runtime add {engine}` needs `--executable PATH` (`--library` is for `onnx`)"
+        )))
+        }
+    };
+    let mut options = AddRuntime::new(engine, executable)
+        .inherited_loader_path(crate::config::inherited_loader_path());
+    if let Some(backend) = add.backend {
+        options = options.backend(backend.into());
+    }
+    if let Some(id) = add.id {
+        options = options.id(id);
+    }
+    let runtime = registry.add_runtime(&options, &sink, &context.cancel)?;
+    drop(sink);
+    context.output.result(
+        &format!(
+            "registered runtime `{}`: {}",
+            runtime.id,
+            describe(&runtime)
+        ),
+        &json!({"runtime": runtime}),
+    );
+    Ok(())
+}
+
+fn usage(message: &str) -> CliError {
+    crate::error::CommandError::usage(message, json!({})).into()
+}
+
 /// `llama.cpp 0.6.0-dev (cpu) at /path/llama-server`.
 fn describe(runtime: &Runtime) -> String {
     format!(
@@ -260,11 +348,11 @@ fn describe(runtime: &Runtime) -> String {
     )
 }
 
-fn list_text(runtimes: &[Runtime]) -> String {
-    if runtimes.is_empty() {
-        return "no runtimes registered; add one with `arcane runtime add llama.cpp --executable PATH`".to_string();
+fn list_text(runtimes: &[Runtime], onnx: &[OnnxRuntime]) -> String {
+    if runtimes.is_empty() && onnx.is_empty() {
+        return "no runtimes registered; add one with `arcane runtime add llama.cpp --executable PATH` (or `arcane runtime add onnx --library PATH`)".to_string();
     }
-    let rows: Vec<[String; 5]> = runtimes
+    let mut rows: Vec<[String; 5]> = runtimes
         .iter()
         .map(|r| {
             let origin = if r.installed {
@@ -281,6 +369,15 @@ fn list_text(runtimes: &[Runtime]) -> String {
             ]
         })
         .collect();
+    rows.extend(onnx.iter().map(|r| {
+        [
+            r.id.clone(),
+            arcane_registry::ONNX_ID.to_string(),
+            r.version.clone(),
+            "-".to_string(),
+            r.library.display().to_string(),
+        ]
+    }));
     table(&["ID", "ENGINE", "VERSION", "BACKEND", "EXECUTABLE"], &rows)
 }
 

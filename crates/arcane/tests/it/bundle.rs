@@ -32,6 +32,15 @@ const SHOW_ENDPOINT: &str = "#!/bin/sh\nprintf 'endpoint=%s\\n' \"$ARCANE_CORE_E
 
 impl RealBundle {
     fn new() -> Self {
+        Self::build(None)
+    }
+
+    /// [`RealBundle::new`] with ONNX Runtime `library` registered and bundled too.
+    fn with_onnx(library: &Path) -> Self {
+        Self::build(Some(library))
+    }
+
+    fn build(onnx: Option<&Path>) -> Self {
         let workspace = TestWorkspace::new();
         let dir = tempfile::Builder::new()
             .prefix("arcane-bundle-cli-")
@@ -48,6 +57,17 @@ impl RealBundle {
             "runtime add: {}",
             support::stderr(&output)
         );
+        let mut runtimes = vec!["--runtime", "llama.cpp"];
+        if let Some(library) = onnx {
+            let output = support::run(
+                workspace
+                    .arcane()
+                    .args(["runtime", "add", "onnx", "--library"])
+                    .arg(library),
+            );
+            assert!(output.status.success(), "{}", support::stderr(&output));
+            runtimes.extend(["--runtime", "onnx"]);
+        }
         let output = support::run(
             workspace
                 .arcane()
@@ -92,15 +112,8 @@ impl RealBundle {
                 .arcane()
                 .args(["--output", "json", "bundle", "build", "--app"])
                 .arg(&app)
-                .args([
-                    "--runtime",
-                    "llama.cpp",
-                    "--model",
-                    "smollm2",
-                    "--execution-target",
-                    "cpu",
-                    "--out",
-                ])
+                .args(&runtimes)
+                .args(["--model", "smollm2", "--execution-target", "cpu", "--out"])
                 .arg(&out),
         );
         assert!(
@@ -1035,4 +1048,102 @@ fn signed_bundles_round_trip_and_an_unsigned_tampered_or_foreign_one_is_refused(
             .join("state-signed/.arcane/core.json")
             .exists());
     }
+}
+
+/// `--runtime onnx` copies the registered ONNX Runtime library (and its provider
+/// library) into the bundle, listed and verified like every file (a flipped byte is
+/// a hash mismatch naming it), and `launch` hands the bundled copy to the Core host.
+#[test]
+fn a_bundle_carries_the_onnx_library_verified_and_launch_hands_it_to_the_core() {
+    let Some(library) = support::env_path("ARCANE_ONNXRUNTIME") else {
+        return;
+    };
+    let real = RealBundle::with_onnx(&library);
+    let manifest = real.manifest();
+    let entry = &manifest["onnxRuntimes"][0];
+    assert_eq!(entry["id"], "onnx", "{manifest:#}");
+    assert!(
+        entry["version"].as_str().unwrap().starts_with("1.31"),
+        "{entry}"
+    );
+    let relative = entry["library"].as_str().unwrap().to_string();
+    let name = library.file_name().unwrap().to_str().unwrap();
+    assert!(
+        relative.starts_with("runtimes/onnx/") && relative.ends_with(name),
+        "{relative}"
+    );
+    assert_eq!(
+        std::fs::read(real.path(&relative)).unwrap(),
+        std::fs::read(&library).unwrap()
+    );
+    let listed: Vec<&str> = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert!(listed.contains(&relative.as_str()), "{listed:?}");
+    let providers = library.with_file_name("libonnxruntime_providers_shared.so");
+    if providers.is_file() {
+        let dir = relative.rsplit_once('/').unwrap().0;
+        assert!(
+            listed.contains(&format!("{dir}/libonnxruntime_providers_shared.so").as_str()),
+            "{listed:?}"
+        );
+    }
+    let (code, report) = real.verify_json();
+    assert_eq!(code, 0, "{report:#}");
+
+    let state_root = real.dir.path().join("state");
+    let mut command = real.launch();
+    command
+        .arg("launch")
+        .arg("--state-root")
+        .arg(&state_root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(real.dir.path().join("launch.log")).unwrap());
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut guard = GroupGuard(command.spawn().unwrap());
+    let log = || std::fs::read_to_string(real.dir.path().join("launch.log")).unwrap_or_default();
+    let endpoint = state_root.join(".arcane/core.json");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let record: Value = loop {
+        if let Some(record) = std::fs::read(&endpoint)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        {
+            break record;
+        }
+        if let Ok(Some(status)) = guard.0.try_wait() {
+            panic!("launch exited ({status}): {}", log());
+        }
+        assert!(Instant::now() < deadline, "no endpoint file: {}", log());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let body = r#"{"protocol":"arcane/1","type":"request","id":"s","method":"onnx.status"}"#;
+    let (status, answer) = http(
+        record["url"].as_str().unwrap(),
+        "POST",
+        "/v1/rpc",
+        record["token"].as_str().unwrap(),
+        body,
+    );
+    assert_eq!(status, 200, "{answer}");
+    let frame: Value =
+        serde_json::from_str(answer.trim()).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    assert_eq!(
+        frame["result"]["runtime"]["library"],
+        real.path(&relative).display().to_string(),
+        "{frame:#}"
+    );
+    drop(guard);
+
+    flip_byte(&real.path(&relative), 4096);
+    let (code, report) = real.verify_json();
+    assert_eq!(code, 2, "{report:#}");
+    assert!(
+        failures(&report).contains(&("BUNDLE_HASH_MISMATCH".to_string(), Some(relative.clone()))),
+        "{report:#}"
+    );
 }

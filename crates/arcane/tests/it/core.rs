@@ -1091,3 +1091,56 @@ fn the_token_survives_restarts_rotation_takes_effect_at_once_and_a_user_key_is_h
     assert_eq!(health(&endpoint, &new), 401);
     assert_eq!(terminate(own), Some(0));
 }
+
+/// `arcane core --stdio` drives pipes from its async reactor (non-blocking while it
+/// runs) and leaves them in blocking mode when it exits, for whoever shares them.
+#[test]
+fn stdio_pipes_are_left_blocking_for_whoever_shares_them() {
+    use std::os::fd::AsRawFd;
+    let workspace = TestWorkspace::new();
+    let (stdin_read, mut stdin_write) = std::io::pipe().unwrap();
+    let (mut stdout_read, stdout_write) = std::io::pipe().unwrap();
+    // The test keeps a second handle on each of the child's ends: same open file.
+    let shared_in = stdin_read.try_clone().unwrap();
+    let shared_out = stdout_write.try_clone().unwrap();
+    let child = workspace
+        .arcane()
+        .args(["core", "--stdio"])
+        .stdin(stdin_read)
+        .stdout(stdout_write)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn arcane core --stdio");
+    let mut child = Guard(child);
+    stdin_write
+        .write_all(&frame(&request("a", "system.ping")))
+        .unwrap();
+    drop(stdin_write);
+    let mut out = Vec::new();
+    let reader = std::thread::spawn(move || {
+        stdout_read.read_to_end(&mut out).unwrap();
+        out
+    });
+    let status = support::wait_for_exit(&mut child.0, Duration::from_secs(60), "arcane core");
+    assert!(status.success(), "{status:?}");
+    let nonblocking = |fd: i32| {
+        // SAFETY: F_GETFL on a descriptor this test owns.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        assert!(flags >= 0);
+        flags & libc::O_NONBLOCK != 0
+    };
+    assert!(
+        !nonblocking(shared_in.as_raw_fd()),
+        "stdin left non-blocking"
+    );
+    assert!(
+        !nonblocking(shared_out.as_raw_fd()),
+        "stdout left non-blocking"
+    );
+    drop(shared_out);
+    let frames = frames(&reader.join().unwrap());
+    assert!(
+        frames.iter().any(|f| f["id"] == "a" && f["ok"] == true),
+        "{frames:?}"
+    );
+}

@@ -83,10 +83,16 @@ impl Drop for Host {
 
 impl Host {
     fn start(workspace: &TestWorkspace, parts: &Parts) -> Host {
-        let mut child = workspace
-            .arcane()
+        let mut command = workspace.arcane();
+        command
             .args(["core", "--stdio", "--runtime", "onnx", "--onnx-library"])
-            .arg(&parts.library)
+            .arg(&parts.library);
+        Host::spawn(command)
+    }
+
+    /// Starts `command` (an `arcane core --stdio …`).
+    fn spawn(mut command: Command) -> Host {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -803,4 +809,293 @@ fn model_add_records_an_onnx_header_and_sha256_and_onnx_load_takes_the_id() {
         support::json(&output)["error"]["code"],
         "LOCAL_AI_MODEL_INVALID"
     );
+}
+
+/// The worker process on its own wire (`arcane __onnx-worker`), one frame at a time.
+struct WorkerProcess {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl WorkerProcess {
+    fn start(library: &Path) -> Self {
+        let mut child = Command::new(support::arcane_bin())
+            .args(["__onnx-worker", "--library"])
+            .arg(library)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the worker");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut worker = WorkerProcess {
+            child,
+            stdin,
+            stdout,
+        };
+        assert!(worker.answer()["result"]["version"].is_string());
+        worker
+    }
+
+    fn send(&mut self, frame: &Value) {
+        let mut line = frame.to_string();
+        line.push('\n');
+        self.stdin.write_all(line.as_bytes()).unwrap();
+    }
+
+    fn answer(&mut self) -> Value {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|_| panic!("a worker frame: {line:?}"))
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The worker answers each run on the thread that read it, with the next thread
+/// already reading: a cancel read just before its run (the two frames crossing) still
+/// cancels it, and the runs around it are answered as usual, in order, one at a time
+/// and as a burst.
+#[test]
+fn the_worker_cancels_a_run_whose_cancel_came_first_and_answers_every_other_run() {
+    let Some(parts) = parts() else { return };
+    let mut worker = WorkerProcess::start(&parts.library);
+    worker.send(
+        &json!({"op": "load", "id": 1, "session": "s", "model": parts.silero, "provider": "cpu"}),
+    );
+    assert!(worker.answer()["result"]["inputs"].is_array());
+    let inputs = json!({
+        "input": {"type": "float32", "shape": [1, 576], "data": vec![0f32; 576]},
+        "state": {"type": "float32", "shape": [2, 1, 128], "data": vec![0f32; 256]},
+        "sr": {"type": "int64", "shape": [], "data": [16000]},
+    });
+    let run = |id: u64| json!({"op": "run", "id": id, "session": "s", "inputs": inputs, "encoding": "base64"});
+    for id in 2..12 {
+        worker.send(&run(id));
+        let answer = worker.answer();
+        assert_eq!(answer["id"], id);
+        assert!(
+            answer["result"]["outputs"]["stateN"]["data"].is_string(),
+            "{answer}"
+        );
+    }
+    worker.send(&json!({"op": "cancel", "id": 20, "run": 21}));
+    worker.send(&run(21));
+    let cancelled = worker.answer();
+    assert_eq!(cancelled["id"], 21);
+    assert_eq!(
+        cancelled["error"]["code"], "ARCANE_CANCELLED",
+        "{cancelled}"
+    );
+    for id in 30..40 {
+        worker.send(&run(id));
+    }
+    let mut answered: Vec<u64> = (30..40)
+        .map(|_| worker.answer()["id"].as_u64().unwrap())
+        .collect();
+    answered.sort_unstable();
+    assert_eq!(answered, (30..40).collect::<Vec<u64>>());
+    worker.send(&json!({"op": "unload", "id": 41, "session": "s"}));
+    assert_eq!(worker.answer()["result"], json!({}));
+    worker.send(&run(42));
+    let unknown = worker.answer();
+    assert_eq!(unknown["error"]["code"], "ARCANE_USAGE", "{unknown}");
+}
+
+/// `arcane runtime add onnx --library PATH` reads the library's version through the
+/// loader (a missing one is `ARCANE_PREREQUISITE_MISSING` naming the path and the
+/// minimum), `runtime list` shows it, the Core uses it when `onnx` is selected with no
+/// `--onnx-library` or `ARCANE_ONNXRUNTIME`, and `runtime remove` forgets it.
+#[test]
+fn runtime_add_onnx_registers_the_library_the_core_finds_and_remove_forgets_it() {
+    let Some(parts) = parts() else { return };
+    let workspace = TestWorkspace::new();
+    let arcane = || {
+        let mut command = workspace.arcane();
+        command
+            .env_remove("ARCANE_ONNXRUNTIME")
+            .args(["--output", "json"]);
+        command
+    };
+    let missing = "/nonexistent/libonnxruntime.so.1.31.1";
+    let out = support::run(arcane().args(["runtime", "add", "onnx", "--library", missing]));
+    assert!(!out.status.success());
+    let error = &support::json(&out)["error"];
+    assert_eq!(error["code"], "ARCANE_PREREQUISITE_MISSING", "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains(missing) && message.contains("1.31"),
+        "{message}"
+    );
+    let out = support::run(arcane().args(["runtime", "add", "onnx", "--executable", missing]));
+    assert!(
+        !out.status.success(),
+        "onnx takes a library, not an executable"
+    );
+
+    let out = support::run(
+        arcane()
+            .args(["runtime", "add", "onnx", "--library"])
+            .arg(&parts.library),
+    );
+    assert!(out.status.success(), "{}", support::stderr(&out));
+    let added = support::json(&out)["runtime"].clone();
+    assert_eq!(added["id"], "onnx");
+    assert!(
+        added["version"].as_str().unwrap().starts_with("1.31"),
+        "{added}"
+    );
+    let listed = support::json(&support::run(arcane().args(["runtime", "list"])));
+    assert_eq!(listed["onnxRuntimes"][0]["id"], "onnx", "{listed}");
+    let text = support::stdout(&support::run(workspace.arcane().args(["runtime", "list"])));
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("onnx ") && l.contains("libonnxruntime")),
+        "{text}"
+    );
+
+    let mut command = workspace.arcane();
+    command
+        .env_remove("ARCANE_ONNXRUNTIME")
+        .args(["core", "--stdio", "--runtime", "onnx"]);
+    let mut host = Host::spawn(command);
+    let status = host.ok("onnx.status", json!({}));
+    assert_eq!(status["runtime"]["library"], added["library"], "{status}");
+    assert!(status["runtime"]["version"]
+        .as_str()
+        .unwrap()
+        .starts_with("1.31"));
+    drop(host);
+
+    let out = support::run(arcane().args(["runtime", "remove", "onnx"]));
+    assert!(out.status.success(), "{}", support::stderr(&out));
+    let listed = support::json(&support::run(arcane().args(["runtime", "list"])));
+    assert_eq!(listed["onnxRuntimes"], json!([]), "{listed}");
+    assert!(
+        parts.library.is_file(),
+        "the library itself is left in place"
+    );
+    let out = support::run(
+        arcane()
+            .args(["core", "--stdio", "--runtime", "onnx"])
+            .stdin(Stdio::null()),
+    );
+    assert!(!out.status.success());
+    let error = &support::json(&out)["error"];
+    assert_eq!(error["code"], "ARCANE_PREREQUISITE_MISSING", "{error}");
+}
+
+/// A session asked for an NVIDIA GPU (presented by a fixture inventory on this
+/// CPU-only machine) on a runtime without the CUDA execution provider is refused,
+/// naming the device and what is missing; the CPU stays usable.
+#[test]
+fn a_gpu_target_without_the_cuda_provider_is_refused_clearly() {
+    let Some(parts) = parts() else { return };
+    let inventory = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../arcane-devices/tests/fixtures/one-gpu.json");
+    let gpu = "nvidia-gpu-3f2a9c1e-0b4d-4e6f-8a9b-0c1d2e3f4a5b";
+    let workspace = TestWorkspace::new();
+    let mut command = workspace.arcane();
+    command
+        .args(["core", "--stdio", "--runtime", "onnx", "--onnx-library"])
+        .arg(&parts.library)
+        .arg("--onnx-inventory")
+        .arg(&inventory);
+    let mut host = Host::spawn(command);
+    let providers = host.ok("onnx.status", json!({}))["runtime"]["providers"].clone();
+    assert!(
+        !providers
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p == "CUDAExecutionProvider"),
+        "this test needs a runtime without CUDA: {providers}"
+    );
+    for target in [json!(gpu), json!({"deviceId": gpu})] {
+        let error = host.err(
+            "onnx.load",
+            json!({"model": parts.silero, "executionTarget": target}),
+        );
+        assert_eq!(
+            error["code"], "LOCAL_AI_EXECUTION_TARGET_UNSUPPORTED",
+            "{error}"
+        );
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains(gpu) && message.contains("NVIDIA H200"),
+            "{message}"
+        );
+        assert!(message.contains("`CUDAExecutionProvider`"), "{message}");
+        assert!(
+            message.contains(parts.library.to_str().unwrap()),
+            "{message}"
+        );
+        assert!(!message.contains("llama.cpp"), "{message}");
+        assert_eq!(error["details"]["target"], gpu, "{error}");
+    }
+    let loaded = host.ok(
+        "onnx.load",
+        json!({"model": parts.silero, "executionTarget": "cpu"}),
+    );
+    assert_eq!(loaded["provider"], "cpu");
+}
+
+/// Kills `pid` (SIGKILL) when dropped: an orphan must not outlive a failed test.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if pid_alive(self.0) {
+            // SAFETY: a plain syscall on the pid this test made an orphan of.
+            unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Each worker has an ownership record (pid, start time, nonce, owner); a worker that
+/// outlives its host's SIGKILL (parent-death signal off, as if it had not been
+/// delivered, and stuck so it does not exit at the end of its input) is stopped by the
+/// next host's start, which removes its record.
+#[test]
+fn a_worker_orphaned_by_a_killed_host_is_stopped_by_the_next_host() {
+    let Some(parts) = parts() else { return };
+    let workspace = TestWorkspace::new();
+    let mut command = workspace.arcane();
+    command
+        .args(["core", "--stdio", "--runtime", "onnx", "--onnx-library"])
+        .arg(&parts.library)
+        .arg("--onnx-workers-outlive-host");
+    let mut host = Host::spawn(command);
+    let loaded = host.ok("onnx.load", json!({"model": parts.silero}));
+    let pid = loaded["worker"]["pid"].as_u64().unwrap() as u32;
+    let _cleanup = KillOnDrop(pid);
+    let record_path = workspace
+        .path()
+        .join(".arcane/onnx-workers")
+        .join(format!("{pid}.json"));
+    let record: Value = serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
+    assert_eq!(record["kind"], "arcane-onnx-worker-ownership", "{record}");
+    assert_eq!(record["pid"], pid);
+    assert_eq!(record["owner"]["pid"], host.child.id());
+    assert!(
+        record["nonce"].as_str().is_some_and(|n| n.len() == 64),
+        "{record}"
+    );
+
+    host.child.kill().unwrap(); // SIGKILL
+    let _ = host.child.wait();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(pid_alive(pid), "the worker should have been orphaned");
+    assert!(record_path.exists());
+
+    let mut next = Host::start(&workspace, &parts);
+    next.ok("onnx.status", json!({}));
+    assert!(wait_gone(pid), "the orphan {pid} was not stopped");
+    assert!(!record_path.exists(), "the orphan's record was not removed");
 }
