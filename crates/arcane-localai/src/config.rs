@@ -106,6 +106,10 @@ pub struct EngineConfig {
     /// set: they then apply only to a server Arcane starts (the embedded default
     /// pointed at a url).
     pub adopt_any: bool,
+    /// Probe the url first and adopt a server that answers there (the SDK's rule, and
+    /// the default). Off for a model of the gateway, which always runs its own engine:
+    /// whatever listens at the default url is never adopted in its place.
+    pub adopt_existing: bool,
     /// Why Arcane must not start this engine itself (it can only adopt); said in the
     /// error when nothing answers at the url.
     pub cannot_start: Option<String>,
@@ -151,6 +155,7 @@ impl EngineConfig {
                 Engine::Ollama => OwnedListen::OpenPort,
             },
             adopt_any: false,
+            adopt_existing: true,
             cannot_start: None,
             parent_death_signal: true,
         }

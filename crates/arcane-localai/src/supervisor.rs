@@ -53,9 +53,9 @@ const LAST_LINES: usize = 20;
 /// The first readiness poll delay; it doubles up to [`POLL_MAX`].
 const POLL_FIRST: Duration = Duration::from_millis(10);
 /// The longest wait between two readiness polls: a loading engine is asked every
-/// 50 ms (a `GET /health` on a local socket costs well under a millisecond), so a cold
+/// 20 ms (a `GET /health` on a local socket costs well under a millisecond), so a cold
 /// request waits at most that long after the engine is ready.
-const POLL_MAX: Duration = Duration::from_millis(50);
+const POLL_MAX: Duration = Duration::from_millis(20);
 
 /// Runs exactly once with the final snapshot.
 pub type ExitHook = Box<dyn FnOnce(&ServerSnapshot) + Send>;
@@ -532,6 +532,10 @@ impl Context {
             return Err(self.cancelled_error());
         }
         self.reap_orphan().await?;
+        if !self.config.adopt_existing {
+            // Its own engine, always: nothing at the url is asked, let alone adopted.
+            return self.launch(cancel).await;
+        }
         let configured = self.configured();
         let outcome = tokio::select! {
             outcome = probe::probe(self.engine(), &configured, self.config.probe_timeout) => outcome,

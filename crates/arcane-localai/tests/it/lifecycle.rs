@@ -669,3 +669,21 @@ async fn dropping_the_handle_stops_the_engine() {
     }
     assert!(!alive(pid));
 }
+
+#[tokio::test]
+async fn with_adopt_existing_off_a_server_answering_at_the_url_is_never_adopted() {
+    let ws = workspace();
+    let port = free_port();
+    let _external = external_fake_llama(port, &[]);
+    let (supervisor, events) = supervisor(ws.path());
+    let mut config = fake_llama(port, &[]);
+    config.adopt_existing = false;
+    let server = owned(supervisor.start(config, CancelToken::new()).await.unwrap());
+    let pid = server.pid().unwrap();
+    let _guard = PidGuard(pid);
+    // Its own engine, on its own socket; the url was not even probed.
+    assert!(server.snapshot().socket.is_some());
+    assert!(!server.snapshot().external);
+    assert_eq!(events_of(&events, "process.starting").len(), 1);
+    server.stop().await;
+}

@@ -236,6 +236,8 @@ fn spec(
                     crate::cmd::serve::table_config(registry, &engine, base, workspace)?;
                 config.id = table.id.clone();
                 config.alias = Some(table.id.clone());
+                // A gateway model is always its own engine, whatever answers at 8080.
+                config.adopt_existing = false;
                 config.parent_death_signal = parent_death_signal;
                 let memory = config
                     .model

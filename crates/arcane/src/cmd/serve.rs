@@ -199,7 +199,14 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     };
     let mut options = crate::cmd::core::ServeOptions::new(configs);
     options.gateway = gateway;
-    options.onnx_library = args.onnx_library.clone();
+    // ONNX sessions are served when a library is named or an ONNX Runtime is
+    // registered (its workers start only when a session is loaded).
+    options.onnx_library = match &args.onnx_library {
+        Some(path) => Some(path.clone()),
+        None => arcane_registry::Registry::new(&context.workspace)
+            .default_onnx_runtime()?
+            .map(|runtime| runtime.library),
+    };
     if let Some(listen) = listen {
         options.listen = listen;
     }

@@ -1099,3 +1099,33 @@ fn a_worker_orphaned_by_a_killed_host_is_stopped_by_the_next_host() {
     assert!(wait_gone(pid), "the orphan {pid} was not stopped");
     assert!(!record_path.exists(), "the orphan's record was not removed");
 }
+
+#[test]
+fn serve_hosts_onnx_sessions_once_an_onnx_runtime_is_registered() {
+    let Some(parts) = parts() else { return };
+    let workspace = TestWorkspace::new();
+    let out = support::run(
+        workspace
+            .arcane()
+            .env_remove("ARCANE_ONNXRUNTIME")
+            .args(["runtime", "add", "onnx", "--library"])
+            .arg(&parts.library),
+    );
+    assert!(out.status.success(), "{}", support::stderr(&out));
+    let engine = crate::serve::fake_serve_args(&workspace, crate::serve::free_port(), &[]);
+    let mut serve = crate::serve::Serve::start(&workspace, &crate::serve::strs(&engine));
+    serve.wait_for("local-ai.server.ready", Duration::from_secs(60));
+    let (port, token) = crate::serve::host_endpoint(&workspace);
+    let frame = json!({"protocol": "arcane/1", "type": "request", "id": "s", "method": "onnx.status", "parameters": {}});
+    let (code, body) = crate::front_door::call(port, &token, "POST", "/v1/rpc", Some(frame));
+    assert_eq!(code, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["ok"], true, "{answer}");
+    assert!(
+        answer["result"]["runtime"]["version"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("1.31")),
+        "{answer}"
+    );
+    serve.terminate();
+}
