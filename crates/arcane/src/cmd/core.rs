@@ -663,7 +663,7 @@ async fn follow(
         status
     });
     let act = |next: Next| match next {
-        Next::Announce(llama) => announce(context, url, llama.as_deref()),
+        Next::Announce(llama) => announce(context, url, llama.as_deref(), parts.gateway.as_deref()),
         Next::Shutdown => parts.host.shutdown_handle().shutdown(),
         Next::Wait => {}
     };
@@ -772,9 +772,24 @@ fn remote_error(error: &serde_json::Value) -> CommandError {
 }
 
 /// Tells a person how to talk to the host once it (and its engine) is ready.
-fn announce(context: &Context, url: &str, llama: Option<&EngineStatus>) {
+fn announce(
+    context: &Context,
+    url: &str,
+    llama: Option<&EngineStatus>,
+    gateway: Option<&arcane_core::gateway::Gateway>,
+) {
     let output = &context.output;
-    if let Some(llama) = llama {
+    if let Some(gateway) = gateway {
+        let ids: Vec<String> = gateway
+            .rows()
+            .iter()
+            .filter_map(|row| row["id"].as_str().map(|id| format!("`{id}`")))
+            .collect();
+        output.note(&format!(
+            "ready: the gateway serves {} (each loaded when a request names it; `arcane ps` shows them)",
+            ids.join(", ")
+        ));
+    } else if let Some(llama) = llama {
         let model = llama
             .models
             .first()
