@@ -14,7 +14,7 @@
 //! `llama.status` answer at once from the service's own state (what the supervisor
 //! published, and the models fetched when the engine became ready); they never ask
 //! the engine, so a hung engine cannot hang them. Every call to an engine has
-//! [`Deadlines`]. Methods that need an engine
+//! [`Deadlines`](crate::http::Deadlines). Methods that need an engine
 //! (`llama.chat`, `llama.models`, `llama.load`, `ollama.*`) wait for it to settle and
 //! fail with `LOCAL_AI_SERVER_NOT_READY` when it failed or stopped.
 //!

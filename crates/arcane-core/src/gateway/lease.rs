@@ -1,0 +1,148 @@
+//! Routing one request: waiting until its model is ready and holding it in flight
+//! with a [`Lease`] until the answer is sent (the lease also measures the request).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper::StatusCode;
+use serde_json::Value;
+
+use super::metrics::Metrics;
+use super::model::{Model, Phase};
+use super::*;
+
+/// Held by a forwarded request until its answer is sent: the model counts it in flight
+/// and starts its idle clock when the last one ends.
+pub(super) struct Lease {
+    model: Arc<Model>,
+    gateway: Weak<Gateway>,
+    started: Instant,
+    status: Option<StatusCode>,
+    usage: Option<Value>,
+    finished: bool,
+}
+
+impl crate::passthrough::Lease for Lease {
+    fn answered(&mut self, status: StatusCode) {
+        self.status = Some(status);
+    }
+
+    fn usage(&mut self, usage: &Value) {
+        self.usage = Some(usage.clone());
+    }
+
+    fn finished(&mut self) {
+        self.finished = true;
+    }
+
+    fn unreachable(&mut self) {
+        // An external server that stopped answering is probed again by the next
+        // request (an owned engine's death is seen by its supervisor).
+        if self.model.spec.external {
+            if let Some(gateway) = self.gateway.upgrade() {
+                gateway.lost_external(&self.model);
+            }
+        }
+    }
+}
+
+impl Lease {
+    /// Counts the request in the model's metrics.
+    fn measure(&self, metrics: &Metrics) {
+        let label = Metrics::label(&self.model.spec.id);
+        metrics.requests.get_or_create(&label).inc();
+        let failed = !self.finished || self.status.is_none_or(|s| s.as_u16() >= 400);
+        if failed {
+            metrics.errors.get_or_create(&label).inc();
+        }
+        metrics
+            .duration
+            .get_or_create(&label)
+            .observe(self.started.elapsed().as_secs_f64());
+        let tokens = |key: &str| {
+            self.usage
+                .as_ref()
+                .and_then(|u| u[key].as_u64())
+                .unwrap_or(0)
+        };
+        metrics
+            .prompt_tokens
+            .get_or_create(&label)
+            .inc_by(tokens("prompt_tokens"));
+        metrics
+            .completion_tokens
+            .get_or_create(&label)
+            .inc_by(tokens("completion_tokens"));
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(gateway) = self.gateway.upgrade() {
+            self.measure(&gateway.metrics);
+        }
+        let idle = {
+            let mut inner = self.model.lock();
+            inner.in_flight = inner.in_flight.saturating_sub(1);
+            inner.last_used = Instant::now();
+            inner.in_flight == 0
+        };
+        if let Some(gateway) = self.gateway.upgrade() {
+            gateway.changed.notify_waiters();
+            if idle {
+                gateway.schedule_idle(&self.model);
+            }
+        }
+    }
+}
+
+impl Gateway {
+    /// Waits until `model` is ready and counts one request in flight on it.
+    pub(super) async fn acquire(
+        &self,
+        model: &Arc<Model>,
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<Lease, NoRoute> {
+        let deadline = Instant::now() + model.spec.load_timeout + Duration::from_secs(30);
+        let mut waited_on_load = false;
+        loop {
+            let mut phase = model.phase.subscribe();
+            let current = phase.borrow_and_update().clone();
+            match current {
+                Phase::Ready(_) => {
+                    let mut inner = model.lock();
+                    // Checked again under the lock an unload takes to begin.
+                    if !matches!(model.current(), Phase::Ready(_)) {
+                        continue;
+                    }
+                    inner.in_flight += 1;
+                    inner.idle_generation += 1;
+                    inner.unload_at = None;
+                    if let Some(keep_alive) = keep_alive {
+                        inner.keep_alive = keep_alive;
+                    }
+                    return Ok(Lease {
+                        model: Arc::clone(model),
+                        gateway: self.me.clone(),
+                        started: Instant::now(),
+                        status: None,
+                        usage: None,
+                        finished: false,
+                    });
+                }
+                Phase::Failed(error) if waited_on_load => return Err(load_failed(&error)),
+                Phase::Loading | Phase::Unloading => {
+                    waited_on_load |= matches!(current, Phase::Loading);
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if tokio::time::timeout(left, phase.changed()).await.is_err() {
+                        return Err(not_ready(&model.spec.id, "its load did not finish in time"));
+                    }
+                }
+                Phase::Unloaded | Phase::Failed(_) => {
+                    self.load(model, "request").await?;
+                    waited_on_load = true;
+                }
+            }
+        }
+    }
+}

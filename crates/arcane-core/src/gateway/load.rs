@@ -1,0 +1,211 @@
+//! A model's load and what ends it: the launch, `ready` or `failed`, and an engine
+//! that dies (a crash) or an external server that stops answering.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arcane_localai::ServerSnapshot;
+use arcane_report::{codes, error_json, event_types, CancelToken};
+use hyper::StatusCode;
+use serde_json::{json, Value};
+
+use super::metrics::Metrics;
+use super::model::{Model, Phase};
+use super::*;
+
+impl Gateway {
+    /// Starts loading `model` unless a load already runs (then returns at once): makes
+    /// room on its device first.
+    pub(super) async fn load(&self, model: &Arc<Model>, reason: &str) -> Result<(), NoRoute> {
+        let placement = self.placement.lock().await;
+        if !matches!(model.current(), Phase::Unloaded | Phase::Failed(_)) {
+            return Ok(());
+        }
+        let retry_at = model.lock().retry_at;
+        if let Some(at) = retry_at.filter(|at| *at > Instant::now()) {
+            let error = model.lock().last_error.clone().unwrap_or(Value::Null);
+            let mut refused = load_failed(&error);
+            refused.status = StatusCode::SERVICE_UNAVAILABLE;
+            refused.retry_after = Some(
+                at.saturating_duration_since(Instant::now())
+                    .as_secs()
+                    .max(1),
+            );
+            return Err(refused);
+        }
+        self.make_room(model).await?;
+        if !model.become_(Phase::Loading) {
+            return Ok(());
+        }
+        drop(placement);
+        self.metrics
+            .loads
+            .get_or_create(&Metrics::label(&model.spec.id))
+            .inc();
+        self.emit(
+            event_types::LOCAL_AI_MODEL_LOADING,
+            json!({"model": model.spec.id, "device": model.spec.device, "reason": reason}),
+        );
+        self.changed.notify_waiters();
+        let Some(me) = self.me.upgrade() else {
+            return Ok(());
+        };
+        let model = Arc::clone(model);
+        tokio::spawn(async move { me.run_load(model).await });
+        Ok(())
+    }
+
+    /// The load itself: launch, then `ready` (or `failed`).
+    pub(super) async fn run_load(self: Arc<Self>, model: Arc<Model>) {
+        let mut started = self.context.subscribe();
+        let Ok(context) = started.wait_for(Option::is_some).await.map(|c| c.clone()) else {
+            return;
+        };
+        let Some(context) = context else {
+            return;
+        };
+        let observer = self.observer(&model);
+        let launched = tokio::time::timeout(
+            model.spec.load_timeout + Duration::from_secs(5),
+            model
+                .spec
+                .launcher
+                .launch(context.sink(), observer, CancelToken::new()),
+        )
+        .await;
+        match launched {
+            Ok(Ok(handle)) => self.loaded(&model, handle),
+            Ok(Err(error)) => self.load_failed(&model, error_json(&*error)),
+            Err(_) => self.load_failed(
+                &model,
+                json!({"code": codes::LOCAL_AI_SERVER_FAILED, "message": format!("`{}` did not load within {:?}", model.spec.id, model.spec.load_timeout), "details": {"model": model.spec.id}}),
+            ),
+        }
+        self.changed.notify_waiters();
+    }
+
+    pub(super) fn loaded(&self, model: &Arc<Model>, handle: Box<dyn EngineHandle>) {
+        let snapshot = handle.snapshot();
+        let Some(address) = snapshot.address() else {
+            self.load_failed(model, json!({"code": codes::LOCAL_AI_SERVER_FAILED, "message": format!("`{}` has no usable address `{}`", model.spec.id, snapshot.url)}));
+            return;
+        };
+        let access = crate::upstream::EngineAccess {
+            address,
+            key: snapshot.api_key.clone(),
+        };
+        {
+            let mut inner = model.lock();
+            inner.handle = Some(handle);
+            inner.pid = snapshot.pid;
+            inner.last_used = Instant::now();
+            inner.retry_at = None;
+            inner.ready_since = Some(Instant::now());
+        }
+        if model.become_(Phase::Ready(access.clone())) {
+            self.metrics
+                .loaded
+                .get_or_create(&Metrics::label(&model.spec.id))
+                .set(1);
+            self.emit(
+                event_types::LOCAL_AI_MODEL_READY,
+                json!({"model": model.spec.id, "device": model.spec.device, "pid": snapshot.pid, "url": access.address.to_string()}),
+            );
+            self.schedule_idle(model);
+        }
+    }
+
+    pub(super) fn load_failed(&self, model: &Arc<Model>, error: Value) {
+        {
+            let mut inner = model.lock();
+            inner.load_failures += 1;
+            // Even after one failure, a second load waits a moment: the requests that
+            // arrive right after it get its error (and `Retry-After`) instead of a load
+            // each.
+            let wait = Model::backoff(inner.load_failures).unwrap_or(Duration::from_secs(1));
+            inner.retry_at = Some(Instant::now() + wait);
+            inner.last_error = Some(error.clone());
+        }
+        model.become_(Phase::Failed(error.clone()));
+        self.emit(
+            event_types::LOCAL_AI_MODEL_FAILED,
+            json!({"model": model.spec.id, "device": model.spec.device, "reason": "load-failed", "error": error}),
+        );
+    }
+
+    /// Sees the supervisor's snapshots: an engine that died while ready is a crash.
+    pub(super) fn observer(&self, model: &Arc<Model>) -> arcane_localai::StateObserver {
+        let gateway = self.me.clone();
+        let model = Arc::downgrade(model);
+        Arc::new(move |snapshot: &ServerSnapshot| {
+            use arcane_localai::ServerState;
+            let (Some(gateway), Some(model)) = (gateway.upgrade(), model.upgrade()) else {
+                return;
+            };
+            let died = matches!(snapshot.state, ServerState::Error | ServerState::Stopped);
+            if died && matches!(model.current(), Phase::Ready(_)) && !model.lock().stopping {
+                gateway.crashed(&model, snapshot);
+            }
+        })
+    }
+
+    pub(super) fn crashed(&self, model: &Arc<Model>, snapshot: &ServerSnapshot) {
+        let error = snapshot.error.clone().unwrap_or_else(|| {
+            json!({"code": codes::LOCAL_AI_SERVER_FAILED, "message": format!("the engine of `{}` stopped", model.spec.id)})
+        });
+        let handle = {
+            let mut inner = model.lock();
+            inner.crashes += 1;
+            inner.pid = None;
+            inner.last_error = Some(error.clone());
+            // An engine that stayed up a minute starts the count again; one that keeps
+            // dying sooner backs off like a failing load.
+            let stayed_up = inner
+                .ready_since
+                .is_some_and(|since| since.elapsed() >= Duration::from_secs(60));
+            inner.load_failures = if stayed_up {
+                1
+            } else {
+                inner.load_failures + 1
+            };
+            inner.retry_at = Model::backoff(inner.load_failures).map(|d| Instant::now() + d);
+            inner.handle.take()
+        };
+        model.become_(Phase::Unloaded);
+        let label = Metrics::label(&model.spec.id);
+        self.metrics.crashes.get_or_create(&label).inc();
+        self.metrics.loaded.get_or_create(&label).set(0);
+        self.emit(
+            event_types::LOCAL_AI_MODEL_FAILED,
+            json!({"model": model.spec.id, "device": model.spec.device, "reason": "crashed", "error": error, "exit": snapshot.exit}),
+        );
+        self.changed.notify_waiters();
+        if let Some(handle) = handle {
+            // The supervisor saw the exit; this only reaps its bookkeeping.
+            tokio::spawn(async move {
+                let _ = handle.stop().await;
+            });
+        }
+    }
+
+    /// An external model that did not answer: released, so the next request adopts
+    /// (probes) it again.
+    pub(super) fn lost_external(&self, model: &Arc<Model>) {
+        let handle = model.lock().handle.take();
+        if model.become_(Phase::Unloaded) {
+            let label = Metrics::label(&model.spec.id);
+            self.metrics.loaded.get_or_create(&label).set(0);
+            self.emit(
+                event_types::LOCAL_AI_MODEL_FAILED,
+                json!({"model": model.spec.id, "device": model.spec.device, "reason": "unreachable"}),
+            );
+            self.changed.notify_waiters();
+        }
+        if let Some(handle) = handle {
+            // Releasing an adopted server signals nothing.
+            tokio::spawn(async move {
+                let _ = handle.stop().await;
+            });
+        }
+    }
+}

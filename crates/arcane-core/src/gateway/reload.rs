@@ -1,0 +1,146 @@
+//! Reading the configuration again: added, removed, changed and unchanged models.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arcane_report::{error_json, event_types};
+use serde_json::{json, Value};
+
+use super::model::{Model, Phase};
+use super::placement::Reason;
+use super::*;
+
+impl Gateway {
+    /// Sets how `models.reload` reads the configuration again.
+    pub fn set_reloader(&self, reloader: Reloader) {
+        *self.reloader.lock().unwrap_or_else(|p| p.into_inner()) = Some(reloader);
+    }
+
+    /// Reads the configuration again and applies it: added models become routable,
+    /// removed ones stop being routed to and unload once idle, changed ones are
+    /// replaced (the old engine unloads once idle), unchanged ones are untouched.
+    /// Returns `{added, removed, changed, unchanged}`.
+    pub async fn reload(&self) -> MethodResult {
+        let reloader = self
+            .reloader
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let Some(reloader) = reloader else {
+            return Err(Box::new(Error::usage(
+                "this host cannot read its configuration again",
+                json!({}),
+            )));
+        };
+        let read = tokio::task::spawn_blocking(move || reloader())
+            .await
+            .map_err(|e| {
+                Box::new(Error::usage(
+                    format!("the reload did not finish: {e}"),
+                    json!({}),
+                )) as BoxError
+            })
+            .and_then(|read| read);
+        match read {
+            Ok((specs, limits)) => {
+                let summary = self.apply(specs, limits);
+                self.emit(event_types::LOCAL_AI_MODELS_RELOADED, summary.clone());
+                Ok(summary)
+            }
+            Err(error) => {
+                // Nothing changes: the models keep running as configured before.
+                self.emit(
+                    event_types::LOCAL_AI_MODELS_RELOADED,
+                    json!({"error": error_json(&*error)}),
+                );
+                Err(error)
+            }
+        }
+    }
+
+    /// Applies a new configuration (see [`Gateway::reload`]).
+    pub(super) fn apply(
+        &self,
+        specs: Vec<ModelSpec>,
+        limits: HashMap<String, DeviceLimit>,
+    ) -> Value {
+        let old = self.models();
+        let (mut added, mut changed, mut unchanged) = (Vec::new(), Vec::new(), Vec::new());
+        let mut next = Vec::new();
+        for spec in specs {
+            let id = spec.id.clone();
+            match old.iter().find(|m| m.spec.id == id) {
+                Some(model) if model.spec.fingerprint == spec.fingerprint => {
+                    unchanged.push(id);
+                    next.push(Arc::clone(model));
+                }
+                Some(_) => {
+                    changed.push(id);
+                    next.push(Model::new(spec));
+                }
+                None => {
+                    added.push(id);
+                    next.push(Model::new(spec));
+                }
+            }
+        }
+        let retired: Vec<Arc<Model>> = old
+            .into_iter()
+            .filter(|m| !next.iter().any(|n| Arc::ptr_eq(n, m)))
+            .collect();
+        let removed: Vec<String> = retired
+            .iter()
+            .filter(|m| !changed.contains(&m.spec.id))
+            .map(|m| m.spec.id.clone())
+            .collect();
+        for model in &next {
+            self.metrics.register_model(&model.spec.id);
+        }
+        *self.models.write().unwrap_or_else(|p| p.into_inner()) = next;
+        *self.limits.write().unwrap_or_else(|p| p.into_inner()) = limits;
+        for model in retired {
+            self.retire(model);
+        }
+        self.changed.notify_waiters();
+        json!({"added": added, "removed": removed, "changed": changed, "unchanged": unchanged})
+    }
+
+    /// Unloads a model no longer routed to once its requests are done.
+    pub(super) fn retire(&self, model: Arc<Model>) {
+        if !model.current().occupies() {
+            return;
+        }
+        self.retiring
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::clone(&model));
+        let Some(gateway) = self.me.upgrade() else {
+            return;
+        };
+        tokio::spawn(async move {
+            loop {
+                let notified = gateway.changed.notified();
+                let phase = model.current();
+                let idle = model.lock().in_flight == 0;
+                match phase {
+                    Phase::Ready(_) if idle => {
+                        gateway.unload(&model, Reason::Requested, None).await;
+                        break;
+                    }
+                    phase if !phase.occupies() => break,
+                    _ => {
+                        // Woken by a request's end or a phase change; checked again at
+                        // least every second.
+                        let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
+                    }
+                }
+            }
+            gateway
+                .retiring
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|m| !Arc::ptr_eq(m, &model));
+        });
+    }
+}

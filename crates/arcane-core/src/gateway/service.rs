@@ -1,0 +1,184 @@
+//! The gateway as the passthrough's [`Upstream`] and as a Core [`Service`].
+
+use std::sync::Arc;
+
+use arcane_report::codes;
+use hyper::StatusCode;
+use serde_json::{json, Value};
+
+use super::model::{Model, Phase};
+use super::placement::Reason;
+use super::*;
+
+impl Gateway {
+    pub(super) fn model_parameter(&self, parameters: &Value) -> Result<Arc<Model>, BoxError> {
+        let name = parameters["model"].as_str();
+        self.find(name).map_err(|no_route| {
+            Box::new(Error::usage(
+                no_route.body["error"]["message"]
+                    .as_str()
+                    .unwrap_or("unknown model")
+                    .to_string(),
+                json!({"model": name, "known": self.models().iter().map(|m| m.spec.id.clone()).collect::<Vec<_>>()}),
+            )) as BoxError
+        })
+    }
+
+    pub(super) async fn load_method(&self, parameters: Value) -> MethodResult {
+        let model = self.model_parameter(&parameters)?;
+        let lease = self.acquire(&model, None).await.map_err(refused)?;
+        drop(lease);
+        Ok(model.row())
+    }
+
+    pub(super) async fn unload_method(&self, parameters: Value) -> MethodResult {
+        let model = self.model_parameter(&parameters)?;
+        let in_flight = model.lock().in_flight;
+        if in_flight > 0 {
+            return Err(Box::new(Error::Remote {
+                code: codes::ARCANE_IN_USE.into(),
+                message: format!("`{}` has {in_flight} request(s) in flight", model.spec.id),
+                details: json!({"model": model.spec.id, "inFlight": in_flight}),
+                hints: vec!["wait for its requests to finish, then unload it".into()],
+            }));
+        }
+        self.unload(&model, Reason::Requested, None).await;
+        Ok(model.row())
+    }
+}
+
+impl Upstream for Gateway {
+    fn openai_target(&self) -> UpstreamTarget {
+        match self.models().first().map(|m| m.current()) {
+            Some(Phase::Ready(access)) => UpstreamTarget::Ready { access },
+            _ => UpstreamTarget::Unavailable {
+                runtime: "llama.cpp".into(),
+                state: crate::error::Unready::Unanswered("the default model is not loaded".into()),
+                retry_after: Some(1),
+            },
+        }
+    }
+
+    fn healthy(&self) -> Option<bool> {
+        // Models load on demand: the front door works once the host is ready.
+        Some(true)
+    }
+
+    fn routes_by_model(&self) -> bool {
+        true
+    }
+
+    fn route(&self, request: RouteRequest) -> BoxFuture<'_, Result<Route, NoRoute>> {
+        Box::pin(async move {
+            let model = self.find(request.model.as_deref())?;
+            let keep_alive = match request.keep_alive.as_ref().map(KeepAlive::from_json) {
+                Some(Err(why)) => {
+                    return Err(NoRoute {
+                        status: StatusCode::BAD_REQUEST,
+                        body: json!({"error": {"message": format!("`keep_alive`: {why}"), "type": "invalid_request_error", "param": "keep_alive"}}),
+                        retry_after: None,
+                    })
+                }
+                Some(Ok(keep_alive)) => Some(keep_alive),
+                None => None,
+            };
+            let lease = self.acquire(&model, keep_alive).await?;
+            let Phase::Ready(access) = model.current() else {
+                return Err(not_ready(&model.spec.id, "it was unloaded"));
+            };
+            Ok(Route {
+                access,
+                lease: Some(Box::new(lease)),
+                // An owned engine answers with the model's id; an external one with its
+                // own name: rename when the client asked for something else.
+                rename: request
+                    .model
+                    .filter(|asked| *asked != model.spec.id || model.spec.external)
+                    .or_else(|| model.spec.external.then(|| model.spec.id.clone())),
+            })
+        })
+    }
+
+    fn metrics(&self) -> Option<String> {
+        Some(self.metrics_text())
+    }
+
+    fn models(&self) -> Option<Value> {
+        let data: Vec<Value> = self.models().iter().map(|m| m.entry()).collect();
+        Some(json!({"object": "list", "data": data}))
+    }
+}
+
+const METHODS: &[&str] = &[
+    "models.reload",
+    "models.list",
+    "models.load",
+    "models.unload",
+    "localai.status",
+    "llama.status",
+    "llama.models",
+    "llama.load",
+    "llama.unload",
+];
+
+impl Service for Gateway {
+    fn name(&self) -> &str {
+        "model-gateway"
+    }
+
+    fn methods(&self) -> Vec<MethodSpec> {
+        METHODS.iter().map(|m| MethodSpec::request(*m)).collect()
+    }
+
+    fn start(self: Arc<Self>, context: ServiceContext) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(async move {
+            self.context.send_replace(Some(context));
+            for model in self.models().iter().filter(|m| m.spec.load_on_start) {
+                // A failed start load is reported as `local-ai.model.failed`; requests
+                // try again.
+                let _ = self.load(model, "on-start").await;
+            }
+            Ok(())
+        })
+    }
+
+    fn call(
+        self: Arc<Self>,
+        method: String,
+        parameters: Value,
+        _context: RequestContext,
+    ) -> BoxFuture<'static, MethodResult> {
+        Box::pin(async move {
+            match method.as_str() {
+                "models.reload" => self.reload().await,
+                "models.load" | "llama.load" => self.load_method(parameters).await,
+                "models.unload" | "llama.unload" => self.unload_method(parameters).await,
+                "localai.status" => Ok(json!({"runtimes": [], "models": self.rows()})),
+                _ => Ok(json!({"models": self.rows()})),
+            }
+        })
+    }
+
+    fn dispose(self: Arc<Self>) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(async move {
+            let mut stops = tokio::task::JoinSet::new();
+            let mut everyone = self.models();
+            everyone.extend(
+                self.retiring
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .drain(..),
+            );
+            for model in &everyone {
+                let (gateway, model) = (Arc::clone(&self), Arc::clone(model));
+                stops.spawn(async move { gateway.unload(&model, Reason::Shutdown, None).await });
+            }
+            while stops.join_next().await.is_some() {}
+            Ok(())
+        })
+    }
+
+    fn replay(&self) -> Vec<(String, Value)> {
+        Vec::new()
+    }
+}
