@@ -344,20 +344,13 @@ impl Registry {
             library,
             added_at: arcane_report::time::now_rfc3339(),
         };
-        self.locked("runtime-add", events, cancel, || {
-            let mut document = self.load()?;
-            let taken = document.runtimes.iter().any(|r| r.id == id)
-                || document.onnx_runtimes.iter().any(|r| r.id == id);
-            if taken {
-                return Err(Error::RuntimeExists { id: id.clone() });
-            }
-            document.onnx_runtimes.push(runtime.clone());
-            self.save(&document)
-        })?;
-        events.emit(Event::new(
-            arcane_report::event_types::REGISTRY_RUNTIME_ADDED,
+        self.register_runtime(
+            &id,
             json!({"runtime": runtime}),
-        ));
+            events,
+            cancel,
+            |document| document.onnx_runtimes.push(runtime.clone()),
+        )?;
         Ok(runtime)
     }
 
@@ -408,6 +401,32 @@ impl Registry {
 
     /// Runs `f` holding the workspace operation lock as `operation`, after removing
     /// what crashed operations left behind.
+    /// Adds a runtime record under the lock as `runtime-add` (`push` puts it in the
+    /// document), refusing an id any runtime of any kind already has, then emits
+    /// `registry.runtime.added` with `added`.
+    fn register_runtime(
+        &self,
+        id: &str,
+        added: serde_json::Value,
+        events: &dyn EventSink,
+        cancel: &CancelToken,
+        push: impl FnOnce(&mut Document),
+    ) -> Result<(), Error> {
+        self.locked("runtime-add", events, cancel, || {
+            let mut document = self.load()?;
+            if runtime_ids(&document).iter().any(|taken| taken == id) {
+                return Err(Error::RuntimeExists { id: id.to_string() });
+            }
+            push(&mut document);
+            self.save(&document)
+        })?;
+        events.emit(Event::new(
+            arcane_report::event_types::REGISTRY_RUNTIME_ADDED,
+            added,
+        ));
+        Ok(())
+    }
+
     fn locked<T>(
         &self,
         operation: &'static str,
@@ -491,18 +510,13 @@ impl Registry {
             archive: None,
             added_at: arcane_report::time::now_rfc3339(),
         };
-        self.locked("runtime-add", events, cancel, || {
-            let mut document = self.load()?;
-            if runtime_ids(&document).contains(&id) {
-                return Err(Error::RuntimeExists { id: id.clone() });
-            }
-            document.runtimes.push(runtime.clone());
-            self.save(&document)
-        })?;
-        events.emit(Event::new(
-            arcane_report::event_types::REGISTRY_RUNTIME_ADDED,
+        self.register_runtime(
+            &id,
             json!({"runtime": runtime}),
-        ));
+            events,
+            cancel,
+            |document| document.runtimes.push(runtime.clone()),
+        )?;
         Ok(runtime)
     }
 

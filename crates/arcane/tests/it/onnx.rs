@@ -953,6 +953,32 @@ fn runtime_add_onnx_registers_the_library_the_core_finds_and_remove_forgets_it()
     );
     let listed = support::json(&support::run(arcane().args(["runtime", "list"])));
     assert_eq!(listed["onnxRuntimes"][0]["id"], "onnx", "{listed}");
+    // Engines and ONNX Runtime share one namespace of ids, both ways.
+    let again = support::run(
+        arcane()
+            .args(["runtime", "add", "onnx", "--library"])
+            .arg(&parts.library),
+    );
+    assert_eq!(
+        support::json(&again)["error"]["code"],
+        "ARCANE_ALREADY_EXISTS"
+    );
+    let engine = support::run(
+        arcane()
+            .args([
+                "runtime",
+                "add",
+                "llama.cpp",
+                "--id",
+                "onnx",
+                "--executable",
+            ])
+            .arg(support::llama_server()),
+    );
+    assert_eq!(
+        support::json(&engine)["error"]["code"],
+        "ARCANE_ALREADY_EXISTS"
+    );
     let text = support::stdout(&support::run(workspace.arcane().args(["runtime", "list"])));
     assert!(
         text.lines()
