@@ -101,6 +101,22 @@ pub struct NoRoute {
     pub retry_after: Option<u64>,
 }
 
+impl NoRoute {
+    /// 503 `LOCAL_AI_SERVER_NOT_READY`: the engine of `runtime` is not ready.
+    pub fn not_ready(runtime: String, state: Unready, retry_after: Option<u64>) -> Self {
+        let error = Error::EngineNotReady {
+            runtime,
+            state,
+            retry_after,
+        };
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            body: serde_json::json!({"error": arcane_report::error_json(&error)}),
+            retry_after,
+        }
+    }
+}
+
 /// Supplies the passthrough's target: the local-AI service (one engine) or the model
 /// gateway (a model per request).
 pub trait Upstream: Send + Sync {
@@ -129,18 +145,7 @@ pub trait Upstream: Send + Sync {
                     runtime,
                     state,
                     retry_after,
-                } => {
-                    let error = Error::EngineNotReady {
-                        runtime,
-                        state,
-                        retry_after,
-                    };
-                    Err(NoRoute {
-                        status: StatusCode::SERVICE_UNAVAILABLE,
-                        body: serde_json::json!({"error": arcane_report::error_json(&error)}),
-                        retry_after,
-                    })
-                }
+                } => Err(NoRoute::not_ready(runtime, state, retry_after)),
             }
         })
     }
@@ -324,16 +329,7 @@ fn incoming_body(body: Incoming) -> HttpBody {
 }
 
 fn no_engine() -> NoRoute {
-    let error = Error::EngineNotReady {
-        runtime: "llama.cpp".into(),
-        state: Unready::NotSelected,
-        retry_after: None,
-    };
-    NoRoute {
-        status: StatusCode::SERVICE_UNAVAILABLE,
-        body: serde_json::json!({"error": arcane_report::error_json(&error)}),
-        retry_after: None,
-    }
+    NoRoute::not_ready("llama.cpp".into(), Unready::NotSelected, None)
 }
 
 /// The answer for a request without a route.

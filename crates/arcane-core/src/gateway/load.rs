@@ -21,16 +21,7 @@ impl Gateway {
         if !matches!(model.current(), Phase::Unloaded | Phase::Failed(_)) {
             return Ok(());
         }
-        let retry_at = model.lock().retry_at;
-        if let Some(at) = retry_at.filter(|at| *at > Instant::now()) {
-            let error = model.lock().last_error.clone().unwrap_or(Value::Null);
-            let mut refused = load_failed(&error);
-            refused.status = StatusCode::SERVICE_UNAVAILABLE;
-            refused.retry_after = Some(
-                at.saturating_duration_since(Instant::now())
-                    .as_secs()
-                    .max(1),
-            );
+        if let Some(refused) = held_back(model) {
             return Err(refused);
         }
         self.make_room(model).await?;
@@ -208,4 +199,15 @@ impl Gateway {
             });
         }
     }
+}
+
+/// The refusal of a load while `model` is held back after failures: 503 with its last
+/// error and `Retry-After`; `None` when it may load.
+fn held_back(model: &Model) -> Option<NoRoute> {
+    let inner = model.lock();
+    let wait = inner.retry_at?.checked_duration_since(Instant::now())?;
+    let mut refused = load_failed(inner.last_error.as_ref().unwrap_or(&Value::Null));
+    refused.status = StatusCode::SERVICE_UNAVAILABLE;
+    refused.retry_after = Some(wait.as_secs().max(1));
+    Some(refused)
 }

@@ -189,13 +189,15 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     // One owner per workspace: a running host is the answer, whatever these flags say.
     crate::cmd::ensure_workspace(context)?;
     let owner = arcane_core::endpoint::OwnerLock::acquire(&context.workspace)?;
-    // The Core's address first: a bad one is reported before any engine is looked up.
-    let (listen, port) = listen_address(context, &args)?;
-    let gateway = model_gateway(context, &args)?;
+    // `arcane.toml`, read once; the Core's address first: a bad one is reported before
+    // any engine is looked up.
+    let (file, base) = load_config(&context.workspace, &args)?;
+    let (listen, port) = listen_address(&args, file.as_ref())?;
+    let gateway = model_gateway(context, &args, file.as_ref(), &base)?;
     let configs = if gateway.is_some() {
         Vec::new()
     } else {
-        engine_configs(context, &args)?
+        engine_configs(context, &args, file, &base)?
     };
     let mut options = crate::cmd::core::ServeOptions::new(configs);
     options.gateway = gateway;
@@ -245,14 +247,18 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
 fn model_gateway(
     context: &Context,
     args: &Args,
+    file: Option<&ConfigFile>,
+    base: &Path,
 ) -> Result<Option<std::sync::Arc<arcane_core::gateway::Gateway>>, CliError> {
-    let Some((specs, limits)) = gateway_models(&context.workspace, args)? else {
+    let Some((specs, limits)) = gateway_models(&context.workspace, args, file, base)? else {
         return Ok(None);
     };
     let gateway = arcane_core::gateway::Gateway::new(specs, limits);
     let (workspace, args) = (context.workspace.clone(), args.clone());
     gateway.set_reloader(std::sync::Arc::new(move || {
-        match gateway_models(&workspace, &args) {
+        let read = load_config(&workspace, &args)
+            .and_then(|(file, base)| gateway_models(&workspace, &args, file.as_ref(), &base));
+        match read {
             Ok(Some(models)) => Ok(models),
             Ok(None) => Err(Box::new(CommandError::usage(
                 "the configuration no longer has `[[model]]` tables; a running gateway keeps its models (restart to change modes)",
@@ -270,6 +276,8 @@ fn model_gateway(
 fn gateway_models(
     workspace: &Path,
     args: &Args,
+    file: Option<&ConfigFile>,
+    base: &Path,
 ) -> Result<
     Option<(
         Vec<arcane_core::gateway::ModelSpec>,
@@ -277,7 +285,6 @@ fn gateway_models(
     )>,
     CliError,
 > {
-    let (file, base) = load_config(workspace, args)?;
     if args.model.len() > 1 {
         if file
             .as_ref()
@@ -290,12 +297,12 @@ fn gateway_models(
             .into());
         }
         let tables = flag_models(args)?;
-        let devices = file.map(|f| f.devices).unwrap_or_default();
+        let devices = file.map(|f| f.devices.clone()).unwrap_or_default();
         return crate::cmd::gateway::models(
             workspace,
             &tables,
             &devices,
-            &base,
+            base,
             !args.no_parent_death_signal,
         )
         .map(Some);
@@ -303,13 +310,7 @@ fn gateway_models(
     let Some(file) = file.filter(|f| !f.model.is_empty()) else {
         return Ok(None);
     };
-    let engine_flags = args.runtime.is_some()
-        || !args.model.is_empty()
-        || args.models_dir.is_some()
-        || args.device.is_some()
-        || args.url.is_some()
-        || args.executable.is_some();
-    if !file.engine.is_empty() || engine_flags {
+    if !file.engine.is_empty() || configures_an_engine(args) || args.url.is_some() {
         return Err(CommandError::usage(
             "`[[model]]` (the model gateway) and `[[engine]]` or engine flags (`--model`, `--url`, …) exclude each other",
             json!({"models": file.model.len(), "engines": file.engine.len()}),
@@ -321,10 +322,21 @@ fn gateway_models(
         workspace,
         &file.model,
         &file.devices,
-        &base,
+        base,
         !args.no_parent_death_signal,
     )
     .map(Some)
+}
+
+/// Whether the flags configure an engine (and so replace the embedded default):
+/// `--runtime`, `--model`, `--models-dir`, `--device`, `--backend`, `--executable`.
+fn configures_an_engine(args: &Args) -> bool {
+    args.runtime.is_some()
+        || !args.model.is_empty()
+        || args.models_dir.is_some()
+        || args.device.is_some()
+        || args.backend.is_some()
+        || args.executable.is_some()
 }
 
 /// `[[model]]` tables from a repeated `--model`.
@@ -363,14 +375,13 @@ fn flag_models(args: &Args) -> Result<Vec<crate::cmd::gateway::ModelTable>, CliE
 /// `arcane.toml`) and `--port`; a port in the address that contradicts `--port` is a
 /// usage error.
 fn listen_address(
-    context: &Context,
     args: &Args,
+    file: Option<&ConfigFile>,
 ) -> Result<(Option<std::net::IpAddr>, Option<u16>), CliError> {
     let listen = match &args.listen {
         Some(flag) => Some(("--listen", flag.clone())),
-        None => load_config(&context.workspace, args)?
-            .0
-            .and_then(|file| file.listen)
+        None => file
+            .and_then(|file| file.listen.clone())
             .map(|value| ("`listen` in arcane.toml", value)),
     };
     let Some((source, text)) = listen else {
@@ -435,14 +446,13 @@ pub fn parse_listen(source: &str, text: &str) -> Result<(std::net::IpAddr, Optio
 
 /// Builds the engine configurations from `arcane.toml` and the flags, validating every
 /// value and reading the registry, before anything is started.
-pub fn engine_configs(context: &Context, args: &Args) -> Result<Vec<EngineConfig>, CliError> {
-    let (file, base) = load_config(&context.workspace, args)?;
-    let flags_configure = args.runtime.is_some()
-        || !args.model.is_empty()
-        || args.models_dir.is_some()
-        || args.device.is_some()
-        || args.backend.is_some()
-        || args.executable.is_some();
+pub fn engine_configs(
+    context: &Context,
+    args: &Args,
+    file: Option<ConfigFile>,
+    base: &Path,
+) -> Result<Vec<EngineConfig>, CliError> {
+    let flags_configure = configures_an_engine(args);
     let mut tables = match file {
         Some(file) if !file.engine.is_empty() => file.engine,
         _ => Vec::new(),
@@ -510,7 +520,7 @@ pub fn engine_configs(context: &Context, args: &Args) -> Result<Vec<EngineConfig
     }
     let mut configs = Vec::new();
     for table in tables {
-        let mut config = table_config(&registry, &table, &base, &context.workspace)?;
+        let mut config = table_config(&registry, &table, base, &context.workspace)?;
         config.parent_death_signal = !args.no_parent_death_signal;
         configs.push(config);
     }

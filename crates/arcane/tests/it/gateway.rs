@@ -151,6 +151,18 @@ max_loaded = 1
         "{answer}"
     );
 
+    // A stream is renamed chunk by chunk: every chunk names the alias asked for.
+    let streamed = json!({"model": "fast", "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 4, "stream": true});
+    let (code, body) = call(port, &token, "POST", "/v1/chat/completions", Some(streamed));
+    assert_eq!(code, 200, "{body}");
+    let chunks: Vec<Value> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(chunks.len() >= 2, "{body}");
+    assert!(chunks.iter().all(|c| c["model"] == "fast"), "{body}");
     // Alternating requests: each answers, named as asked; only one engine at a time.
     for model in ["fast", "smol-b", "smol-a", "smol-b"] {
         let (code, answer) = chat(&ws, Some(model));
