@@ -422,7 +422,7 @@ fn health(shared: &Shared) -> Response<HttpBody> {
         .options
         .upstream
         .as_ref()
-        .filter(|u| u.healthy() != Some(true))
+        .filter(|u| !u.loads_on_demand())
         .map(|u| u.openai_target());
     let status =
         if shared.host.state() != HostState::Ready || services.contains(&ServiceState::Failed) {

@@ -150,11 +150,10 @@ pub trait Upstream: Send + Sync {
         })
     }
 
-    /// Whether the front door is healthy regardless of [`Upstream::openai_target`]
-    /// (`Some(true)`: the gateway, whose models load on demand); `None` judges by the
-    /// target.
-    fn healthy(&self) -> Option<bool> {
-        None
+    /// Whether the front door is healthy whatever [`Upstream::openai_target`] says: the
+    /// gateway, whose models load on demand.
+    fn loads_on_demand(&self) -> bool {
+        false
     }
 
     /// Arcane's own `GET /metrics` answer (the gateway's Prometheus text), when it

@@ -59,9 +59,8 @@ impl Upstream for Gateway {
         }
     }
 
-    fn healthy(&self) -> Option<bool> {
-        // Models load on demand: the front door works once the host is ready.
-        Some(true)
+    fn loads_on_demand(&self) -> bool {
+        true
     }
 
     fn routes_by_model(&self) -> bool {

@@ -140,6 +140,12 @@ max_loaded = 1
         listed.iter().all(|m| m["state"] == "unloaded"),
         "{listed:?}"
     );
+    // Nothing loaded, and healthy: models load on demand.
+    let (status, _, body) = crate::front_door::exchange(
+        port,
+        &format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"),
+    );
+    assert_eq!((status, body.trim()), (200, r#"{"status":"ok"}"#));
     let (code, answer) = chat(&ws, Some("nope"));
     assert_eq!(code, 404, "{answer}");
     assert_eq!(answer["error"]["code"], "model_not_found");
