@@ -3,72 +3,63 @@
 //!
 //! | selected | services |
 //! |---|---|
-//! | `llama.cpp` or `ollama` | `execution-devices` (`localai.devices`, `localai.resolveTarget`) and `local-ai` (`localai.*`, `llama.*`, `ollama.*`) |
+//! | a server kind (`llama.cpp`, `ollama`) | `execution-devices` (`localai.devices`, `localai.resolveTarget`) and `local-ai` (`localai.*`, `llama.*`, `ollama.*`) |
 //! | `llama.cpp` (0.89; later also `onnx`, `stable-diffusion.cpp`) | `model-assets` |
-//! | `onnx` | `onnx` (`onnx.status`, `onnx.load`, `onnx.run`, `onnx.unload`) |
+//! | a worker kind (`onnx`) | `onnx` (`onnx.status`, `onnx.load`, `onnx.run`, `onnx.unload`) |
 //!
-//! Runtimes the SDK knows but Arcane does not support yet (`whisper.cpp`,
-//! `stable-diffusion.cpp`) are an `ARCANE_USAGE` error at start, never a silent skip;
-//! unknown ids are too.
+//! A selection names engine kinds by their exact id ([`Engine`], the one identity type;
+//! what each kind is comes from its descriptor). Runtimes the SDK knows but Arcane does
+//! not host yet ([`NOT_YET_SUPPORTED`]) are an `ARCANE_USAGE` error at start, never a
+//! silent skip; unknown ids are too, and so is `command`, which needs a command line
+//! (a `[[model]]` table), not a selection.
 
+use arcane_localai::{Engine, Starts};
 use serde_json::json;
 
 use crate::error::Error;
 
-/// A runtime id from a selection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Runtime {
-    /// llama.cpp's `llama-server`.
-    LlamaCpp,
-    /// `ollama serve`.
-    Ollama,
-    /// ONNX sessions in worker processes.
-    Onnx,
-    /// stable-diffusion.cpp image generation (not supported yet).
-    StableDiffusionCpp,
-    /// whisper.cpp speech-to-text (not supported yet).
-    WhisperCpp,
+/// Runtime ids of the SDK that Arcane does not host yet.
+pub const NOT_YET_SUPPORTED: [&str; 2] = ["whisper.cpp", "stable-diffusion.cpp"];
+
+/// Parses a runtime id of a selection (the kind's exact id, as in
+/// `arcane-app.json`).
+pub fn parse(id: &str) -> Result<Engine, Error> {
+    let id = id.trim();
+    if let Some(engine) = Engine::ALL.into_iter().find(|e| e.as_str() == id) {
+        return Ok(engine);
+    }
+    let known: Vec<&str> = Engine::ALL
+        .iter()
+        .map(|e| e.as_str())
+        .chain(NOT_YET_SUPPORTED)
+        .collect();
+    if NOT_YET_SUPPORTED.contains(&id) {
+        return Err(Error::usage(
+            format!("runtime `{id}` is not supported by Arcane yet"),
+            json!({"runtime": id, "supported": supported()}),
+        ));
+    }
+    Err(Error::usage(
+        format!("unknown local AI runtime `{id}`"),
+        json!({"runtime": id, "known": known}),
+    ))
 }
 
-impl Runtime {
-    /// The SDK id.
-    pub fn id(self) -> &'static str {
-        match self {
-            Self::LlamaCpp => "llama.cpp",
-            Self::Ollama => "ollama",
-            Self::Onnx => "onnx",
-            Self::StableDiffusionCpp => "stable-diffusion.cpp",
-            Self::WhisperCpp => "whisper.cpp",
-        }
-    }
-
-    /// Parses an SDK runtime id (exact spelling, as in `arcane-app.json`).
-    pub fn parse(id: &str) -> Result<Self, Error> {
-        match id.trim() {
-            "llama.cpp" => Ok(Self::LlamaCpp),
-            "ollama" => Ok(Self::Ollama),
-            "onnx" => Ok(Self::Onnx),
-            "stable-diffusion.cpp" => Ok(Self::StableDiffusionCpp),
-            "whisper.cpp" => Ok(Self::WhisperCpp),
-            other => Err(Error::usage(
-                format!("unknown local AI runtime `{other}`"),
-                json!({"runtime": other, "known": ["llama.cpp", "ollama", "onnx", "stable-diffusion.cpp", "whisper.cpp"]}),
-            )),
-        }
-    }
-
-    /// Whether Arcane can host this runtime today.
-    pub fn is_supported(self) -> bool {
-        matches!(self, Self::LlamaCpp | Self::Ollama | Self::Onnx)
-    }
+/// The kinds a selection may name.
+fn supported() -> Vec<&'static str> {
+    Engine::ALL
+        .into_iter()
+        .filter(|e| e.kind().starts() != Starts::Command)
+        .map(Engine::as_str)
+        .collect()
 }
 
 /// The services to register for a selection.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ServicePlan {
     /// The engines the `local-ai` service supervises, in selection order, deduplicated
-    /// (`onnx` is not one: its sessions run in the `onnx` service's workers).
-    pub engines: Vec<Runtime>,
+    /// (worker kinds such as `onnx` are not: their sessions run in their own service).
+    pub engines: Vec<Engine>,
     /// Register `execution-devices` and `local-ai`.
     pub local_ai: bool,
     /// Register `model-assets`.
@@ -78,28 +69,32 @@ pub struct ServicePlan {
 }
 
 /// Plans the services for `selection` (runtime ids). Fails with `ARCANE_USAGE` for an
-/// unknown id or a runtime Arcane does not support yet.
+/// unknown id or a runtime Arcane does not support (here) yet.
 pub fn plan(selection: &[String]) -> Result<ServicePlan, Error> {
     let mut plan = ServicePlan::default();
     for id in selection {
-        let runtime = Runtime::parse(id)?;
-        if !runtime.is_supported() {
-            return Err(Error::usage(
-                format!("runtime `{}` is not supported by Arcane yet", runtime.id()),
-                json!({"runtime": runtime.id(), "supported": ["llama.cpp", "ollama", "onnx"]}),
-            ));
-        }
-        if runtime == Runtime::Onnx {
-            plan.onnx = true;
-        } else if !plan.engines.contains(&runtime) {
-            plan.engines.push(runtime);
+        let engine = parse(id)?;
+        match engine.kind().starts() {
+            Starts::Worker => plan.onnx = true,
+            Starts::Server { .. } => {
+                if !plan.engines.contains(&engine) {
+                    plan.engines.push(engine);
+                }
+            }
+            Starts::Command => {
+                return Err(Error::usage(
+                    "the `command` kind is configured per model (`[[model]] command = [...]` in `arcane.toml`), not selected as a runtime",
+                    json!({"runtime": id, "supported": supported()}),
+                ))
+            }
         }
     }
-    plan.local_ai = plan
-        .engines
-        .iter()
-        .any(|r| matches!(r, Runtime::LlamaCpp | Runtime::Ollama));
-    plan.model_assets = plan.engines.contains(&Runtime::LlamaCpp);
+    plan.local_ai = !plan.engines.is_empty();
+    plan.model_assets = plan.engines.iter().any(|e| {
+        e.kind()
+            .formats()
+            .contains(&arcane_workspace::ModelFormat::Gguf)
+    });
     Ok(plan)
 }
 
@@ -116,8 +111,10 @@ mod tests {
     fn llama_registers_devices_local_ai_and_model_assets() {
         let plan = plan(&ids(&["llama.cpp"])).unwrap();
         assert!(plan.local_ai && plan.model_assets);
-        let plan = super::plan(&ids(&["ollama"])).unwrap();
+        assert_eq!(plan.engines, [Engine::LlamaCpp]);
+        let plan = super::plan(&ids(&["ollama", "ollama"])).unwrap();
         assert!(plan.local_ai && !plan.model_assets);
+        assert_eq!(plan.engines, [Engine::Ollama]);
         let plan = super::plan(&[]).unwrap();
         assert!(!plan.local_ai && !plan.model_assets);
         let plan = super::plan(&ids(&["onnx"])).unwrap();
@@ -126,10 +123,16 @@ mod tests {
 
     #[test]
     fn unsupported_runtimes_are_usage_errors() {
-        for id in ["whisper.cpp", "stable-diffusion.cpp", "mystery"] {
+        for id in [
+            "whisper.cpp",
+            "stable-diffusion.cpp",
+            "mystery",
+            "command",
+            "LLAMA.CPP",
+        ] {
             let error = plan(&ids(&["llama.cpp", id])).unwrap_err();
             assert_eq!(error.code(), arcane_report::codes::ARCANE_USAGE, "{id}");
-            assert!(error.to_string().contains(id));
+            assert!(error.to_string().contains(id), "{error}");
         }
     }
 }

@@ -11,7 +11,6 @@ use serde_json::{json, Value};
 
 use crate::error::Error;
 use crate::localai::{DeviceCatalog, EngineHandle, EngineLauncher};
-use crate::selection::Runtime;
 use crate::service::{BoxError, BoxFuture};
 
 /// Launches one engine through [`Supervisor::start`].
@@ -50,11 +49,8 @@ impl EngineHandle for Supervised {
 }
 
 impl EngineLauncher for SupervisedLauncher {
-    fn runtime(&self) -> Runtime {
-        match self.config.engine {
-            Engine::LlamaCpp => Runtime::LlamaCpp,
-            Engine::Ollama => Runtime::Ollama,
-        }
+    fn runtime(&self) -> Engine {
+        self.config.engine
     }
 
     fn url(&self) -> String {

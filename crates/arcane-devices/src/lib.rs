@@ -82,9 +82,10 @@ pub use probe::{
     NvmlLibrary, NvmlListing, PciAdapter, ProbeOptions,
 };
 pub use resolve::{
-    is_gpu_uuid, resolve, resolve_target, resolve_with, CatalogUuidIdentity, ConfiguredTarget,
-    CudaIdentity, ExecutionRecord, GpuIdentitySource, GpuLayers, LaunchPlan, ObservedTarget,
-    Reason, RequestedTarget, Resolution, ResolveRequest, TargetResolution, GPU_HIDING_VARIABLES,
+    is_device_variable, is_gpu_uuid, resolve, resolve_target, resolve_with, CatalogUuidIdentity,
+    ConfiguredTarget, CudaIdentity, ExecutionRecord, GpuIdentitySource, GpuLayers, LaunchPlan,
+    ObservedTarget, Reason, RequestedTarget, Resolution, ResolveRequest, TargetResolution,
+    GPU_HIDING_VARIABLES,
 };
 
 /// Where resolution gets its catalog: the live machine ([`LiveProbe`]) or a fixed

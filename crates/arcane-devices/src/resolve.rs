@@ -47,6 +47,14 @@ pub const GPU_HIDING_VARIABLES: [&str; 4] = [
     "GGML_VK_VISIBLE_DEVICES",
 ];
 
+/// Whether the device plan owns variable `name` (a GPU selector or `CUDA_DEVICE_ORDER`,
+/// `GGML_CUDA_DEVICES`): a configuration that sets it would undo the plan, so it is
+/// refused where a device is chosen.
+pub fn is_device_variable(name: &str) -> bool {
+    GPU_HIDING_VARIABLES.contains(&name)
+        || matches!(name, "CUDA_DEVICE_ORDER" | "GGML_CUDA_DEVICES")
+}
+
 /// Arguments that keep llama.cpp on the CPU.
 const CPU_ARGS: [&str; 4] = ["--device", "none", "--gpu-layers", "0"];
 

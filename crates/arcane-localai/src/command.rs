@@ -1,27 +1,22 @@
-//! The engine command line, in exactly the SDK's order.
+//! The engine command line: the kind's descriptor builds its arguments
+//! ([`arcane_workspace::EngineKind::command_line`]: llama.cpp's in the SDK's order,
+//! Ollama's `serve` with `OLLAMA_HOST` and `OLLAMA_MODELS`, the `command` kind's
+//! template with its placeholders expanded); this module adds what every owned engine
+//! gets, whatever its kind.
 //!
-//! llama.cpp:
-//! 1. `--host <socket path>` (the private socket) or `--host <host> --port <port>`, then
-//!    `--api-key-file <file>` when the port has a key, then `--jinja`
-//! 2. the user's args, when a managed selection is required
-//! 3. `--model <abs>` or `--models-dir <dir>`
-//! 4. the user's args, when no managed selection is required
-//! 5. `--alias <alias>`, when set
-//! 6. the device arguments from the resolver (always last), plus its environment.
-//!
-//! Ollama: `serve` + the user's args, with `OLLAMA_HOST=<origin>` and
-//! `OLLAMA_MODELS=<dir>`.
-//!
-//! The child inherits Arcane's environment with these additions on top, minus the
-//! variables the resolver removes (e.g. other vendors' device selectors), plus
-//! `ARCANE_ENGINE_NONCE`, which lets a later Arcane prove it started the process, and
-//! the loader search path of [`arcane_process::loader_path`] (the runtime's library
-//! directories first, then the inherited value).
+//! The child inherits Arcane's environment with these additions on top: the kind's
+//! variables, the resolver's device variables (for kinds pinned by arguments or
+//! environment), minus the variables the resolver removes (e.g. other vendors' device
+//! selectors), plus `ARCANE_ENGINE_NONCE`, which lets a later Arcane prove it started
+//! the process, and the loader search path of [`arcane_process::loader_path`] (the
+//! runtime's library directories first, then the inherited value).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::config::{Engine, EngineConfig, Validated};
+use arcane_workspace::{DevicePlan, Launch, ListenAt};
+
+use crate::config::{EngineConfig, Validated};
 use crate::endpoint::EngineAddress;
 
 /// The variable that carries an owned engine's ownership nonce.
@@ -60,61 +55,47 @@ pub(crate) fn engine_command(
     nonce: &str,
     key_file: Option<&Path>,
 ) -> EngineCommand {
-    let endpoint = &validated.endpoint;
-    let mut args = Vec::new();
-    let mut env = BTreeMap::new();
+    let kind = config.engine.kind();
+    let socket;
+    let (host, origin);
+    let listen = match &validated.owned.address {
+        EngineAddress::Unix(path) => {
+            socket = path.clone();
+            ListenAt::Socket(&socket)
+        }
+        EngineAddress::Tcp(endpoint) => {
+            host = endpoint.host().to_string();
+            origin = endpoint.origin();
+            ListenAt::Tcp {
+                host: &host,
+                port: endpoint.port(),
+                origin: &origin,
+            }
+        }
+    };
+    let plan = kind.device_plan();
+    let device_args = match plan {
+        DevicePlan::ArgsAndEnv => device.args.as_slice(),
+        DevicePlan::EnvOnly | DevicePlan::EngineChooses => &[],
+    };
+    let line = kind.command_line(&Launch {
+        listen,
+        key_file,
+        model: validated.model.as_deref(),
+        models_dir: validated.models_dir.as_deref(),
+        alias: config.alias.as_deref(),
+        user_args: &config.extra_args,
+        managed: validated.selection.is_some(),
+        device_args,
+        template: &config.template,
+        template_env: &config.template_env,
+    });
+    let args = line.args;
+    let mut env = line.env;
     let mut env_remove = Vec::new();
-    match config.engine {
-        Engine::LlamaCpp => {
-            let managed = validated.selection.is_some();
-            match &validated.owned.address {
-                EngineAddress::Unix(socket) => {
-                    args.extend(["--host".to_string(), socket.display().to_string()]);
-                }
-                EngineAddress::Tcp(listen) => args.extend([
-                    "--host".to_string(),
-                    listen.host().to_string(),
-                    "--port".to_string(),
-                    listen.port().to_string(),
-                ]),
-            }
-            if let Some(file) = key_file {
-                args.extend(["--api-key-file".to_string(), file.display().to_string()]);
-            }
-            args.push("--jinja".to_string());
-            if managed {
-                args.extend(config.extra_args.iter().cloned());
-            }
-            match (&validated.model, &validated.models_dir) {
-                (Some(model), _) => {
-                    args.push("--model".into());
-                    args.push(model.display().to_string());
-                }
-                (None, Some(dir)) => {
-                    args.push("--models-dir".into());
-                    args.push(dir.display().to_string());
-                }
-                (None, None) => {}
-            }
-            if !managed {
-                args.extend(config.extra_args.iter().cloned());
-            }
-            if let Some(alias) = &config.alias {
-                args.push("--alias".into());
-                args.push(alias.clone());
-            }
-            args.extend(device.args.iter().cloned());
-            env.extend(device.env.clone());
-            env_remove.extend(device.env_remove.iter().cloned());
-        }
-        Engine::Ollama => {
-            args.push("serve".into());
-            args.extend(config.extra_args.iter().cloned());
-            env.insert("OLLAMA_HOST".into(), endpoint.origin());
-            if let Some(dir) = &validated.models_dir {
-                env.insert("OLLAMA_MODELS".into(), dir.display().to_string());
-            }
-        }
+    if plan != DevicePlan::EngineChooses {
+        env.extend(device.env.clone());
+        env_remove.extend(device.env_remove.iter().cloned());
     }
     let inherited = config.inherited_loader_path.as_deref();
     match arcane_process::loader_path(&config.library_dirs, inherited) {
@@ -141,6 +122,7 @@ pub(crate) fn engine_command(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Engine;
 
     fn build(config: &EngineConfig, device: &DeviceLaunch) -> EngineCommand {
         let validated = config.validate(Path::new("/app")).unwrap();

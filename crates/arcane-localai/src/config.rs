@@ -7,6 +7,9 @@ use std::time::Duration;
 use arcane_devices::Backend;
 use serde_json::json;
 
+use arcane_workspace::command_template::{self, TemplateNeeds};
+use arcane_workspace::{DevicePlan, Starts};
+
 use crate::endpoint::{ApiKey, Endpoint, EngineAddress};
 use crate::Error;
 
@@ -30,21 +33,9 @@ pub enum RestartPolicy {
     },
 }
 
-/// Where an engine Arcane starts listens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OwnedListen {
-    /// The default for llama.cpp: a Unix socket in the workspace's private run
-    /// directory (`.arcane/run/<id>.sock`, mode 0700), reached only through the Core:
-    /// no port that a web page or another local process could use.
-    #[default]
-    PrivateSocket,
-    /// The configured url's TCP port, with a random API key (`--api-key-file`, mode
-    /// 0600) that the Core adds upstream, so the port answers 401 to everyone else:
-    /// llama.cpp when the user asked for a url.
-    KeyedPort,
-    /// The configured url's TCP port with no key: Ollama, which has no authentication.
-    OpenPort,
-}
+/// Where an engine Arcane starts listens (defined with the engine kinds: each kind
+/// says its default and whether it can close its door).
+pub use arcane_workspace::OwnedListen;
 
 /// One engine to supervise. Build with [`EngineConfig::new`] and set fields; the
 /// supervisor validates it before probing or touching anything.
@@ -55,7 +46,8 @@ pub struct EngineConfig {
     pub engine: Engine,
     /// The server id in events and ownership records (default: the engine id).
     pub id: String,
-    /// The listener url (default: [`Engine::default_url`]).
+    /// The listener url (default: [`Engine::default_url`]; the `command` kind listens
+    /// where its template's placeholders say, on a port Arcane chooses at each start).
     pub url: String,
     /// A single GGUF model (`--model`; relative paths resolve against the workspace).
     pub model: Option<PathBuf>,
@@ -78,6 +70,14 @@ pub struct EngineConfig {
     pub runtime_version: Option<String>,
     /// Extra engine arguments (after `--` on the command line).
     pub extra_args: Vec<String>,
+    /// The `command` kind's arguments after its program ([`EngineConfig::executable`]),
+    /// with placeholders (`${PORT}`, `${SOCKET}`, `${API_KEY_FILE}`, `${MODEL}`; see
+    /// [`arcane_workspace::command_template`]).
+    pub template: Vec<String>,
+    /// The `command` kind's own environment (values may use the same placeholders).
+    pub template_env: std::collections::BTreeMap<String, String>,
+    /// The readiness path, when not the kind's own (the `command` kind's `health`).
+    pub health: Option<String>,
     /// The engine executable to start when nothing listens (none: adopt only).
     pub executable: Option<PathBuf>,
     /// Directories the executable loads shared libraries from: first on the engine's
@@ -132,7 +132,7 @@ impl EngineConfig {
         Self {
             engine,
             id: engine.as_str().to_string(),
-            url: engine.default_url().to_string(),
+            url: engine.default_url().unwrap_or(NO_URL).to_string(),
             model: None,
             models_dir: None,
             alias: None,
@@ -142,6 +142,9 @@ impl EngineConfig {
             version: None,
             runtime_version: None,
             extra_args: Vec::new(),
+            template: Vec::new(),
+            template_env: Default::default(),
+            health: None,
             executable: None,
             library_dirs: Vec::new(),
             inherited_loader_path: None,
@@ -150,10 +153,7 @@ impl EngineConfig {
             stop_grace: Duration::from_secs(10),
             probe_timeout: Duration::from_secs(2),
             restart: RestartPolicy::Never,
-            listen: match engine {
-                Engine::LlamaCpp => OwnedListen::PrivateSocket,
-                Engine::Ollama => OwnedListen::OpenPort,
-            },
+            listen: engine.kind().default_listen(),
             adopt_any: false,
             adopt_existing: true,
             cannot_start: None,
@@ -174,9 +174,10 @@ impl EngineConfig {
         (!parts.is_empty()).then(|| parts.join(", "))
     }
 
-    /// Checks everything that can be checked without I/O.
+    /// Checks everything that can be checked without I/O (the `command` kind also
+    /// chooses its free port here, once per start).
     pub(crate) fn validate(&self, workspace: &Path) -> Result<Validated, Error> {
-        let endpoint = Endpoint::parse(&self.url)?;
+        let kind = self.engine.kind();
         if self.id.is_empty()
             || !self
                 .id
@@ -191,28 +192,114 @@ impl EngineConfig {
                 json!({"id": self.id}),
             ));
         }
-        if self.model.is_some() && self.models_dir.is_some() && self.engine == Engine::LlamaCpp {
+        let template = match kind.starts() {
+            Starts::Worker => {
+                return Err(Error::config(
+                    format!(
+                        "`{}` is not a server: its sessions run in the Core host's workers",
+                        self.engine
+                    ),
+                    json!({"engine": self.engine}),
+                ))
+            }
+            Starts::Command => Some(self.check_template()?),
+            Starts::Server { .. } => None,
+        };
+        self.check_kind_rules()?;
+        self.check_values()?;
+        let absolute = |path: &Path| {
+            if path.is_absolute() {
+                path.to_path_buf()
+            } else {
+                workspace.join(path)
+            }
+        };
+        let model = self.model.as_deref().map(absolute);
+        let router = kind.takes_model_file() && template.is_none();
+        let models_dir = match (&self.model, &self.models_dir) {
+            (Some(_), None) if kind.takes_model_file() => None,
+            (_, Some(dir)) => Some(absolute(dir)),
+            (_, None) if template.is_some() => None,
+            (_, None) => {
+                let _ = router;
+                Some(arcane_workspace::layout::engine_models_dir(
+                    workspace,
+                    self.engine,
+                ))
+            }
+        };
+        let (endpoint, owned) = match template {
+            Some(needs) => self.command_address(workspace, needs)?,
+            None => {
+                let endpoint = Endpoint::parse(&self.url)?;
+                let owned = self.owned_address(workspace, &endpoint, self.listen_of_kind())?;
+                (endpoint, owned)
+            }
+        };
+        let closes_selection = kind.device_plan() != DevicePlan::EngineChooses;
+        Ok(Validated {
+            endpoint,
+            owned,
+            model,
+            models_dir,
+            selection: (closes_selection && !self.adopt_any)
+                .then(|| self.managed_selection())
+                .flatten(),
+        })
+    }
+
+    /// Whether this configuration may adopt a server that answers at its url: never
+    /// for the `command` kind (its port is chosen at each start).
+    pub(crate) fn adopts(&self) -> bool {
+        self.adopt_existing && self.engine.kind().starts() != Starts::Command
+    }
+
+    /// The readiness path polled: the configured one, else the kind's.
+    pub(crate) fn health_path(&self) -> &str {
+        self.health
+            .as_deref()
+            .unwrap_or_else(|| self.engine.kind().health_path())
+    }
+
+    /// What the kind forbids: a device selection on a kind that chooses its own
+    /// devices, a model on a kind that takes none.
+    fn check_kind_rules(&self) -> Result<(), Error> {
+        let kind = self.engine.kind();
+        if kind.device_plan() == DevicePlan::EngineChooses {
+            if let Some(selection) = self.managed_selection() {
+                return Err(Error::config(
+                    format!(
+                        "`{selection}` does not apply to `{}`: it chooses its own devices",
+                        self.engine
+                    ),
+                    json!({"engine": self.engine, "selection": selection}),
+                ));
+            }
+        }
+        if !kind.takes_model_file() && (self.model.is_some() || self.alias.is_some()) {
+            return Err(Error::config(
+                format!(
+                    "`model` and `alias` do not apply to `{}`: it serves the models in its models directory",
+                    self.engine
+                ),
+                json!({"engine": self.engine}),
+            ));
+        }
+        if kind.takes_model_file()
+            && self.template.is_empty()
+            && self.model.is_some()
+            && self.models_dir.is_some()
+        {
             return Err(Error::config(
                 "`model` and `models_dir` exclude each other (one model, or router mode)",
                 json!({"model": self.model, "modelsDir": self.models_dir}),
             ));
         }
-        if self.engine == Engine::Ollama {
-            if let Some(selection) = self.managed_selection() {
-                return Err(Error::config(
-                    format!(
-                        "`{selection}` applies to llama.cpp only; Ollama chooses its own devices"
-                    ),
-                    json!({"engine": "ollama", "selection": selection}),
-                ));
-            }
-            if self.model.is_some() || self.alias.is_some() {
-                return Err(Error::config(
-                    "`model` and `alias` apply to llama.cpp only; Ollama serves the models in its models directory",
-                    json!({"engine": "ollama"}),
-                ));
-            }
-        }
+        Ok(())
+    }
+
+    /// Empty or zero values.
+    fn check_values(&self) -> Result<(), Error> {
         if let Some(device) = &self.device {
             if device.trim().is_empty() {
                 return Err(Error::config(
@@ -227,6 +314,14 @@ impl EngineConfig {
                 json!({"version": ""}),
             ));
         }
+        if let Some(health) = &self.health {
+            if !health.starts_with('/') {
+                return Err(Error::config(
+                    format!("the readiness path `{health}` must start with `/`"),
+                    json!({"health": health}),
+                ));
+            }
+        }
         for (name, value) in [
             ("startup_timeout", self.startup_timeout),
             ("stall_timeout", self.stall_timeout),
@@ -239,43 +334,99 @@ impl EngineConfig {
                 ));
             }
         }
-        let absolute = |path: &Path| {
-            if path.is_absolute() {
-                path.to_path_buf()
-            } else {
-                workspace.join(path)
-            }
+        Ok(())
+    }
+
+    /// The `command` kind's template: a program, known placeholders, one of `${PORT}`
+    /// and `${SOCKET}`, a model when it names `${MODEL}`, and no variable that would
+    /// undo Arcane's device plan or ownership proof.
+    fn check_template(&self) -> Result<TemplateNeeds, Error> {
+        if self.executable.is_none() {
+            return Err(Error::config(
+                "the `command` kind needs a command: its first element is the program",
+                json!({"engine": self.engine}),
+            ));
+        }
+        let needs = command_template::needs(&self.template, &self.template_env).map_err(|e| {
+            Error::config(
+                format!("`command` of `{}`: {}", self.id, e.why),
+                json!({"id": self.id, "value": e.value}),
+            )
+        })?;
+        if needs.model && self.model.is_none() {
+            return Err(Error::config(
+                format!(
+                    "`command` of `{}` names `${{MODEL}}` but no `model` is set",
+                    self.id
+                ),
+                json!({"id": self.id}),
+            ));
+        }
+        let reserved = |name: &str| {
+            name == crate::command::NONCE_VARIABLE
+                || (self.device.is_some() && arcane_devices::is_device_variable(name))
         };
-        let model = self.model.as_deref().map(absolute);
-        let models_dir = match (&self.model, &self.models_dir) {
-            (Some(_), None) if self.engine == Engine::LlamaCpp => None,
-            (_, Some(dir)) => Some(absolute(dir)),
-            (_, None) => Some(arcane_workspace::layout::engine_models_dir(
-                workspace,
-                self.engine,
-            )),
+        if let Some(name) = self.template_env.keys().find(|n| reserved(n)) {
+            return Err(Error::config(
+                format!(
+                    "`env` of `{}` sets `{name}`, which Arcane sets itself (`device` pins the engine: use it instead)",
+                    self.id
+                ),
+                json!({"id": self.id, "variable": name}),
+            ));
+        }
+        Ok(needs)
+    }
+
+    /// Where the kind listens when Arcane starts it: its own default unless it can be
+    /// told otherwise.
+    fn listen_of_kind(&self) -> OwnedListen {
+        if self.engine.kind().can_close_its_door() {
+            self.listen
+        } else {
+            OwnedListen::OpenPort
+        }
+    }
+
+    /// The `command` kind's address for this start: a socket in the private run
+    /// directory, or a free loopback port; with a key when the template asks for one.
+    fn command_address(
+        &self,
+        workspace: &Path,
+        needs: TemplateNeeds,
+    ) -> Result<(Endpoint, Owned), Error> {
+        let port = if needs.port {
+            free_port().map_err(|source| Error::Io {
+                operation: "choose a free port on",
+                path: "127.0.0.1".into(),
+                source,
+            })?
+        } else {
+            0
         };
-        let owned = self.owned_address(workspace, &endpoint)?;
-        Ok(Validated {
-            endpoint,
-            owned,
-            model,
-            models_dir,
-            selection: match self.engine {
-                Engine::LlamaCpp if !self.adopt_any => self.managed_selection(),
-                _ => None,
-            },
+        let endpoint = Endpoint::parse(&format!("http://127.0.0.1:{port}"))?;
+        let mut owned = self.owned_address(workspace, &endpoint, needs.listen())?;
+        if needs.key_file && owned.key.is_none() {
+            owned.key = Some(self.new_key(workspace)?);
+        }
+        Ok((endpoint, owned))
+    }
+
+    fn new_key(&self, workspace: &Path) -> Result<ApiKey, Error> {
+        ApiKey::generate().map_err(|source| Error::Io {
+            operation: "generate",
+            path: arcane_workspace::layout::engine_key(workspace, &self.id),
+            source,
         })
     }
-}
 
-impl EngineConfig {
     /// Where an engine Arcane starts listens, and its key (see [`OwnedListen`]).
-    fn owned_address(&self, workspace: &Path, endpoint: &Endpoint) -> Result<Owned, Error> {
-        let listen = match self.engine {
-            Engine::Ollama => OwnedListen::OpenPort,
-            Engine::LlamaCpp => self.listen,
-        };
+    fn owned_address(
+        &self,
+        workspace: &Path,
+        endpoint: &Endpoint,
+        listen: OwnedListen,
+    ) -> Result<Owned, Error> {
         match listen {
             OwnedListen::OpenPort => Ok(Owned {
                 address: EngineAddress::Tcp(endpoint.clone()),
@@ -283,11 +434,7 @@ impl EngineConfig {
             }),
             OwnedListen::KeyedPort => Ok(Owned {
                 address: EngineAddress::Tcp(endpoint.clone()),
-                key: Some(ApiKey::generate().map_err(|source| Error::Io {
-                    operation: "generate",
-                    path: arcane_workspace::layout::engine_key(workspace, &self.id),
-                    source,
-                })?),
+                key: Some(self.new_key(workspace)?),
             }),
             OwnedListen::PrivateSocket => {
                 let socket = arcane_workspace::layout::engine_socket(workspace, &self.id);
@@ -309,6 +456,17 @@ impl EngineConfig {
             }
         }
     }
+}
+
+/// The url of a kind with no default listener (before a start chooses one).
+const NO_URL: &str = "http://127.0.0.1:0";
+
+/// A loopback port nothing listens on now (the kernel's choice). Another process may
+/// take it before the engine binds it; the engine then fails to start with its own
+/// "address in use", which the supervisor reports.
+fn free_port() -> std::io::Result<u16> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    Ok(listener.local_addr()?.port())
 }
 
 /// The longest Unix socket path (`sun_path` less its NUL).

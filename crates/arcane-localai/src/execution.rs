@@ -7,7 +7,9 @@ use arcane_devices::{DeviceSource, ResolveRequest};
 use serde_json::Value;
 
 use crate::command::DeviceLaunch;
-use crate::config::{Engine, EngineConfig};
+use arcane_workspace::DevicePlan;
+
+use crate::config::EngineConfig;
 use crate::Error;
 
 /// A device source shared across starts.
@@ -19,13 +21,18 @@ pub(crate) struct Resolved {
     pub execution: Option<arcane_devices::ExecutionRecord>,
 }
 
-/// Resolves `config`'s target (llama.cpp only; Ollama chooses its own devices). Runs
-/// on a blocking thread: discovery reads sysfs and may load NVML.
+/// Resolves `config`'s target (not for a kind that chooses its own devices). Runs on a
+/// blocking thread: discovery reads sysfs and may load NVML.
+///
+/// A kind pinned by environment only (the `command` kind) has no runtime Arcane
+/// registered: a GPU target is taken as CUDA (its `CUDA_VISIBLE_DEVICES` is set to the
+/// GPU's UUID), the CPU as the CPU (every GPU hidden).
 pub(crate) async fn resolve(
     config: &EngineConfig,
     source: &SharedDeviceSource,
 ) -> Result<Resolved, Error> {
-    if config.engine != Engine::LlamaCpp {
+    let plan = config.engine.kind().device_plan();
+    if plan == DevicePlan::EngineChooses {
         return Ok(Resolved {
             launch: DeviceLaunch::default(),
             execution: None,
@@ -33,7 +40,11 @@ pub(crate) async fn resolve(
     }
     let request = ResolveRequest {
         target: config.device.clone(),
-        runtime_backend: config.runtime_backend,
+        runtime_backend: match (plan, config.device.as_deref()) {
+            (DevicePlan::EnvOnly, Some("cpu") | None) => arcane_devices::Backend::Cpu,
+            (DevicePlan::EnvOnly, Some(_)) => arcane_devices::Backend::Cuda,
+            _ => config.runtime_backend,
+        },
         requested_backend: config.backend,
     };
     let source = source.clone();

@@ -1,9 +1,9 @@
 //! One readiness probe, classified, and the pure decision the supervisor takes from it.
 //!
-//! * llama.cpp: `GET /health`. `200 {"status":"ok"}` is ready. `503` with
-//!   `{"error":{"message":"Loading model"}}` (current builds) or
-//!   `{"status":"loading model"}` (older builds) is loading.
-//! * Ollama: `GET /api/version`. A 2xx with a non-empty string `version` is ready.
+//! What "ready" and "loading" mean is each kind's own rule
+//! ([`arcane_workspace::EngineKind::classify`]: llama.cpp's `/health` `{"status":"ok"}`,
+//! Ollama's `/api/version`, the `command` kind's 200/503); this module asks the path,
+//! classifies the answer with that rule, and tells the failures apart.
 //!
 //! Any other HTTP answer means something else owns the port. Only a refused connection
 //! on a loopback host lets Arcane start its own engine ([`decide`]).
@@ -11,6 +11,8 @@
 use std::time::Duration;
 
 use serde_json::Value;
+
+use arcane_workspace::Readiness;
 
 use crate::config::Engine;
 use crate::endpoint::{Endpoint, EngineAddress};
@@ -45,16 +47,23 @@ pub enum ProbeOutcome {
 
 /// The readiness path of `engine` (`/health`, `/api/version`).
 pub fn health_path(engine: Engine) -> &'static str {
-    match engine {
-        Engine::LlamaCpp => "/health",
-        Engine::Ollama => "/api/version",
-    }
+    engine.kind().health_path()
 }
 
-/// Probes `address` once: `GET` the readiness path, classified by [`classify`]. The
-/// one readiness check of every engine, whoever asks (the supervisor, an adopter).
+/// Probes `address` once at the kind's readiness path, classified by [`classify`].
+/// The one readiness check of every engine, whoever asks (the supervisor, an adopter).
 pub async fn probe(engine: Engine, address: &EngineAddress, timeout: Duration) -> ProbeOutcome {
-    match http::get(address, health_path(engine), timeout).await {
+    probe_path(engine, health_path(engine), address, timeout).await
+}
+
+/// [`probe`] at `path` instead of the kind's readiness path (a configured `health`).
+pub async fn probe_path(
+    engine: Engine,
+    path: &str,
+    address: &EngineAddress,
+    timeout: Duration,
+) -> ProbeOutcome {
+    match http::get(address, path, timeout).await {
         Ok(answer) => classify(engine, answer.status, &answer.body),
         Err(Failure::Refused) => ProbeOutcome::Refused,
         Err(Failure::NoHttp(error)) => ProbeOutcome::NoHttp(error),
@@ -62,48 +71,16 @@ pub async fn probe(engine: Engine, address: &EngineAddress, timeout: Duration) -
     }
 }
 
-/// Classifies an HTTP answer to the readiness path: the one rule of what "ready" and
-/// "loading" mean for each engine (see the module documentation).
+/// Classifies an HTTP answer to the readiness path by the kind's own rule.
 pub fn classify(engine: Engine, status: u16, body: &[u8]) -> ProbeOutcome {
-    let json: Option<Value> = serde_json::from_slice(body).ok();
-    let body_value = || {
-        json.clone()
-            .unwrap_or_else(|| Value::String(String::from_utf8_lossy(body).into_owned()))
-    };
-    let ok = (200..300).contains(&status);
-    match engine {
-        Engine::LlamaCpp => {
-            let field = |pointer: &str| {
-                json.as_ref()
-                    .and_then(|j| j.pointer(pointer))
-                    .and_then(Value::as_str)
-                    .map(str::to_ascii_lowercase)
-            };
-            if ok && field("/status").as_deref() == Some("ok") {
-                return ProbeOutcome::Ready { version: None };
-            }
-            let loading = field("/error/message").as_deref() == Some("loading model")
-                || field("/status").as_deref() == Some("loading model");
-            if status == 503 && loading {
-                return ProbeOutcome::Loading;
-            }
-        }
-        Engine::Ollama => {
-            let version = json
-                .as_ref()
-                .and_then(|j| j.get("version"))
-                .and_then(Value::as_str)
-                .filter(|v| !v.is_empty());
-            if let (true, Some(version)) = (ok, version) {
-                return ProbeOutcome::Ready {
-                    version: Some(version.to_string()),
-                };
-            }
-        }
-    }
-    ProbeOutcome::Answered {
-        status,
-        body: body_value(),
+    match engine.kind().classify(status, body) {
+        Readiness::Ready { version } => ProbeOutcome::Ready { version },
+        Readiness::Loading => ProbeOutcome::Loading,
+        Readiness::Other => ProbeOutcome::Answered {
+            status,
+            body: serde_json::from_slice(body)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned())),
+        },
     }
 }
 

@@ -532,7 +532,7 @@ impl Context {
             return Err(self.cancelled_error());
         }
         self.reap_orphan().await?;
-        if !self.config.adopt_existing {
+        if !self.config.adopts() {
             // Its own engine, always: nothing at the url is asked, let alone adopted.
             return self.launch(cancel).await;
         }
@@ -631,16 +631,17 @@ impl Context {
         runtime: Option<&str>,
     ) -> Result<Option<String>, Error> {
         let requested = self.config.version.as_deref().filter(|v| *v != "latest");
-        let observed = match (self.engine(), reported) {
-            (_, Some(version)) => Some(version),
+        let over_http = self.engine().kind().reports_build_over_http();
+        let observed = match reported {
+            Some(version) => Some(version),
             // `/props` costs a round trip on the way to ready: ask only when it matters.
-            (Engine::LlamaCpp, None) if requested.is_some() => {
+            None if over_http && requested.is_some() => {
                 llama_build(address, self.config.probe_timeout)
                     .await
                     .or_else(|| runtime.map(str::to_string))
             }
-            (Engine::LlamaCpp, None) => runtime.map(str::to_string),
-            (Engine::Ollama, None) => None,
+            None if over_http => runtime.map(str::to_string),
+            None => None,
         };
         let Some(requested) = requested else {
             return Ok(observed);
@@ -1030,7 +1031,7 @@ impl Context {
                     if now < next_probe {
                         continue;
                     }
-                    match probe::probe(self.engine(), &self.owned().address, self.config.probe_timeout).await {
+                    match probe::probe_path(self.engine(), self.config.health_path(), &self.owned().address, self.config.probe_timeout).await {
                         ProbeOutcome::Ready { version } => return Ok(version),
                         ProbeOutcome::Loading => {
                             if !loading {

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use arcane_report::{codes, Diagnostic};
+use arcane_workspace::Engine;
 use serde_json::{json, Value};
 
 /// Everything that can go wrong while reading or changing the registry.
@@ -42,8 +43,12 @@ pub enum Error {
         /// The URL.
         url: String,
     },
-    /// An engine name is neither `llama.cpp` nor `ollama`.
-    #[error("unknown engine `{value}`: expected `llama.cpp` or `ollama`")]
+    /// An engine kind that is not registered as a server executable (or no kind at
+    /// all).
+    #[error(
+        "`{value}` is not an engine registered by its executable: expected {}",
+        registrable()
+    )]
     UnknownEngine {
         /// The rejected name.
         value: String,
@@ -305,6 +310,11 @@ fn last_line(output: &str) -> String {
         .rfind(|l| !l.is_empty())
         .map(|l| format!(": {l}"))
         .unwrap_or_default()
+}
+
+fn registrable() -> String {
+    let names: Vec<String> = Engine::registrable().map(|e| format!("`{e}`")).collect();
+    names.join(" or ")
 }
 
 fn known_list(known: &[String]) -> String {

@@ -19,12 +19,8 @@ use arcane_report::CancelToken;
 
 use crate::{Engine, Error};
 
-/// What `--version` told us.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Probed {
-    pub version: String,
-    pub build_info: String,
-}
+/// What `--version` told us (the kind's descriptor reads it).
+pub(crate) use arcane_workspace::Probed;
 
 const KEEP_OUTPUT: usize = 2000;
 
@@ -155,41 +151,9 @@ fn wait(
     }
 }
 
-/// Finds the engine's version in `--version` output.
+/// Finds the engine's version in `--version` output: the kind's own rule.
 pub(crate) fn parse_version(engine: Engine, output: &str) -> Option<Probed> {
-    match engine {
-        Engine::LlamaCpp => output.lines().find_map(|line| {
-            let line = line.trim();
-            let token = line.strip_prefix("version:")?.split_whitespace().next()?;
-            let version = if token.bytes().all(|b| b.is_ascii_digit()) {
-                // Release builds print their build number, which is the release tag `b<N>`.
-                format!("b{token}")
-            } else {
-                // Packaged builds print a semantic version (`0.6.0-dev (build 0, …)`).
-                token.trim_start_matches('v').to_ascii_lowercase()
-            };
-            crate::id::is_valid_id(&version).then(|| Probed {
-                version,
-                build_info: line.to_string(),
-            })
-        }),
-        Engine::Ollama => output.lines().find_map(|line| {
-            let line = line.trim();
-            let (_, rest) = line
-                .split_once("ollama version is ")
-                .or_else(|| line.split_once("client version is "))?;
-            let version = rest.trim().trim_start_matches('v');
-            let valid = !version.is_empty()
-                && version.chars().next().is_some_and(|c| c.is_ascii_digit())
-                && version
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+'));
-            valid.then(|| Probed {
-                version: version.to_ascii_lowercase(),
-                build_info: line.to_string(),
-            })
-        }),
-    }
+    engine.kind().parse_version(output)
 }
 
 #[cfg(test)]

@@ -459,6 +459,7 @@ impl Registry {
         events: &dyn EventSink,
         cancel: &CancelToken,
     ) -> Result<Runtime, Error> {
+        server_executable(options.engine)?;
         let id = options
             .id
             .clone()
@@ -1103,7 +1104,7 @@ impl<'a> InstallPlan<'a> {
         cancel: &CancelToken,
     ) -> Result<StagedServer, Error> {
         let options = self.options;
-        let name = options.engine.executable_name();
+        let name = server_executable(options.engine)?;
         let executable =
             archive::find_executable(root, name).ok_or_else(|| Error::ExecutableNotInArchive {
                 archive: self.label.clone(),
@@ -1158,6 +1159,18 @@ fn version_from_name(source: &Source) -> Option<String> {
     valid.then(|| tag.to_string())
 }
 
+/// The executable's file name of a kind registered as a server, or
+/// [`Error::UnknownEngine`] for a kind that is not (ONNX Runtime is a library, the
+/// `command` kind names its own program).
+fn server_executable(engine: Engine) -> Result<&'static str, Error> {
+    match engine.kind().starts() {
+        arcane_workspace::Starts::Server { executable } => Ok(executable),
+        _ => Err(Error::UnknownEngine {
+            value: engine.to_string(),
+        }),
+    }
+}
+
 fn find_runtime<'a>(runtimes: &'a [Runtime], id: &str) -> Result<&'a Runtime, Error> {
     runtimes
         .iter()
@@ -1171,7 +1184,7 @@ fn find_runtime<'a>(runtimes: &'a [Runtime], id: &str) -> Result<&'a Runtime, Er
 /// The backend a llama.cpp build was made for, from the ggml backend libraries next to
 /// it (`libggml-cuda.so`, …); `cpu` when none is found. Ollama chooses its own: `auto`.
 fn detect_backend(engine: Engine, library_dirs: &[PathBuf]) -> Backend {
-    if engine == Engine::Ollama {
+    if engine.kind().device_plan() == arcane_workspace::DevicePlan::EngineChooses {
         return Backend::Auto;
     }
     let names: Vec<String> = library_dirs

@@ -1,11 +1,33 @@
-//! [`Engine`]: which inference engine a runtime, a record or a request means.
+//! [`Engine`]: which kind of engine a runtime, a record, a configuration or a request
+//! means — the one engine identity of every crate — and [`EngineKind`], the descriptor
+//! that says everything Arcane knows about that kind.
+//!
+//! # Why a descriptor
+//!
+//! What differs between llama.cpp, Ollama, ONNX sessions and an arbitrary
+//! OpenAI-compatible server (its ids, default url, how it starts and listens, how its
+//! readiness and version are read, how it is pinned to a device, which model formats
+//! and API paths it has) lives in one module per kind under `kinds/`, behind the
+//! [`EngineKind`] trait. The registry, the supervisor, the Core host and the CLI ask
+//! the descriptor instead of matching on the kind, so a new kind is one module plus one
+//! row in [`Engine::kind`] — never an arm in every crate.
+//!
+//! Everything here is pure (no I/O): the supervisor does the probing and spawning, and
+//! hands the descriptor what it observed ([`EngineKind::classify`],
+//! [`EngineKind::parse_version`]) or what it decided ([`EngineKind::command_line`]).
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// An inference engine Arcane can run. Serialized as `"llama.cpp"` or `"ollama"`.
+use crate::kinds;
+
+/// An engine kind Arcane can run. Serialized by its id: `"llama.cpp"`, `"ollama"`,
+/// `"onnx"` or `"command"`. Everything about a kind is in its descriptor
+/// ([`Engine::kind`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Engine {
     /// llama.cpp's `llama-server`.
@@ -14,35 +36,50 @@ pub enum Engine {
     /// Ollama's `ollama serve`.
     #[serde(rename = "ollama")]
     Ollama,
+    /// ONNX Runtime sessions in Arcane's own worker processes.
+    #[serde(rename = "onnx")]
+    Onnx,
+    /// Any OpenAI-compatible server started from a command line the user gives.
+    #[serde(rename = "command")]
+    Command,
 }
 
 impl Engine {
-    /// Both engines.
-    pub const ALL: [Engine; 2] = [Engine::LlamaCpp, Engine::Ollama];
+    /// Every kind, in the order they are listed to users.
+    pub const ALL: [Engine; 4] = [
+        Engine::LlamaCpp,
+        Engine::Ollama,
+        Engine::Onnx,
+        Engine::Command,
+    ];
 
-    /// The engine's name, also the default runtime id: `llama.cpp` or `ollama`.
+    /// The descriptor of this kind: the one table from identity to behaviour.
+    pub fn kind(self) -> &'static dyn EngineKind {
+        match self {
+            Engine::LlamaCpp => &kinds::llama_cpp::LlamaCpp,
+            Engine::Ollama => &kinds::ollama::Ollama,
+            Engine::Onnx => &kinds::onnx::Onnx,
+            Engine::Command => &kinds::command::Command,
+        }
+    }
+
+    /// The kind's id, also the default runtime id: `llama.cpp`, `ollama`, `onnx`,
+    /// `command`.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Engine::LlamaCpp => "llama.cpp",
-            Engine::Ollama => "ollama",
-        }
+        self.kind().id()
     }
 
-    /// The SDK's default listener URL: `http://127.0.0.1:8080` for llama.cpp,
-    /// `http://127.0.0.1:11434` for Ollama.
-    pub fn default_url(self) -> &'static str {
-        match self {
-            Engine::LlamaCpp => "http://127.0.0.1:8080",
-            Engine::Ollama => "http://127.0.0.1:11434",
-        }
+    /// The SDK's default listener url (`None`: the kind has no fixed one).
+    pub fn default_url(self) -> Option<&'static str> {
+        self.kind().default_url()
     }
 
-    /// The file name of the engine's server executable in an archive.
-    pub fn executable_name(self) -> &'static str {
-        match self {
-            Engine::LlamaCpp => "llama-server",
-            Engine::Ollama => "ollama",
-        }
+    /// The kinds registered as a server executable (`arcane runtime add KIND
+    /// --executable PATH`).
+    pub fn registrable() -> impl Iterator<Item = Engine> {
+        Self::ALL
+            .into_iter()
+            .filter(|e| matches!(e.kind().starts(), Starts::Server { .. }))
     }
 }
 
@@ -52,7 +89,7 @@ impl fmt::Display for Engine {
     }
 }
 
-/// A name that is no engine Arcane knows.
+/// A name that is no engine kind Arcane knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownEngine {
     /// The name given.
@@ -61,10 +98,12 @@ pub struct UnknownEngine {
 
 impl fmt::Display for UnknownEngine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let known: Vec<String> = Engine::ALL.iter().map(|e| format!("`{e}`")).collect();
         write!(
             f,
-            "`{}` is not an engine Arcane knows (use `llama.cpp` or `ollama`)",
-            self.value
+            "`{}` is not an engine Arcane knows (use {})",
+            self.value,
+            known.join(", ")
         )
     }
 }
@@ -74,16 +113,219 @@ impl std::error::Error for UnknownEngine {}
 impl FromStr for Engine {
     type Err = UnknownEngine;
 
-    /// Parses `llama.cpp` (also `llama`, `llama-cpp`, `llamacpp`) or `ollama`; the error
-    /// names the value.
+    /// Parses a kind's id or one of its aliases (`llama`, `llama-cpp`, …), ignoring
+    /// case; the error names the value.
     fn from_str(value: &str) -> Result<Self, Self::Err> {
-        match value.trim().to_ascii_lowercase().as_str() {
-            "llama.cpp" | "llama" | "llama-cpp" | "llamacpp" => Ok(Engine::LlamaCpp),
-            "ollama" => Ok(Engine::Ollama),
-            _ => Err(UnknownEngine {
+        let wanted = value.trim().to_ascii_lowercase();
+        Engine::ALL
+            .into_iter()
+            .find(|e| e.as_str() == wanted || e.kind().aliases().contains(&wanted.as_str()))
+            .ok_or_else(|| UnknownEngine {
                 value: value.to_string(),
-            }),
+            })
+    }
+}
+
+/// How a kind runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Starts {
+    /// A server executable registered as a runtime (`arcane runtime add`), named
+    /// `executable` in release archives.
+    Server {
+        /// The executable's file name in an archive.
+        executable: &'static str,
+    },
+    /// Sessions in Arcane's own worker processes (the runtime is a library).
+    Worker,
+    /// A server started from the command line the configuration gives.
+    Command,
+}
+
+/// Where an engine Arcane starts listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OwnedListen {
+    /// A Unix socket in the workspace's private run directory (`.arcane/run/<id>.sock`,
+    /// mode 0700), reached only through the Core: no port a web page or another local
+    /// process could use.
+    #[default]
+    PrivateSocket,
+    /// A loopback TCP port with a random key (a 0600 file) that only the Core sends:
+    /// the port answers 401 to everyone else.
+    KeyedPort,
+    /// A loopback TCP port with no key: reachable without the token, and reported so.
+    OpenPort,
+}
+
+/// How a kind is pinned to the resolved device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DevicePlan {
+    /// The resolver's arguments (appended last) and environment: llama.cpp.
+    ArgsAndEnv,
+    /// Only the resolver's environment (`CUDA_VISIBLE_DEVICES`, the variables that hide
+    /// other GPUs): a command line Arcane does not know the flags of.
+    EnvOnly,
+    /// The engine chooses its own devices; a device or backend selection is refused.
+    EngineChooses,
+}
+
+/// A model file format a kind loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelFormat {
+    /// GGUF (llama.cpp).
+    Gguf,
+    /// An ONNX graph.
+    Onnx,
+    /// Ollama's own store (models pulled by Ollama).
+    OllamaStore,
+    /// Whatever the command's server reads (Arcane passes the file's path).
+    Any,
+}
+
+/// What one readiness answer means ([`EngineKind::classify`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Readiness {
+    /// Ready; `version` is what the answer reported, if anything.
+    Ready {
+        /// The version the answer reported.
+        version: Option<String>,
+    },
+    /// Answering and still loading its model.
+    Loading,
+    /// Something answered, but not as this kind does.
+    Other,
+}
+
+/// A version read from `--version` output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probed {
+    /// The normalized version (`b4589`, `0.5.7`).
+    pub version: String,
+    /// The line it was read from.
+    pub build_info: String,
+}
+
+/// Where a started engine listens, as its command line needs it.
+#[derive(Debug, Clone, Copy)]
+pub enum ListenAt<'a> {
+    /// A Unix socket path.
+    Socket(&'a Path),
+    /// A TCP host (no brackets) and port; `origin` is `http://host:port`.
+    Tcp {
+        /// The host.
+        host: &'a str,
+        /// The port.
+        port: u16,
+        /// `http://host:port`.
+        origin: &'a str,
+    },
+}
+
+/// What the supervisor decided for one start, handed to
+/// [`EngineKind::command_line`].
+#[derive(Debug, Clone, Copy)]
+pub struct Launch<'a> {
+    /// Where to listen.
+    pub listen: ListenAt<'a>,
+    /// The key file the engine must demand, when it has one.
+    pub key_file: Option<&'a Path>,
+    /// The one model file.
+    pub model: Option<&'a Path>,
+    /// The models directory (router mode, Ollama's store).
+    pub models_dir: Option<&'a Path>,
+    /// The name the model is served as.
+    pub alias: Option<&'a str>,
+    /// The user's extra arguments.
+    pub user_args: &'a [String],
+    /// Whether a managed device selection is in force.
+    pub managed: bool,
+    /// The resolver's device arguments (kinds with [`DevicePlan::ArgsAndEnv`]).
+    pub device_args: &'a [String],
+    /// The command kind's template (its arguments after the program), placeholders
+    /// unexpanded.
+    pub template: &'a [String],
+    /// The command kind's own environment, placeholders unexpanded.
+    pub template_env: &'a BTreeMap<String, String>,
+}
+
+/// A command line built by a kind: arguments after the program, and variables set on
+/// top of the inherited environment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommandLine {
+    /// The arguments, in order.
+    pub args: Vec<String>,
+    /// Variables to set.
+    pub env: BTreeMap<String, String>,
+}
+
+/// Everything Arcane knows about one kind of engine (see the module documentation).
+/// Implemented once per kind, in `kinds/<kind>.rs`.
+pub trait EngineKind: Sync + Send + fmt::Debug {
+    /// The id (`llama.cpp`).
+    fn id(&self) -> &'static str;
+    /// Other accepted spellings, lowercase (`llama`, `llama-cpp`).
+    fn aliases(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// The listener url probed first and adopted when a server answers there (`None`:
+    /// nothing is ever adopted for this kind by default).
+    fn default_url(&self) -> Option<&'static str> {
+        None
+    }
+    /// How it runs.
+    fn starts(&self) -> Starts;
+    /// Where an engine Arcane starts listens by default.
+    fn default_listen(&self) -> OwnedListen {
+        OwnedListen::OpenPort
+    }
+    /// Whether Arcane can make a started engine demand a key or listen on a socket;
+    /// `false`: it always listens on an open port (reported as reachable without the
+    /// token).
+    fn can_close_its_door(&self) -> bool {
+        false
+    }
+    /// The readiness path polled over HTTP.
+    fn health_path(&self) -> &'static str {
+        "/health"
+    }
+    /// What an answer to [`EngineKind::health_path`] means.
+    fn classify(&self, status: u16, body: &[u8]) -> Readiness {
+        let _ = body;
+        match status {
+            200..=299 => Readiness::Ready { version: None },
+            503 => Readiness::Loading,
+            _ => Readiness::Other,
         }
+    }
+    /// The version in the executable's `--version` output.
+    fn parse_version(&self, output: &str) -> Option<Probed> {
+        let _ = output;
+        None
+    }
+    /// Whether a version check may read the engine's `/props` build info.
+    fn reports_build_over_http(&self) -> bool {
+        false
+    }
+    /// How it is pinned to a device.
+    fn device_plan(&self) -> DevicePlan;
+    /// The model formats it loads.
+    fn formats(&self) -> &'static [ModelFormat];
+    /// Whether it serves one model file given on its command line.
+    fn takes_model_file(&self) -> bool {
+        false
+    }
+    /// Where its served models are listed: the path and the JSON array's key
+    /// (`/v1/models`, `data`).
+    fn model_list(&self) -> Option<(&'static str, &'static str)> {
+        None
+    }
+    /// The API paths it serves (the front door's engine rows for this kind).
+    fn api_paths(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// Its command line for one start (server and command kinds).
+    fn command_line(&self, launch: &Launch<'_>) -> CommandLine {
+        let _ = launch;
+        CommandLine::default()
     }
 }
 
@@ -97,8 +339,37 @@ mod tests {
             assert_eq!(engine.as_str().parse::<Engine>().unwrap(), engine);
             let json = serde_json::to_string(&engine).unwrap();
             assert_eq!(json, format!("\"{}\"", engine.as_str()));
+            assert_eq!(
+                serde_json::from_str::<Engine>(&json).unwrap(),
+                engine,
+                "{json}"
+            );
         }
         assert_eq!("LLAMA".parse::<Engine>().unwrap(), Engine::LlamaCpp);
-        assert_eq!("vllm".parse::<Engine>().unwrap_err().value, "vllm");
+        let unknown = "vllm".parse::<Engine>().unwrap_err();
+        assert_eq!(unknown.value, "vllm");
+        // The error lists every kind, from the table, not from a hand-kept list.
+        for engine in Engine::ALL {
+            assert!(unknown.to_string().contains(engine.as_str()), "{unknown}");
+        }
+    }
+
+    #[test]
+    fn only_server_kinds_are_registered_as_executables() {
+        let registrable: Vec<Engine> = Engine::registrable().collect();
+        assert_eq!(registrable, [Engine::LlamaCpp, Engine::Ollama]);
+    }
+
+    #[test]
+    fn ids_and_aliases_are_unique_across_kinds() {
+        let mut seen = std::collections::HashSet::new();
+        for engine in Engine::ALL {
+            for name in
+                std::iter::once(engine.as_str()).chain(engine.kind().aliases().iter().copied())
+            {
+                assert!(seen.insert(name), "`{name}` names two kinds");
+                assert_eq!(name, name.to_ascii_lowercase());
+            }
+        }
     }
 }

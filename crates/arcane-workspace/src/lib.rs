@@ -3,14 +3,28 @@
 //! * [`layout`]: the `.arcane` directory and every path under it (the operation lock,
 //!   the Core host's files, the registry, installed runtimes and models, engine
 //!   ownership records). No other crate spells one of these names.
-//! * [`Engine`]: the identity of an inference engine Arcane runs (`llama.cpp`,
-//!   `ollama`), as recorded in the registry and spoken on the wire.
+//! * [`Engine`]: the identity of an engine kind Arcane runs (`llama.cpp`, `ollama`,
+//!   `onnx`, `command`), as recorded in the registry and spoken on the wire, and its
+//!   descriptor [`EngineKind`] (one module per kind under `kinds/`): everything that
+//!   differs between kinds, so no other crate matches on the kind.
 //!
 //! A leaf crate: it depends on nothing of Arcane's, so the lock, the registry, the
-//! supervisor, the Core host and the bundle all agree on one layout.
+//! supervisor, the Core host and the bundle all agree on one layout and one set of
+//! kinds.
 #![warn(missing_docs)]
 
 mod engine;
+pub mod ids;
+mod kinds;
 pub mod layout;
 
-pub use engine::{Engine, UnknownEngine};
+pub use engine::{
+    CommandLine, DevicePlan, Engine, EngineKind, Launch, ListenAt, ModelFormat, OwnedListen,
+    Probed, Readiness, Starts, UnknownEngine,
+};
+
+/// The `command` kind's template: its placeholders, what they require, their
+/// expansion.
+pub mod command_template {
+    pub use crate::kinds::command::{expand, needs, TemplateError, TemplateNeeds, PLACEHOLDERS};
+}

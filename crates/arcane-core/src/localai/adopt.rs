@@ -16,7 +16,6 @@ use serde_json::Value;
 use super::{EngineHandle, EngineLauncher};
 use crate::error::{Error, Unready};
 use crate::http::Deadlines;
-use crate::selection::Runtime;
 use crate::service::{BoxError, BoxFuture};
 
 /// How long to wait between two probes of an engine that is not ready yet.
@@ -28,14 +27,14 @@ const PROBE_INTERVAL: Duration = Duration::from_millis(100);
 /// (llama.cpp `GET /health`, Ollama `GET /api/version`) until it is ready or until
 /// `wait` has passed.
 pub struct AdoptLauncher {
-    runtime: Runtime,
+    runtime: Engine,
     url: String,
     wait: Duration,
 }
 
 impl AdoptLauncher {
     /// Adopts `runtime` at `url`, probing for at most `wait`.
-    pub fn new(runtime: Runtime, url: impl Into<String>, wait: Duration) -> Arc<Self> {
+    pub fn new(runtime: Engine, url: impl Into<String>, wait: Duration) -> Arc<Self> {
         Arc::new(Self {
             runtime,
             url: url.into().trim_end_matches('/').to_string(),
@@ -83,20 +82,19 @@ impl Adoption {
     }
 }
 
-/// The engine of a runtime the adopter can probe.
-fn engine_of(runtime: Runtime) -> Result<Engine, BoxError> {
-    match runtime {
-        Runtime::LlamaCpp => Ok(Engine::LlamaCpp),
-        Runtime::Ollama => Ok(Engine::Ollama),
-        other => Err(Box::new(Error::usage(
-            format!("runtime `{}` has no engine to adopt", other.id()),
-            serde_json::json!({"runtime": other.id()}),
-        ))),
+/// The engine of a kind the adopter can probe: one that answers HTTP at a url.
+fn engine_of(runtime: Engine) -> Result<Engine, BoxError> {
+    if runtime.kind().starts() == arcane_localai::Starts::Worker {
+        return Err(Box::new(Error::usage(
+            format!("runtime `{runtime}` has no engine to adopt"),
+            serde_json::json!({"runtime": runtime.as_str()}),
+        )));
     }
+    Ok(runtime)
 }
 
 impl EngineLauncher for AdoptLauncher {
-    fn runtime(&self) -> Runtime {
+    fn runtime(&self) -> Engine {
         self.runtime
     }
 
@@ -115,7 +113,7 @@ impl EngineLauncher for AdoptLauncher {
             let engine = engine_of(runtime)?;
             let endpoint = Endpoint::parse(&url).map_err(|e| Box::new(e) as BoxError)?;
             let address = EngineAddress::Tcp(endpoint);
-            let mut snapshot = ServerSnapshot::new(runtime.id(), runtime.id(), &url);
+            let mut snapshot = ServerSnapshot::new(runtime.as_str(), runtime.as_str(), &url);
             snapshot.external = true;
             let mut adoption = Adoption {
                 snapshot,
@@ -153,12 +151,12 @@ impl EngineLauncher for AdoptLauncher {
                 };
                 if cancel.is_cancelled() {
                     return Err(Box::new(Error::Cancelled {
-                        id: runtime.id().into(),
+                        id: runtime.as_str().into(),
                     }) as BoxError);
                 }
                 if tokio::time::Instant::now() >= deadline {
                     let error = Error::EngineNotReady {
-                        runtime: runtime.id().into(),
+                        runtime: runtime.as_str().into(),
                         state: Unready::Unanswered(last_error),
                         retry_after: None,
                     };

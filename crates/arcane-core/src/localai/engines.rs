@@ -17,14 +17,14 @@ use super::status::{EngineState, EngineView, LocalAiStatus};
 use super::{EngineHandle, EngineLauncher};
 use crate::error::{Error, Unready};
 use crate::http::{engine_client, Deadlines, EngineAccess, EngineClient, Upstream, UpstreamTarget};
-use crate::selection::Runtime;
 use crate::service::{
     BoxError, BoxFuture, MethodResult, MethodSpec, RequestContext, Service, ServiceContext,
 };
+use arcane_localai::Engine;
 
 /// One selected engine.
 pub(super) struct Slot {
-    pub(super) runtime: Runtime,
+    pub(super) runtime: Engine,
     launcher: Arc<dyn EngineLauncher>,
     pub(super) view: watch::Sender<EngineView>,
     handle: tokio::sync::Mutex<Option<Box<dyn EngineHandle>>>,
@@ -81,14 +81,14 @@ impl LocalAiService {
         })
     }
 
-    fn slot(&self, runtime: Runtime) -> Option<&Arc<Slot>> {
+    fn slot(&self, runtime: Engine) -> Option<&Arc<Slot>> {
         self.slots.iter().find(|s| s.runtime == runtime)
     }
 
-    pub(super) fn require(&self, runtime: Runtime) -> Result<&Arc<Slot>, BoxError> {
+    pub(super) fn require(&self, runtime: Engine) -> Result<&Arc<Slot>, BoxError> {
         self.slot(runtime).ok_or_else(|| {
             Box::new(Error::EngineNotReady {
-                runtime: runtime.id().into(),
+                runtime: runtime.as_str().into(),
                 state: Unready::NotSelected,
                 retry_after: None,
             }) as BoxError
@@ -183,10 +183,8 @@ impl LocalAiService {
         let Some(access) = slot.view.borrow().access() else {
             return;
         };
-        let (path, key) = match slot.runtime {
-            Runtime::LlamaCpp => ("/v1/models", "data"),
-            Runtime::Ollama => ("/api/tags", "models"),
-            _ => return,
+        let Some((path, key)) = slot.runtime.kind().model_list() else {
+            return;
         };
         let models = self
             .engine_json(&access, Method::GET, path, None, Deadlines::QUICK)
@@ -213,13 +211,13 @@ impl LocalAiService {
         match settled {
             Some(view) if view.state().is_ready() => view.access().ok_or_else(|| {
                 Box::new(Error::EngineNotReady {
-                    runtime: slot.runtime.id().into(),
+                    runtime: slot.runtime.as_str().into(),
                     state: Unready::Unanswered(format!("no usable address `{}`", view.url())),
                     retry_after: None,
                 }) as BoxError
             }),
             Some(view) => Err(Box::new(Error::EngineNotReady {
-                runtime: slot.runtime.id().into(),
+                runtime: slot.runtime.as_str().into(),
                 state: Unready::In(view.state()),
                 retry_after: None,
             })),
@@ -236,15 +234,15 @@ impl LocalAiService {
             _ => self
                 .slots
                 .iter()
-                .map(|s| s.runtime.id().to_string())
+                .map(|s| s.runtime.as_str().to_string())
                 .collect(),
         };
         let mut restarted = Vec::new();
         for id in &wanted {
-            let Some(slot) = self.slots.iter().find(|s| s.runtime.id() == id) else {
+            let Some(slot) = self.slots.iter().find(|s| s.runtime.as_str() == id) else {
                 return Err(Box::new(Error::usage(
                     format!("runtime `{id}` is not selected"),
-                    json!({"runtime": id, "selected": self.slots.iter().map(|s| s.runtime.id()).collect::<Vec<_>>()}),
+                    json!({"runtime": id, "selected": self.slots.iter().map(|s| s.runtime.as_str()).collect::<Vec<_>>()}),
                 )));
             };
             // A failed stop is reported by the fresh launch's state, not here.
@@ -273,7 +271,7 @@ impl LocalAiService {
     }
 
     async fn llama_unload(&self, _parameters: Value) -> MethodResult {
-        let slot = self.require(Runtime::LlamaCpp)?;
+        let slot = self.require(Engine::LlamaCpp)?;
         if !slot.view.borrow().owned() {
             return Ok(json!({"released": true, "unloaded": false}));
         }
@@ -288,7 +286,7 @@ impl LocalAiService {
     }
 
     async fn llama_load(&self, parameters: Value, context: RequestContext) -> MethodResult {
-        let slot = self.require(Runtime::LlamaCpp)?;
+        let slot = self.require(Engine::LlamaCpp)?;
         let model = parameters["model"].as_str().map(str::to_string);
         // A stopped (unloaded) engine is started again.
         if slot.state() == EngineState::Stopped {
@@ -311,7 +309,7 @@ impl LocalAiService {
     }
 
     async fn llama_models(&self) -> MethodResult {
-        let slot = self.require(Runtime::LlamaCpp)?;
+        let slot = self.require(Engine::LlamaCpp)?;
         if slot.state().is_ready() {
             self.refresh_models(slot).await;
         }
@@ -321,7 +319,7 @@ impl LocalAiService {
 
 impl Upstream for LocalAiService {
     fn openai_target(&self) -> UpstreamTarget {
-        let Some(slot) = self.slot(Runtime::LlamaCpp) else {
+        let Some(slot) = self.slot(Engine::LlamaCpp) else {
             return UpstreamTarget::Unavailable {
                 runtime: "llama.cpp".into(),
                 state: Unready::NotSelected,
@@ -395,7 +393,7 @@ impl Service for LocalAiService {
                 "localai.status" => Ok(self.state()),
                 "localai.services.recover" => self.recover(parameters).await,
                 "llama.status" => {
-                    let slot = self.require(Runtime::LlamaCpp)?;
+                    let slot = self.require(Engine::LlamaCpp)?;
                     let status = slot.view.borrow().status();
                     Ok(serde_json::to_value(status).unwrap_or(Value::Null))
                 }

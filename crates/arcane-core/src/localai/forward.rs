@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use super::engines::LocalAiService;
 use crate::error::{Error, Peer};
 use crate::http::{collect, full, Deadlines, EngineAccess, HttpBody};
-use crate::selection::Runtime;
 use crate::service::{MethodResult, RequestContext};
+use arcane_localai::Engine;
 
 impl LocalAiService {
     /// Sends one request to the engine at `access` (`path` with its query); a non-2xx
@@ -79,7 +79,7 @@ impl LocalAiService {
         parameters: Value,
         context: RequestContext,
     ) -> MethodResult {
-        let slot = self.require(Runtime::LlamaCpp)?;
+        let slot = self.require(Engine::LlamaCpp)?;
         let access = self.ready_access(slot, &context).await?;
         let mut payload = match parameters.get("payload") {
             Some(Value::Object(p)) => Value::Object(p.clone()),
@@ -196,7 +196,7 @@ impl LocalAiService {
         parameters: Value,
         context: RequestContext,
     ) -> MethodResult {
-        let slot = self.require(Runtime::Ollama)?;
+        let slot = self.require(Engine::Ollama)?;
         let access = self.ready_access(slot, &context).await?;
         let (http_method, path, streams) = match method {
             "ollama.version" => (Method::GET, "/api/version", false),

@@ -39,8 +39,8 @@ use arcane_localai::{ServerSnapshot, StateObserver};
 use arcane_report::{CancelToken, EventSink};
 use serde_json::Value;
 
-use crate::selection::Runtime;
 use crate::service::{BoxError, BoxFuture};
+use arcane_localai::Engine;
 
 mod adopt;
 mod assets;
@@ -59,7 +59,7 @@ pub use status::{EngineState, EngineStatus, ExitStatus, LocalAiStatus, ProcessSt
 /// CLI.
 pub trait EngineLauncher: Send + Sync + 'static {
     /// Which runtime this launches.
-    fn runtime(&self) -> Runtime;
+    fn runtime(&self) -> Engine;
 
     /// The engine's listener URL.
     fn url(&self) -> String;

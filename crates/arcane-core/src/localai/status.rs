@@ -11,7 +11,7 @@ use arcane_localai::{ServerSnapshot, ServerState};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::selection::Runtime;
+use arcane_localai::Engine;
 
 /// An engine's state as the host reports it: the supervisor's [`ServerState`], or
 /// `closed` once the host has disposed of it.
@@ -233,7 +233,7 @@ impl LocalAiStatus {
 /// state the host reports (the snapshot's, unless the host changed it since).
 #[derive(Debug, Clone)]
 pub(crate) struct EngineView {
-    runtime: Runtime,
+    runtime: Engine,
     url: String,
     state: EngineState,
     error: Option<Value>,
@@ -243,7 +243,7 @@ pub(crate) struct EngineView {
 
 impl EngineView {
     /// An engine not started yet, listening (later) at `url`.
-    pub(crate) fn new(runtime: Runtime, url: String) -> Self {
+    pub(crate) fn new(runtime: Engine, url: String) -> Self {
         Self {
             runtime,
             url,
@@ -303,7 +303,7 @@ impl EngineView {
     pub(crate) fn status(&self) -> EngineStatus {
         let server = self.server.as_ref();
         EngineStatus {
-            id: server.map_or_else(|| self.runtime.id().to_string(), |s| s.id.clone()),
+            id: server.map_or_else(|| self.runtime.as_str().to_string(), |s| s.id.clone()),
             url: self.url().to_string(),
             state: self.state,
             available: self.state.is_ready(),
@@ -338,7 +338,7 @@ mod tests {
     /// The wire keys are today's: before the supervisor reports, and after.
     #[test]
     fn the_wire_form_keeps_the_documented_keys() {
-        let mut view = EngineView::new(Runtime::LlamaCpp, "http://127.0.0.1:8080".into());
+        let mut view = EngineView::new(Engine::LlamaCpp, "http://127.0.0.1:8080".into());
         let keys =
             |value: Value| -> Vec<String> { value.as_object().unwrap().keys().cloned().collect() };
         let before = serde_json::to_value(view.status()).unwrap();
@@ -399,7 +399,7 @@ mod tests {
     /// old error; `closed` is the host's alone.
     #[test]
     fn the_host_overrides_the_supervisor_state() {
-        let mut view = EngineView::new(Runtime::Ollama, "http://127.0.0.1:11434".into());
+        let mut view = EngineView::new(Engine::Ollama, "http://127.0.0.1:11434".into());
         view.set(EngineState::Error, Some(json!({"message": "boom"})));
         assert_eq!(view.status().error_message(), Some("boom"));
         view.set(EngineState::Starting, None);
@@ -413,7 +413,7 @@ mod tests {
 
     #[test]
     fn ownership_is_said_in_words() {
-        let mut status = EngineView::new(Runtime::LlamaCpp, "u".into()).status();
+        let mut status = EngineView::new(Engine::LlamaCpp, "u".into()).status();
         assert_eq!(status.ownership(), "not running");
         status.external = true;
         assert_eq!(status.ownership(), "adopted (not started by Arcane)");

@@ -7,8 +7,8 @@ use std::time::Duration;
 use arcane_core::http::HttpOptions;
 use arcane_core::localai::{AdoptLauncher, LocalAiService};
 use arcane_core::protocol::Control;
-use arcane_core::selection::Runtime;
 use arcane_core::{AppInfo, Host};
+use arcane_localai::Engine;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -26,7 +26,7 @@ async fn stack() -> Stack {
     let llama = LlamaServer::start().await;
     let llama_url = llama.url.clone();
     let service = LocalAiService::new(vec![AdoptLauncher::new(
-        Runtime::LlamaCpp,
+        Engine::LlamaCpp,
         &llama.url,
         Duration::from_secs(60),
     )]);

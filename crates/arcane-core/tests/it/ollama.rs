@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arcane_core::localai::{AdoptLauncher, LocalAiService};
-use arcane_core::selection::Runtime;
 use arcane_core::{AppInfo, Host};
+use arcane_localai::Engine;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
@@ -81,7 +81,7 @@ async fn fake_ollama() -> (String, Arc<Mutex<Vec<(String, Value)>>>) {
 async fn ollama_methods_pass_through_and_stream_chunks() {
     let (url, seen) = fake_ollama().await;
     let service = LocalAiService::new(vec![AdoptLauncher::new(
-        Runtime::Ollama,
+        Engine::Ollama,
         &url,
         Duration::from_secs(30),
     )]);

@@ -10,7 +10,7 @@ use arcane_core::localai::{
     DevicesService, EngineLauncher, EngineState, EngineStatus, LocalAiService, LocalAiStatus,
     ModelAssetsService,
 };
-use arcane_core::selection::{plan, Runtime};
+use arcane_core::selection::plan;
 use arcane_core::supervised::{LiveDevices, SupervisedLauncher};
 use arcane_core::{AppInfo, Host};
 use arcane_localai::{Engine, EngineConfig};
@@ -74,7 +74,7 @@ pub fn build_host(
     runtimes: &[String],
     observer: Arc<dyn EventSink>,
     drain: std::time::Duration,
-    launcher: &dyn Fn(Runtime) -> Result<Arc<dyn EngineLauncher>, CliError>,
+    launcher: &dyn Fn(Engine) -> Result<Arc<dyn EngineLauncher>, CliError>,
     onnx: &crate::cmd::onnx::OnnxOptions,
     gateway: Option<Arc<arcane_core::gateway::Gateway>>,
 ) -> Result<HostParts, CliError> {
@@ -176,49 +176,39 @@ pub fn block_on_client<T>(
 /// Per-engine choices that override what the registry implies.
 #[derive(Debug, Clone, Default)]
 pub struct EngineOptions {
-    /// The llama.cpp listener URL (default `http://127.0.0.1:8080`).
-    pub llama_url: Option<String>,
-    /// The Ollama listener URL (default `http://127.0.0.1:11434`).
-    pub ollama_url: Option<String>,
+    /// The engine's listener URL (default: its kind's, [`Engine::default_url`]).
+    pub url: Option<String>,
     /// The registered model id llama.cpp serves (default: the first registered one).
     pub model: Option<String>,
     /// The execution target (`cpu` or a device id from `arcane devices`).
     pub device: Option<String>,
 }
 
-/// The engine configuration for `runtime` from the workspace registry: the registered
-/// executable of that engine (none registered: adopt-only) and, for llama.cpp, the
-/// chosen (or first) registered model.
+/// The engine configuration for `engine` from the workspace registry: the registered
+/// executable of that engine (none registered: adopt-only) and, for a kind that serves
+/// one model file, the chosen (or first) registered model of a format it loads.
 pub fn engine_config(
     context: &Context,
-    runtime: Runtime,
+    engine: Engine,
     options: &EngineOptions,
 ) -> Result<EngineConfig, CliError> {
     let registry = arcane_registry::Registry::new(&context.workspace);
-    let (engine, registry_engine) = match runtime {
-        Runtime::Ollama => (Engine::Ollama, arcane_registry::Engine::Ollama),
-        _ => (Engine::LlamaCpp, arcane_registry::Engine::LlamaCpp),
-    };
     let mut config = EngineConfig::new(engine);
     config.inherited_loader_path = crate::config::inherited_loader_path();
-    let url = match engine {
-        Engine::LlamaCpp => options.llama_url.clone(),
-        Engine::Ollama => options.ollama_url.clone(),
-    };
-    if let Some(url) = url {
-        config.url = url;
+    if let Some(url) = &options.url {
+        config.url = url.clone();
     }
     if let Some(record) = registry
         .runtimes()?
         .into_iter()
-        .find(|r| r.engine == registry_engine)
+        .find(|r| r.engine == engine)
     {
         config.executable = Some(record.executable);
         config.library_dirs = record.library_dirs;
         config.runtime_backend = record.backend;
         config.runtime_version = Some(record.version);
     }
-    if engine == Engine::LlamaCpp {
+    if engine.kind().takes_model_file() {
         let model = match &options.model {
             Some(id) => Some(registry.model(id)?),
             // llama.cpp serves GGUF models only (ONNX ones go to the `onnx` service).
@@ -237,10 +227,10 @@ pub fn engine_config(
 /// The production launcher for `runtime`: the supervisor over [`engine_config`].
 pub fn launcher(
     context: &Context,
-    runtime: Runtime,
+    engine: Engine,
     options: &EngineOptions,
 ) -> Result<Arc<dyn EngineLauncher>, CliError> {
-    let config = engine_config(context, runtime, options)?;
+    let config = engine_config(context, engine, options)?;
     Ok(SupervisedLauncher::new(&context.workspace, config))
 }
 
@@ -361,7 +351,7 @@ pub fn serve(
         .collect();
     let mut runtimes = runtimes;
     if options.onnx_library.is_some() {
-        runtimes.push(Runtime::Onnx.id().to_string());
+        runtimes.push(Engine::Onnx.as_str().to_string());
     }
     let plan = plan(&runtimes)?;
     if plan.engines.len() != options.configs.len() {
@@ -589,11 +579,11 @@ fn start_host(
         &|runtime| {
             let config = configs
                 .iter()
-                .find(|c| c.engine.as_str() == runtime.id())
+                .find(|c| c.engine == runtime)
                 .cloned()
                 .ok_or_else(|| {
                     CliError::from(CommandError::usage(
-                        format!("no configuration for `{}`", runtime.id()),
+                        format!("no configuration for `{}`", runtime),
                         json!({}),
                     ))
                 })?;

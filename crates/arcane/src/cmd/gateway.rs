@@ -30,7 +30,6 @@ use arcane_core::client::CoreClient;
 use arcane_core::gateway::{DeviceLimit, KeepAlive, ModelSpec};
 use arcane_core::http::Deadlines;
 use arcane_core::localai::{AdoptLauncher, EngineLauncher};
-use arcane_core::selection::Runtime;
 use arcane_core::supervised::SupervisedLauncher;
 use arcane_registry::Registry;
 use serde::Deserialize;
@@ -217,7 +216,7 @@ fn spec(
     let (launcher, device, memory, external): (Arc<dyn EngineLauncher>, String, u64, bool) =
         match &table.url {
             Some(url) => (
-                AdoptLauncher::new(Runtime::LlamaCpp, url, load_timeout),
+                AdoptLauncher::new(arcane_localai::Engine::LlamaCpp, url, load_timeout),
                 "external".into(),
                 0,
                 true,

@@ -668,11 +668,7 @@ pub(crate) fn table_config(
         Some(engine) => (engine, default_runtime(registry, engine)?),
         None => {
             let runtime = registry.runtime(&runtime_name)?;
-            let engine = match runtime.engine {
-                arcane_registry::Engine::LlamaCpp => Engine::LlamaCpp,
-                arcane_registry::Engine::Ollama => Engine::Ollama,
-            };
-            (engine, Some(runtime))
+            (runtime.engine, Some(runtime))
         }
     };
     let mut config = EngineConfig::new(engine);
@@ -680,7 +676,7 @@ pub(crate) fn table_config(
     if let Some(url) = &table.url {
         config.url = url.clone();
         // A url the user asked for: an engine Arcane starts listens there, behind a key.
-        if engine == Engine::LlamaCpp {
+        if engine.kind().can_close_its_door() {
             config.listen = arcane_localai::OwnedListen::KeyedPort;
         }
     }
@@ -775,10 +771,6 @@ fn default_runtime(
     registry: &Registry,
     engine: Engine,
 ) -> Result<Option<arcane_registry::Runtime>, CliError> {
-    let engine = match engine {
-        Engine::LlamaCpp => arcane_registry::Engine::LlamaCpp,
-        Engine::Ollama => arcane_registry::Engine::Ollama,
-    };
     match registry.default_runtime(engine) {
         Ok(runtime) => Ok(Some(runtime)),
         Err(arcane_registry::Error::NoRuntimeForEngine { .. }) => Ok(None),

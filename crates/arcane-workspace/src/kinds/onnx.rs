@@ -1,0 +1,32 @@
+//! ONNX Runtime sessions: not a server but Arcane's own worker processes (the `onnx`
+//! service of the Core host), on a runtime that is a library (`arcane runtime add onnx
+//! --library PATH`). The worker has no port at all; it talks over pipes to the Core.
+
+use crate::engine::{DevicePlan, EngineKind, ModelFormat, Starts};
+
+/// The ONNX descriptor.
+#[derive(Debug)]
+pub(crate) struct Onnx;
+
+impl EngineKind for Onnx {
+    fn id(&self) -> &'static str {
+        "onnx"
+    }
+
+    fn aliases(&self) -> &'static [&'static str] {
+        &["onnxruntime"]
+    }
+
+    fn starts(&self) -> Starts {
+        Starts::Worker
+    }
+
+    fn device_plan(&self) -> DevicePlan {
+        // Sessions choose their execution provider per target (CPU, or CUDA by device).
+        DevicePlan::EnvOnly
+    }
+
+    fn formats(&self) -> &'static [ModelFormat] {
+        &[ModelFormat::Onnx]
+    }
+}
