@@ -51,6 +51,8 @@ fn spec(workspace: &Path, id: &str, server: &Path, model: &Path) -> ModelSpec {
         keep_alive: KeepAlive::Never,
         load_on_start: false,
         external: false,
+        answers_as_id: true,
+        reachable_without_token: false,
         memory: 0,
         load_timeout: Duration::from_secs(120),
         fingerprint: id.into(),

@@ -248,6 +248,13 @@ impl EngineConfig {
         })
     }
 
+    /// Checks the configuration as a start would, without starting anything: the
+    /// errors a start would give for the configuration itself (an unknown placeholder,
+    /// a kind's rule), early — when a gateway's table is read, not at its first load.
+    pub fn check(&self, workspace: &Path) -> Result<(), Error> {
+        self.validate(workspace).map(|_| ())
+    }
+
     /// Whether this configuration may adopt a server that answers at its url: never
     /// for the `command` kind (its port is chosen at each start).
     pub(crate) fn adopts(&self) -> bool {
@@ -404,7 +411,7 @@ impl EngineConfig {
         } else {
             0
         };
-        let endpoint = Endpoint::parse(&format!("http://127.0.0.1:{port}"))?;
+        let endpoint = Endpoint::loopback(port);
         let mut owned = self.owned_address(workspace, &endpoint, needs.listen())?;
         if needs.key_file && owned.key.is_none() {
             owned.key = Some(self.new_key(workspace)?);

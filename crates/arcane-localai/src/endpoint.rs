@@ -92,6 +92,15 @@ impl Endpoint {
         })
     }
 
+    /// `127.0.0.1` on port `port`, for an engine whose listener Arcane chose itself
+    /// (port 0: it listens on a socket, and the url is never contacted).
+    pub(crate) fn loopback(port: u16) -> Self {
+        Self {
+            host: "127.0.0.1".into(),
+            port,
+        }
+    }
+
     /// The host without brackets (`127.0.0.1`, `::1`, `localhost`).
     pub fn host(&self) -> &str {
         &self.host

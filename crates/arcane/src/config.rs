@@ -92,6 +92,20 @@ pub fn env_path(name: &str) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
+/// The first executable file called `name` in a directory of `PATH` (absolute
+/// directories only: an empty or relative entry would mean the working directory).
+pub fn search_path(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join(name))
+        .find(|candidate| {
+            std::fs::metadata(candidate)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
 /// The ONNX Runtime library named by `ARCANE_ONNXRUNTIME` (the `onnx` service's and
 /// `arcane onnx run`'s default when no flag names one).
 pub fn onnx_runtime() -> Option<PathBuf> {

@@ -76,6 +76,14 @@ pub struct ModelSpec {
     pub load_on_start: bool,
     /// An external server (never started or signalled).
     pub external: bool,
+    /// Whether its engine answers with the model's id (an owned llama.cpp started with
+    /// `--alias ID`); otherwise every answer is renamed to the name the client asked
+    /// for (or the id).
+    pub answers_as_id: bool,
+    /// Whether its engine can be reached without the Core's token (an external url, a
+    /// `command` on a bare `${PORT}`, Ollama): said in `arcane ps`, `status` and
+    /// `/v1/models`.
+    pub reachable_without_token: bool,
     /// The memory it needs on its device, in bytes (0: unknown).
     pub memory: u64,
     /// How long a load may take.

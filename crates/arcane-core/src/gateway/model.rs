@@ -158,6 +158,7 @@ impl Model {
             "aliases": self.spec.aliases,
             "state": self.current().name(),
             "device": self.spec.device,
+            "reachableWithoutToken": self.spec.reachable_without_token,
         })
     }
 
@@ -179,6 +180,7 @@ impl Model {
             "state": phase.name(),
             "device": self.spec.device,
             "external": self.spec.external,
+            "reachableWithoutToken": self.spec.reachable_without_token,
             "pid": inner.pid,
             "residentBytes": inner.pid.and_then(arcane_process::resident_bytes),
             "memoryNeed": self.spec.memory,

@@ -88,12 +88,13 @@ impl Upstream for Gateway {
             Ok(Route {
                 access,
                 lease: Some(Box::new(lease)),
-                // An owned engine answers with the model's id; an external one with its
-                // own name: rename when the client asked for something else.
+                // An owned llama.cpp answers with the model's id; an external server or a
+                // command with its own name: rename when the client asked for something
+                // else.
                 rename: request
                     .model
-                    .filter(|asked| *asked != model.spec.id || model.spec.external)
-                    .or_else(|| model.spec.external.then(|| model.spec.id.clone())),
+                    .filter(|asked| *asked != model.spec.id || !model.spec.answers_as_id)
+                    .or_else(|| (!model.spec.answers_as_id).then(|| model.spec.id.clone())),
             })
         })
     }

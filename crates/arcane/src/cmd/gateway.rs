@@ -16,6 +16,13 @@
 //! id = "remote"
 //! url = "http://127.0.0.1:9000"   # an OpenAI-compatible server: routed, never started
 //!
+//! [[model]]
+//! id = "custom"              # any OpenAI-compatible server, started and owned by Arcane
+//! command = ["/opt/llama/llama-server", "--host", "${SOCKET}", "-m", "${MODEL}"]
+//! model = "smollm2-135m"     # optional: `${MODEL}` is its file
+//! env = { OMP_NUM_THREADS = "2" }
+//! health = "/health"         # readiness path: 200 ready, 503 loading
+//!
 //! [devices.cpu]
 //! max_loaded = 1
 //! memory = 8000000000        # bytes
@@ -31,7 +38,9 @@ use arcane_core::gateway::{DeviceLimit, KeepAlive, ModelSpec};
 use arcane_core::http::Deadlines;
 use arcane_core::localai::{AdoptLauncher, EngineLauncher};
 use arcane_core::supervised::SupervisedLauncher;
+use arcane_localai::Engine;
 use arcane_registry::Registry;
+use arcane_report::codes;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -65,6 +74,14 @@ pub struct ModelTable {
     pub url: Option<String>,
     /// Seconds a load may take (default 120).
     pub startup_timeout: Option<f64>,
+    /// The `command` kind: a server's program and arguments, with placeholders
+    /// (`${PORT}`, `${SOCKET}`, `${API_KEY_FILE}`, `${MODEL}`).
+    pub command: Option<Vec<String>>,
+    /// The `command` kind's environment (values may use the placeholders).
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// The `command` kind's readiness path (default `/health`).
+    pub health: Option<String>,
 }
 
 /// One `[devices.<id>]` table.
@@ -173,9 +190,63 @@ fn check_names(table: &ModelTable, earlier: &[ModelSpec]) -> Result<(), CliError
             .into());
         }
     }
+    if table.command.is_some() {
+        return check_command_table(table);
+    }
     if table.url.is_some() == table.model.is_some() {
         return Err(CommandError::usage(
-            format!("model `{}` needs exactly one of `model` (a registered id or GGUF path) and `url` (an external server)", table.id),
+            format!("model `{}` needs exactly one of `model` (a registered id or GGUF path), `url` (an external server) and `command` (a server Arcane starts)", table.id),
+            json!({"id": table.id}),
+        )
+        .into());
+    }
+    for (field, set) in [
+        ("env", !table.env.is_empty()),
+        ("health", table.health.is_some()),
+    ] {
+        if set {
+            return Err(CommandError::usage(
+                format!(
+                    "`{field}` of model `{}` applies to a `command` only",
+                    table.id
+                ),
+                json!({"id": table.id, "field": field}),
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// A `command` table names no `url` (the server is Arcane's), no `runtime` and no
+/// `args` (the command line is the command), and a program.
+fn check_command_table(table: &ModelTable) -> Result<(), CliError> {
+    let conflicts = [
+        ("url", table.url.is_some()),
+        ("runtime", table.runtime.is_some()),
+        ("args", !table.args.is_empty()),
+    ];
+    if let Some((field, _)) = conflicts.iter().find(|(_, set)| *set) {
+        return Err(CommandError::usage(
+            format!(
+                "model `{}` has a `command`, so `{field}` does not apply (the command line is the whole server invocation)",
+                table.id
+            ),
+            json!({"id": table.id, "field": field}),
+        )
+        .into());
+    }
+    let empty = table
+        .command
+        .as_ref()
+        .and_then(|c| c.first())
+        .is_none_or(|program| program.trim().is_empty());
+    if empty {
+        return Err(CommandError::usage(
+            format!(
+                "`command` of model `{}` is empty: its first element is the program",
+                table.id
+            ),
             json!({"id": table.id}),
         )
         .into());
@@ -213,44 +284,54 @@ fn spec(
         table.startup_timeout,
         Duration::from_secs(120),
     )?;
-    let (launcher, device, memory, external): (Arc<dyn EngineLauncher>, String, u64, bool) =
-        match &table.url {
-            Some(url) => (
-                AdoptLauncher::new(arcane_localai::Engine::LlamaCpp, url, load_timeout),
-                "external".into(),
-                0,
-                true,
-            ),
-            None => {
-                let engine = EngineTable {
-                    runtime: table.runtime.clone(),
-                    model: table.model.clone(),
-                    alias: Some(table.id.clone()),
-                    device: Some(table.device.clone().unwrap_or_else(|| "cpu".into())),
-                    args: table.args.clone(),
-                    startup_timeout: table.startup_timeout,
-                    ..EngineTable::default()
-                };
-                let mut config =
-                    crate::cmd::serve::table_config(registry, &engine, base, workspace)?;
-                config.id = table.id.clone();
-                config.alias = Some(table.id.clone());
-                // A gateway model is always its own engine, whatever answers at 8080.
-                config.adopt_existing = false;
-                config.parent_death_signal = parent_death_signal;
-                let memory = config
-                    .model
-                    .as_deref()
-                    .map_or(0, |p| memory_need(p, &table.args));
-                let device = config.device.clone().unwrap_or_else(|| "cpu".into());
-                (
-                    SupervisedLauncher::new(workspace, config),
-                    device,
-                    memory,
-                    false,
-                )
+    let (launcher, device, memory, exposure) = match &table.url {
+        Some(url) => (
+            AdoptLauncher::new(arcane_localai::Engine::LlamaCpp, url, load_timeout)
+                as Arc<dyn EngineLauncher>,
+            "external".into(),
+            0,
+            Exposure::External,
+        ),
+        None => {
+            let engine = EngineTable {
+                runtime: match &table.command {
+                    Some(_) => Some(Engine::Command.as_str().to_string()),
+                    None => table.runtime.clone(),
+                },
+                model: table.model.clone(),
+                alias: Some(table.id.clone()),
+                device: Some(table.device.clone().unwrap_or_else(|| "cpu".into())),
+                args: table.args.clone(),
+                startup_timeout: table.startup_timeout,
+                ..EngineTable::default()
+            };
+            let mut config = crate::cmd::serve::table_config(registry, &engine, base, workspace)?;
+            config.id = table.id.clone();
+            config.alias = Some(table.id.clone());
+            if let Some(command) = &table.command {
+                apply_command(&mut config, command, table, base)?;
             }
-        };
+            config.check(workspace).map_err(|error| {
+                let hint = format!("fix model `{}` in `arcane.toml`", table.id);
+                CliError::from(error).with_hint(hint)
+            })?;
+            // A gateway model is always its own engine, whatever answers at 8080.
+            config.adopt_existing = false;
+            config.parent_death_signal = parent_death_signal;
+            let memory = config
+                .model
+                .as_deref()
+                .map_or(0, |p| memory_need(p, &table.args));
+            let device = config.device.clone().unwrap_or_else(|| "cpu".into());
+            let exposure = exposure_of(&config);
+            (
+                SupervisedLauncher::new(workspace, config) as Arc<dyn EngineLauncher>,
+                device,
+                memory,
+                exposure,
+            )
+        }
+    };
     // What a reload compares: the table as written, and the model file it names as
     // it is now (edited in place, it is another model).
     let stamp = table
@@ -268,10 +349,83 @@ fn spec(
         device,
         keep_alive,
         load_on_start,
-        external,
+        external: exposure == Exposure::External,
+        answers_as_id: exposure == Exposure::Alias,
+        reachable_without_token: matches!(exposure, Exposure::External | Exposure::OpenPort),
         memory,
         load_timeout,
     })
+}
+
+/// Who reaches a model's engine besides the Core, and how it names itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Exposure {
+    /// An external url: not Arcane's to secure; answers with its own model names.
+    External,
+    /// Owned, behind a socket or key, started with `--alias ID`: answers as the id.
+    Alias,
+    /// Owned, behind a socket or key, naming models its own way (a `command`).
+    Closed,
+    /// Owned on a port with no key (a `command` on a bare `${PORT}`, Ollama).
+    OpenPort,
+}
+
+/// The exposure of an owned engine, from its kind and (for a `command`) the
+/// placeholders of its template.
+fn exposure_of(config: &arcane_localai::EngineConfig) -> Exposure {
+    let kind = config.engine.kind();
+    let listen = match kind.starts() {
+        arcane_localai::Starts::Command => {
+            arcane_localai::command_template::needs(&config.template, &config.template_env)
+                .map_or(arcane_localai::OwnedListen::OpenPort, |n| n.listen())
+        }
+        _ if kind.can_close_its_door() => config.listen,
+        _ => arcane_localai::OwnedListen::OpenPort,
+    };
+    match (listen, kind.starts()) {
+        (arcane_localai::OwnedListen::OpenPort, _) => Exposure::OpenPort,
+        (_, arcane_localai::Starts::Command) => Exposure::Closed,
+        _ => Exposure::Alias,
+    }
+}
+
+/// The `command` kind's program (a path, or a name found on `PATH`), its template,
+/// environment and readiness path.
+fn apply_command(
+    config: &mut arcane_localai::EngineConfig,
+    command: &[String],
+    table: &ModelTable,
+    base: &Path,
+) -> Result<(), CliError> {
+    let (program, template) = command.split_first().unwrap_or((&table.id, &[]));
+    let executable = if program.contains('/') {
+        let path = Path::new(program);
+        if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            base.join(path)
+        }
+    } else {
+        crate::config::search_path(program).ok_or_else(|| {
+            CliError::from(
+                CommandError::new(
+                    codes::ARCANE_NOT_FOUND,
+                    format!(
+                        "the program `{program}` of model `{}` is not on `PATH`",
+                        table.id
+                    ),
+                    json!({"id": table.id, "program": program}),
+                )
+                .hint("give its full path as the first element of `command`"),
+            )
+        })?
+    };
+    config.executable = Some(executable);
+    config.template = template.to_vec();
+    config.template_env = table.env.clone();
+    config.health = table.health.clone();
+    config.runtime_version = None;
+    Ok(())
 }
 
 /// What a model needs on its device: its file, the key/value cache of its context

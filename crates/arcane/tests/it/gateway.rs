@@ -48,7 +48,7 @@ fn gateway_workspace(toml: &str) -> TestWorkspace {
 }
 
 /// Starts `arcane serve` on the gateway and waits until its service is ready.
-fn start(ws: &TestWorkspace) -> Serve {
+pub(crate) fn start(ws: &TestWorkspace) -> Serve {
     let mut serve = Serve::start(ws, &[]);
     serve.wait_for("core.listening", Duration::from_secs(60));
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -73,7 +73,7 @@ fn chat(ws: &TestWorkspace, model: Option<&str>) -> (u16, Value) {
 }
 
 /// The `arcane ps` rows, by model id.
-fn ps(ws: &TestWorkspace) -> Vec<Value> {
+pub(crate) fn ps(ws: &TestWorkspace) -> Vec<Value> {
     let out = run(ws.arcane().args(["--output", "json", "ps"]));
     assert!(
         out.status.success(),
@@ -86,7 +86,7 @@ fn ps(ws: &TestWorkspace) -> Vec<Value> {
         .unwrap()
 }
 
-fn row<'a>(rows: &'a [Value], id: &str) -> &'a Value {
+pub(crate) fn row<'a>(rows: &'a [Value], id: &str) -> &'a Value {
     rows.iter()
         .find(|r| r["id"] == id)
         .unwrap_or_else(|| panic!("no `{id}` in {rows:#?}"))

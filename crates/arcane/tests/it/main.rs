@@ -4,6 +4,7 @@
 mod support;
 
 mod bundle;
+mod command_kind;
 mod core;
 mod devices;
 mod front_door;
