@@ -9,6 +9,8 @@
 //!    Core (client kept alive) vs straight to its engine's socket (target ≤ +0.15 ms p50).
 //! 3. Swap under `max_loaded = 1`: a request to the other model (stop one, start the
 //!    other, answer) vs a raw stop + start + the same request.
+//! 4. The `command` kind's cold request: the same llama-server given as a `command`
+//!    (`--host ${SOCKET} --model ${MODEL}`) vs started by hand (target ratio ≤ 1.05).
 #![allow(clippy::print_stdout, clippy::disallowed_methods)]
 
 use std::collections::HashMap;
@@ -59,6 +61,26 @@ fn spec(workspace: &Path, id: &str, server: &Path, model: &Path) -> ModelSpec {
     }
 }
 
+/// The same server and model as a `command` model.
+fn command_spec(workspace: &Path, id: &str, server: &Path, model: &Path) -> ModelSpec {
+    let mut config = EngineConfig::new(arcane_localai::Engine::Command);
+    config.id = id.into();
+    config.executable = Some(server.to_path_buf());
+    config.model = Some(model.to_path_buf());
+    config.device = Some("cpu".into());
+    config.template = ["--host", "${SOCKET}", "--model", "${MODEL}"]
+        .into_iter()
+        .chain(["--device", "none", "--gpu-layers", "0"])
+        .chain(ARGS)
+        .map(String::from)
+        .collect();
+    ModelSpec {
+        answers_as_id: false,
+        launcher: SupervisedLauncher::new(workspace, config),
+        ..spec(workspace, id, server, model)
+    }
+}
+
 /// A gateway over `ids` (each the same model file) behind HTTP: its URL and token.
 async fn gateway(
     workspace: &Path,
@@ -71,6 +93,11 @@ async fn gateway(
         .iter()
         .map(|id| spec(workspace, id, server, model))
         .collect();
+    gateway_of(specs, max_loaded).await
+}
+
+/// A gateway over `specs` behind HTTP: its URL and token.
+async fn gateway_of(specs: Vec<ModelSpec>, max_loaded: Option<usize>) -> (Host, String, String) {
     let limits = HashMap::from([(
         "cpu".to_string(),
         DeviceLimit {
@@ -207,10 +234,12 @@ impl Raw {
     }
 }
 
-async fn cold(server: &Path, model: &Path) {
+async fn cold(server: &Path, model: &Path, command: bool) {
     let workspace = tempfile::tempdir().unwrap();
     std::fs::create_dir(workspace.path().join(".arcane")).unwrap();
-    let (host, url, token) = gateway(workspace.path(), &["m0"], None, server, model).await;
+    let spec = if command { command_spec } else { spec };
+    let specs = vec![spec(workspace.path(), "m0", server, model)];
+    let (host, url, token) = gateway_of(specs, None).await;
     let client = engine_client();
     let core = core_access(&url, &token);
     let socket: PathBuf = workspace.path().join("raw.sock");
@@ -230,7 +259,8 @@ async fn cold(server: &Path, model: &Path) {
     }
     let (t, r) = (median(through), median(by_hand));
     println!(
-        "cold request to the first streamed chunk (median of 3): through the gateway {:.0} ms | llama-server started by hand {:.0} ms | ratio {:.3}x (target <= 1.05)",
+        "cold request to the first streamed chunk (median of 3): through the gateway{} {:.0} ms | llama-server started by hand {:.0} ms | ratio {:.3}x (target <= 1.05)",
+        if command { " as a `command`" } else { "" },
         ms(t),
         ms(r),
         t.as_secs_f64() / r.as_secs_f64()
@@ -367,7 +397,8 @@ fn main() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        cold(&server, &model).await;
+        cold(&server, &model, false).await;
+        cold(&server, &model, true).await;
         warm(&server, &model).await;
         swap(&server, &model).await;
     });
