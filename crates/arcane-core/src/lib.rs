@@ -56,6 +56,8 @@ pub mod localai;
 pub mod onnx;
 pub mod passthrough;
 pub mod protocol;
+pub mod response_lines;
+pub mod router;
 pub mod selection;
 pub mod service;
 pub mod stdio;
