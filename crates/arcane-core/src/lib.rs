@@ -56,6 +56,7 @@ pub mod localai;
 pub mod onnx;
 pub mod passthrough;
 pub mod protocol;
+pub mod request_model;
 pub mod response_lines;
 pub mod router;
 pub mod selection;
