@@ -18,7 +18,7 @@ use crate::support::{llama_server, run, smollm2, TestWorkspace};
 
 /// A workspace with the real runtime and model registered and `toml` as its
 /// `arcane.toml` (`{model}` in it is replaced by the model's path).
-fn gateway_workspace(toml: &str) -> TestWorkspace {
+pub(crate) fn gateway_workspace(toml: &str) -> TestWorkspace {
     let ws = TestWorkspace::new();
     let ok = |out: std::process::Output| {
         assert!(
@@ -48,7 +48,7 @@ fn gateway_workspace(toml: &str) -> TestWorkspace {
 }
 
 /// Starts `arcane serve` on the gateway and waits until its service is ready.
-fn start(ws: &TestWorkspace) -> Serve {
+pub(crate) fn start(ws: &TestWorkspace) -> Serve {
     let mut serve = Serve::start(ws, &[]);
     serve.wait_for("core.listening", Duration::from_secs(60));
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -73,7 +73,7 @@ fn chat(ws: &TestWorkspace, model: Option<&str>) -> (u16, Value) {
 }
 
 /// The `arcane ps` rows, by model id.
-fn ps(ws: &TestWorkspace) -> Vec<Value> {
+pub(crate) fn ps(ws: &TestWorkspace) -> Vec<Value> {
     let out = run(ws.arcane().args(["--output", "json", "ps"]));
     assert!(
         out.status.success(),
