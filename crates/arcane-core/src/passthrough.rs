@@ -202,9 +202,10 @@ fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
 
 /// Forwards an admitted `request` to the engine `upstream` names and returns its
 /// answer (or the Core's 503 when the engine is not ready, 502/504 when it fails), in
-/// stages: [`route`] (the model the request names → [`Upstream::route`]),
-/// [`forwarded_request`] (re-addressed, headers dropped), [`exchange`] (deadlines,
-/// the drain cut), [`answer`] (the body renamed and measured line by line).
+/// stages, one private function each: `route` (the model the request names →
+/// [`Upstream::route`]), `forwarded_request` (re-addressed, headers dropped),
+/// `exchange` (deadlines, the drain cut), `answer` (the body renamed and measured line
+/// by line).
 pub async fn forward(
     host: &Host,
     upstream: Option<&dyn Upstream>,
