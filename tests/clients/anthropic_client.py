@@ -10,8 +10,10 @@ import sys
 import anthropic
 
 root, token, model = (os.environ[k] for k in ("ARCANE_ROOT_URL", "ARCANE_TOKEN", "ARCANE_MODEL"))
-# The client sends `x-api-key`; Arcane wants a bearer token, which `auth_token` sends.
+# `auth_token` sends `Authorization: Bearer`; `api_key` (the client's usual setting, and
+# litellm's `anthropic/`) sends `x-api-key`. Arcane admits either.
 client = anthropic.Anthropic(base_url=root, auth_token=token, api_key=None, max_retries=0, timeout=120)
+keyed = anthropic.Anthropic(base_url=root, api_key=token, max_retries=0, timeout=120)
 
 
 def check(name, condition, detail=""):
@@ -35,3 +37,15 @@ check("messages.create stream", len(deltas) >= 2 and final.stop_reason is not No
 
 counted = client.messages.count_tokens(model=model, messages=[{"role": "user", "content": "Say hi."}])
 check("messages.count_tokens", counted.input_tokens > 0, counted)
+
+message = keyed.messages.create(
+    model=model, max_tokens=8, messages=[{"role": "user", "content": "Say hi."}]
+)
+check("messages.create with api_key (x-api-key)", message.role == "assistant", message)
+
+wrong = anthropic.Anthropic(base_url=root, api_key="not-the-token", max_retries=0, timeout=120)
+try:
+    wrong.messages.count_tokens(model=model, messages=[{"role": "user", "content": "Hi"}])
+    check("a wrong api_key is refused", False, "it was admitted")
+except anthropic.AuthenticationError:
+    check("a wrong api_key is refused", True)

@@ -6,13 +6,21 @@
 //! 1. `Host` must name the listener on a loopback name (`127.0.0.1:<port>`,
 //!    `localhost:<port>`, `[::1]:<port>`), else **421** (defeats DNS rebinding).
 //! 2. An `Origin` header, if present, must be the listener's own origin, else **403**.
-//! 3. `Authorization: Bearer <token>` must match `core.json`'s token (compared in
-//!    constant time), else **401** with `WWW-Authenticate: Bearer`. `GET /v1/events`
-//!    also accepts `?token=` because `EventSource` cannot send headers.
+//! 3. `Authorization: Bearer <token>` or `x-api-key: <token>` (Anthropic's clients)
+//!    must match `core.json`'s token (compared in constant time), else **401** with
+//!    `WWW-Authenticate: Bearer`; both headers naming different tokens is a 401 too.
+//!    `GET /v1/events` also accepts `?token=` because `EventSource` cannot send
+//!    headers.
 //!
 //! Each refusal has one fixed body, whatever was wrong with the token.
 //!
 //! # Endpoints
+//!
+//! Dispatch goes through the route table of [`crate::router`]: the Core's rows below,
+//! the gateway's own answers (`GET /v1/models[/{id}]`, `GET /metrics`, when it routes
+//! by model), then the engines' API paths. A path no row serves is, with the gateway,
+//! the Core's 404 (`ARCANE_NOT_FOUND`; nothing loads), and with a single engine
+//! forwarded to it (its own answer).
 //!
 //! | method and path | content |
 //! |---|---|
@@ -21,7 +29,7 @@
 //! | `POST /v1/control` | one control frame for the client named by `X-Arcane-Client` → `{ok, result}` |
 //! | `GET /v1/events?client=<id>` | SSE (`data: <frame>` per message): the replay first, then events; the client's request events and a copy of its responses |
 //! | `GET /health` | no token: only `{"status": "ok" \| "loading" \| "error"}` |
-//! | any other method and path | the engine's own API, forwarded by [`crate::passthrough`] |
+//! | the engines' paths | the engine's own API, forwarded by [`crate::passthrough`] |
 //!
 //! # Deadlines and the drain
 //!
@@ -58,6 +66,7 @@ use crate::endpoint::constant_time_eq;
 use crate::error::Error;
 use crate::host::{Connection, Host, HostState};
 use crate::protocol::{parse_incoming, Incoming as Frame_, Response as RpcResponse, PROTOCOL};
+use crate::router::{self, Handler, Lookup};
 
 pub use crate::upstream::{
     collect, engine_client, full, stream_lines, BodyError, Deadlines, EngineAccess, EngineClient,
@@ -349,8 +358,16 @@ fn admit(shared: &Shared, request: &Request<Incoming>) -> Option<Response<HttpBo
     let from_query = (request.method() == Method::GET && request.uri().path() == "/v1/events")
         .then(|| query_param(request.uri().query(), "token"))
         .flatten();
-    let presented = from_header.or(from_query).unwrap_or("");
-    if !constant_time_eq(presented.as_bytes(), expected) || expected.is_empty() {
+    // `x-api-key: <token>` (Anthropic's clients, litellm's `anthropic/`) is the same
+    // token; both headers naming different tokens is refused.
+    let from_api_key = headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    let disagree = matches!((from_header, from_api_key),
+        (Some(bearer), Some(key)) if !constant_time_eq(bearer.as_bytes(), key.as_bytes()));
+    let presented = from_header.or(from_api_key).or(from_query).unwrap_or("");
+    if disagree || !constant_time_eq(presented.as_bytes(), expected) || expected.is_empty() {
         return Some(refusal(
             StatusCode::UNAUTHORIZED,
             "a valid bearer token is required",
@@ -364,43 +381,91 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Htt
         return refused;
     }
     let path = request.uri().path().to_string();
-    match (request.method().clone(), path.as_str()) {
-        (Method::GET, "/health") => health(&shared),
-        (Method::GET, "/v1/health") => {
-            let snapshot = shared.host.snapshot();
-            json_response(
-                StatusCode::OK,
-                &json!({
-                    "protocol": PROTOCOL,
-                    "state": snapshot["state"],
-                    "pid": std::process::id(),
-                    "version": snapshot["version"],
-                    "services": snapshot["services"],
-                }),
-            )
+    let upstream = shared.options.upstream.as_deref();
+    let routes_by_model = upstream.is_some_and(|u| u.routes_by_model());
+    let handler = match router::lookup(router::TABLE, request.method(), &path, routes_by_model) {
+        Lookup::Found(handler) => handler,
+        Lookup::MethodNotAllowed => return method_not_allowed(&path),
+        // With a single engine, any other path is the engine's (its own answer, 404
+        // included); with the gateway, an unknown path loads nothing.
+        Lookup::Unknown if upstream.is_some() && !routes_by_model => Handler::Engine,
+        Lookup::Unknown => return not_found(&path, upstream.is_some()),
+    };
+    match handler {
+        Handler::Health => health(&shared),
+        Handler::CoreHealth => core_health(&shared),
+        Handler::Rpc => rpc(&shared, request).await,
+        Handler::Control => control(&shared, request).await,
+        Handler::Events => events(&shared, &request),
+        Handler::ModelList | Handler::ModelEntry | Handler::Metrics | Handler::Engine => {
+            engine_api(&shared, handler, &path, request).await
         }
-        (Method::POST, "/v1/rpc") => rpc(&shared, request).await,
-        (Method::POST, "/v1/control") => control(&shared, request).await,
-        (Method::GET, "/v1/events") => events(&shared, &request),
-        (_, "/health" | "/v1/health" | "/v1/rpc" | "/v1/control" | "/v1/events") => json_response(
-            StatusCode::METHOD_NOT_ALLOWED,
-            &json!({"error": {"code": codes::METHOD_NOT_ALLOWED, "message": format!("`{}` does not accept this HTTP method", path), "details": {"path": path}}}),
-        ),
-        // Everything else is the engine's API (its own answer, 404 included).
-        _ if shared.options.upstream.is_some() => {
-            crate::passthrough::forward(
-                &shared.host,
-                shared.options.upstream.as_deref(),
-                &shared.client,
-                request,
-            )
-            .await
-        }
-        _ => json_response(
-            StatusCode::NOT_FOUND,
-            &json!({"error": {"code": codes::ARCANE_NOT_FOUND, "message": format!("no endpoint `{path}` (no engine is selected)"), "details": {"path": path}}}),
-        ),
     }
+}
+
+/// The gateway's own answers (its model list, one entry, its metrics), else the
+/// engine's API, forwarded.
+async fn engine_api(
+    shared: &Shared,
+    handler: Handler,
+    path: &str,
+    request: Request<Incoming>,
+) -> Response<HttpBody> {
+    let Some(upstream) = shared.options.upstream.as_deref() else {
+        return not_found(path, false);
+    };
+    let own = match handler {
+        Handler::ModelList => crate::passthrough::model_list(upstream),
+        Handler::ModelEntry => crate::passthrough::model_entry(upstream, path),
+        Handler::Metrics => crate::passthrough::metrics(upstream),
+        Handler::Health
+        | Handler::CoreHealth
+        | Handler::Rpc
+        | Handler::Control
+        | Handler::Events
+        | Handler::Engine => None,
+    };
+    match own {
+        Some(response) => response,
+        None => {
+            crate::passthrough::forward(&shared.host, Some(upstream), &shared.client, request).await
+        }
+    }
+}
+
+fn core_health(shared: &Shared) -> Response<HttpBody> {
+    let snapshot = shared.host.snapshot();
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "protocol": PROTOCOL,
+            "state": snapshot["state"],
+            "pid": std::process::id(),
+            "version": snapshot["version"],
+            "services": snapshot["services"],
+        }),
+    )
+}
+
+fn method_not_allowed(path: &str) -> Response<HttpBody> {
+    json_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        &json!({"error": {"code": codes::METHOD_NOT_ALLOWED, "message": format!("`{path}` does not accept this HTTP method"), "details": {"path": path}}}),
+    )
+}
+
+/// The Core's 404 for a path no row serves (`engine`: an engine is selected, the
+/// gateway's) or an engine path with no engine selected.
+fn not_found(path: &str, engine: bool) -> Response<HttpBody> {
+    let message = if engine {
+        format!("no endpoint `{path}`")
+    } else {
+        format!("no endpoint `{path}` (no engine is selected)")
+    };
+    json_response(
+        StatusCode::NOT_FOUND,
+        &json!({"error": {"code": codes::ARCANE_NOT_FOUND, "message": message, "details": {"path": path}}}),
+    )
 }
 
 /// `GET /health` (no token): only `{"status": "ok" | "loading" | "error"}`, with 200 for

@@ -1,15 +1,18 @@
-//! The front door to the engine's own HTTP API: every request the Core does not answer
-//! itself goes, after admission (Host, Origin, token: see [`crate::http`]), unchanged
-//! to the ready llama.cpp engine, and the engine's answer comes back unchanged,
-//! streamed chunk by chunk, whatever the path: `/v1/chat/completions`,
+//! The front door to the engine's own HTTP API: every request the route table
+//! ([`crate::router`]) gives to an engine goes, after admission (Host, Origin, token:
+//! see [`crate::http`]), unchanged to the ready llama.cpp engine, and the engine's
+//! answer comes back unchanged, streamed chunk by chunk: `/v1/chat/completions`,
 //! `/v1/completions`, `/v1/embeddings`, `/v1/models[/{id}]`, `/v1/responses`,
-//! `/v1/messages[/count_tokens]`, `/v1/rerank`, `/tokenize`, `/props`, `/metrics`, and
-//! the paths a later engine adds. A path the engine does not serve gets the engine's
-//! own answer.
+//! `/v1/messages[/count_tokens]`, `/v1/rerank`, `/tokenize`, `/props`, `/metrics`, and,
+//! with a single engine, any path no row serves (the engine's own answer).
 //!
-//! What changes on the way: the Core's token, the client's `Origin` and the hop-by-hop
-//! headers are dropped; the engine's key (an owned engine on a TCP port) is added; the
-//! request goes over the engine's private socket when it has one.
+//! [`forward`] runs in stages, one function each: **route** (with the gateway, the
+//! model the request names, found by [`crate::request_model`], picks the engine through
+//! [`Upstream::route`]), **rewrite** (re-addressed to the engine: the Core's token, its
+//! `x-api-key`, the client's `Origin` and the hop-by-hop headers are dropped; the
+//! engine's key is added; its private socket is used when it has one), **exchange**
+//! (deadlines, the drain cut), **answer** (the body sent on as it comes; with the
+//! gateway, renamed and measured line by line by [`crate::response_lines`]).
 //!
 //! A client that goes away mid-stream drops the response body, which closes the
 //! connection to the engine ([`crate::upstream::EngineClient`]), so generation stops.
@@ -30,6 +33,7 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::error::{Error, Peer, Unready};
 use crate::host::{Host, Work};
+use crate::response_lines::{find_usage, rename_model, LineTransformer, Transformed};
 use crate::service::BoxFuture;
 use crate::upstream::{BodyError, Deadlines, EngineAccess, EngineClient, HttpBody};
 use serde_json::Value;
@@ -54,8 +58,9 @@ pub enum UpstreamTarget {
     },
 }
 
-/// What one forwarded request asks for: the model its JSON body (or `?model=`) names,
-/// and the body's `keep_alive` (Ollama's override of the model's idle time).
+/// What one forwarded request asks for: the model its body (or `?model=`) names, and
+/// a JSON body's `keep_alive` (Ollama's override of the model's idle time); see
+/// [`crate::request_model`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RouteRequest {
     /// The model or alias asked for (`None`: the default model).
@@ -125,8 +130,9 @@ pub trait Upstream: Send + Sync {
     fn openai_target(&self) -> UpstreamTarget;
 
     /// Whether requests are routed by the model they name; the passthrough then reads
-    /// `model` from JSON bodies and answers `GET /v1/models[/{id}]` from
-    /// [`Upstream::models`].
+    /// `model` from request bodies ([`crate::request_model`]), the front door answers
+    /// `GET /v1/models[/{id}]` from [`Upstream::models`] (an entry's `aliases` name it
+    /// too) and a path its table does not serve with its own 404.
     fn routes_by_model(&self) -> bool {
         false
     }
@@ -182,6 +188,7 @@ const HOP_BY_HOP: &[&str] = &[
     "upgrade",
     "host",
     "authorization",
+    "x-api-key",
     "origin",
 ];
 
@@ -193,18 +200,19 @@ fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
     }
 }
 
-/// The largest JSON body read to find its `model` (bigger ones are refused with 413).
-const MAX_ROUTED_BODY: usize = 64 << 20;
-
 /// Forwards an admitted `request` to the engine `upstream` names and returns its
-/// answer (or the Core's 503 when the engine is not ready, 502/504 when it fails).
+/// answer (or the Core's 503 when the engine is not ready, 502/504 when it fails), in
+/// stages, one private function each: `route` (the model the request names →
+/// [`Upstream::route`]), `forwarded_request` (re-addressed, headers dropped),
+/// `exchange` (deadlines, the drain cut), `answer` (the body renamed and measured line
+/// by line).
 pub async fn forward(
     host: &Host,
     upstream: Option<&dyn Upstream>,
     client: &EngineClient,
     request: Request<Incoming>,
 ) -> Response<HttpBody> {
-    // 1. Accepted work from here until the response body is sent to the end.
+    // Accepted work from here until the response body is sent to the end.
     let Some(work) = host.accept_work() else {
         return crate::http::error_response(StatusCode::SERVICE_UNAVAILABLE, &Error::ShuttingDown);
     };
@@ -216,111 +224,134 @@ pub async fn forward(
     } else {
         Deadlines::GENERATION
     };
-    let model_id = (request.method() == Method::GET)
-        .then(|| request.uri().path().strip_prefix("/v1/models/"))
-        .flatten()
-        .filter(|id| !id.is_empty())
-        .map(percent_decode);
-    // 2. The gateway answers the model list itself, and reads the model a body names.
-    let (request, wanted) = if upstream.routes_by_model() {
-        if let Some(answer) = gateway_models(upstream, &request, model_id.as_deref()) {
-            return answer;
-        }
-        if request.method() == Method::GET && request.uri().path() == "/metrics" {
-            if let Some(text) = upstream.metrics() {
-                let mut response = Response::new(crate::upstream::full(text));
-                response.headers_mut().insert(
-                    hyper::header::CONTENT_TYPE,
-                    HeaderValue::from_static(
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    ),
-                );
-                return response;
-            }
-        }
-        match read_route(request).await {
-            Ok(read) => read,
-            Err(response) => return *response,
-        }
-    } else {
-        (request.map(incoming_body), RouteRequest::default())
-    };
-    // 3. The route, then the exchange.
-    let mut route = match upstream.route(wanted).await {
-        Ok(route) => route,
-        Err(no_route) => return refusal(no_route),
+    let model_id = model_id_of(&request);
+    let (request, route) = match route(upstream, request).await {
+        Ok(routed) => routed,
+        Err(response) => return *response,
     };
     let forwarded = match forwarded_request(&route.access, request) {
         Ok(forwarded) => forwarded,
         Err(response) => return *response,
     };
-    let cancelled = work.cancelled();
-    let answer = tokio::select! {
-        answer = client.send_to(&route.access, forwarded, deadlines, Peer::Engine) => answer,
-        // The drain deadline passed before the engine answered: drop the request.
-        () = cancelled => return crate::http::error_response(StatusCode::SERVICE_UNAVAILABLE, &Error::ShuttingDown),
-    };
-    match answer {
-        // llama.cpp serves the list but not `GET /v1/models/{id}` (the OpenAI clients'
-        // `models.retrieve`): the entry comes from the list.
+    let mut route = route;
+    match exchange(client, &mut route, forwarded, deadlines, &work).await {
         Ok(upstream) if upstream.status() == StatusCode::NOT_FOUND && model_id.is_some() => {
+            // llama.cpp serves the list but not `GET /v1/models/{id}` (the OpenAI
+            // clients' `models.retrieve`): the entry comes from the list.
             drop(upstream);
             let id = model_id.unwrap_or_default();
             retrieve_model(client, &route.access, &id).await
         }
-        Ok(upstream) => {
-            let (parts, body) = upstream.into_parts();
-            if let Some(lease) = route.lease.as_mut() {
-                lease.answered(parts.status);
-            }
-            let (body, rename) = match route.rename {
-                // A whole answer is renamed at once and keeps an exact length; a stream
-                // is renamed piece by piece.
-                Some(asked) if body.size_hint().exact().is_some() => match body.collect().await {
-                    Ok(collected) => {
-                        let bytes = collected.to_bytes();
-                        if let (Some(lease), Some(usage)) =
-                            (route.lease.as_mut(), find_usage(&bytes))
-                        {
-                            lease.usage(&usage);
-                        }
-                        (crate::upstream::full(rename_model(&bytes, &asked)), None)
-                    }
-                    Err(error) => {
-                        let error = crate::upstream::body_error(
-                            error,
-                            &route.access.url_of("/"),
-                            Peer::Engine,
-                        );
-                        return crate::http::error_response(StatusCode::BAD_GATEWAY, &error);
-                    }
-                },
-                rename => (body, rename),
-            };
-            let streams_renamed = rename.is_some();
-            let body = WorkBody::new(body, work, route.lease, rename);
-            let mut response = Response::new(body.boxed());
-            *response.status_mut() = parts.status;
-            copy_headers(&parts.headers, response.headers_mut());
-            response.headers_mut().remove(hyper::header::CONTENT_LENGTH);
-            if !streams_renamed {
-                if let Some(length) = response.body().size_hint().exact() {
-                    response
-                        .headers_mut()
-                        .insert(hyper::header::CONTENT_LENGTH, HeaderValue::from(length));
-                }
-            }
-            response
-        }
-        Err(error) => {
-            if let Some(lease) = route.lease.as_mut() {
-                lease.unreachable();
-            }
-            let status =
-                StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::BAD_GATEWAY);
-            crate::http::error_response(status, &error)
-        }
+        Ok(upstream) => answer(upstream, route, work).await,
+        Err(response) => *response,
     }
+}
+
+/// The id of a `GET /v1/models/{id}` (percent-decoded).
+fn model_id_of<B>(request: &Request<B>) -> Option<String> {
+    (request.method() == Method::GET)
+        .then(|| request.uri().path().strip_prefix("/v1/models/"))
+        .flatten()
+        .filter(|id| !id.is_empty())
+        .map(percent_decode)
+}
+
+/// Stage 1: the route. When the upstream routes by model, the model the request names
+/// (its body of any kind, or `?model=`: [`crate::request_model`]) selects it.
+async fn route(
+    upstream: &dyn Upstream,
+    request: Request<Incoming>,
+) -> Result<(Request<HttpBody>, Route), Box<Response<HttpBody>>> {
+    let (request, wanted) = if upstream.routes_by_model() {
+        let (parts, body) = request.into_parts();
+        let found = crate::request_model::find(
+            &parts.method,
+            &parts.uri,
+            &parts.headers,
+            body,
+            crate::request_model::MAX_BUFFERED,
+        )
+        .await
+        .map_err(|refused| Box::new(crate::http::error_response(refused.status, &refused.error)))?;
+        (Request::from_parts(parts, found.body), found.route)
+    } else {
+        (request.map(incoming_body), RouteRequest::default())
+    };
+    let route = upstream
+        .route(wanted)
+        .await
+        .map_err(|no_route| Box::new(refusal(no_route)))?;
+    Ok((request, route))
+}
+
+/// Stage 3: the exchange with the engine of `route`, within `deadlines`; a shutdown
+/// whose drain deadline passes before the engine answers drops the request. An
+/// unreachable engine is reported to the route's lease.
+async fn exchange(
+    client: &EngineClient,
+    route: &mut Route,
+    forwarded: Request<HttpBody>,
+    deadlines: Deadlines,
+    work: &Work,
+) -> Result<Response<HttpBody>, Box<Response<HttpBody>>> {
+    let cancelled = work.cancelled();
+    let answer = tokio::select! {
+        answer = client.send_to(&route.access, forwarded, deadlines, Peer::Engine) => answer,
+        () = cancelled => return Err(Box::new(crate::http::error_response(StatusCode::SERVICE_UNAVAILABLE, &Error::ShuttingDown))),
+    };
+    answer.map_err(|error| {
+        if let Some(lease) = route.lease.as_mut() {
+            lease.unreachable();
+        }
+        let status = StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::BAD_GATEWAY);
+        Box::new(crate::http::error_response(status, &error))
+    })
+}
+
+/// Stage 4: the engine's answer, sent on as it comes, holding `work` and the lease
+/// until its end. With a rename, a whole answer (known length) is renamed at once and
+/// keeps an exact `Content-Length`; a stream is renamed line by line.
+async fn answer(upstream: Response<HttpBody>, mut route: Route, work: Work) -> Response<HttpBody> {
+    let (parts, body) = upstream.into_parts();
+    if let Some(lease) = route.lease.as_mut() {
+        lease.answered(parts.status);
+    }
+    let whole = route.rename.is_some() && body.size_hint().exact().is_some();
+    let body = if whole {
+        let bytes = match body.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(error) => {
+                let error =
+                    crate::upstream::body_error(error, &route.access.url_of("/"), Peer::Engine);
+                return crate::http::error_response(StatusCode::BAD_GATEWAY, &error);
+            }
+        };
+        if let (Some(lease), Some(usage)) = (route.lease.as_mut(), find_usage(&bytes)) {
+            lease.usage(&usage);
+        }
+        let asked =
+            serde_json::to_string(route.rename.as_deref().unwrap_or_default()).unwrap_or_default();
+        WorkBody::new(
+            crate::upstream::full(rename_model(&bytes, &asked)),
+            work,
+            route.lease,
+            None,
+        )
+    } else {
+        let lines = (route.rename.is_some() || route.lease.is_some())
+            .then(|| LineTransformer::new(route.rename.as_deref()));
+        WorkBody::new(body, work, route.lease, lines)
+    };
+    let mut response = Response::new(body.boxed());
+    *response.status_mut() = parts.status;
+    copy_headers(&parts.headers, response.headers_mut());
+    response.headers_mut().remove(hyper::header::CONTENT_LENGTH);
+    if let Some(length) = response.body().size_hint().exact() {
+        response
+            .headers_mut()
+            .insert(hyper::header::CONTENT_LENGTH, HeaderValue::from(length));
+    }
+    response
 }
 
 fn incoming_body(body: Incoming) -> HttpBody {
@@ -342,32 +373,44 @@ fn refusal(no_route: NoRoute) -> Response<HttpBody> {
     response
 }
 
-/// The gateway's own `GET /v1/models` and `GET /v1/models/{id}`.
-fn gateway_models(
-    upstream: &dyn Upstream,
-    request: &Request<Incoming>,
-    model_id: Option<&str>,
-) -> Option<Response<HttpBody>> {
-    if request.method() != Method::GET {
-        return None;
-    }
-    let path = request.uri().path();
-    if path != "/v1/models" && model_id.is_none() {
-        return None;
-    }
+/// The gateway's own `GET /v1/models`; `None` when `upstream` has no list of its own.
+pub fn model_list(upstream: &dyn Upstream) -> Option<Response<HttpBody>> {
     let list = upstream.models()?;
-    let Some(id) = model_id else {
-        return Some(crate::http::json_response(StatusCode::OK, &list));
-    };
+    Some(crate::http::json_response(StatusCode::OK, &list))
+}
+
+/// The gateway's own `GET /v1/models/{id}` for `path`: the entry of the model whose id
+/// or alias is `{id}`, named as asked (`id` is `{id}`), or OpenAI's 404
+/// `model_not_found` listing the known ids; `None` when `upstream` has no list.
+pub fn model_entry(upstream: &dyn Upstream, path: &str) -> Option<Response<HttpBody>> {
+    let list = upstream.models()?;
+    let id = percent_decode(path.strip_prefix("/v1/models/").unwrap_or_default());
     let entries = list["data"].as_array().cloned().unwrap_or_default();
-    Some(
-        match entries.iter().find(|m| m["id"].as_str() == Some(id)) {
-            Some(entry) => crate::http::json_response(StatusCode::OK, entry),
-            None => {
-                crate::http::json_response(StatusCode::NOT_FOUND, &model_not_found(id, &entries))
-            }
-        },
-    )
+    let answers_to = |entry: &Value| {
+        entry["id"].as_str() == Some(id.as_str())
+            || entry["aliases"]
+                .as_array()
+                .is_some_and(|aliases| aliases.iter().any(|a| a.as_str() == Some(id.as_str())))
+    };
+    Some(match entries.iter().find(|entry| answers_to(entry)) {
+        Some(entry) => {
+            let mut entry = entry.clone();
+            entry["id"] = Value::String(id);
+            crate::http::json_response(StatusCode::OK, &entry)
+        }
+        None => crate::http::json_response(StatusCode::NOT_FOUND, &model_not_found(&id, &entries)),
+    })
+}
+
+/// The gateway's own `GET /metrics` (Prometheus text); `None` when `upstream` has none.
+pub fn metrics(upstream: &dyn Upstream) -> Option<Response<HttpBody>> {
+    let text = upstream.metrics()?;
+    let mut response = Response::new(crate::upstream::full(text));
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    Some(response)
 }
 
 /// OpenAI's 404 for an unknown model, listing the known ids.
@@ -379,61 +422,6 @@ pub fn model_not_found(id: &str, entries: &[Value]) -> Value {
         "param": "model",
         "code": "model_not_found",
     }})
-}
-
-/// Reads a JSON body (bounded) to find the `model` and `keep_alive` it names; the
-/// query's `model=` names it for other requests. Returns the request with its body
-/// ready to send again.
-async fn read_route(
-    request: Request<Incoming>,
-) -> Result<(Request<HttpBody>, RouteRequest), Box<Response<HttpBody>>> {
-    let from_query = request.uri().query().and_then(|q| {
-        q.split('&')
-            .find_map(|pair| pair.strip_prefix("model="))
-            .map(percent_decode)
-    });
-    let json = request
-        .headers()
-        .get(hyper::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.contains("json"));
-    if request.method() == Method::GET || !json {
-        let wanted = RouteRequest {
-            model: from_query,
-            keep_alive: None,
-        };
-        return Ok((request.map(incoming_body), wanted));
-    }
-    let (parts, body) = request.into_parts();
-    let bytes = match http_body_util::Limited::new(body, MAX_ROUTED_BODY)
-        .collect()
-        .await
-    {
-        Ok(collected) => collected.to_bytes(),
-        Err(_) => {
-            let error = Error::usage(
-                format!("the request body is unreadable or larger than {MAX_ROUTED_BODY} bytes"),
-                serde_json::json!({"limit": MAX_ROUTED_BODY}),
-            );
-            return Err(Box::new(crate::http::error_response(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &error,
-            )));
-        }
-    };
-    let value: Option<Value> = serde_json::from_slice(&bytes).ok();
-    let wanted = RouteRequest {
-        model: value
-            .as_ref()
-            .and_then(|v| v["model"].as_str())
-            .map(str::to_string)
-            .or(from_query),
-        keep_alive: value.as_ref().and_then(|v| v.get("keep_alive").cloned()),
-    };
-    Ok((
-        Request::from_parts(parts, crate::upstream::full(bytes)),
-        wanted,
-    ))
 }
 
 /// `GET /v1/models/{id}` answered from the engine's `GET /v1/models`: the entry whose
@@ -470,20 +458,11 @@ async fn retrieve_model(
     if let Some(entry) = entries.iter().find(|m| m["id"].as_str() == Some(id)) {
         return crate::http::json_response(StatusCode::OK, entry);
     }
-    let known: Vec<&str> = entries.iter().filter_map(|m| m["id"].as_str()).collect();
-    crate::http::json_response(
-        StatusCode::NOT_FOUND,
-        &serde_json::json!({"error": {
-            "message": format!("The model `{id}` does not exist; known: {}", known.join(", ")),
-            "type": "invalid_request_error",
-            "param": "model",
-            "code": "model_not_found",
-        }}),
-    )
+    crate::http::json_response(StatusCode::NOT_FOUND, &model_not_found(id, &entries))
 }
 
 /// Decodes `%XX` escapes in a path segment (a model id such as `org%2Fmodel`).
-fn percent_decode(text: &str) -> String {
+pub(crate) fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -506,8 +485,9 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The client's request, re-addressed to the engine at `access` (hop-by-hop headers,
-/// the Core's token and the origin are not forwarded; the engine's key is added).
+/// Stage 2: the client's request, re-addressed to the engine at `access` (hop-by-hop
+/// headers, the Core's token and the origin are not forwarded; the engine's key is
+/// added).
 fn forwarded_request(
     access: &EngineAccess,
     request: Request<HttpBody>,
@@ -533,11 +513,14 @@ fn forwarded_request(
 
 /// A passthrough response body that holds its [`Work`] until it is sent to the end (or
 /// dropped), and is cut when a shutdown's drain deadline passes; dropping the cut
-/// upstream body closes the connection to the engine.
+/// upstream body closes the connection to the engine. With a [`LineTransformer`], its
+/// lines are renamed and their `usage` reported to the lease.
 struct WorkBody {
     inner: HttpBody,
     cut: Pin<Box<WaitForCancellationFutureOwned>>,
-    rename: Option<String>,
+    lines: Option<LineTransformer>,
+    /// The end was seen (and the lease told).
+    done: bool,
     _work: Work,
     lease: Option<Box<dyn Lease>>,
 }
@@ -547,62 +530,34 @@ impl WorkBody {
         inner: HttpBody,
         work: Work,
         lease: Option<Box<dyn Lease>>,
-        rename: Option<String>,
+        lines: Option<LineTransformer>,
     ) -> Self {
         Self {
             inner,
             cut: Box::pin(work.cancelled()),
-            rename,
+            lines,
+            done: false,
             _work: work,
             lease,
         }
     }
-}
 
-/// The `usage` an answer reports: in a JSON body, or in an SSE `data:` line of a
-/// stream (the last chunk carries it).
-fn find_usage(data: &[u8]) -> Option<Value> {
-    if !data.windows(7).any(|w| w == b"\"usage\"") {
-        return None;
-    }
-    let text = String::from_utf8_lossy(data);
-    let whole = serde_json::from_str::<Value>(text.trim()).ok();
-    let lines = text.lines().filter_map(|line| {
-        let json = line.trim().strip_prefix("data:")?.trim();
-        serde_json::from_str::<Value>(json).ok()
-    });
-    whole
-        .into_iter()
-        .chain(lines)
-        .filter_map(|v| v.get("usage").filter(|u| u.is_object()).cloned())
-        .next_back()
-}
-
-/// `data` (compact JSON, or SSE lines of it) with the value of every `"model"` key
-/// replaced by `asked`. A `"model":"` inside a JSON string would be escaped (`\"`), so
-/// only keys match.
-pub(crate) fn rename_model(data: &[u8], asked: &str) -> Bytes {
-    const KEY: &[u8] = b"\"model\":\"";
-    let value = serde_json::to_string(asked).unwrap_or_default();
-    let mut out = Vec::with_capacity(data.len());
-    let mut rest = data;
-    while let Some(at) = rest.windows(KEY.len()).position(|w| w == KEY) {
-        let start = at + KEY.len();
-        // The end of the string value: the first quote not escaped.
-        let mut end = start;
-        while end < rest.len() && rest[end] != b'"' {
-            end += if rest[end] == b'\\' { 2 } else { 1 };
+    /// The end of the body: the transformer's held line, and the lease is told.
+    fn end(&mut self) -> Transformed {
+        self.done = true;
+        let tail = self
+            .lines
+            .as_mut()
+            .map(LineTransformer::finish)
+            .unwrap_or_default();
+        if let Some(lease) = self.lease.as_mut() {
+            if let Some(usage) = &tail.usage {
+                lease.usage(usage);
+            }
+            lease.finished();
         }
-        if end >= rest.len() {
-            break;
-        }
-        out.extend_from_slice(&rest[..at]);
-        out.extend_from_slice(b"\"model\":");
-        out.extend_from_slice(value.as_bytes());
-        rest = &rest[end + 1..];
+        tail
     }
-    out.extend_from_slice(rest);
-    Bytes::from(out)
 }
 
 /// The error a cut passthrough body ends with (the client sees a truncated response).
@@ -621,42 +576,59 @@ impl Body for WorkBody {
         if self.cut.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Some(Err(Box::new(Cut))));
         }
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        // A body of known length is not polled again after its last frame: its end is
-        // seen here.
-        let ended = self.inner.is_end_stream();
-        if let Some(lease) = self.lease.as_mut() {
-            match &polled {
-                Poll::Ready(None) => lease.finished(),
-                Poll::Ready(Some(Ok(frame))) => {
-                    if let Some(usage) = frame.data_ref().and_then(|d| find_usage(d)) {
-                        lease.usage(&usage);
-                    }
-                    if ended {
-                        lease.finished();
-                    }
-                }
-                _ => {}
+        loop {
+            if self.done {
+                return Poll::Ready(None);
             }
-        }
-        let Some(asked) = &self.rename else {
-            return polled;
-        };
-        match polled {
-            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                Ok(data) => Poll::Ready(Some(Ok(Frame::data(rename_model(&data, asked))))),
-                Err(frame) => Poll::Ready(Some(Ok(frame))),
-            },
-            other => other,
+            let frame = match Pin::new(&mut self.inner).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    let tail = self.end();
+                    return if tail.data.is_empty() {
+                        Poll::Ready(None)
+                    } else {
+                        Poll::Ready(Some(Ok(Frame::data(tail.data))))
+                    };
+                }
+                Poll::Ready(Some(Err(error))) => return Poll::Ready(Some(Err(error))),
+                Poll::Ready(Some(Ok(frame))) => frame,
+            };
+            let data = match frame.into_data() {
+                Ok(data) => data,
+                Err(frame) => return Poll::Ready(Some(Ok(frame))),
+            };
+            let mut out = match self.lines.as_mut() {
+                Some(lines) => lines.push(data),
+                None => Transformed { data, usage: None },
+            };
+            if let (Some(lease), Some(usage)) = (self.lease.as_mut(), &out.usage) {
+                lease.usage(usage);
+            }
+            // A body of known length is not polled again after its last frame: its end
+            // is seen here.
+            if self.inner.is_end_stream() {
+                let tail = self.end();
+                if !tail.data.is_empty() {
+                    let mut joined = out.data.to_vec();
+                    joined.extend_from_slice(&tail.data);
+                    out.data = Bytes::from(joined);
+                }
+            }
+            if out.data.is_empty() && !self.done {
+                // A line is held back: read on.
+                continue;
+            }
+            return Poll::Ready(Some(Ok(Frame::data(out.data))));
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.done
+            || (self.inner.is_end_stream() && !self.lines.as_ref().is_some_and(|l| l.holding()))
     }
 
     fn size_hint(&self) -> SizeHint {
-        if self.rename.is_some() {
+        if self.lines.as_ref().is_some_and(LineTransformer::renames) {
             // The length changes with the name.
             return SizeHint::default();
         }
@@ -676,22 +648,15 @@ mod tests {
     }
 
     #[test]
-    fn usage_is_found_in_a_json_answer_and_in_a_stream_chunk() {
-        let whole = br#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}"#;
-        assert_eq!(find_usage(whole).unwrap()["completion_tokens"], 4);
-        let stream = b"data: {\"choices\":[]}\n\ndata: {\"usage\":{\"prompt_tokens\":5}}\n\n";
-        assert_eq!(find_usage(stream).unwrap()["prompt_tokens"], 5);
-        assert_eq!(find_usage(b"data: [DONE]"), None);
-    }
-
-    #[test]
-    fn every_model_key_is_renamed_and_nothing_inside_a_string() {
-        let data =
-            br#"data: {"model":"smol-a","x":1} {"model":"a\"b"} {"content":"say \"model\":\"x\""}"#;
-        let out = rename_model(data, "fast");
-        assert_eq!(
-            &out[..],
-            br#"data: {"model":"fast","x":1} {"model":"fast"} {"content":"say \"model\":\"x\""}"#
-        );
+    fn the_engine_never_sees_the_cores_credentials() {
+        let mut from = HeaderMap::new();
+        from.insert("authorization", HeaderValue::from_static("Bearer core"));
+        from.insert("x-api-key", HeaderValue::from_static("core"));
+        from.insert("origin", HeaderValue::from_static("http://127.0.0.1:1"));
+        from.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+        let mut to = HeaderMap::new();
+        copy_headers(&from, &mut to);
+        assert_eq!(to.len(), 1, "{to:?}");
+        assert!(to.contains_key("anthropic-version"));
     }
 }

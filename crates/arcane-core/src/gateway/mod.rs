@@ -2,8 +2,9 @@
 //! loaded when a request names it, unloaded when idle, evicted when its device is
 //! full — behind the one front door.
 //!
-//! * **Routing.** The `model` of a forwarded request (its JSON body, or `?model=`)
-//!   selects a configured model by id or alias; none selects the first (the default).
+//! * **Routing.** The `model` of a forwarded request (its body of any kind, or
+//!   `?model=`: [`crate::request_model`]) selects a configured model by id or alias;
+//!   none selects the first (the default).
 //!   An unknown name is OpenAI's 404 `model_not_found` listing the known ids. The
 //!   answer names the model as the client asked for it. `GET /v1/models` lists every
 //!   configured model, loaded or not, with its state.

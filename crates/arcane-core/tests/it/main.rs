@@ -9,4 +9,5 @@ mod host;
 mod http;
 mod llama;
 mod ollama;
+mod router;
 mod stdio;

@@ -512,6 +512,8 @@ fn the_official_openai_and_anthropic_clients_work_through_the_front_door() {
             "messages.create",
             "messages.create stream",
             "messages.count_tokens",
+            "messages.create with api_key (x-api-key)",
+            "a wrong api_key is refused",
         ],
     );
     let mut node = Command::new("node");

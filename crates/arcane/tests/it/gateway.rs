@@ -18,7 +18,7 @@ use crate::support::{llama_server, run, smollm2, TestWorkspace};
 
 /// A workspace with the real runtime and model registered and `toml` as its
 /// `arcane.toml` (`{model}` in it is replaced by the model's path).
-fn gateway_workspace(toml: &str) -> TestWorkspace {
+pub(crate) fn gateway_workspace(toml: &str) -> TestWorkspace {
     let ws = TestWorkspace::new();
     let ok = |out: std::process::Output| {
         assert!(

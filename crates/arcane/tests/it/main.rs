@@ -12,4 +12,5 @@ mod gateway;
 mod lock;
 mod onnx;
 mod registry;
+mod router;
 mod serve;
