@@ -383,7 +383,14 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Htt
     let path = request.uri().path().to_string();
     let upstream = shared.options.upstream.as_deref();
     let routes_by_model = upstream.is_some_and(|u| u.routes_by_model());
-    let handler = match router::lookup(router::TABLE, request.method(), &path, routes_by_model) {
+    let kinds = upstream.map(|u| u.kinds()).unwrap_or_default();
+    let handler = match router::lookup(
+        router::TABLE,
+        &kinds,
+        request.method(),
+        &path,
+        routes_by_model,
+    ) {
         Lookup::Found(handler) => handler,
         Lookup::MethodNotAllowed => return method_not_allowed(&path),
         // With a single engine, any other path is the engine's (its own answer, 404

@@ -162,6 +162,13 @@ pub trait Upstream: Send + Sync {
         false
     }
 
+    /// The engine kinds behind this upstream: their API paths are the front door's
+    /// engine routes ([`crate::router`]). The default is llama.cpp's (OpenAI's,
+    /// Anthropic's and llama-server's own paths).
+    fn kinds(&self) -> Vec<arcane_localai::Engine> {
+        vec![arcane_localai::Engine::LlamaCpp]
+    }
+
     /// Arcane's own `GET /metrics` answer (the gateway's Prometheus text), when it
     /// routes by model.
     fn metrics(&self) -> Option<String> {

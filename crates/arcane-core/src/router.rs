@@ -119,10 +119,6 @@ const fn row(verb: Verb, path: PathPattern, handler: Handler) -> Row {
     }
 }
 
-const fn engine(path: PathPattern) -> Row {
-    row(Verb::Any, path, Handler::Engine)
-}
-
 /// The Core's own endpoints (any other method on these paths is a 405).
 pub const CORE_ROWS: &[Row] = &[
     row(Verb::Get, PathPattern::Exact("/health"), Handler::Health),
@@ -162,38 +158,11 @@ pub const GATEWAY_ROWS: &[Row] = &[
     },
 ];
 
-/// The engines' APIs: OpenAI's and Anthropic's paths and the llama.cpp server's own.
-pub const ENGINE_ROWS: &[Row] = &[
-    engine(PathPattern::Exact("/v1/chat/completions")),
-    engine(PathPattern::Exact("/chat/completions")),
-    engine(PathPattern::Exact("/v1/completions")),
-    engine(PathPattern::Exact("/completions")),
-    engine(PathPattern::Exact("/completion")),
-    engine(PathPattern::Exact("/v1/embeddings")),
-    engine(PathPattern::Exact("/embeddings")),
-    engine(PathPattern::Exact("/embedding")),
-    engine(PathPattern::Exact("/v1/responses")),
-    engine(PathPattern::Exact("/v1/messages")),
-    engine(PathPattern::Exact("/v1/messages/count_tokens")),
-    engine(PathPattern::Exact("/v1/rerank")),
-    engine(PathPattern::Exact("/rerank")),
-    engine(PathPattern::Exact("/v1/reranking")),
-    engine(PathPattern::Exact("/reranking")),
-    engine(PathPattern::Exact("/infill")),
-    engine(PathPattern::Exact("/tokenize")),
-    engine(PathPattern::Exact("/detokenize")),
-    engine(PathPattern::Exact("/apply-template")),
-    engine(PathPattern::Exact("/props")),
-    engine(PathPattern::Prefix("/slots")),
-    engine(PathPattern::Exact("/lora-adapters")),
-    engine(PathPattern::Exact("/metrics")),
-    engine(PathPattern::Exact("/v1/models")),
-    engine(PathPattern::Exact("/models")),
-];
-
-/// The front door's table, searched in this order: the Core's rows, the gateway's
-/// own answers, then the engines' APIs. A new area adds its slice here.
-pub const TABLE: &[&[Row]] = &[CORE_ROWS, GATEWAY_ROWS, ENGINE_ROWS];
+/// The front door's table, searched in this order: the Core's rows, then the gateway's
+/// own answers. A new area adds its slice here. The engines' API paths come last, from
+/// the descriptors of the kinds being served ([`arcane_localai::EngineKind::api_paths`]:
+/// a path ending in `/` matches what is below it, any other exactly itself).
+pub const TABLE: &[&[Row]] = &[CORE_ROWS, GATEWAY_ROWS];
 
 /// The outcome of looking a request up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,10 +175,22 @@ pub enum Lookup {
     Unknown,
 }
 
-/// Looks `method path` up in `table` (rows in order, first match wins); rows scoped to
+/// A kind's API path as a pattern: one ending in `/` matches what is below it, any
+/// other exactly that path.
+fn served_path(served: &'static str) -> PathPattern {
+    if served.ends_with('/') {
+        PathPattern::Prefix(served)
+    } else {
+        PathPattern::Exact(served)
+    }
+}
+
+/// Looks `method path` up in `table` (rows in order, first match wins), then in the API
+/// paths of `kinds` (the engine kinds being served: any method); rows scoped to
 /// [`Scope::RoutingByModel`] count only when `routes_by_model`.
 pub fn lookup(
     table: &[&[Row]],
+    kinds: &[arcane_localai::Engine],
     method: &hyper::Method,
     path: &str,
     routes_by_model: bool,
@@ -227,7 +208,13 @@ pub fn lookup(
         }
         path_served = true;
     }
-    if path_served {
+    let engine_path = kinds
+        .iter()
+        .flat_map(|engine| engine.kind().api_paths())
+        .any(|served| served_path(served).matches(path));
+    if engine_path {
+        Lookup::Found(Handler::Engine)
+    } else if path_served {
         Lookup::MethodNotAllowed
     } else {
         Lookup::Unknown
@@ -239,8 +226,10 @@ mod tests {
     use super::*;
     use hyper::Method;
 
+    const LLAMA: arcane_localai::Engine = arcane_localai::Engine::LlamaCpp;
+
     fn find(method: Method, path: &str, routes_by_model: bool) -> Lookup {
-        lookup(TABLE, &method, path, routes_by_model)
+        lookup(TABLE, &[LLAMA], &method, path, routes_by_model)
     }
 
     #[test]
@@ -335,14 +324,24 @@ mod tests {
     #[test]
     fn a_later_area_adds_rows_not_match_arms() {
         const UI: &[Row] = &[row(Verb::Get, PathPattern::Prefix("/ui"), Handler::Health)];
-        let table: &[&[Row]] = &[CORE_ROWS, UI, ENGINE_ROWS];
+        let table: &[&[Row]] = &[CORE_ROWS, UI];
         assert_eq!(
-            lookup(table, &Method::GET, "/ui/index.html", true),
+            lookup(table, &[LLAMA], &Method::GET, "/ui/index.html", true),
             Lookup::Found(Handler::Health)
         );
         assert_eq!(
-            lookup(table, &Method::POST, "/ui", true),
+            lookup(table, &[LLAMA], &Method::POST, "/ui", true),
             Lookup::MethodNotAllowed
+        );
+        // A kind's API paths are its own: Ollama's `/api/` only when Ollama is served.
+        let ollama = arcane_localai::Engine::Ollama;
+        assert_eq!(
+            lookup(TABLE, &[LLAMA], &Method::POST, "/api/chat", true),
+            Lookup::Unknown
+        );
+        assert_eq!(
+            lookup(TABLE, &[LLAMA, ollama], &Method::POST, "/api/chat", true),
+            Lookup::Found(Handler::Engine)
         );
     }
 }

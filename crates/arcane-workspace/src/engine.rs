@@ -318,7 +318,8 @@ pub trait EngineKind: Sync + Send + fmt::Debug {
     fn model_list(&self) -> Option<(&'static str, &'static str)> {
         None
     }
-    /// The API paths it serves (the front door's engine rows for this kind).
+    /// The API paths it serves (the front door's engine rows for this kind): a path
+    /// ending in `/` stands for every path below it, any other for exactly itself.
     fn api_paths(&self) -> &'static [&'static str] {
         &[]
     }

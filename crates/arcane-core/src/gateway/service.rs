@@ -103,6 +103,17 @@ impl Upstream for Gateway {
         Some(self.metrics_text())
     }
 
+    fn kinds(&self) -> Vec<arcane_localai::Engine> {
+        let mut kinds: Vec<arcane_localai::Engine> = self
+            .models()
+            .iter()
+            .map(|m| m.spec.launcher.runtime())
+            .collect();
+        kinds.sort_by_key(|k| k.as_str());
+        kinds.dedup();
+        kinds
+    }
+
     fn models(&self) -> Option<Value> {
         let data: Vec<Value> = self.models().iter().map(|m| m.entry()).collect();
         Some(json!({"object": "list", "data": data}))

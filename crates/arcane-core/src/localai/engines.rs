@@ -318,6 +318,10 @@ impl LocalAiService {
 }
 
 impl Upstream for LocalAiService {
+    fn kinds(&self) -> Vec<Engine> {
+        self.slots.iter().map(|slot| slot.runtime).collect()
+    }
+
     fn openai_target(&self) -> UpstreamTarget {
         let Some(slot) = self.slot(Engine::LlamaCpp) else {
             return UpstreamTarget::Unavailable {

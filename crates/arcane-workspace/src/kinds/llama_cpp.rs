@@ -47,6 +47,7 @@ const API_PATHS: &[&str] = &[
     "/apply-template",
     "/props",
     "/slots",
+    "/slots/",
     "/lora-adapters",
     "/metrics",
     "/v1/models",
