@@ -322,21 +322,30 @@ impl Upstream for LocalAiService {
         self.slots.iter().map(|slot| slot.runtime).collect()
     }
 
+    /// The first selected engine whose kind serves OpenAI's chat path (llama.cpp
+    /// before Ollama when both are selected, in selection order).
     fn openai_target(&self) -> UpstreamTarget {
-        let Some(slot) = self.slot(Engine::LlamaCpp) else {
+        let serves_openai = |slot: &&Arc<Slot>| {
+            slot.runtime
+                .kind()
+                .api_paths()
+                .contains(&"/v1/chat/completions")
+        };
+        let Some(slot) = self.slots.iter().find(serves_openai) else {
             return UpstreamTarget::Unavailable {
                 runtime: "llama.cpp".into(),
                 state: Unready::NotSelected,
                 retry_after: None,
             };
         };
+        let runtime = slot.runtime.as_str().to_string();
         let view = slot.view.borrow();
         let state = view.state();
         if let Some(access) = view.access().filter(|_| state.is_ready()) {
             return UpstreamTarget::Ready { access };
         }
         UpstreamTarget::Unavailable {
-            runtime: "llama.cpp".into(),
+            runtime,
             state: Unready::In(state),
             retry_after: state.retry_after(),
         }

@@ -86,7 +86,7 @@ async fn ollama_methods_pass_through_and_stream_chunks() {
         Duration::from_secs(30),
     )]);
     let host = Host::builder(AppInfo::default())
-        .service(service)
+        .service(service.clone())
         .unwrap()
         .build();
     host.start();
@@ -96,6 +96,14 @@ async fn ollama_methods_pass_through_and_stream_chunks() {
         f["event"] == "localai.state" && f["data"]["runtimes"][0]["state"] == "ready"
     })
     .await;
+    // An Ollama-only host's OpenAI target (what `/health` reports) is its ready
+    // Ollama, not a missing llama.cpp.
+    use arcane_core::http::{Upstream, UpstreamTarget};
+    assert!(
+        matches!(service.openai_target(), UpstreamTarget::Ready { .. }),
+        "{:?}",
+        service.openai_target()
+    );
 
     let version = connection
         .dispatch(request("v", "ollama.version", json!({})))
