@@ -292,6 +292,15 @@ impl EngineConfig {
                 json!({"engine": self.engine}),
             ));
         }
+        if let Some(arg) = arcane_workspace::door_arg(kind.door_args(), &self.extra_args) {
+            return Err(Error::config(
+                format!(
+                    "the engine argument `{arg}` would decide where or how `{}` listens or authenticates, which Arcane sets itself: give a `url` (`--url`) for a port behind a key only the Core knows, or a `command` model to run the server exactly as written",
+                    self.id
+                ),
+                json!({"id": self.id, "argument": arg, "refused": kind.door_args()}),
+            ));
+        }
         if kind.takes_model_file()
             && self.template.is_empty()
             && self.model.is_some()

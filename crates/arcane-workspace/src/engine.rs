@@ -247,6 +247,19 @@ pub struct Launch<'a> {
     pub template_env: &'a BTreeMap<String, String>,
 }
 
+/// The first of `args` that is one of `door_args` ([`EngineKind::door_args`]), in any
+/// spelling: `--port 1`, `--port=1`, and for an entry ending in `*` any argument with
+/// that start (`--api-key-file`, `--ssl-cert-file=x`).
+pub fn door_arg<'a>(door_args: &[&str], args: &'a [String]) -> Option<&'a str> {
+    args.iter().map(String::as_str).find(|arg| {
+        let name = arg.split_once('=').map_or(*arg, |(name, _)| name);
+        door_args.iter().any(|door| match door.strip_suffix('*') {
+            Some(start) => name.starts_with(start),
+            None => name == *door,
+        })
+    })
+}
+
 /// A command line built by a kind: arguments after the program, and variables set on
 /// top of the inherited environment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -301,6 +314,13 @@ pub trait EngineKind: Sync + Send + fmt::Debug {
         let _ = output;
         None
     }
+    /// The arguments that decide where or how a started engine listens or
+    /// authenticates (`--host`, `--port`, `--api-key*`, …): Arcane sets them itself, so
+    /// the user's arguments may not. An entry ending in `*` stands for every argument
+    /// that starts with it.
+    fn door_args(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// Whether a version check may read the engine's `/props` build info.
     fn reports_build_over_http(&self) -> bool {
         false
@@ -353,6 +373,27 @@ mod tests {
         for engine in Engine::ALL {
             assert!(unknown.to_string().contains(engine.as_str()), "{unknown}");
         }
+    }
+
+    #[test]
+    fn door_args_are_found_in_every_spelling() {
+        let doors = Engine::LlamaCpp.kind().door_args();
+        let args = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for spelled in [
+            &["-c", "512", "--port", "1"][..],
+            &["--port=1"],
+            &["--host", "127.0.0.1"],
+            &["--api-key", "k"],
+            &["--api-key-file=/k"],
+            &["--ssl-cert-file", "c"],
+            &["--path", "/srv"],
+        ] {
+            assert!(door_arg(doors, &args(spelled)).is_some(), "{spelled:?}");
+        }
+        assert_eq!(door_arg(doors, &args(&["-c", "512", "--jinja"])), None);
+        // A value that merely looks like a flag's name is not one.
+        assert_eq!(door_arg(doors, &args(&["--alias", "port"])), None);
+        assert_eq!(door_arg(doors, &args(&["--portal"])), None);
     }
 
     #[test]

@@ -118,6 +118,10 @@ impl EngineKind for LlamaCpp {
         })
     }
 
+    fn door_args(&self) -> &'static [&'static str] {
+        &["--host", "--port", "--path", "--api-key*", "--ssl-*"]
+    }
+
     fn reports_build_over_http(&self) -> bool {
         true
     }

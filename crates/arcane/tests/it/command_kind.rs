@@ -232,3 +232,41 @@ args = ["-c", "512"]"#,
         assert!(!text.contains("process.starting"), "{text}");
     }
 }
+
+/// Issue 19, item 1: engine arguments that would open another door (where or how the
+/// engine listens or authenticates) are refused in every spelling, in `[[model]]`
+/// tables and after `--` on the command line, before anything starts.
+#[test]
+fn engine_args_that_would_open_a_door_are_refused_in_every_spelling() {
+    let port = crate::serve::free_port().to_string();
+    for args in [
+        vec!["--host", "127.0.0.1", "--port", port.as_str()],
+        vec!["-c", "512", "--port=18631"],
+        vec!["--api-key-file", "/tmp/k"],
+        vec!["--ssl-key-file=/tmp/x"],
+    ] {
+        let quoted: Vec<String> = args.iter().map(|a| format!("\"{a}\"")).collect();
+        let ws = crate::gateway::gateway_workspace(&format!(
+            "[[model]]\nid = \"m\"\nmodel = \"smollm2-135m\"\nargs = [{}]\n",
+            quoted.join(", ")
+        ));
+        let out = run(ws.arcane().arg("serve"));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let text = stderr(&out);
+        let flag = args
+            .iter()
+            .find(|a| a.starts_with("--") && *a != &"-c")
+            .unwrap();
+        let name = flag.split('=').next().unwrap();
+        assert!(text.contains(name), "{args:?}: {text}");
+        assert!(text.contains("`command`"), "{text}");
+
+        // The same after `--` for the embedded default's engine.
+        std::fs::remove_file(ws.path().join("arcane.toml")).unwrap();
+        let out = run(ws.arcane().args(["serve", "--"]).args(&args));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(name), "{}", stderr(&out));
+    }
+    // Nothing listens where the refused arguments pointed.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err());
+}
