@@ -110,6 +110,11 @@ pub(crate) fn engine_command(
         (_, None) => {}
     }
     env.insert(NONCE_VARIABLE.into(), nonce.into());
+    env_remove.extend(
+        arcane_process::CREDENTIAL_VARIABLES
+            .iter()
+            .map(|name| name.to_string()),
+    );
     env_remove.retain(|name| !env.contains_key(name));
     EngineCommand {
         program: executable.to_path_buf(),
@@ -173,6 +178,8 @@ mod tests {
             command.env.get(NONCE_VARIABLE).map(String::as_str),
             Some("n")
         );
+        // The Core's own credential never reaches an engine.
+        assert!(command.env_remove.iter().any(|n| n == "ARCANE_API_KEY"));
     }
 
     #[test]

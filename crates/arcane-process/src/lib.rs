@@ -45,4 +45,8 @@ mod spawn;
 pub use identity::{exe, resident_bytes, start_time, started_at, Identity, Liveness};
 pub use loader::{loader_path, LOADER_PATH_VARIABLE};
 pub use sockets::tcp_listeners;
+
+/// Variables that carry the Core's credentials: removed from the environment of every
+/// engine and worker Arcane starts (an engine has no business with the Core's token).
+pub const CREDENTIAL_VARIABLES: &[&str] = &["ARCANE_API_KEY"];
 pub use spawn::{kill_all_now, spawn, Child, ExitInfo, Spec, StdioMode, StopStep};

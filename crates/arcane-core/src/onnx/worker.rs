@@ -331,7 +331,13 @@ fn process_spec(spec: &WorkerSpec, nonce: &str) -> Spec {
     for (name, value) in &spec.env {
         process = process.env(name, value);
     }
-    process.env_remove = spec.env_remove.iter().map(Into::into).collect();
+    process.env_remove = spec
+        .env_remove
+        .iter()
+        .map(String::as_str)
+        .chain(arcane_process::CREDENTIAL_VARIABLES.iter().copied())
+        .map(Into::into)
+        .collect();
     process.parent_death_signal = spec.parent_death_signal;
     process.env(records::NONCE_VARIABLE, nonce)
 }
