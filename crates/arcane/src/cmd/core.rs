@@ -265,6 +265,8 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         let observer: Arc<dyn EventSink> = Arc::new(arcane_report::NullSink);
         let engines = EngineOptions::default();
         let drain = arcane_core::host::DEFAULT_DRAIN_DEADLINE;
+        // `[[model]]` tables in `arcane.toml` make the same gateway as `arcane serve`.
+        let gateway = crate::cmd::serve::workspace_gateway(context)?;
         let parts = build_host(
             context,
             &args.runtimes,
@@ -276,7 +278,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
                 inventory: args.onnx_inventory.clone(),
                 workers_outlive_host: args.onnx_workers_outlive_host,
             },
-            None,
+            gateway,
         )?;
         let host = parts.host;
         host.start();

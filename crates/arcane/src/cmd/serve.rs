@@ -241,6 +241,25 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     crate::cmd::core::serve(context, options, owner)
 }
 
+/// The gateway of the workspace's `arcane.toml` (its `[[model]]` tables), as `arcane
+/// serve` with no flags would make it, or `None` without such tables: `arcane core
+/// --stdio` serves the same models.
+pub(crate) fn workspace_gateway(
+    context: &Context,
+) -> Result<Option<std::sync::Arc<arcane_core::gateway::Gateway>>, CliError> {
+    #[derive(clap::Parser)]
+    struct Defaults {
+        #[command(flatten)]
+        args: Args,
+    }
+    use clap::Parser;
+    let args = Defaults::try_parse_from(["serve"])
+        .map_err(|e| CommandError::usage(e.to_string(), json!({})))?
+        .args;
+    let (file, base) = load_config(&context.workspace, &args)?;
+    model_gateway(context, &args, file.as_ref(), &base)
+}
+
 /// The model gateway when `arcane.toml` has `[[model]]` tables (then neither
 /// `[[engine]]` nor engine flags may be given), with a reloader that reads the file
 /// again (`arcane reload`, SIGHUP).

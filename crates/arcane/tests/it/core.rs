@@ -1144,3 +1144,84 @@ fn stdio_pipes_are_left_blocking_for_whoever_shares_them() {
         "{frames:?}"
     );
 }
+
+/// The longest prefix of `bytes` made of whole frames (a pipe may have delivered part
+/// of the next one).
+fn complete_frames(mut bytes: &[u8]) -> &[u8] {
+    let all = bytes;
+    let mut whole = 0;
+    while let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+        let length: Option<usize> = std::str::from_utf8(&bytes[..end])
+            .ok()
+            .and_then(|h| h.strip_prefix("Content-Length: "))
+            .and_then(|n| n.parse().ok());
+        match length {
+            Some(length) if bytes.len() >= end + 4 + length => {
+                whole += end + 4 + length;
+                bytes = &bytes[end + 4 + length..];
+            }
+            _ => break,
+        }
+    }
+    &all[..whole]
+}
+
+/// Reads frames from `stdout` until the response to `id` arrives (bounded by the host's
+/// own answer; the reader blocks on the pipe, never on a timer).
+fn read_until_response(stdout: &mut impl Read, id: &str) -> Value {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(found) = frames(complete_frames(&buffer))
+            .into_iter()
+            .find(|f| f["type"] == "response" && f["id"] == id)
+        {
+            return found;
+        }
+        let read = stdout.read(&mut chunk).expect("read stdout");
+        assert!(read > 0, "stdout closed before the response to {id}");
+        buffer.extend_from_slice(&chunk[..read]);
+    }
+}
+
+/// Issue 18, part 4: `arcane core --stdio` serves the workspace's `[[model]]` tables as
+/// `arcane serve` does (it ignored them), and a cold model loads through it.
+#[test]
+fn core_stdio_serves_the_gateway_of_arcane_toml() {
+    let workspace = crate::gateway::gateway_workspace(
+        "[[model]]\nid = \"smol-a\"\naliases = [\"fast\"]\nmodel = \"smollm2-135m\"\n\n[[model]]\nid = \"smol-b\"\nmodel = \"{model}\"\n",
+    );
+    let mut child = spawn_stdio(&workspace, &[]);
+    let mut stdin = child.0.stdin.take().unwrap();
+    let mut stdout = child.0.stdout.take().unwrap();
+    stdin
+        .write_all(&frame(&request("l", "models.list")))
+        .unwrap();
+    let listed = read_until_response(&mut stdout, "l");
+    let ids: Vec<Value> = listed["result"]["models"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .iter()
+        .map(|m| m["id"].clone())
+        .collect();
+    assert_eq!(ids, [json!("smol-a"), json!("smol-b")]);
+    assert!(listed["result"]["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|m| m["state"] == "unloaded"));
+    // Loading by alias starts its engine; the row says ready with a pid.
+    let mut load = request("a", "models.load");
+    load["parameters"] = json!({"model": "fast"});
+    stdin.write_all(&frame(&load)).unwrap();
+    let loaded = read_until_response(&mut stdout, "a");
+    assert_eq!(loaded["result"]["id"], "smol-a", "{loaded}");
+    assert_eq!(loaded["result"]["state"], "ready", "{loaded}");
+    let pid = loaded["result"]["pid"].as_u64().expect("a pid") as u32;
+    assert!(crate::serve::alive(pid));
+    // End of input drains and stops the engine it started.
+    drop(stdin);
+    let status = support::wait_for_exit(&mut child.0, Duration::from_secs(60), "core --stdio");
+    assert!(status.success(), "{status:?}");
+    assert!(crate::serve::wait_gone(pid, Duration::from_secs(10)));
+}
