@@ -424,6 +424,8 @@ async fn engine_api(
     let own = match handler {
         Handler::ModelList => crate::passthrough::model_list(upstream),
         Handler::ModelEntry => crate::passthrough::model_entry(upstream, path),
+        // `?model=ID` asks for that model's engine's own metrics (forwarded).
+        Handler::Metrics if query_param(request.uri().query(), "model").is_some() => None,
         Handler::Metrics => crate::passthrough::metrics(upstream),
         Handler::Health
         | Handler::CoreHealth

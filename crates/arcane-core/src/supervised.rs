@@ -57,6 +57,10 @@ impl EngineLauncher for SupervisedLauncher {
         self.config.url.clone()
     }
 
+    fn files(&self) -> (Option<PathBuf>, Option<PathBuf>) {
+        (self.config.model.clone(), self.config.executable.clone())
+    }
+
     fn launch(
         &self,
         events: Arc<dyn EventSink>,

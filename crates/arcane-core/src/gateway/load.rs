@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arcane_localai::ServerSnapshot;
-use arcane_report::{codes, error_json, event_types, CancelToken};
+use arcane_report::{codes, error_json, event_types};
 use hyper::StatusCode;
 use serde_json::{json, Value};
 
@@ -61,7 +61,7 @@ impl Gateway {
             model
                 .spec
                 .launcher
-                .launch(context.sink(), observer, CancelToken::new()),
+                .launch(context.sink(), observer, self.shutdown.clone()),
         )
         .await;
         match launched {

@@ -124,6 +124,9 @@ pub struct Gateway {
     context: tokio::sync::watch::Sender<Option<ServiceContext>>,
     metrics: Metrics,
     me: Weak<Gateway>,
+    /// Fired when the host disposes of the gateway: loads in progress are cancelled
+    /// (the supervisor stops what it started).
+    shutdown: arcane_report::CancelToken,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -150,6 +153,7 @@ impl Gateway {
             context: tokio::sync::watch::Sender::new(None),
             metrics,
             me: me.clone(),
+            shutdown: arcane_report::CancelToken::new(),
         })
     }
 
@@ -184,6 +188,72 @@ impl Gateway {
     /// The `arcane ps` rows.
     pub fn rows(&self) -> Vec<Value> {
         self.models().iter().map(|m| m.row()).collect()
+    }
+
+    /// The ids of the models loaded when the host starts (`load = "on-start"`).
+    pub fn on_start_models(&self) -> Vec<String> {
+        self.models()
+            .iter()
+            .filter(|m| m.spec.load_on_start)
+            .map(|m| m.spec.id.clone())
+            .collect()
+    }
+
+    /// The model files and executables of every model (loaded or not, retiring ones
+    /// included): what a running host must keep.
+    pub fn files(&self) -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
+        let mut everyone = self.models();
+        everyone.extend(
+            self.retiring
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .cloned(),
+        );
+        let (mut models, mut executables) = (Vec::new(), Vec::new());
+        for model in everyone {
+            let (file, executable) = model.spec.launcher.files();
+            models.extend(file);
+            executables.extend(executable);
+        }
+        (models, executables)
+    }
+
+    /// Every model's engine, as `localai.status` describes engines (url, state,
+    /// ownership, who can reach it, process, execution; `model` names the model): the
+    /// supervisor's snapshot while loaded, else `stopped` (or `error` after a failed
+    /// load). `arcane status` shows a gateway's engines as it shows a single engine's.
+    pub fn engines(&self) -> Vec<Value> {
+        use crate::localai::status::{EngineState, EngineView};
+        self.models()
+            .iter()
+            .filter_map(|model| {
+                let runtime = model.spec.launcher.runtime();
+                let snapshot = model.lock().handle.as_ref().map(|h| h.snapshot());
+                let mut view = match &snapshot {
+                    Some(snapshot) => {
+                        let mut view = EngineView::new(runtime, snapshot.url.clone());
+                        view.observe(snapshot);
+                        view
+                    }
+                    None => {
+                        let mut view = EngineView::new(runtime, model.spec.launcher.url());
+                        match model.current() {
+                            model::Phase::Failed(error) => {
+                                view.set(EngineState::Error, Some(error))
+                            }
+                            model::Phase::Loading => view.set(EngineState::Starting, None),
+                            _ => view.set(EngineState::Stopped, None),
+                        }
+                        view
+                    }
+                };
+                view.models = vec![model.entry()];
+                let mut status = serde_json::to_value(view.status()).ok()?;
+                status["model"] = json!(model.spec.id);
+                Some(status)
+            })
+            .collect()
     }
 
     /// The models requests are routed to now.

@@ -49,18 +49,30 @@ impl Gateway {
 
 impl Upstream for Gateway {
     fn openai_target(&self) -> UpstreamTarget {
-        match self.models().first().map(|m| m.current()) {
+        let first = self.models().first().cloned();
+        let runtime = first
+            .as_ref()
+            .map_or("llama.cpp", |m| m.spec.launcher.runtime().as_str())
+            .to_string();
+        match first.map(|m| m.current()) {
             Some(Phase::Ready(access)) => UpstreamTarget::Ready { access },
+            Some(Phase::Failed(_)) => UpstreamTarget::Unavailable {
+                runtime,
+                state: crate::error::Unready::Unanswered("the default model failed to load".into()),
+                retry_after: None,
+            },
             _ => UpstreamTarget::Unavailable {
-                runtime: "llama.cpp".into(),
+                runtime,
                 state: crate::error::Unready::Unanswered("the default model is not loaded".into()),
                 retry_after: Some(1),
             },
         }
     }
 
+    /// On demand, unless the default model loads when the host starts: then
+    /// `/health` follows it (loading, ok, or error when its load failed).
     fn loads_on_demand(&self) -> bool {
-        true
+        !self.models().first().is_some_and(|m| m.spec.load_on_start)
     }
 
     fn routes_by_model(&self) -> bool {
@@ -162,9 +174,19 @@ impl Service for Gateway {
         Box::pin(async move {
             match method.as_str() {
                 "models.reload" => self.reload().await,
-                "models.load" | "llama.load" => self.load_method(parameters).await,
-                "models.unload" | "llama.unload" => self.unload_method(parameters).await,
-                "localai.status" => Ok(json!({"runtimes": [], "models": self.rows()})),
+                "models.load" => self.load_method(parameters).await,
+                "models.unload" => self.unload_method(parameters).await,
+                // The SDK's shapes: `{loaded}` and `{released, unloaded}` beside the row.
+                "llama.load" => self.load_method(parameters).await.map(|mut row| {
+                    row["loaded"] = json!(row["state"] == "ready");
+                    row
+                }),
+                "llama.unload" => self.unload_method(parameters).await.map(|mut row| {
+                    row["unloaded"] = json!(row["external"] != true);
+                    row["released"] = json!(true);
+                    row
+                }),
+                "localai.status" => Ok(json!({"runtimes": self.engines(), "models": self.rows()})),
                 _ => Ok(json!({"models": self.rows()})),
             }
         })
@@ -172,6 +194,27 @@ impl Service for Gateway {
 
     fn dispose(self: Arc<Self>) -> BoxFuture<'static, Result<(), BoxError>> {
         Box::pin(async move {
+            // Loads in progress end first: cancelled, their engines stopped by the
+            // supervisor (bounded: a launch honours its cancel promptly).
+            self.shutdown.cancel();
+            let loading = || {
+                self.models()
+                    .iter()
+                    .any(|m| matches!(m.current(), Phase::Loading))
+            };
+            let settled = async {
+                loop {
+                    // Registered before the check, so a change in between is not lost.
+                    let changed = self.changed.notified();
+                    tokio::pin!(changed);
+                    changed.as_mut().enable();
+                    if !loading() {
+                        break;
+                    }
+                    changed.await;
+                }
+            };
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(30), settled).await;
             let mut stops = tokio::task::JoinSet::new();
             let mut everyone = self.models();
             everyone.extend(

@@ -47,7 +47,7 @@ mod assets;
 mod devices;
 mod engines;
 mod forward;
-mod status;
+pub(crate) mod status;
 
 pub use adopt::AdoptLauncher;
 pub use assets::ModelAssetsService;
@@ -63,6 +63,12 @@ pub trait EngineLauncher: Send + Sync + 'static {
 
     /// The engine's listener URL.
     fn url(&self) -> String;
+
+    /// The files it runs: its model file and its executable (what `arcane model|runtime
+    /// remove` must not take from a running host).
+    fn files(&self) -> (Option<std::path::PathBuf>, Option<std::path::PathBuf>) {
+        (None, None)
+    }
 
     /// Starts or adopts the engine; resolves once it is ready (or failed). Library
     /// events (`local-ai.server.<state>`) go to `events`; every state change also goes

@@ -84,8 +84,10 @@ pub fn build_host(
         .observer(observer)
         .drain_deadline(drain);
     let mut local_ai = None;
-    if plan.local_ai {
+    if plan.local_ai || gateway.is_some() {
         builder = builder.service(DevicesService::new(LiveDevices::new()))?;
+    }
+    if plan.local_ai {
         let launchers = plan
             .engines
             .iter()
@@ -313,6 +315,10 @@ pub struct ServeOptions {
     pub onnx_library: Option<std::path::PathBuf>,
     /// The model gateway (`[[model]]`), instead of `configs`.
     pub gateway: Option<Arc<arcane_core::gateway::Gateway>>,
+    /// The gateway is the one model of the flags or the embedded default: the host is
+    /// announced once it is loaded, and its failed first load is the command's error
+    /// (as for a single engine).
+    pub one_model: bool,
 }
 
 impl ServeOptions {
@@ -326,6 +332,7 @@ impl ServeOptions {
             api_key: None,
             onnx_library: None,
             gateway: None,
+            one_model: false,
         }
     }
 }
@@ -410,6 +417,9 @@ impl FirstStart {
 struct FirstStartWatch {
     first: FirstStart,
     announced: bool,
+    /// The gateway's models loaded when the host starts, not ready yet: the host is
+    /// announced once they are, and shut down when one fails to load.
+    models: Vec<String>,
     /// Changes seen since all engines turned ready (the models come right after).
     ready_changes: u32,
     last: LocalAiStatus,
@@ -435,8 +445,44 @@ impl FirstStartWatch {
                 FirstStart::Ready
             },
             announced: false,
+            models: Vec::new(),
             ready_changes: 0,
             last: LocalAiStatus::default(),
+        }
+    }
+
+    /// Also waits for these gateway models (loaded on start) before announcing.
+    fn waiting_for_models(mut self, models: Vec<String>) -> Self {
+        if !models.is_empty() {
+            self.first = FirstStart::Pending;
+        }
+        self.models = models;
+        self
+    }
+
+    /// Judges one host event while gateway models load on start: the last one ready
+    /// announces the host; one that fails to load ends the first start (its error is
+    /// the exit).
+    fn observe_event(&mut self, event: &Event) -> Next {
+        let model = event.data["model"].as_str().unwrap_or_default();
+        if self.first != FirstStart::Pending || !self.models.iter().any(|m| m == model) {
+            return Next::Wait;
+        }
+        match event.kind.as_str() {
+            event_types::LOCAL_AI_MODEL_READY => {
+                self.models.retain(|m| m != model);
+                if !self.models.is_empty() {
+                    return Next::Wait;
+                }
+                self.first = FirstStart::Ready;
+                self.announced = true;
+                Next::Announce(None)
+            }
+            event_types::LOCAL_AI_MODEL_FAILED if event.data["reason"] == "load-failed" => {
+                self.first = FirstStart::Failed(event.data["error"].clone());
+                Next::Shutdown
+            }
+            _ => Next::Wait,
         }
     }
 
@@ -547,18 +593,7 @@ fn publish_endpoint(
             None => endpoint::workspace_token(&context.workspace)?,
         },
         started_at: arcane_report::time::now_rfc3339(),
-        serving: endpoint::Serving {
-            models: options
-                .configs
-                .iter()
-                .filter_map(|c| c.model.clone())
-                .collect(),
-            executables: options
-                .configs
-                .iter()
-                .filter_map(|c| c.executable.clone())
-                .collect(),
-        },
+        serving: serving(options),
     };
     let file = endpoint::write_endpoint(&context.workspace, &record)?;
     Ok((record, file))
@@ -646,8 +681,16 @@ async fn follow(
     parts: &HostParts,
     printed: &mut tokio::sync::mpsc::UnboundedReceiver<Event>,
     url: &str,
+    one_model: bool,
 ) -> FirstStartWatch {
-    let mut watch = FirstStartWatch::new(parts.local_ai.is_some());
+    let on_start: Vec<String> = parts
+        .gateway
+        .as_ref()
+        .filter(|_| one_model)
+        .map(|g| g.on_start_models())
+        .unwrap_or_default();
+    let waits_for_models = !on_start.is_empty();
+    let mut watch = FirstStartWatch::new(parts.local_ai.is_some()).waiting_for_models(on_start);
     let mut status = parts.local_ai.as_ref().map(|service| {
         let mut status = service.watch();
         // The engines may have changed before this subscribed: judge the current one too.
@@ -659,7 +702,7 @@ async fn follow(
         Next::Shutdown => parts.host.shutdown_handle().shutdown(),
         Next::Wait => {}
     };
-    if status.is_none() {
+    if status.is_none() && !waits_for_models {
         act(watch.observe(LocalAiStatus::default()));
     }
     loop {
@@ -667,6 +710,9 @@ async fn follow(
             event = printed.recv() => {
                 let Some(event) = event else { break };
                 context.output.event(&event);
+                if waits_for_models {
+                    act(watch.observe_event(&event));
+                }
             }
             changed = async { status.as_mut()?.changed().await.ok() }, if status.is_some() => {
                 let Some(()) = changed else { status = None; continue };
@@ -681,6 +727,22 @@ async fn follow(
         }
     }
     watch
+}
+
+/// The files the host's engines run (the engines' and every gateway model's): what
+/// `arcane model|runtime remove` refuse while it runs.
+fn serving(options: &ServeOptions) -> arcane_core::endpoint::Serving {
+    let (mut models, mut executables) = options
+        .gateway
+        .as_ref()
+        .map(|g| g.files())
+        .unwrap_or_default();
+    models.extend(options.configs.iter().filter_map(|c| c.model.clone()));
+    executables.extend(options.configs.iter().filter_map(|c| c.executable.clone()));
+    arcane_core::endpoint::Serving {
+        models,
+        executables,
+    }
 }
 
 /// Runs the Core host until it closes; see [`serve`].
@@ -717,7 +779,7 @@ async fn serve_async(
             &json!({"type": event_types::CORE_LISTENING, "data": summary}),
         );
     }
-    let first = follow(context, &parts, &mut printed, &url).await;
+    let first = follow(context, &parts, &mut printed, &url, options.one_model).await;
     // Step 6: drain and close, then print what the shutdown reported.
     let closed = parts.host.close().await;
     let _ = server.await;
@@ -771,7 +833,22 @@ fn announce(
     gateway: Option<&arcane_core::gateway::Gateway>,
 ) {
     let output = &context.output;
-    if let Some(gateway) = gateway {
+    let one_model = gateway.filter(|g| g.rows().len() == 1 && !g.on_start_models().is_empty());
+    let engine = one_model
+        .and_then(|g| g.engines().into_iter().next())
+        .and_then(|e| serde_json::from_value::<EngineStatus>(e).ok());
+    if let (Some(gateway), Some(engine)) = (one_model, engine) {
+        let id = gateway.on_start_models().join(", ");
+        output.note(&format!(
+            "ready: {} serves `{id}` at {} ({}; `arcane ps` shows it)",
+            engine
+                .process
+                .as_ref()
+                .map_or("the engine", |p| p.engine.as_str()),
+            engine.url,
+            engine.exposure()
+        ));
+    } else if let Some(gateway) = gateway {
         let ids: Vec<String> = gateway
             .rows()
             .iter()

@@ -357,6 +357,54 @@ fn spec(
     })
 }
 
+/// The gateway of one model: the engine `arcane serve` runs from its flags or the
+/// embedded default (no `[[model]]` tables), loaded when the host starts and kept
+/// (no idle unload), so `arcane ps|load|unload|reload` and model routing work on the
+/// main job as on any gateway. Its id is the model's (the registered id, else the file
+/// name); answers are named as the client asked. The engine still probes its url
+/// first and adopts a server that answers there (the SDK's rule).
+pub fn single(
+    config: arcane_localai::EngineConfig,
+    workspace: &Path,
+) -> (Vec<ModelSpec>, HashMap<String, DeviceLimit>) {
+    let id = config
+        .alias
+        .clone()
+        .or_else(|| {
+            config
+                .model
+                .as_deref()
+                .and_then(Path::file_stem)
+                .map(|s| s.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| config.engine.as_str().to_string());
+    let device = config.device.clone().unwrap_or_else(|| "cpu".into());
+    let memory = config
+        .model
+        .as_deref()
+        .map_or(0, |p| memory_need(p, &config.extra_args));
+    let fingerprint = format!("{config:?}");
+    let load_timeout = config.startup_timeout + Duration::from_secs(5);
+    let spec = ModelSpec {
+        fingerprint,
+        id,
+        aliases: Vec::new(),
+        device,
+        keep_alive: KeepAlive::Never,
+        load_on_start: true,
+        external: false,
+        // It may adopt a server that names its model its own way.
+        answers_as_id: false,
+        reachable_without_token: exposure_of(&config) == Exposure::OpenPort,
+        memory,
+        load_timeout,
+        launcher: SupervisedLauncher::new(workspace, config),
+    };
+    let mut limits = HashMap::new();
+    default_budgets(std::slice::from_ref(&spec), &mut limits);
+    (vec![spec], limits)
+}
+
 /// Who reaches a model's engine besides the Core, and how it names itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Exposure {

@@ -193,13 +193,22 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     // any engine is looked up.
     let (file, base) = load_config(&context.workspace, &args)?;
     let (listen, port) = listen_address(&args, file.as_ref())?;
-    let gateway = model_gateway(context, &args, file.as_ref(), &base)?;
+    let mut gateway = model_gateway(context, &args, file.as_ref(), &base)?;
+    let mut one_model = false;
     let configs = if gateway.is_some() {
         Vec::new()
     } else {
-        engine_configs(context, &args, file, &base)?
+        let engine_tables = file.as_ref().is_some_and(|f| !f.engine.is_empty());
+        let mut configs = engine_configs(&context.workspace, &args, file, &base)?;
+        if !engine_tables && configs.len() == 1 && serves_one_model(&configs[0]) {
+            let config = configs.remove(0);
+            gateway = Some(single_gateway(context, &args, config));
+            one_model = true;
+        }
+        configs
     };
     let mut options = crate::cmd::core::ServeOptions::new(configs);
+    options.one_model = one_model;
     options.gateway = gateway;
     // ONNX sessions are served when a library is named or an ONNX Runtime is
     // registered (its workers start only when a session is loaded).
@@ -239,6 +248,43 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         arcane_core::host::DEFAULT_DRAIN_DEADLINE,
     )?;
     crate::cmd::core::serve(context, options, owner)
+}
+
+/// Whether an engine configuration is one model (a kind that serves one model file,
+/// with one): `arcane serve` then runs it as a gateway of that one model. An engine
+/// without a model file (adopt-only, llama.cpp's router mode, Ollama, which manage
+/// their own models) keeps the plain supervised engine.
+fn serves_one_model(config: &EngineConfig) -> bool {
+    config.engine.kind().takes_model_file() && config.model.is_some() && config.models_dir.is_none()
+}
+
+/// The gateway of one model for the engine the flags (or the embedded default) name;
+/// `arcane reload` derives it again from the same flags and `arcane.toml`.
+fn single_gateway(
+    context: &Context,
+    args: &Args,
+    config: EngineConfig,
+) -> std::sync::Arc<arcane_core::gateway::Gateway> {
+    let (specs, limits) = crate::cmd::gateway::single(config, &context.workspace);
+    let gateway = arcane_core::gateway::Gateway::new(specs, limits);
+    let (workspace, args) = (context.workspace.clone(), args.clone());
+    gateway.set_reloader(std::sync::Arc::new(move || {
+        let again = || -> Result<_, CliError> {
+            let (file, base) = load_config(&workspace, &args)?;
+            if file.as_ref().is_some_and(|f| !f.model.is_empty() || !f.engine.is_empty()) {
+                return Err(CommandError::usage(
+                    "`arcane.toml` now has `[[model]]` or `[[engine]]` tables; the running host keeps its one model (restart to change modes)",
+                    json!({}),
+                )
+                .into());
+            }
+            let mut configs = engine_configs(&workspace, &args, file, &base)?;
+            let config = configs.remove(0);
+            Ok(crate::cmd::gateway::single(config, &workspace))
+        };
+        again().map_err(|error| error.0 as arcane_core::BoxError)
+    }));
+    gateway
 }
 
 /// The gateway of the workspace's `arcane.toml` (its `[[model]]` tables), as `arcane
@@ -466,7 +512,7 @@ pub fn parse_listen(source: &str, text: &str) -> Result<(std::net::IpAddr, Optio
 /// Builds the engine configurations from `arcane.toml` and the flags, validating every
 /// value and reading the registry, before anything is started.
 pub fn engine_configs(
-    context: &Context,
+    workspace: &Path,
     args: &Args,
     file: Option<ConfigFile>,
     base: &Path,
@@ -491,7 +537,7 @@ pub fn engine_configs(
     if tables.is_empty() {
         tables.push(EngineTable::default());
     }
-    let registry = Registry::new(&context.workspace);
+    let registry = Registry::new(workspace);
     // The embedded default pointed at a url adopts whatever answers there; its model
     // and device apply only if Arcane has to start the engine itself.
     let adopt_first = embedded && args.url.is_some();
@@ -539,7 +585,7 @@ pub fn engine_configs(
     }
     let mut configs = Vec::new();
     for table in tables {
-        let mut config = table_config(&registry, &table, base, &context.workspace)?;
+        let mut config = table_config(&registry, &table, base, workspace)?;
         config.parent_death_signal = !args.no_parent_death_signal;
         configs.push(config);
     }

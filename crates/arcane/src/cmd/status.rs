@@ -30,22 +30,23 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     let (health, local_ai, devices, models) =
         crate::cmd::core::block_on_client(context, "`arcane status`", async {
             let health = client.health().await?;
-            let has_local_ai = health["services"]
-                .as_array()
-                .is_some_and(|s| s.iter().any(|s| s["name"] == "local-ai"));
-            let local_ai = if has_local_ai {
+            let has = |name: &str| {
+                health["services"]
+                    .as_array()
+                    .is_some_and(|s| s.iter().any(|s| s["name"] == name))
+            };
+            let has_gateway = has("model-gateway");
+            // The gateway describes its loaded models' engines as `local-ai` does.
+            let local_ai = if has("local-ai") || has_gateway {
                 Some(client.local_ai_status().await?)
             } else {
                 None
             };
-            let devices = if has_local_ai {
+            let devices = if has("execution-devices") {
                 client.call("localai.devices", json!({})).await.ok()
             } else {
                 None
             };
-            let has_gateway = health["services"]
-                .as_array()
-                .is_some_and(|s| s.iter().any(|s| s["name"] == "model-gateway"));
             let models = if has_gateway {
                 client.call("models.list", json!({})).await.ok()
             } else {

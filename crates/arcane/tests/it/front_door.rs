@@ -212,7 +212,12 @@ fn an_owned_engine_has_no_port_and_its_whole_api_goes_through_the_token() {
             .is_some_and(|s| s.len() == 2),
         "{body}"
     );
+    // `/metrics` is the gateway's (the main job is a gateway of one model); the
+    // engine's own, with its `--metrics`, is `?model=ID`.
     let (code, body) = call(port, &token, "GET", "/metrics", None);
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("arcane_requests_total"), "{body}");
+    let (code, body) = call(port, &token, "GET", "/metrics?model=smol", None);
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("llamacpp:"), "{body}");
 
@@ -294,10 +299,14 @@ fn an_owned_engine_has_no_port_and_its_whole_api_goes_through_the_token() {
             "{path} must be the engine's answer: {body}"
         );
     }
-    // A path the engine does not serve: its own 404, not Arcane's.
+    // A path no engine route serves: the gateway's own 404 naming it, and nothing is
+    // forwarded (the main job is a gateway of one model).
     let (code, body) = call(port, &token, "GET", "/no/such/path", None);
     assert_eq!(code, 404, "{body}");
-    assert!(!body.contains("ARCANE_NOT_FOUND"), "{body}");
+    assert!(
+        body.contains("ARCANE_NOT_FOUND") && body.contains("/no/such/path"),
+        "{body}"
+    );
 
     // 3. A stream comes through chunk by chunk, and a client that goes away stops the
     //    engine's work on it.

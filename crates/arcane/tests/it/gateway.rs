@@ -755,3 +755,60 @@ fn a_repeated_model_flag_makes_a_gateway_llama_methods_act_on_it_and_a_failed_lo
     assert_eq!(row(&ps(&ws), "broken")["state"], "failed");
     serve.terminate();
 }
+
+/// Issue 18, part 4: one mode. `arcane serve` on the embedded default (no `[[model]]`)
+/// is a gateway of that one model: `ps`, `unload`, `load` and `reload` work on it, an
+/// unknown model is OpenAI's 404 naming the known one, and no model still selects it.
+#[test]
+fn the_main_job_is_a_gateway_of_one_model() {
+    let ws = gateway_workspace("");
+    let mut serve = Serve::start(&ws, &[]);
+    serve.wait_for("local-ai.model.ready", START);
+    let rows = ps(&ws);
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let first = row(&rows, "smollm2-135m");
+    assert_eq!(first["state"], "ready");
+    let pid = first["pid"].as_u64().expect("an engine pid") as u32;
+    assert!(alive(pid));
+
+    let (code, body) = chat(&ws, Some("nope"));
+    assert_eq!(code, 404, "{body}");
+    assert_eq!(body["error"]["code"], "model_not_found", "{body}");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("smollm2-135m"));
+    let (code, body) = chat(&ws, None);
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["model"], "smollm2-135m", "{body}");
+
+    let out = run(ws.arcane().args(["unload", "smollm2-135m"]));
+    assert!(out.status.success(), "{}", crate::support::stderr(&out));
+    assert!(
+        wait_gone(pid, Duration::from_secs(10)),
+        "the engine outlived its unload"
+    );
+    assert_eq!(row(&ps(&ws), "smollm2-135m")["state"], "unloaded");
+    let out = run(ws.arcane().args(["load", "smollm2-135m"]));
+    assert!(out.status.success(), "{}", crate::support::stderr(&out));
+    let again = ps(&ws);
+    assert_eq!(row(&again, "smollm2-135m")["state"], "ready");
+    assert_ne!(
+        row(&again, "smollm2-135m")["pid"].as_u64(),
+        Some(pid as u64)
+    );
+
+    let out = run(ws.arcane().args(["--output", "json", "reload"]));
+    assert!(out.status.success(), "{}", crate::support::stderr(&out));
+    assert_eq!(
+        crate::support::json(&out)["unchanged"],
+        json!(["smollm2-135m"])
+    );
+    let (port, token) = host_endpoint(&ws);
+    let (code, body) = call(port, &token, "GET", "/health", None);
+    assert_eq!(
+        (code, parsed("/health", &body)["status"].clone()),
+        (200, json!("ok"))
+    );
+    serve.terminate();
+}

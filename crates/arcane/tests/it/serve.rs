@@ -891,9 +891,22 @@ fn an_engine_that_exits_before_ready_shows_its_last_lines_without_verbose() {
 /// run, and `arcane status` never prints `pid null`.
 #[test]
 fn chat_after_an_engine_crash_names_the_crash_and_what_to_run() {
+    // An `[[engine]]` table: a plain supervised engine stays down after a crash (the
+    // one-model gateway of the flags reloads it on the next request instead).
     let ws = TestWorkspace::new();
-    let args = fake_serve_args(&ws, free_port(), &["--fake-mode", "crash-after=0.3"]);
-    let mut serve = Serve::start(&ws, &strs(&args));
+    let model = ws.path().join("fake.gguf");
+    std::fs::write(&model, b"GGUF").unwrap();
+    std::fs::write(
+        ws.path().join("arcane.toml"),
+        format!(
+            "[[engine]]\nexecutable = \"{}\"\nmodel = \"{}\"\nurl = \"http://127.0.0.1:{}\"\nargs = [\"--fake-mode\", \"crash-after=0.3\"]\n",
+            fake_llama().display(),
+            model.display(),
+            free_port()
+        ),
+    )
+    .unwrap();
+    let mut serve = Serve::start(&ws, &[]);
     serve.wait_for("local-ai.server.ready", Duration::from_secs(60));
     serve.wait_for("local-ai.server.error", Duration::from_secs(60));
     let output = ws
