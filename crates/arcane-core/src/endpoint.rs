@@ -22,7 +22,6 @@
 //! hosts bind that port again, and a busy saved port is [`Error::PortInUse`], never a
 //! silent move, so clients' saved URLs stay valid.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -169,6 +168,17 @@ pub fn read_token_file(path: &Path) -> Result<Option<String>, Error> {
     if !meta.is_file() {
         return Err(refuse("the token file is not a regular file".into()));
     }
+    // A secret another user wrote is theirs to know: never taken as ours (root's
+    // files are the exception, as for every trusted file).
+    if let Err(untrusted) = arcane_files::trust::check_owner_and_mode(path, &meta) {
+        if untrusted.problem == arcane_files::trust::Problem::OwnedByOther {
+            return Err(refuse(format!(
+                "the token file {}; {}",
+                untrusted.describe(),
+                untrusted.fix()
+            )));
+        }
+    }
     if meta.mode() & 0o077 != 0 {
         return Err(refuse(format!(
             "the token file is readable or writable by others (mode {:04o}); run `chmod 600 '{}'`",
@@ -206,7 +216,7 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// [`arcane_files::write_atomic`]), creating the parent directory first.
 pub fn write_private_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let directory = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(directory).map_err(io("create", directory))?;
+    arcane_files::create_private_dirs(directory).map_err(io("create", directory))?;
     arcane_files::write_atomic(path, bytes, 0o600).map_err(io("write", path))
 }
 
@@ -275,7 +285,9 @@ pub fn running_endpoint(workspace: &Path) -> Result<EndpointRecord, Error> {
     Ok(record)
 }
 
-/// The saved port, if one was saved.
+/// The saved port, if one was saved. A file that holds no valid port (cut short by a
+/// full disk or a crash of an older Arcane, which wrote it in place) counts as none:
+/// the next [`save_port`] rebuilds it.
 pub fn saved_port(workspace: &Path) -> Result<Option<u16>, Error> {
     let path = port_path(workspace);
     let text = match std::fs::read(&path) {
@@ -293,35 +305,24 @@ pub fn saved_port(workspace: &Path) -> Result<Option<u16>, Error> {
     struct Saved {
         port: u16,
     }
-    let saved: Saved = serde_json::from_slice(&text).map_err(|source| Error::InvalidRecord {
-        path,
-        what: "saved Core port",
-        source,
-    })?;
-    Ok(Some(saved.port))
+    Ok(serde_json::from_slice::<Saved>(&text)
+        .ok()
+        .map(|saved| saved.port)
+        .filter(|port| *port != 0))
 }
 
-/// Saves `port` unless a port is already saved (exclusive create).
+/// Saves `port` unless a valid port is already saved, atomically (a full disk leaves
+/// the old file or none, never a cut one). Only the workspace's owner (the Core host
+/// holding the owner lease) calls it.
 pub fn save_port(workspace: &Path, port: u16) -> Result<(), Error> {
+    if saved_port(workspace)?.is_some() {
+        return Ok(());
+    }
     let path = port_path(workspace);
     let directory = arcane_workspace::layout::state_dir(workspace);
-    std::fs::create_dir_all(&directory).map_err(io("create", &directory))?;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    match options.open(&path) {
-        Ok(mut file) => {
-            let text = format!("{}\n", json!({"port": port}));
-            file.write_all(text.as_bytes())
-                .map_err(io("write", &path))?;
-            file.sync_all().map_err(io("sync", &path))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(source) => Err(Error::Io {
-            operation: "create",
-            path,
-            source,
-        }),
-    }
+    arcane_files::create_private_dirs(&directory).map_err(io("create", &directory))?;
+    let text = format!("{}\n", json!({"port": port}));
+    arcane_files::write_atomic(&path, text.as_bytes(), 0o600).map_err(io("write", &path))
 }
 
 /// The owner lease's role: its sentinel is `.arcane/core.lock`.

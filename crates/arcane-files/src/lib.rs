@@ -25,8 +25,7 @@
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
@@ -70,7 +69,6 @@ pub const CHUNK: usize = 1 << 20;
 /// explicitly, so the umask cannot widen or narrow them). The parent directory must
 /// exist. On error the target is untouched and the temporary file is removed.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
     let directory = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
@@ -79,17 +77,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "file".into());
-    let temporary = directory.join(format!(
-        ".{name}.{}.{}.tmp",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    let (mut file, temporary) = create_temporary(directory, &name, mode)?;
     let result = (|| {
-        let mut file = File::options()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&temporary)?;
         file.write_all(bytes)?;
         file.set_permissions(std::fs::Permissions::from_mode(mode))?;
         file.sync_all()?;
@@ -101,6 +90,39 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
         let _ = std::fs::remove_file(&temporary);
     }
     result
+}
+
+/// Creates a new temporary file beside `name` in `directory`: `.NAME.<random>.tmp`,
+/// an unpredictable name, so neither another user nor a file left by a killed writer
+/// whose pid was reused can be in its way (a name that exists all the same is skipped
+/// for another, a few times).
+fn create_temporary(directory: &Path, name: &str, mode: u32) -> io::Result<(File, PathBuf)> {
+    let mut last = None;
+    for _ in 0..8 {
+        let temporary = directory.join(format!(".{name}.{}.tmp", secret_hex(8)?));
+        match File::options()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&temporary)
+        {
+            Ok(file) => return Ok((file, temporary)),
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => last = Some(error),
+            Err(error) => return Err(error),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("no free temporary name")))
+}
+
+/// Creates `dir` and its missing parents with mode 0700 (only this user can enter
+/// them, whatever the umask: it can only narrow the mode); existing ones are left as
+/// they are. Every directory of Arcane's state (`.arcane` and below) is made here.
+pub fn create_private_dirs(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }
 
 /// Fsyncs the directory `dir`, so entries created or renamed in it survive a crash.
@@ -321,6 +343,41 @@ pub fn sha256_of(reader: &mut dyn Read) -> io::Result<Streamed> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn private_dirs_are_0700_whatever_the_umask() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("ws/.arcane/run");
+        // SAFETY: umask(2) only changes this process's file-creation mask; restored
+        // below (tests of this crate create files with explicit modes).
+        let old = unsafe { libc::umask(0) };
+        let made = create_private_dirs(&deep);
+        unsafe { libc::umask(old) };
+        made.unwrap();
+        for path in [dir.path().join("ws"), dir.path().join("ws/.arcane"), deep] {
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{}", path.display());
+        }
+    }
+
+    #[test]
+    fn a_temporary_name_left_by_an_earlier_writer_with_this_pid_is_not_in_the_way() {
+        // A writer killed mid-write leaves `.NAME.<pid>.<n>.tmp`; when a later process
+        // gets that pid, predictable names collide (`File exists`).
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("core.json");
+        for n in 0..1000 {
+            let debris = dir
+                .path()
+                .join(format!(".core.json.{}.{n}.tmp", std::process::id()));
+            std::fs::write(debris, b"debris").unwrap();
+        }
+        write_atomic(&target, b"{}", 0o600).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"{}");
+        // Nothing of its own is left beside the target.
+        let left = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(left, 1001);
+    }
 
     #[test]
     fn atomic_writes_replace_whole_files_with_the_mode_asked_for() {

@@ -151,7 +151,7 @@ pub(crate) fn write(workspace: &Path, record: &Record) -> Result<(), Error> {
             source,
         }
     };
-    std::fs::create_dir_all(dir).map_err(io("create", dir))?;
+    arcane_files::create_private_dirs(dir).map_err(io("create", dir))?;
     let mut bytes = serde_json::to_vec_pretty(record).map_err(|e| Error::Io {
         operation: "serialize",
         path: target.clone(),

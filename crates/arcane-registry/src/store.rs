@@ -127,7 +127,7 @@ pub(crate) fn save(workspace: &Path, path: &Path, document: &Document) -> Result
         .map_err(|e| Error::io("serialize", path, std::io::Error::other(e)))?;
     text.push(b'\n');
     let dir = path.parent().unwrap_or(workspace);
-    std::fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
+    arcane_files::create_private_dirs(dir).map_err(|e| Error::io("create", dir, e))?;
     arcane_files::write_atomic(path, &text, REGISTRY_MODE).map_err(|e| Error::io("write", path, e))
 }
 

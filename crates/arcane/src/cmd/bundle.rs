@@ -342,10 +342,11 @@ pub fn render_report(output: &Output, report: &VerifyReport) {
             human_bytes(report.bytes_hashed)
         )
     } else {
+        let count = report.failures.len() + report.omitted;
         let mut text = format!(
-            "bundle `{}` failed verification ({} problems):",
+            "bundle `{}` failed verification ({count} {}):",
             report.root.display(),
-            report.failures.len() + report.omitted
+            if count == 1 { "problem" } else { "problems" }
         );
         for failure in &report.failures {
             match &failure.path {

@@ -531,7 +531,7 @@ pub fn ps(context: &Context, _args: PsArgs) -> Result<u8, CliError> {
     let rows = answer["models"].as_array().cloned().unwrap_or_default();
     context
         .output
-        .result(&table(&rows), &json!({"models": rows}));
+        .result(&with_reasons(table(&rows), &rows), &json!({"models": rows}));
     Ok(0)
 }
 
@@ -590,6 +590,22 @@ pub fn load(context: &Context, args: ModelArgs, unload: bool) -> Result<u8, CliE
     );
     context.output.result(&text, &row);
     Ok(0)
+}
+
+/// The table, then why each model that failed (or crashed) did: its last error.
+fn with_reasons(mut text: String, rows: &[Value]) -> String {
+    for row in rows {
+        let Some(message) = row["lastError"]["message"].as_str() else {
+            continue;
+        };
+        if row["state"] == "failed" || row["crashes"].as_u64().is_some_and(|c| c > 0) {
+            text.push_str(&format!(
+                "\n{}: {message}",
+                row["id"].as_str().unwrap_or("?")
+            ));
+        }
+    }
+    text
 }
 
 /// The `arcane ps` table.

@@ -612,8 +612,13 @@ fn load_config(workspace: &Path, args: &Args) -> Result<(Option<ConfigFile>, Pat
     let path = match &args.config {
         Some(path) => Some(cwd.join(path)),
         None => {
+            // Whatever is there is read as the configuration: a FIFO, a device or a
+            // directory in its place is refused (as `--config` refuses it), never
+            // silently skipped.
             let default = workspace.join("arcane.toml");
-            default.is_file().then_some(default)
+            std::fs::symlink_metadata(&default)
+                .is_ok()
+                .then_some(default)
         }
     };
     let Some(path) = path else {
@@ -728,6 +733,14 @@ pub(crate) fn table_config(
             base.join(p)
         }
     };
+    // A runtime the SDK knows but Arcane does not host yet is said to be so (not
+    // looked up as a runtime id, whose hint would be a `runtime add` that refuses it).
+    if arcane_core::selection::NOT_YET_SUPPORTED.contains(&runtime_name.as_str()) {
+        return Err(arcane_core::selection::parse(&runtime_name)
+            .err()
+            .map(CliError::from)
+            .unwrap_or_else(|| CommandError::usage("unsupported runtime", json!({})).into()));
+    }
     // The registered runtime: by engine name (its default runtime) or by id.
     let (engine, registered) = match engine_of(&runtime_name) {
         Some(engine) => (engine, default_runtime(registry, engine)?),

@@ -109,7 +109,9 @@ fn human(value: &Value, engines: &[EngineStatus]) -> String {
             lines.push(format!("          {}", engine.exposure()));
         }
         for model in &engine.models {
-            lines.push(format!("          model {}", text(&model["id"])));
+            // OpenAI's lists name a model `id`; Ollama's `/api/tags` names it `name`.
+            let name = model.get("id").or_else(|| model.get("name"));
+            lines.push(format!("          model {}", name.map_or("?".into(), text)));
         }
     }
     for model in value["models"].as_array().into_iter().flatten() {

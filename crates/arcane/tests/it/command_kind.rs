@@ -108,7 +108,7 @@ fn the_real_llama_server_runs_as_a_command_on_a_socket_a_keyed_port_and_an_open_
     let status_text = crate::support::stdout(&status);
     let open_line = status_text
         .lines()
-        .find(|l| l.contains("model") && l.contains("open"))
+        .find(|l| l.starts_with("  model ") && l.contains(" open "))
         .unwrap_or_else(|| panic!("{status_text}"));
     assert!(
         open_line.contains("reachable without the token"),
@@ -190,6 +190,13 @@ command = ["/bin/sh", "-c", "echo 'error: unknown argument: --bogus' >&2; exit 3
     assert!(row(&rows, "broken")["lastError"]
         .to_string()
         .contains("--bogus"));
+    // Issue 19, item 16: the human table says why, not only `failed`.
+    let human = crate::support::stdout(&run(ws.arcane().arg("ps")));
+    let reason = human
+        .lines()
+        .find(|l| l.starts_with("broken: "))
+        .unwrap_or_else(|| panic!("{human}"));
+    assert!(reason.contains("exited before it was ready"), "{human}");
 }
 
 #[test]

@@ -1228,3 +1228,23 @@ fn core_stdio_serves_the_gateway_of_arcane_toml() {
     assert!(status.success(), "{status:?}");
     assert!(crate::serve::wait_gone(pid, Duration::from_secs(10)));
 }
+
+/// Issue 19, item 12: a saved port cut short (a full disk left a 0-byte
+/// `core-port.json`) no longer keeps every later `serve` failing: it is rebuilt with the
+/// port the host listens on.
+#[test]
+fn a_cut_saved_port_is_rebuilt_not_a_dead_end() {
+    let workspace = TestWorkspace::new();
+    let state = workspace.path().join(".arcane");
+    std::fs::create_dir_all(&state).unwrap();
+    for broken in [&b""[..], b"{\"por", b"{\"port\": 0}"] {
+        std::fs::write(state.join("core-port.json"), broken).unwrap();
+        let mut host = serve_without_engine(&workspace);
+        let endpoint = wait_for_endpoint(&workspace, &mut host);
+        let saved: Value =
+            serde_json::from_slice(&std::fs::read(state.join("core-port.json")).unwrap()).unwrap();
+        assert_eq!(saved["port"], endpoint["port"], "{broken:?}");
+        assert_eq!(terminate(host), Some(0));
+        std::fs::remove_file(state.join("core-port.json")).unwrap();
+    }
+}

@@ -9,6 +9,7 @@ mod core;
 mod devices;
 mod front_door;
 mod gateway;
+mod hardening;
 mod lock;
 mod onnx;
 mod registry;

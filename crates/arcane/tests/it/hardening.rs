@@ -1,0 +1,113 @@
+//! Issue 19 (nothing reopens a door, nothing gets stuck), the cases fixed so far, each
+//! through the real binary: state directories and the token under a loose umask or
+//! another user's hand, a FIFO in place of `arcane.toml`, and the small messages that
+//! sent people the wrong way.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::process::Command;
+
+use crate::support::{json, run, stderr, stdout, TestWorkspace};
+
+/// `arcane` with `args` under `umask 000` (through the shell: `Command` has no umask).
+fn under_umask_000(ws: &TestWorkspace, args: &[&str]) -> std::process::Output {
+    let command = ws.arcane();
+    let program = command.get_program().to_owned();
+    let mut shell = Command::new("sh");
+    shell
+        .arg("-c")
+        .arg("umask 000; exec \"$0\" \"$@\"")
+        .arg(program)
+        .args(command.get_args())
+        .args(args);
+    for (name, value) in command.get_envs() {
+        match value {
+            Some(value) => shell.env(name, value),
+            None => shell.env_remove(name),
+        };
+    }
+    run(&mut shell)
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+/// Item 6: `.arcane` is 0700 whoever creates it (here `token show` on a fresh
+/// workspace under `umask 000`, which made it 0777); the token file is 0600.
+#[test]
+fn state_is_private_under_a_loose_umask() {
+    let ws = TestWorkspace::new();
+    let out = under_umask_000(&ws, &["token", "show"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let state = ws.path().join(".arcane");
+    assert_eq!(mode(&state), 0o700);
+    assert_eq!(mode(&state.join("core-token")), 0o600);
+}
+
+/// Item 6: a token file another user owns is not taken as this workspace's secret.
+#[test]
+fn another_users_token_file_is_refused() {
+    let ws = TestWorkspace::new();
+    let out = run(ws.arcane().args(["token", "show"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let token = ws.path().join(".arcane/core-token");
+    // uid 65534 (nobody): a second user, as root can make one.
+    std::os::unix::fs::chown(&token, Some(65534), None).unwrap();
+    assert_eq!(std::fs::metadata(&token).unwrap().uid(), 65534);
+    let out = run(ws.arcane().args(["--output", "json", "token", "show"]));
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let error = json(&out)["error"].clone();
+    let text = error.to_string();
+    assert!(text.contains("owned by another user (uid 65534)"), "{text}");
+    assert!(text.contains("core-token"), "{text}");
+}
+
+/// Item 16: a FIFO at `<workspace>/arcane.toml` is refused as `--config FIFO` is (it
+/// was silently ignored), and promptly: nothing blocks on it.
+#[test]
+fn a_fifo_in_place_of_arcane_toml_is_refused() {
+    let ws = TestWorkspace::new();
+    let fifo = ws.path().join("arcane.toml");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let out = run(ws.arcane().args(["--output", "json", "serve"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let error = json(&out)["error"].clone();
+    assert_eq!(error["code"], "ARCANE_USAGE", "{error}");
+    assert!(error.to_string().contains("arcane.toml"), "{error}");
+}
+
+/// Item 16: `serve --runtime whisper.cpp` says the runtime is not supported yet, not
+/// to `runtime add` it (which refuses it too).
+#[test]
+fn an_unsupported_runtime_is_named_as_such() {
+    let ws = TestWorkspace::new();
+    let out = run(ws
+        .arcane()
+        .args(["--output", "json", "serve", "--runtime", "whisper.cpp"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let error = json(&out)["error"].clone();
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("not supported by Arcane yet"),
+        "{error}"
+    );
+    assert!(!error.to_string().contains("runtime add"), "{error}");
+}
+
+/// Item 16: one problem is "1 problem".
+#[test]
+fn a_bundle_without_a_manifest_has_one_problem() {
+    let ws = TestWorkspace::new();
+    let dir = ws.path().join("not-a-bundle");
+    std::fs::create_dir(&dir).unwrap();
+    let out = run(ws.arcane().args(["bundle", "verify"]).arg(&dir));
+    assert!(!out.status.success());
+    let text = stdout(&out) + &stderr(&out);
+    assert!(text.contains("(1 problem)"), "{text}");
+}
