@@ -1,6 +1,10 @@
 //! [`spawn`] and the [`Child`] it returns: the only code that forks, waits for and
 //! signals Arcane's children (see the crate documentation for the guarantees).
 
+// This module is where processes are started (`Command::new`) and their groups
+// signalled (`killpg`): clippy.toml fences both everywhere else.
+#![allow(clippy::disallowed_methods)]
+
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io;
