@@ -1181,6 +1181,8 @@ mod tests {
         assert!(unchanged_during_copy(&source, &input, &before, 4096).is_ok());
         // Copied fewer bytes than it had: it shrank or the read was short.
         assert!(unchanged_during_copy(&source, &input, &before, 100).is_err());
+        // Not synchronisation: lets the clock move on, so the append below also gives
+        // the file a modification time other than `before`'s.
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::OpenOptions::new()
             .append(true)
