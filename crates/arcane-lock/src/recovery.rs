@@ -264,6 +264,7 @@ fn same_scope(parsed: &Parsed, scope: &Scope<'_>) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests start a throwaway process
 mod tests {
     use super::*;
 

@@ -21,6 +21,11 @@
 //!   filesystems, `ENOSYS` on old kernels; rename(2)); the fallback is `link(2)` +
 //!   `unlink(2)`, which is just as exclusive.
 
+// The lock's own syscalls live here, its `kill(pid, 0)` liveness probe of a recorded
+// holder among them (it must tell EPERM, alive, from ESRCH); clippy.toml fences it
+// everywhere else. Its tests start throwaway processes.
+#![allow(clippy::disallowed_methods)]
+
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};

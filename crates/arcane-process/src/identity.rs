@@ -110,6 +110,7 @@ impl Identity {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests start a throwaway process
 mod tests {
     use super::*;
 

@@ -1,6 +1,10 @@
 //! [`spawn`] and the [`Child`] it returns: the only code that forks, waits for and
 //! signals Arcane's children (see the crate documentation for the guarantees).
 
+// This module is where processes are started (`Command::new`) and their groups
+// signalled (`killpg`): clippy.toml fences both everywhere else.
+#![allow(clippy::disallowed_methods)]
+
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io;
@@ -605,14 +609,41 @@ mod tests {
         Spec::new("/bin/sh").args(["-c", script])
     }
 
+    /// Reads one line of the child's stdout (blocking: the script prints it at once).
+    fn first_line(child: &mut Child) -> String {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        line.trim().to_string()
+    }
+
+    /// Polls every 10 ms until `condition` holds; panics naming `what` after 30 s.
+    fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !condition() {
+            assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     #[test]
     fn terminate_stops_a_group_and_reports_sigterm() {
-        let mut child = spawn(sh("sleep 30 & wait")).unwrap();
+        // The shell prints its background `sleep`'s pid: a grandchild in the group.
+        let mut child = spawn(sh("sleep 600 & echo $!; wait")).unwrap();
         let pid = child.pid();
+        let grandchild: u32 = first_line(&mut child).parse().unwrap();
+        let born = crate::start_time(grandchild).expect("the grandchild runs");
         assert!(crate::start_time(pid).is_some());
         let (step, _) = child.terminate(Duration::from_secs(5));
         assert_eq!(step, StopStep::Sigterm);
         assert_eq!(crate::start_time(pid), None);
+        // The signal went to the whole group: the grandchild dies too (reaped by init
+        // once its shell is gone). A pid reused meanwhile has another start time.
+        wait_until("the grandchild dies with its group", || {
+            crate::start_time(grandchild) != Some(born)
+        });
         let (again, _) = child.terminate(Duration::from_secs(5));
         assert_eq!(again, StopStep::AlreadyExited);
         assert!(!child.signal(libc::SIGKILL), "no signal after the reap");
@@ -620,9 +651,12 @@ mod tests {
 
     #[test]
     fn a_child_that_ignores_sigterm_is_killed_after_the_grace() {
-        let mut child = spawn(sh("trap '' TERM; while :; do sleep 0.05; done")).unwrap();
-        // Give the shell time to install its trap.
-        std::thread::sleep(Duration::from_millis(200));
+        let mut child = spawn(sh(
+            "trap '' TERM; echo trapped; while :; do sleep 0.05; done",
+        ))
+        .unwrap();
+        // The shell says so once its trap is installed.
+        assert_eq!(first_line(&mut child), "trapped");
         let (step, info) = child.terminate(Duration::from_millis(300));
         assert_eq!(step, StopStep::Sigkill);
         assert_eq!(info.signal, Some(libc::SIGKILL));

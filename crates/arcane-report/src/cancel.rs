@@ -55,8 +55,24 @@ mod tests {
         let token = CancelToken::new();
         let other = token.clone();
         let started = Instant::now();
-        let waiter = std::thread::spawn(move || other.wait_timeout(Duration::from_secs(600)));
-        std::thread::sleep(Duration::from_millis(20));
+        let (sender, tid) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            // This thread's id, so the test can see it block (`/proc/thread-self`).
+            let _ = sender.send(std::fs::read_link("/proc/thread-self").ok());
+            other.wait_timeout(Duration::from_secs(600))
+        });
+        // Cancel only once the waiter sleeps in its wait: a token fired before the
+        // wait begins would pass without proving a wake-up.
+        let task = tid.recv().unwrap().expect("/proc/thread-self");
+        let stat = std::path::Path::new("/proc").join(task).join("stat");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !std::fs::read_to_string(&stat).is_ok_and(|s| {
+            s.rfind(')')
+                .is_some_and(|i| s[i + 1..].split_whitespace().next() == Some("S"))
+        }) {
+            assert!(Instant::now() < deadline, "the waiter never blocked");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         token.cancel();
         assert!(waiter.join().unwrap());
         assert!(token.is_cancelled());

@@ -150,6 +150,8 @@ async fn a_shutdown_waits_for_a_streaming_passthrough_response_to_finish() {
     wait_state(&host, HostState::Draining).await;
     // Accepted work: new passthrough requests are refused, this one is waited for.
     assert!(host.accept_work().is_none());
+    // Not synchronisation: a window in which a drain that did not wait for the stream
+    // would have moved on (nothing to wait for: the state must *not* change).
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         host.state(),

@@ -18,6 +18,28 @@ fn host_with(services: Vec<Arc<TestService>>) -> Host {
     builder.build()
 }
 
+/// Polls the host's snapshot (at most 30 s) until `ready` holds for the ids of its
+/// active requests: the state a test would otherwise sleep for.
+async fn until_active(host: &Host, ready: impl Fn(&[&str]) -> bool) {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let snapshot = host.snapshot();
+            let ids: Vec<&str> = snapshot["activeRequests"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["id"].as_str())
+                .collect();
+            if ready(&ids) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the requests become active in time");
+}
+
 #[test]
 fn duplicate_service_and_method_names_are_refused() {
     let builder = Host::builder(AppInfo::default())
@@ -217,7 +239,11 @@ async fn cancel_aborts_request_work_but_not_service_work() {
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Cancel once `long` is active (and `save` too, unless it already finished).
+    until_active(&host, |ids| {
+        ids.contains(&"long") && (ids.contains(&"save") || saving.is_finished())
+    })
+    .await;
     let result = connection.control(Control::Cancel {
         request_id: "long".into(),
     });
@@ -304,7 +330,11 @@ async fn shutdown_refuses_new_work_finishes_accepted_work_and_disposes() {
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Close only once both were accepted (`save` may already have finished).
+    until_active(&host, |ids| {
+        ids.contains(&"sleep") && (ids.contains(&"save") || saving.is_finished())
+    })
+    .await;
     let closing = {
         let host = host.clone();
         tokio::spawn(async move { host.close().await })

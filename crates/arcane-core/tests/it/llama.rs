@@ -237,9 +237,15 @@ async fn cancelling_a_streaming_llama_chat_stops_it() {
         .unwrap()
         .unwrap();
     assert_eq!(response.outcome.unwrap_err()["code"], "ARCANE_CANCELLED");
-    // Nothing more arrives for it, and the engine takes the next request at once.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The engine stops generating, nothing more arrives for the request, and the
+    // engine takes the next request at once.
+    assert!(
+        slots_go_idle(&stack.llama_url).await,
+        "llama-server kept generating after the cancellation"
+    );
     crate::support::drain(&mut events);
+    // Not synchronisation: a window in which a chat that went on streaming would
+    // deliver another chunk (an absence has no event to wait for).
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(crate::support::drain(&mut events)
         .iter()
@@ -276,13 +282,18 @@ async fn a_client_disconnect_during_a_streamed_passthrough_reaches_the_engine() 
     drop(stream);
     // The engine stops generating: its only slot goes idle long before an 8000-token
     // generation could finish on its own.
-    let direct: std::net::SocketAddr = stack
-        .llama_url
-        .trim_start_matches("http://")
-        .parse()
-        .unwrap();
+    assert!(
+        slots_go_idle(&stack.llama_url).await,
+        "llama-server kept generating after the client went away"
+    );
+    stack.host.close().await.unwrap();
+}
+
+/// Polls llama-server's `/slots` at `llama_url` (every 100 ms, at most 10 s) until no
+/// slot is processing; whether that happened in time.
+async fn slots_go_idle(llama_url: &str) -> bool {
+    let direct: std::net::SocketAddr = llama_url.trim_start_matches("http://").parse().unwrap();
     let head = format!("GET /slots HTTP/1.1\r\nHost: {direct}\r\n");
-    let mut idle = false;
     for _ in 0..100 {
         let (status, h, body) = raw_http(direct, &head, "").await;
         assert_eq!(status, 200, "{body}");
@@ -291,14 +302,9 @@ async fn a_client_disconnect_during_a_streamed_passthrough_reaches_the_engine() 
             .as_array()
             .is_some_and(|s| s.iter().all(|slot| slot["is_processing"] == false))
         {
-            idle = true;
-            break;
+            return true;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(
-        idle,
-        "llama-server kept generating after the client went away"
-    );
-    stack.host.close().await.unwrap();
+    false
 }

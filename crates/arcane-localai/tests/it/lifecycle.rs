@@ -603,8 +603,13 @@ async fn cancelling_during_start_stops_the_child_and_reports_cancelled() {
     let (supervisor, events) = supervisor(ws.path());
     let cancel = CancelToken::new();
     let trigger = cancel.clone();
+    let seen = events.clone();
+    // Cancel once the child is being spawned (a `never-ready` fake never gets further),
+    // so the cancellation lands while the start waits for readiness.
     std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(700));
+        wait_until(Duration::from_secs(20), || {
+            !events_of(&seen, "process.starting").is_empty()
+        });
         trigger.cancel();
     });
     let error = supervisor

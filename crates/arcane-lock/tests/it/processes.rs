@@ -77,6 +77,8 @@ fn child_entry() {
         "hold" => {
             let _lock = WorkspaceLock::acquire(ws, &options(extra), &NullSink).unwrap();
             println!("\nCHILD-LOCKED");
+            // Not synchronisation: the holder's job is to stay alive holding the lock
+            // until the test kills it.
             std::thread::sleep(Duration::from_secs(600));
         }
         other => panic!("unknown role {other}"),

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use arcane_report::Collector;
 
@@ -30,6 +31,16 @@ pub fn read_record(ws: &Path) -> serde_json::Value {
 
 pub fn options(op: &str) -> arcane_lock::AcquireOptions {
     arcane_lock::AcquireOptions::new(op).unwrap()
+}
+
+/// Polls `condition` every 10 ms until it holds; panics naming `what` after 30 s.
+/// Tests wait on the state a sleep would only hope for.
+pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 pub fn events() -> Collector {

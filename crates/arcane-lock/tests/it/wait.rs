@@ -2,6 +2,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use arcane_lock::{Error, WorkspaceLock};
@@ -78,21 +79,26 @@ fn a_waiter_gets_the_lock_when_a_foreign_holder_exits() {
     let ws = workspace();
     let holder = ForeignHolder::start(ws.path());
     let path = ws.path().to_path_buf();
+    let sink = Arc::new(Collector::default());
+    let waiter_sink = sink.clone();
     let waiter = std::thread::spawn(move || {
-        let sink = Collector::default();
         let lock = WorkspaceLock::acquire(
             &path,
             &options("build").wait(Duration::from_secs(120)),
-            &sink,
+            &*waiter_sink,
         );
-        (lock.map(|l| l.release()), sink.types())
+        lock.map(|l| l.release())
     });
-    std::thread::sleep(Duration::from_millis(100));
+    // The holder leaves only once the waiter is really waiting.
+    wait_until("the waiter reports waiting", || {
+        sink.types()
+            .iter()
+            .any(|t| t == "workspace.operation.waiting")
+    });
     drop(holder);
-    let (result, types) = waiter.join().unwrap();
-    result.unwrap().unwrap();
+    waiter.join().unwrap().unwrap().unwrap();
     assert_eq!(
-        types,
+        sink.types(),
         ["workspace.operation.waiting", "workspace.operation.locked"]
     );
 }
@@ -105,16 +111,23 @@ fn cancellation_stops_a_wait_promptly_and_touches_nothing() {
     let token = CancelToken::new();
     let path = ws.path().to_path_buf();
     let waiter_token = token.clone();
+    let sink = Arc::new(Collector::default());
+    let waiter_sink = sink.clone();
     let waiter = std::thread::spawn(move || {
         WorkspaceLock::acquire(
             &path,
             &options("build")
                 .wait(Duration::from_secs(600))
                 .cancel(waiter_token),
-            &NullSink,
+            &*waiter_sink,
         )
     });
-    std::thread::sleep(Duration::from_millis(100));
+    // Cancel a wait that has begun, not an acquire that has not looked yet.
+    wait_until("the waiter reports waiting", || {
+        sink.types()
+            .iter()
+            .any(|t| t == "workspace.operation.waiting")
+    });
     token.cancel();
     // A 600 s wait that returns at all was woken by the token.
     let err = waiter.join().unwrap().unwrap_err();

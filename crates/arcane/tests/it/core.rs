@@ -71,14 +71,12 @@ fn spawn_stdio(workspace: &TestWorkspace, extra: &[&str]) -> Guard {
 
 /// Waits for the child to exit (bounded), returning its status, stdout and stderr.
 fn finish(mut guard: Guard) -> (i32, Vec<u8>, String) {
-    let mut stdout = Vec::new();
-    guard
-        .0
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_end(&mut stdout)
-        .unwrap();
+    let reader = StdoutReader::start(&mut guard);
+    finish_reading(guard, reader)
+}
+
+/// [`finish`] for a child whose stdout a [`StdoutReader`] already reads.
+fn finish_reading(mut guard: Guard, reader: StdoutReader) -> (i32, Vec<u8>, String) {
     let mut stderr = String::new();
     guard
         .0
@@ -88,7 +86,84 @@ fn finish(mut guard: Guard) -> (i32, Vec<u8>, String) {
         .read_to_string(&mut stderr)
         .unwrap();
     let status = support::wait_for_exit(&mut guard.0, Duration::from_secs(60), "arcane core");
-    (status.code().unwrap_or(-1), stdout, stderr)
+    (status.code().unwrap_or(-1), reader.rest(), stderr)
+}
+
+/// The child's stdout, read on a thread, so a test can wait (bounded) for the frames it
+/// needs before it ends the input, and still get every byte afterwards.
+struct StdoutReader {
+    chunks: std::sync::mpsc::Receiver<Vec<u8>>,
+    bytes: Vec<u8>,
+}
+
+impl StdoutReader {
+    fn start(guard: &mut Guard) -> Self {
+        let mut pipe = guard.0.stdout.take().unwrap();
+        let (sender, chunks) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 4096];
+            while let Ok(n @ 1..) = pipe.read(&mut buffer) {
+                if sender.send(buffer[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        StdoutReader {
+            chunks,
+            bytes: Vec::new(),
+        }
+    }
+
+    /// Waits (at most 60 s) until a response to each of `ids` has arrived.
+    fn wait_responses(&mut self, ids: &[&str]) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let complete = complete_frames(&self.bytes);
+            if ids.iter().all(|id| {
+                complete
+                    .iter()
+                    .any(|f| f["type"] == "response" && f["id"] == *id)
+            }) {
+                return;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.chunks.recv_timeout(left) {
+                Ok(chunk) => self.bytes.extend(chunk),
+                Err(_) => panic!(
+                    "no responses to {ids:?} in time: {}",
+                    String::from_utf8_lossy(&self.bytes)
+                ),
+            }
+        }
+    }
+
+    /// Every byte, once the child closed its stdout.
+    fn rest(mut self) -> Vec<u8> {
+        while let Ok(chunk) = self.chunks.recv_timeout(Duration::from_secs(60)) {
+            self.bytes.extend(chunk);
+        }
+        self.bytes
+    }
+}
+
+/// The complete frames at the start of `bytes` (a partial last frame is left out).
+fn complete_frames(mut bytes: &[u8]) -> Vec<Value> {
+    let mut frames = Vec::new();
+    while let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+        let Some(length) = std::str::from_utf8(&bytes[..end])
+            .ok()
+            .and_then(|h| h.strip_prefix("Content-Length: "))
+            .and_then(|l| l.parse::<usize>().ok())
+        else {
+            break;
+        };
+        let Some(body) = bytes.get(end + 4..end + 4 + length) else {
+            break;
+        };
+        frames.extend(serde_json::from_slice::<Value>(body).ok());
+        bytes = &bytes[end + 4 + length..];
+    }
+    frames
 }
 
 #[test]
@@ -102,16 +177,18 @@ fn stdio_answers_split_and_concatenated_frames_on_real_pipes_and_drains_at_eof()
         stdin.write_all(std::slice::from_ref(byte)).unwrap();
         stdin.flush().unwrap();
         if i % 16 == 0 {
+            // Not synchronisation: the pauses split the frame across reads.
             std::thread::sleep(Duration::from_millis(2));
         }
     }
     let mut both = frame(&request("b", "version.current"));
     both.extend(frame(&request("c", "nosuch.method")));
     stdin.write_all(&both).unwrap();
-    // Give the host time to answer before end of input (EOF cancels request work).
-    std::thread::sleep(Duration::from_millis(300));
+    // End the input only once the host answered (EOF cancels request work).
+    let mut reader = StdoutReader::start(&mut child);
+    reader.wait_responses(&["a", "b", "c"]);
     drop(stdin);
-    let (code, stdout, stderr) = finish(child);
+    let (code, stdout, stderr) = finish_reading(child, reader);
     assert_eq!(code, 0, "{stderr}");
     let frames = frames(&stdout);
     assert_eq!(frames[0]["event"], "core.ready");
@@ -202,9 +279,11 @@ fn stdio_answers_non_object_json_frames_and_stays_open() {
         .write_all(&frame(&request("after", "system.ping")))
         .unwrap();
     stdin.flush().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // End the input only once the host answered the last request.
+    let mut reader = StdoutReader::start(&mut child);
+    reader.wait_responses(&["after"]);
     drop(stdin);
-    let (code, stdout, stderr) = finish(child);
+    let (code, stdout, stderr) = finish_reading(child, reader);
     assert_eq!(code, 0, "the transport must not fail: {stderr}");
     let frames = frames(&stdout);
     let refusals: Vec<&Value> = frames
@@ -868,6 +947,41 @@ fn client(served: &Served, args: &[&str]) -> std::process::Output {
     }
 }
 
+/// Whether `pid` has an established TCP connection to `port` on the loopback (its
+/// socket descriptors matched against `/proc/net/tcp{,6}`).
+fn connected_to(pid: u32, port: u16) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    let inodes: Vec<String> = fds
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy().into_owned();
+            Some(
+                target
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .to_string(),
+            )
+        })
+        .collect();
+    let remote = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
+        std::fs::read_to_string(table)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+            .any(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                // rem_address, st (01 = ESTABLISHED), inode.
+                fields.len() > 9
+                    && fields[2].ends_with(&remote)
+                    && fields[3] == "01"
+                    && inodes.iter().any(|inode| inode == fields[9])
+            })
+    })
+}
+
 /// Starts an `arcane` client command that will wait on a stopped peer, sends it one
 /// SIGTERM while it waits, and returns its exit code (bounded: a client that ignores
 /// the signal fails the test).
@@ -882,8 +996,16 @@ fn terminate_waiting_client(served: &Served, args: &[&str]) -> Option<i32> {
         .spawn()
         .expect("spawn arcane");
     let mut guard = Guard(child);
-    // Time to install its signal handlers and reach the wait (not a timing assertion).
-    std::thread::sleep(Duration::from_secs(1));
+    // It waits once it is connected to the host (its signal handlers are installed
+    // before it connects).
+    let url = served.endpoint()["url"].as_str().unwrap().to_string();
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let pid = guard.0.id();
+    support::wait_until(
+        Duration::from_secs(30),
+        &format!("{} to connect to the host", args.join(" ")),
+        || connected_to(pid, port),
+    );
     // SAFETY: SIGTERM to the child this test spawned.
     assert_eq!(
         unsafe { libc::kill(guard.0.id() as libc::pid_t, libc::SIGTERM) },

@@ -327,7 +327,7 @@ fn a_wait_reports_the_holder_and_ends_busy_at_the_deadline_or_locked_when_it_lea
     assert!(err.contains("waiting up to 300 ms"), "{err}");
     assert!(err.contains("gave up after waiting"), "{err}");
 
-    let waiter = ws
+    let mut waiter = ws
         .arcane()
         .args([
             "--output",
@@ -345,18 +345,38 @@ fn a_wait_reports_the_holder_and_ends_busy_at_the_deadline_or_locked_when_it_lea
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // The holder leaves once the waiter has said it waits (its ndjson event; the read
+    // is bounded by the waiter's own 120 s deadline).
+    let mut lines = BufReader::new(waiter.stdout.take().unwrap()).lines();
+    let mut events = Vec::new();
+    while !events
+        .iter()
+        .any(|e: &serde_json::Value| e["type"] == "workspace.operation.waiting")
+    {
+        let line = lines
+            .next()
+            .expect("the waiter ended before it reported waiting")
+            .unwrap();
+        events.extend(serde_json::from_str::<serde_json::Value>(&line).ok());
+    }
     // The holder finishes normally: SIGTERM to `arcane lock run` stops its command.
     let _ = Command::new("kill")
         .arg("-TERM")
         .arg(holder.to_string())
         .status();
+    events.extend(
+        lines
+            .map_while(Result::ok)
+            .filter_map(|l| serde_json::from_str(&l).ok()),
+    );
     let out = waiter.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(events_of(&out, "workspace.operation.waiting").len(), 1);
-    assert_eq!(events_of(&out, "workspace.operation.locked").len(), 1);
-    assert!(
-        events_of(&out, "workspace.operation.stale-recovered").is_empty(),
+    let count = |kind: &str| events.iter().filter(|e| e["type"] == kind).count();
+    assert_eq!(count("workspace.operation.waiting"), 1);
+    assert_eq!(count("workspace.operation.locked"), 1);
+    assert_eq!(
+        count("workspace.operation.stale-recovered"),
+        0,
         "a clean release leaves nothing stale"
     );
 }
@@ -1046,22 +1066,32 @@ fn two_sigints_to_a_holder_whose_command_traps_them_end_the_command_before_the_n
     let ws = TestWorkspace::new();
     let mut reaper = Reaper::default();
     let pidfile = ws.path().join("trap.pid");
+    let termed = ws.path().join("termed");
+    // The command ignores SIGINT and survives SIGTERM, noting each one it gets.
     let arcane_pid = start_script_holder(
         &ws,
         &mut reaper,
         "first",
-        "trap '' INT TERM; echo $$ > \"$1\"; while :; do sleep 0.05; done",
-        &[&pidfile],
+        "trap '' INT; trap 'echo term >> \"$2\"' TERM; echo $$ > \"$1\"; while :; do sleep 0.05; done",
+        &[&pidfile, &termed],
     );
     let command = read_pid(&pidfile);
     reaper.pids.push(command);
-    for _ in 0..2 {
+    let sigint = || {
         let _ = Command::new("kill")
             .arg("-INT")
             .arg(arcane_pid.to_string())
             .status();
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    };
+    // The second SIGINT is sent only once the first was handled (forwarded to the
+    // command as SIGTERM); two sent at once could merge into one pending signal.
+    sigint();
+    crate::support::wait_until(
+        Duration::from_secs(30),
+        "the first SIGINT forwarded",
+        || termed.exists(),
+    );
+    sigint();
     let status = crate::support::wait_for_exit(
         &mut reaper.children[0],
         Duration::from_secs(30),

@@ -501,6 +501,19 @@ fn pid_alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// The CPU time `pid` has used (user + system, clock ticks; `/proc/<pid>/stat` fields
+/// 14 and 15), or `None` when it cannot be read.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .collect();
+    let user: u64 = fields.get(11)?.parse().ok()?;
+    let system: u64 = fields.get(12)?.parse().ok()?;
+    Some(user + system)
+}
+
 fn wait_gone(pid: u32) -> bool {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
@@ -644,17 +657,22 @@ fn a_run_is_cancelled_and_the_host_keeps_serving() {
     let graphs = python(&parts, GRAPHS_PYTHON, &[dir.path()]);
     let workspace = TestWorkspace::new();
     let mut host = Host::start(&workspace, &parts);
-    let slow = host.ok(
+    let loaded = host.ok(
         "onnx.load",
         json!({"model": slow["slow"], "isolated": true}),
-    )["session"]
-        .clone();
+    );
+    let slow = loaded["session"].clone();
+    let worker = loaded["worker"]["pid"].as_u64().unwrap() as u32;
     let quick = host.ok("onnx.load", json!({"model": graphs["float32"]}))["session"].clone();
+    let idle = cpu_ticks(worker).expect("the isolated worker runs");
     let run = host.send(
         "onnx.run",
         json!({"session": slow, "inputs": {"x": {"type": "float32", "shape": [1], "data": [0]}}}),
     );
-    std::thread::sleep(Duration::from_millis(300));
+    // Cancel a run that is executing: its worker has started burning CPU on the loop.
+    crate::support::wait_until(Duration::from_secs(60), "the slow run to start", || {
+        cpu_ticks(worker).is_some_and(|t| t >= idle + 5)
+    });
     host.control(json!({"protocol": "arcane/1", "type": "control", "control": "request.cancel", "requestId": run}));
     let cancelled = host.wait(&run);
     assert_eq!(
@@ -1116,6 +1134,8 @@ fn a_worker_orphaned_by_a_killed_host_is_stopped_by_the_next_host() {
 
     host.child.kill().unwrap(); // SIGKILL
     let _ = host.child.wait();
+    // Not synchronisation: a window in which a worker tied to its host would die (an
+    // absence has no event to wait for).
     std::thread::sleep(Duration::from_millis(500));
     assert!(pid_alive(pid), "the worker should have been orphaned");
     assert!(record_path.exists());

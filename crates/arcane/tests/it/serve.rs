@@ -378,7 +378,8 @@ fn an_orphan_left_by_a_killed_arcane_is_stopped_by_the_next_start() {
     let orphan = ready["data"]["pid"].as_u64().unwrap() as u32;
     signal(first.pid(), "KILL");
     first.wait_exit(Duration::from_secs(10));
-    // Without the parent-death signal the engine survives: an orphan.
+    // Without the parent-death signal the engine survives: an orphan. Not
+    // synchronisation: a window in which an engine tied to its parent would die.
     std::thread::sleep(Duration::from_millis(300));
     assert!(
         alive(orphan),
@@ -450,7 +451,14 @@ fn cancelling_during_start_exits_130_and_stops_the_child() {
     let _ = starting;
     let spawned = serve.wait_for("process.starting", Duration::from_secs(30));
     assert!(spawned["data"]["args"].as_array().is_some());
-    std::thread::sleep(Duration::from_millis(300));
+    // Interrupt once the engine runs (a child of `serve` in `never-ready` mode).
+    let parent = serve.pid();
+    crate::support::wait_until(Duration::from_secs(30), "the fake engine to run", || {
+        children(parent).into_iter().any(|child| {
+            std::fs::read(format!("/proc/{child}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == b"never-ready"))
+        })
+    });
     signal(serve.pid(), "INT");
     assert_eq!(serve.wait_exit(Duration::from_secs(30)), Some(130));
     let lines = serve.rest();
@@ -620,6 +628,21 @@ fn processing_slots(ws: &TestWorkspace) -> usize {
         &format!("GET /slots HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"),
     );
     text.matches("\"is_processing\":true").count()
+}
+
+/// The pids of `pid`'s children (`/proc/<pid>/task/*/children`).
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("children")).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
 }
 
 /// Waits (bounded) until the host itself reports its engine ready (`arcane status`),

@@ -129,6 +129,19 @@ pub fn http_exchange(address: &str, request: &str) -> (u16, String) {
     (status, body)
 }
 
+/// Polls `condition` every 20 ms until it holds; panics naming `what` after `within`.
+/// What a test would otherwise `sleep` for, waited on as the state it stands for.
+pub fn wait_until(within: std::time::Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + within;
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Waits up to `within` for `child` to exit and returns its status; panics naming
 /// `what` when it does not (a bounded wait, never a timing assertion).
 pub fn wait_for_exit(
