@@ -1270,34 +1270,13 @@ fn stdio_pipes_are_left_blocking_for_whoever_shares_them() {
     );
 }
 
-/// The longest prefix of `bytes` made of whole frames (a pipe may have delivered part
-/// of the next one).
-fn complete_frames(mut bytes: &[u8]) -> &[u8] {
-    let all = bytes;
-    let mut whole = 0;
-    while let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
-        let length: Option<usize> = std::str::from_utf8(&bytes[..end])
-            .ok()
-            .and_then(|h| h.strip_prefix("Content-Length: "))
-            .and_then(|n| n.parse().ok());
-        match length {
-            Some(length) if bytes.len() >= end + 4 + length => {
-                whole += end + 4 + length;
-                bytes = &bytes[end + 4 + length..];
-            }
-            _ => break,
-        }
-    }
-    &all[..whole]
-}
-
 /// Reads frames from `stdout` until the response to `id` arrives (bounded by the host's
 /// own answer; the reader blocks on the pipe, never on a timer).
 fn read_until_response(stdout: &mut impl Read, id: &str) -> Value {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
-        if let Some(found) = frames(complete_frames(&buffer))
+        if let Some(found) = complete_frames(&buffer)
             .into_iter()
             .find(|f| f["type"] == "response" && f["id"] == id)
         {
