@@ -60,6 +60,7 @@ pub mod request_model;
 pub mod response_lines;
 pub mod router;
 pub mod selection;
+pub mod server;
 pub mod service;
 pub mod stdio;
 pub mod supervised;

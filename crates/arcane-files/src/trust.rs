@@ -97,11 +97,19 @@ pub fn check_owner_and_mode(path: &Path, meta: &std::fs::Metadata) -> Result<(),
     Ok(())
 }
 
-/// Checks a program before it runs (or a directory it loads libraries from): the path
-/// itself (links followed) and every directory above its real path. `Ok(Err(_))` names the first untrusted one; `Err` is an I/O
-/// failure to inspect it.
+/// Checks a program before it runs (or a directory it loads libraries from): see
+/// [`check_path`], the one rule.
 pub fn check_executable(program: &Path) -> std::io::Result<Result<(), Untrusted>> {
-    let real = std::fs::canonicalize(program)?;
+    check_path(program)
+}
+
+/// Checks a path Arcane is about to trust (a program to run, a library directory, a
+/// configuration file that decides what runs and where it listens): the path itself
+/// (links followed) and every directory above its real path belong to this user or
+/// root and are not writable by others (a sticky directory such as `/tmp` may be).
+/// `Ok(Err(_))` names the first untrusted one; `Err` is an I/O failure to inspect it.
+pub fn check_path(path: &Path) -> std::io::Result<Result<(), Untrusted>> {
+    let real = std::fs::canonicalize(path)?;
     let meta = std::fs::metadata(&real)?;
     if let Err(untrusted) = check_owner_and_mode(&real, &meta) {
         return Ok(Err(untrusted));

@@ -442,7 +442,7 @@ impl Registry {
         let options = arcane_lock::AcquireOptions::new(operation)?
             .wait(self.lock.wait)
             .cancel(cancel.clone());
-        std::fs::create_dir_all(&self.workspace)
+        arcane_files::create_private_dirs(&self.workspace)
             .map_err(|e| Error::io("create", &self.workspace, e))?;
         let lock = arcane_lock::WorkspaceLock::acquire(&self.workspace, &options, events)?;
         store::sweep(&self.models_dir());

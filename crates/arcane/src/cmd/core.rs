@@ -6,11 +6,9 @@
 
 use std::sync::Arc;
 
-use arcane_core::localai::{
-    DevicesService, EngineLauncher, EngineState, EngineStatus, LocalAiService, LocalAiStatus,
-    ModelAssetsService,
-};
+use arcane_core::localai::{EngineLauncher, EngineStatus, LocalAiStatus, ModelAssetsService};
 use arcane_core::selection::plan;
+use arcane_core::server::{self, FirstStartWatch, Next, Outcome, ServerBuilder};
 use arcane_core::supervised::{LiveDevices, SupervisedLauncher};
 use arcane_core::{AppInfo, Host};
 use arcane_localai::{Engine, EngineConfig};
@@ -55,15 +53,8 @@ pub struct Args {
     pub onnx_workers_outlive_host: bool,
 }
 
-/// The services a host gets, built by the caller from the runtime selection.
-pub struct HostParts {
-    /// The host, not started.
-    pub host: Host,
-    /// The local-AI service, when a runtime was selected (the HTTP passthrough's upstream).
-    pub local_ai: Option<Arc<LocalAiService>>,
-    /// The model gateway, when models are configured (then the passthrough's upstream).
-    pub gateway: Option<Arc<arcane_core::gateway::Gateway>>,
-}
+/// The services a host gets (built by [`build_host`]).
+pub use arcane_core::server::HostParts;
 
 /// Builds the host for `runtimes`: `execution-devices` and `local-ai` when llama.cpp or
 /// Ollama is selected, `model-assets` when llama.cpp is; unsupported runtimes are a
@@ -79,38 +70,25 @@ pub fn build_host(
     gateway: Option<Arc<arcane_core::gateway::Gateway>>,
 ) -> Result<HostParts, CliError> {
     let plan = plan(runtimes)?;
-    let mut builder = Host::builder(AppInfo::default())
+    let engines = plan
+        .engines
+        .iter()
+        .map(|runtime| launcher(*runtime))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut builder = ServerBuilder::new(AppInfo::default())
         .version(env!("CARGO_PKG_VERSION"))
         .observer(observer)
-        .drain_deadline(drain);
-    let mut local_ai = None;
-    if plan.local_ai || gateway.is_some() {
-        builder = builder.service(DevicesService::new(LiveDevices::new()))?;
-    }
-    if plan.local_ai {
-        let launchers = plan
-            .engines
-            .iter()
-            .map(|runtime| launcher(*runtime))
-            .collect::<Result<Vec<_>, _>>()?;
-        let service = LocalAiService::new(launchers);
-        builder = builder.service(service.clone())?;
-        local_ai = Some(service);
-    }
+        .drain_deadline(drain)
+        .engines(engines)
+        .gateway(gateway)
+        .devices(LiveDevices::new());
     if plan.model_assets {
-        builder = builder.service(model_assets(&context.workspace))?;
+        builder = builder.service(model_assets(&context.workspace));
     }
     if plan.onnx {
-        builder = builder.service(crate::cmd::onnx::service(context, onnx)?)?;
+        builder = builder.service(crate::cmd::onnx::service(context, onnx)?);
     }
-    if let Some(gateway) = &gateway {
-        builder = builder.service(gateway.clone())?;
-    }
-    Ok(HostParts {
-        host: builder.build(),
-        local_ai,
-        gateway,
-    })
+    Ok(builder.build()?)
 }
 
 /// Fires the host's shutdown when the CLI's cancel token fires (first SIGINT/SIGTERM;
@@ -387,216 +365,19 @@ pub fn serve(
     outcome
 }
 
-/// How the engines' first starts went, judged from the host's typed engine status.
-#[derive(Debug, Clone, PartialEq)]
-enum FirstStart {
-    Pending,
-    Ready,
-    Failed(serde_json::Value),
-}
-
-impl FirstStart {
-    /// An engine that failed ends the first start; all ready is ready; else pending.
-    fn judge(status: &LocalAiStatus) -> Self {
-        if let Some(failed) = status
-            .runtimes
-            .iter()
-            .find(|e| e.state == EngineState::Error)
-        {
-            return Self::Failed(failed.error.clone().unwrap_or_default());
-        }
-        if status.runtimes.iter().all(|e| e.state.is_ready()) {
-            Self::Ready
-        } else {
-            Self::Pending
-        }
-    }
-}
-
-/// Follows the engines' first starts and decides when to announce the host.
-struct FirstStartWatch {
-    first: FirstStart,
-    announced: bool,
-    /// The gateway's models loaded when the host starts, not ready yet: the host is
-    /// announced once they are, and shut down when one fails to load.
-    models: Vec<String>,
-    /// Changes seen since all engines turned ready (the models come right after).
-    ready_changes: u32,
-    last: LocalAiStatus,
-}
-
-/// What the serve loop does after a change of the engines' status.
-#[derive(Debug, PartialEq)]
-enum Next {
-    Wait,
-    /// Announce the host (with llama.cpp's entry, when it is selected).
-    Announce(Option<Box<EngineStatus>>),
-    /// A first start failed: shut the host down (the error is the exit).
-    Shutdown,
-}
-
-impl FirstStartWatch {
-    /// Ready at once when no engine is selected.
-    fn new(engines: bool) -> Self {
-        Self {
-            first: if engines {
-                FirstStart::Pending
-            } else {
-                FirstStart::Ready
-            },
-            announced: false,
-            models: Vec::new(),
-            ready_changes: 0,
-            last: LocalAiStatus::default(),
-        }
-    }
-
-    /// Also waits for these gateway models (loaded on start) before announcing.
-    fn waiting_for_models(mut self, models: Vec<String>) -> Self {
-        if !models.is_empty() {
-            self.first = FirstStart::Pending;
-        }
-        self.models = models;
-        self
-    }
-
-    /// Judges one host event while gateway models load on start: the last one ready
-    /// announces the host; one that fails to load ends the first start (its error is
-    /// the exit).
-    fn observe_event(&mut self, event: &Event) -> Next {
-        let model = event.data["model"].as_str().unwrap_or_default();
-        if self.first != FirstStart::Pending || !self.models.iter().any(|m| m == model) {
-            return Next::Wait;
-        }
-        match event.kind.as_str() {
-            event_types::LOCAL_AI_MODEL_READY => {
-                self.models.retain(|m| m != model);
-                if !self.models.is_empty() {
-                    return Next::Wait;
-                }
-                self.first = FirstStart::Ready;
-                self.announced = true;
-                Next::Announce(None)
-            }
-            event_types::LOCAL_AI_MODEL_FAILED if event.data["reason"] == "load-failed" => {
-                self.first = FirstStart::Failed(event.data["error"].clone());
-                Next::Shutdown
-            }
-            _ => Next::Wait,
-        }
-    }
-
-    /// Judges one status: once every engine is ready, announce when llama.cpp's
-    /// models are known (fetched right after it turns ready), or anyway on the change
-    /// after that.
-    fn observe(&mut self, status: LocalAiStatus) -> Next {
-        if self.first == FirstStart::Pending {
-            self.first = FirstStart::judge(&status);
-            self.last = status.clone();
-            if matches!(self.first, FirstStart::Failed(_)) {
-                return Next::Shutdown;
-            }
-        }
-        if self.first != FirstStart::Ready || self.announced {
-            return Next::Wait;
-        }
-        let llama = status.engine("llama.cpp").cloned().map(Box::new);
-        let models_known = llama.as_ref().is_none_or(|l| !l.models.is_empty());
-        self.ready_changes += 1;
-        if models_known || self.ready_changes > 1 {
-            self.announced = true;
-            return Next::Announce(llama);
-        }
-        Next::Wait
-    }
-
-    /// The exit once the host closed: the engine's error, a cancellation while they
-    /// were starting, or success.
-    fn outcome(&self) -> Result<(), CliError> {
-        match &self.first {
-            FirstStart::Failed(error) => Err(remote_error(error).into()),
-            FirstStart::Pending => {
-                let engines: serde_json::Map<String, serde_json::Value> = self
-                    .last
-                    .runtimes
-                    .iter()
-                    .map(|e| (e.id.clone(), json!(e.state.as_str())))
-                    .collect();
-                Err(CommandError::new(
-                    codes::ARCANE_CANCELLED,
-                    "stopped while the engines were starting",
-                    json!({"engines": engines}),
-                )
-                .into())
-            }
-            FirstStart::Ready => Ok(()),
-        }
-    }
-}
-
-/// The listener on the saved (or given) port, and the URL it answers at.
-struct Listening {
-    listener: tokio::net::TcpListener,
-    url: String,
-    host: String,
-    port: u16,
-}
-
-/// Step 1: binds the loopback listener on `--port`, else the saved port, else a free
-/// one (saved for next time).
-async fn listen(context: &Context, options: &ServeOptions) -> Result<Listening, CliError> {
-    use arcane_core::endpoint;
-    let workspace = &context.workspace;
-    let saved = endpoint::saved_port(workspace)?;
-    let port = options.port.or(saved).unwrap_or(0);
-    let address = std::net::SocketAddr::new(options.listen, port);
-    let listener = arcane_core::http::bind(address, &endpoint::port_path(workspace)).await?;
-    let local = listener.local_addr().map_err(|e| {
-        CommandError::new(
-            codes::ARCANE_IO,
-            "cannot read the listener's address",
-            json!({}),
+/// The exit a first start ended with: the engine's error, a cancellation while the
+/// engines were starting, or success.
+fn first_start_result(outcome: Outcome) -> Result<(), CliError> {
+    match outcome {
+        Outcome::Started => Ok(()),
+        Outcome::Failed(error) => Err(remote_error(&error).into()),
+        Outcome::Cancelled(engines) => Err(CommandError::new(
+            codes::ARCANE_CANCELLED,
+            "stopped while the engines were starting",
+            json!({"engines": engines}),
         )
-        .caused_by(e)
-    })?;
-    if options.port.is_none() && saved.is_none() {
-        endpoint::save_port(workspace, local.port())?;
+        .into()),
     }
-    let host = match local {
-        std::net::SocketAddr::V6(v6) => format!("[{}]", v6.ip()),
-        std::net::SocketAddr::V4(v4) => v4.ip().to_string(),
-    };
-    Ok(Listening {
-        listener,
-        url: format!("http://{host}:{}", local.port()),
-        host,
-        port: local.port(),
-    })
-}
-
-/// Step 2: writes `core.json` (URL, pid, the workspace's token or the user's, what is
-/// served).
-fn publish_endpoint(
-    context: &Context,
-    options: &ServeOptions,
-    listening: &Listening,
-) -> Result<(arcane_core::endpoint::EndpointRecord, std::path::PathBuf), CliError> {
-    use arcane_core::endpoint;
-    let record = endpoint::EndpointRecord {
-        protocol: arcane_core::protocol::PROTOCOL.into(),
-        url: listening.url.clone(),
-        host: listening.host.clone(),
-        port: listening.port,
-        pid: std::process::id(),
-        token: match &options.api_key {
-            Some(key) => key.clone(),
-            None => endpoint::workspace_token(&context.workspace)?,
-        },
-        started_at: arcane_report::time::now_rfc3339(),
-        serving: serving(options),
-    };
-    let file = endpoint::write_endpoint(&context.workspace, &record)?;
-    Ok((record, file))
 }
 
 /// Step 3: builds the host over the configured engines (their events go to
@@ -637,42 +418,6 @@ fn start_host(
     Ok(parts)
 }
 
-/// SIGHUP makes the gateway read `arcane.toml` again (its `local-ai.models.reloaded`
-/// event says what changed, or why nothing did).
-fn reload_on_sighup(gateway: Arc<arcane_core::gateway::Gateway>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-        return;
-    };
-    tokio::spawn(async move {
-        while hangups.recv().await.is_some() {
-            let _ = gateway.reload().await;
-        }
-    });
-}
-
-/// Step 4: serves HTTP (RPC, events, the passthrough to the local-AI service).
-fn serve_http(
-    parts: &HostParts,
-    listener: tokio::net::TcpListener,
-    token: String,
-    token_file: Option<std::path::PathBuf>,
-) -> tokio::task::JoinHandle<Result<(), arcane_core::Error>> {
-    let mut http_options = arcane_core::http::HttpOptions::new(token);
-    // The workspace's token file is watched, so `arcane token rotate` takes effect at once.
-    http_options.token_file = token_file;
-    if let Some(gateway) = &parts.gateway {
-        http_options = http_options.upstream(gateway.clone());
-    } else if let Some(local_ai) = &parts.local_ai {
-        http_options = http_options.upstream(local_ai.clone());
-    }
-    tokio::spawn(arcane_core::http::serve(
-        parts.host.clone(),
-        listener,
-        http_options,
-    ))
-}
-
 /// Step 5: prints the host's events until it closes; follows the engines' first
 /// starts on the typed status watch (a failed one shuts the host down) and announces
 /// the host once they are ready.
@@ -689,8 +434,8 @@ async fn follow(
         .filter(|_| one_model)
         .map(|g| g.on_start_models())
         .unwrap_or_default();
-    let waits_for_models = !on_start.is_empty();
     let mut watch = FirstStartWatch::new(parts.local_ai.is_some()).waiting_for_models(on_start);
+    let waits_for_models = watch.follows_models();
     let mut status = parts.local_ai.as_ref().map(|service| {
         let mut status = service.watch();
         // The engines may have changed before this subscribed: judge the current one too.
@@ -729,30 +474,26 @@ async fn follow(
     watch
 }
 
-/// The files the host's engines run (the engines' and every gateway model's): what
-/// `arcane model|runtime remove` refuse while it runs.
-fn serving(options: &ServeOptions) -> arcane_core::endpoint::Serving {
-    let (mut models, mut executables) = options
-        .gateway
-        .as_ref()
-        .map(|g| g.files())
-        .unwrap_or_default();
-    models.extend(options.configs.iter().filter_map(|c| c.model.clone()));
-    executables.extend(options.configs.iter().filter_map(|c| c.executable.clone()));
-    arcane_core::endpoint::Serving {
-        models,
-        executables,
-    }
-}
-
 /// Runs the Core host until it closes; see [`serve`].
 async fn serve_async(
     context: &Context,
     options: &ServeOptions,
     runtimes: &[String],
 ) -> Result<u8, CliError> {
-    let listening = listen(context, options).await?;
-    let (record, endpoint_file) = publish_endpoint(context, options, &listening)?;
+    let listening = server::listen(&context.workspace, options.listen, options.port).await?;
+    let serving = server::serving(
+        options.gateway.as_deref(),
+        options
+            .configs
+            .iter()
+            .map(|c| (c.model.clone(), c.executable.clone())),
+    );
+    let (record, endpoint_file) = server::publish_endpoint(
+        &context.workspace,
+        &listening,
+        options.api_key.as_deref(),
+        serving,
+    )?;
     let url = listening.url.clone();
     // The host's events come back here to be printed on this thread's `Output`.
     let (events, mut printed) = tokio::sync::mpsc::unbounded_channel::<Event>();
@@ -764,9 +505,9 @@ async fn serve_async(
         .api_key
         .is_none()
         .then(|| arcane_core::endpoint::token_path(&context.workspace));
-    let server = serve_http(&parts, listening.listener, record.token.clone(), token_file);
+    let http = server::serve_http(&parts, listening.listener, record.token.clone(), token_file);
     if let Some(gateway) = &parts.gateway {
-        reload_on_sighup(gateway.clone());
+        server::reload_on_sighup(gateway.clone());
     }
     context.output.note(&format!(
         "Core host listening on {url}: clients use this address (OpenAI base URL {url}/v1) with the token `arcane token show` prints (endpoint in `{}`)",
@@ -782,11 +523,11 @@ async fn serve_async(
     let first = follow(context, &parts, &mut printed, &url, options.one_model).await;
     // Step 6: drain and close, then print what the shutdown reported.
     let closed = parts.host.close().await;
-    let _ = server.await;
+    let _ = http.await;
     while let Ok(event) = printed.try_recv() {
         context.output.event(&event);
     }
-    first.outcome()?;
+    first_start_result(first.outcome())?;
     closed?;
     if context.output.mode == crate::cli::OutputMode::Json {
         context.output.result(
@@ -924,74 +665,18 @@ pub fn human_event(event: &Event, _verbose: u8) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn status(states: &[(&str, EngineState, usize)]) -> LocalAiStatus {
-        let runtimes = states
-            .iter()
-            .map(|(id, state, models)| {
-                let mut engine: EngineStatus = serde_json::from_value(json!({
-                    "id": id, "url": "http://127.0.0.1:8080", "state": state.as_str(),
-                    "error": if *state == EngineState::Error {
-                        json!({"code": "LOCAL_AI_SERVER_NOT_READY", "message": "it died"})
-                    } else { serde_json::Value::Null },
-                }))
-                .unwrap();
-                engine.models = (0..*models)
-                    .map(|i| json!({"id": format!("m{i}")}))
-                    .collect();
-                engine
-            })
-            .collect();
-        LocalAiStatus { runtimes }
-    }
-
-    /// The first start is judged from the typed status: announce once everything is
-    /// ready and llama.cpp's models are known, or on the change after ready.
-    #[test]
-    fn the_host_is_announced_once_the_engines_are_ready() {
-        let mut watch = FirstStartWatch::new(true);
-        let starting = status(&[("llama.cpp", EngineState::Starting, 0)]);
-        assert_eq!(watch.observe(starting), Next::Wait);
-        let ready = status(&[("llama.cpp", EngineState::Ready, 0)]);
-        assert_eq!(watch.observe(ready.clone()), Next::Wait);
-        match watch.observe(ready) {
-            Next::Announce(Some(llama)) => assert_eq!(llama.id, "llama.cpp"),
-            other => panic!("{other:?}"),
-        }
-        // Announced once only; later changes (a crash) do not end the host.
-        let crashed = status(&[("llama.cpp", EngineState::Error, 1)]);
-        assert_eq!(watch.observe(crashed), Next::Wait);
-        assert!(watch.outcome().is_ok());
-
-        let mut watch = FirstStartWatch::new(true);
-        let known = status(&[("llama.cpp", EngineState::Ready, 1)]);
-        assert!(matches!(watch.observe(known), Next::Announce(Some(_))));
-
-        let mut watch = FirstStartWatch::new(false);
-        assert_eq!(
-            watch.observe(LocalAiStatus::default()),
-            Next::Announce(None)
-        );
-    }
-
-    /// A failed first start shuts the host down and is the exit; stopping while the
-    /// engines start is a cancellation naming their states.
+    /// A failed first start is the engine's error, with its own code and message; one
+    /// stopped while starting is a cancellation naming what was starting.
     #[test]
     fn a_failed_or_interrupted_first_start_is_the_exit() {
-        let mut watch = FirstStartWatch::new(true);
-        let failed = status(&[
-            ("llama.cpp", EngineState::Ready, 1),
-            ("ollama", EngineState::Error, 0),
-        ]);
-        assert_eq!(watch.observe(failed), Next::Shutdown);
-        let error = watch.outcome().unwrap_err();
+        let failed = json!({"code": "LOCAL_AI_SERVER_NOT_READY", "message": "it died"});
+        let error = first_start_result(Outcome::Failed(failed)).unwrap_err();
         assert_eq!(error.0.code(), codes::LOCAL_AI_SERVER_NOT_READY);
         assert_eq!(error.0.to_string(), "it died");
-
-        let mut watch = FirstStartWatch::new(true);
-        let loading = status(&[("llama.cpp", EngineState::Loading, 0)]);
-        assert_eq!(watch.observe(loading), Next::Wait);
-        let error = watch.outcome().unwrap_err();
+        let engines = json!({"llama.cpp": "loading"});
+        let error = first_start_result(Outcome::Cancelled(engines)).unwrap_err();
         assert_eq!(error.0.code(), codes::ARCANE_CANCELLED);
         assert_eq!(error.0.details()["engines"]["llama.cpp"], "loading");
+        assert!(first_start_result(Outcome::Started).is_ok());
     }
 }

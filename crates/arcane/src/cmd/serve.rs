@@ -624,6 +624,23 @@ fn load_config(workspace: &Path, args: &Args) -> Result<(Option<ConfigFile>, Pat
     let Some(path) = path else {
         return Ok((None, cwd));
     };
+    // The configuration decides what runs, where it listens and what it writes: one
+    // another user could have written is refused, as `.arcane` would be.
+    // (Anything but a regular file is refused by the read below.)
+    let regular = std::fs::metadata(&path).is_ok_and(|m| m.is_file());
+    if let (true, Ok(Err(untrusted))) = (regular, arcane_files::trust::check_path(&path)) {
+        return Err(CommandError::new(
+            codes::ARCANE_POLICY_DENIED,
+            format!(
+                "refusing the configuration file `{}`: {}",
+                path.display(),
+                untrusted.describe()
+            ),
+            json!({"path": path, "untrusted": untrusted.path, "owner": untrusted.owner, "mode": format!("{:04o}", untrusted.mode)}),
+        )
+        .hint(untrusted.fix())
+        .into());
+    }
     let text = arcane_files::read_regular_text(&path, 1 << 20).map_err(|e| {
         CommandError::usage(
             format!("cannot read the configuration file `{}`", path.display()),

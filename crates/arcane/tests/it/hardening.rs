@@ -111,3 +111,50 @@ fn a_bundle_without_a_manifest_has_one_problem() {
     let text = stdout(&out) + &stderr(&out);
     assert!(text.contains("(1 problem)"), "{text}");
 }
+
+/// Item 2: `arcane.toml` decides what runs, where it listens and what it writes; one
+/// another user wrote (or could have: its directory is writable by others) is refused
+/// before anything starts, naming the path and the fix.
+#[test]
+fn an_arcane_toml_another_user_controls_is_refused() {
+    let ws = TestWorkspace::new();
+    let config = ws.path().join("arcane.toml");
+    std::fs::write(
+        &config,
+        "[[engine]]\nruntime = \"llama.cpp\"\nargs = [\"-c\", \"512\"]\n",
+    )
+    .unwrap();
+    // Owned by another user (uid 65534).
+    std::os::unix::fs::chown(&config, Some(65534), None).unwrap();
+    let out = run(ws.arcane().args(["--output", "json", "serve"]));
+    assert!(!out.status.success());
+    let error = json(&out)["error"].clone();
+    assert_eq!(error["code"], "ARCANE_POLICY_DENIED", "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("uid 65534"),
+        "{error}"
+    );
+    // Ours, but in a workspace directory everyone may write to.
+    std::os::unix::fs::chown(&config, Some(0), None).unwrap();
+    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = run(ws.arcane().args(["--output", "json", "serve"]));
+    assert!(!out.status.success());
+    let error = json(&out)["error"].clone();
+    assert_eq!(error["code"], "ARCANE_POLICY_DENIED", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("writable by everyone"),
+        "{error}"
+    );
+    assert!(error["hints"].to_string().contains("chmod go-w"), "{error}");
+    // The same for `--config FILE`.
+    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = run(ws
+        .arcane()
+        .args(["--output", "json", "serve", "--config"])
+        .arg(&config));
+    assert_eq!(json(&out)["error"]["code"], "ARCANE_POLICY_DENIED");
+}
