@@ -2,10 +2,11 @@
 //! with a [`Lease`] until the answer is sent (the lease also measures the request).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hyper::StatusCode;
 use serde_json::Value;
+use tokio::time::Instant;
 
 use super::metrics::Metrics;
 use super::model::{Model, Phase};

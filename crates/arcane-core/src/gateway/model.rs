@@ -1,12 +1,14 @@
 //! One configured model: its phase (the one table of what may follow what is
 //! [`Phase::may_become`]), what it holds while loaded, its requests in flight and its
-//! idle clock.
+//! idle clock. Its clocks are tokio's (`tokio::time::Instant`), so a test with paused
+//! time drives the idle clock, the backoff and the waits alike.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::{KeepAlive, ModelSpec};
 use crate::localai::EngineHandle;

@@ -2,10 +2,11 @@
 //! and the idle clock of `keep_alive`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arcane_report::event_types;
 use serde_json::json;
+use tokio::time::Instant;
 
 use super::metrics::Metrics;
 use super::model::{Model, Phase};
