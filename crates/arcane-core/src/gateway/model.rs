@@ -68,6 +68,9 @@ pub(crate) struct Inner {
     pub handle: Option<Box<dyn EngineHandle>>,
     /// Requests holding a [`super::Lease`].
     pub in_flight: usize,
+    /// Requests waiting for the model to be ready: about to be in flight, so its idle
+    /// clock does not start (a `keep_alive` of 0 would unload it under them).
+    pub waiting: usize,
     /// When the last request ended (or the model became ready).
     pub last_used: Instant,
     /// Bumped by every new request: an idle timer from before it does nothing.
@@ -108,6 +111,7 @@ impl Model {
             inner: Mutex::new(Inner {
                 handle: None,
                 in_flight: 0,
+                waiting: 0,
                 last_used: Instant::now(),
                 idle_generation: 0,
                 keep_alive,
