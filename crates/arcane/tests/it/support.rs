@@ -259,3 +259,22 @@ impl TestWorkspace {
         self.redactions().apply(text)
     }
 }
+
+#[test]
+fn redactions_replace_what_varies_and_keep_what_a_test_named() {
+    let ws = TestWorkspace::new();
+    let text = format!(
+        "workspace `{}` held by pid 4242 on host `box` since 19:29:35Z ({}), see http://127.0.0.1:51234 and {}/arcane-xyz/file; \"pid\": 17, \"bootId\": \"0b7c6a52-8d8e-4c1e-9a51-0a7d1c2e3f40\"",
+        ws.path().display(),
+        "2026-12-01T19:29:35.123Z",
+        std::env::temp_dir().display().to_string().trim_end_matches('/'),
+    );
+    let redacted = ws
+        .redactions()
+        .text("pid 4242", "pid [HOLDER]")
+        .apply(&text);
+    assert_eq!(
+        redacted,
+        "workspace `[WORKSPACE]` held by pid [HOLDER] on host `[HOST]` since [TIME] ([TIME]), see http://127.0.0.1:[PORT] and [TMP]/file; \"pid\": [PID], \"bootId\": \"[UUID]\""
+    );
+}
