@@ -2,10 +2,11 @@
 //! with a [`Lease`] until the answer is sent (the lease also measures the request).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hyper::StatusCode;
 use serde_json::Value;
+use tokio::time::Instant;
 
 use super::metrics::Metrics;
 use super::model::{Model, Phase};
@@ -96,6 +97,38 @@ impl Drop for Lease {
     }
 }
 
+/// A request waiting in [`Gateway::acquire`]: counted in [`super::model::Inner::waiting`]
+/// until it is in flight or gives up (then, if it was the last, the idle clock starts).
+struct Waiting {
+    model: Arc<Model>,
+    gateway: Weak<Gateway>,
+}
+
+impl Waiting {
+    fn new(model: &Arc<Model>, gateway: Weak<Gateway>) -> Self {
+        model.lock().waiting += 1;
+        Self {
+            model: Arc::clone(model),
+            gateway,
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let idle = {
+            let mut inner = self.model.lock();
+            inner.waiting = inner.waiting.saturating_sub(1);
+            inner.waiting == 0 && inner.in_flight == 0
+        };
+        if idle && matches!(self.model.current(), Phase::Ready(_)) {
+            if let Some(gateway) = self.gateway.upgrade() {
+                gateway.schedule_idle(&self.model);
+            }
+        }
+    }
+}
+
 impl Gateway {
     /// Waits until `model` is ready and counts one request in flight on it.
     pub(super) async fn acquire(
@@ -103,6 +136,7 @@ impl Gateway {
         model: &Arc<Model>,
         keep_alive: Option<KeepAlive>,
     ) -> Result<Lease, NoRoute> {
+        let _waiting = Waiting::new(model, self.me.clone());
         let deadline = Instant::now() + model.spec.load_timeout + Duration::from_secs(30);
         let mut waited_on_load = false;
         loop {

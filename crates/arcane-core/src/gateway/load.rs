@@ -2,12 +2,13 @@
 //! that dies (a crash) or an external server that stops answering.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arcane_localai::ServerSnapshot;
 use arcane_report::{codes, error_json, event_types};
 use hyper::StatusCode;
 use serde_json::{json, Value};
+use tokio::time::Instant;
 
 use super::metrics::Metrics;
 use super::model::{Model, Phase};

@@ -56,6 +56,8 @@ mod model;
 mod placement;
 mod reload;
 mod service;
+#[cfg(test)]
+mod tests;
 
 pub use keep_alive::KeepAlive;
 use metrics::Metrics;

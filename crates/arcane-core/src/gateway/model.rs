@@ -1,12 +1,14 @@
 //! One configured model: its phase (the one table of what may follow what is
 //! [`Phase::may_become`]), what it holds while loaded, its requests in flight and its
-//! idle clock.
+//! idle clock. Its clocks are tokio's (`tokio::time::Instant`), so a test with paused
+//! time drives the idle clock, the backoff and the waits alike.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::{KeepAlive, ModelSpec};
 use crate::localai::EngineHandle;
@@ -66,6 +68,9 @@ pub(crate) struct Inner {
     pub handle: Option<Box<dyn EngineHandle>>,
     /// Requests holding a [`super::Lease`].
     pub in_flight: usize,
+    /// Requests waiting for the model to be ready: about to be in flight, so its idle
+    /// clock does not start (a `keep_alive` of 0 would unload it under them).
+    pub waiting: usize,
     /// When the last request ended (or the model became ready).
     pub last_used: Instant,
     /// Bumped by every new request: an idle timer from before it does nothing.
@@ -106,6 +111,7 @@ impl Model {
             inner: Mutex::new(Inner {
                 handle: None,
                 in_flight: 0,
+                waiting: 0,
                 last_used: Instant::now(),
                 idle_generation: 0,
                 keep_alive,

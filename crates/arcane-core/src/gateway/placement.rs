@@ -2,10 +2,11 @@
 //! and the idle clock of `keep_alive`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arcane_report::event_types;
 use serde_json::json;
+use tokio::time::Instant;
 
 use super::metrics::Metrics;
 use super::model::{Model, Phase};
@@ -157,7 +158,7 @@ impl Gateway {
     pub(super) fn schedule_idle(&self, model: &Arc<Model>) {
         let (generation, wait) = {
             let mut inner = model.lock();
-            if inner.in_flight > 0 {
+            if inner.in_flight > 0 || inner.waiting > 0 {
                 return;
             }
             let wait = match inner.keep_alive {
@@ -175,7 +176,7 @@ impl Gateway {
             tokio::time::sleep(wait).await;
             let still_idle = {
                 let inner = model.lock();
-                inner.idle_generation == generation && inner.in_flight == 0
+                inner.idle_generation == generation && inner.in_flight == 0 && inner.waiting == 0
             };
             if still_idle {
                 gateway.unload(&model, Reason::KeepAlive, None).await;

@@ -304,9 +304,12 @@ fn an_existing_out_directory_is_refused_and_left_untouched() {
         "{}",
         support::stdout(&output)
     );
-    assert_eq!(
-        support::json(&output)["error"]["code"],
-        "ARCANE_ALREADY_EXISTS"
+    insta::assert_snapshot!(
+        "bundle_build_existing_out_json",
+        workspace
+            .redactions()
+            .path(dir.path(), "[DIR]")
+            .json(&support::json(&output))
     );
     assert_eq!(
         std::fs::read(dir.path().join("out/keep")).unwrap(),
@@ -331,7 +334,9 @@ fn each_tampering_fails_with_its_code_naming_the_path_and_launch_starts_nothing(
             "{what}: expected {code} at {path:?}, found {found:?}"
         );
     };
-    let expect_launch_refused = |what: &str| {
+    // The whole refusal is compared with its snapshot where the case names one (the
+    // others name digests of the provisioned runtime, which vary).
+    let expect_launch_refused = |what: &str, snapshot: Option<&str>| {
         let output = support::run(
             real.launch()
                 .arg("launch")
@@ -349,6 +354,10 @@ fn each_tampering_fails_with_its_code_naming_the_path_and_launch_starts_nothing(
             "{what}: {}",
             support::stderr(&output)
         );
+        if let Some(name) = snapshot {
+            let redactions = real.workspace.redactions().path(real.dir.path(), "[DIR]");
+            insta::assert_snapshot!(name, redactions.apply(&support::stderr(&output)));
+        }
         assert!(
             !state_root.exists(),
             "{what}: launch created the state root after a failed verification"
@@ -362,7 +371,7 @@ fn each_tampering_fails_with_its_code_naming_the_path_and_launch_starts_nothing(
     // One flipped byte in the runtime, then in the model.
     flip_byte(&real.path(&runtime), 4096);
     expect("runtime byte", "BUNDLE_HASH_MISMATCH", Some(&runtime));
-    expect_launch_refused("runtime byte");
+    expect_launch_refused("runtime byte", None);
     flip_byte(&real.path(&runtime), 4096);
     clean("runtime byte");
     flip_byte(&real.path(&model), 1_000_000);
@@ -396,7 +405,7 @@ fn each_tampering_fails_with_its_code_naming_the_path_and_launch_starts_nothing(
     // An added file.
     std::fs::write(real.path("app/evil.js"), b"alert(1)").unwrap();
     expect("added file", "BUNDLE_UNLISTED", Some("app/evil.js"));
-    expect_launch_refused("added file");
+    expect_launch_refused("added file", Some("bundle_launch_unlisted_file"));
     std::fs::remove_file(real.path("app/evil.js")).unwrap();
 
     // A symlink swapped in for a shared library.
@@ -404,7 +413,7 @@ fn each_tampering_fails_with_its_code_naming_the_path_and_launch_starts_nothing(
     std::fs::rename(real.path(&library), &saved).unwrap();
     std::os::unix::fs::symlink(&saved, real.path(&library)).unwrap();
     expect("symlink", "BUNDLE_SYMLINK", Some(&library));
-    expect_launch_refused("symlink");
+    expect_launch_refused("symlink", Some("bundle_launch_symlinked_library"));
     std::fs::remove_file(real.path(&library)).unwrap();
     std::fs::rename(&saved, real.path(&library)).unwrap();
 

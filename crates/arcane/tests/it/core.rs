@@ -1130,13 +1130,19 @@ fn usage_errors_are_json_under_machine_output_modes() {
             .arcane()
             .args(["--output", "json", "model", "lis"]),
     );
-    assert!(support::json(&output)["error"]["hints"]
-        .to_string()
-        .contains("`list`"));
+    assert_eq!(output.status.code(), Some(2));
+    // The whole error, with its hint naming `list`.
+    insta::assert_snapshot!(
+        "usage_error_misspelt_subcommand_json",
+        workspace.redactions().json(&support::json(&output))
+    );
     let output = support::run(workspace.arcane().args(["model", "lis"]));
     assert_eq!(output.status.code(), Some(2));
     assert!(output.stdout.is_empty());
-    assert!(support::stderr(&output).contains("unrecognized subcommand"));
+    insta::assert_snapshot!(
+        "usage_error_misspelt_subcommand",
+        workspace.redact(&support::stderr(&output))
+    );
 }
 
 #[test]

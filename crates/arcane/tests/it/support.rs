@@ -168,3 +168,126 @@ pub fn env_path(name: &str) -> Option<PathBuf> {
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
 }
+
+/// What differs from run to run in the CLI's output, replaced by placeholders so the
+/// whole output can be compared with a committed snapshot (`insta`): the paths of the
+/// test's temporary directories, of the binary and of the repository, pids, loopback
+/// ports, timestamps, boot ids and nonces (UUIDs) and the host name. Values a test
+/// knows (the holder's pid and host) get their own placeholder first, so the snapshot
+/// still says *which* pid is named.
+pub struct Redactions {
+    /// Exact text and its placeholder, longest first when applied.
+    exact: Vec<(String, String)>,
+}
+
+impl Redactions {
+    /// The binary's and the repository's paths; add the test's own paths and values.
+    pub fn new() -> Self {
+        let repository = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        Self { exact: Vec::new() }
+            .text(arcane_bin().display().to_string(), "[ARCANE]")
+            .path(&repository, "[REPO]")
+    }
+
+    /// `path` (and its canonical form) becomes `placeholder`.
+    pub fn path(mut self, path: &Path, placeholder: &str) -> Self {
+        if let Ok(canonical) = std::fs::canonicalize(path) {
+            self = self.text(canonical.display().to_string(), placeholder);
+        }
+        self.text(path.display().to_string(), placeholder)
+    }
+
+    /// `text` becomes `placeholder`.
+    pub fn text(mut self, text: impl Into<String>, placeholder: &str) -> Self {
+        let text = text.into();
+        if !text.is_empty() {
+            self.exact.push((text, placeholder.to_string()));
+        }
+        self
+    }
+
+    /// `text` with every redaction applied.
+    pub fn apply(&self, text: &str) -> String {
+        let mut exact = self.exact.clone();
+        exact.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
+        let mut text = text.to_string();
+        for (from, to) in &exact {
+            text = text.replace(from.as_str(), to);
+        }
+        let temp = regex::escape(
+            std::env::temp_dir()
+                .display()
+                .to_string()
+                .trim_end_matches('/'),
+        );
+        let patterns = [
+            // Other temporary directories (their names are random); what is inside stays.
+            (format!(r"{temp}/[A-Za-z0-9._-]+"), "[TMP]"),
+            (
+                r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})".into(),
+                "[TIME]",
+            ),
+            // A time of day (`since 19:29:35Z`).
+            (r"\b\d{2}:\d{2}:\d{2}Z".into(), "[TIME]"),
+            // The host name, where the output names one (a short name such as `vm`
+            // could not be replaced as plain text); a placeholder stays.
+            (r"\bhost `[^`\[][^`]*`".into(), "host `[HOST]`"),
+            (
+                r#""hostname": ?"[^"\[][^"]*""#.into(),
+                r#""hostname": "[HOST]""#,
+            ),
+            (
+                r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}".into(),
+                "[UUID]",
+            ),
+            (r"(?i)\b(pid) \d+".into(), "$1 [PID]"),
+            (r#"("[A-Za-z]*(?:pid|Pid)": ?)\d+"#.into(), "$1[PID]"),
+            (
+                r"((?:127\.0\.0\.1|localhost|\[::1\]):)\d+".into(),
+                "$1[PORT]",
+            ),
+            (r#"("port": ?)\d+"#.into(), "$1[PORT]"),
+        ];
+        for (pattern, replacement) in patterns {
+            let pattern = regex::Regex::new(&pattern).expect("a valid redaction pattern");
+            text = pattern.replace_all(&text, replacement).into_owned();
+        }
+        text
+    }
+
+    /// `value` as pretty JSON, redacted.
+    pub fn json(&self, value: &serde_json::Value) -> String {
+        self.apply(&serde_json::to_string_pretty(value).expect("JSON prints"))
+    }
+}
+
+impl TestWorkspace {
+    /// The usual redactions of a test on this workspace (its path is `[WORKSPACE]`).
+    pub fn redactions(&self) -> Redactions {
+        Redactions::new().path(self.path(), "[WORKSPACE]")
+    }
+
+    /// `text` (CLI output) with this workspace's redactions.
+    pub fn redact(&self, text: &str) -> String {
+        self.redactions().apply(text)
+    }
+}
+
+#[test]
+fn redactions_replace_what_varies_and_keep_what_a_test_named() {
+    let ws = TestWorkspace::new();
+    let text = format!(
+        "workspace `{}` held by pid 4242 on host `box` since 19:29:35Z ({}), see http://127.0.0.1:51234 and {}/arcane-xyz/file; \"pid\": 17, \"bootId\": \"0b7c6a52-8d8e-4c1e-9a51-0a7d1c2e3f40\"",
+        ws.path().display(),
+        "2026-12-01T19:29:35.123Z",
+        std::env::temp_dir().display().to_string().trim_end_matches('/'),
+    );
+    let redacted = ws
+        .redactions()
+        .text("pid 4242", "pid [HOLDER]")
+        .apply(&text);
+    assert_eq!(
+        redacted,
+        "workspace `[WORKSPACE]` held by pid [HOLDER] on host `[HOST]` since [TIME] ([TIME]), see http://127.0.0.1:[PORT] and [TMP]/file; \"pid\": [PID], \"bootId\": \"[UUID]\""
+    );
+}

@@ -1,0 +1,692 @@
+//! The gateway's placement, eviction, shared loads, failures and keep-alive, tested
+//! with a fake launcher: no process runs, so each test is fast and decides exactly
+//! when a launch ends and how.
+//!
+//! The fake's handles record every launch and stop in one shared log (the order
+//! matters: an eviction stops its victim before the next launch). A launch can be
+//! held until the test releases it (a gate), and can be told to fail. The engine's
+//! address is never connected to: requests are routed through the gateway's own
+//! [`Upstream::route`], whose [`Route`] holds the request in flight until dropped.
+//!
+//! Time is tokio's paused clock: the gateway's timers and clocks are tokio's, so
+//! `advance` moves the idle clock and the backoff, and a bounded wait whose bound
+//! passes fails at once instead of hanging. [`settle`] lets every other task run until
+//! each waits for something (paused time moves only when nothing else can run), so
+//! "nothing happened" is checked after everything that could happen did.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arcane_localai::{ServerSnapshot, ServerState, StateObserver};
+use arcane_report::{codes, CancelToken, Event, EventSink};
+use hyper::StatusCode;
+use serde_json::{json, Value};
+use tokio::sync::{watch, Semaphore};
+
+use super::*;
+use crate::host::{AppInfo, Host};
+use arcane_localai::Engine;
+
+/// Long enough that no test's wait reaches it unless the test means it to.
+const LOAD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The bound of every wait on the gateway's state (virtual time).
+const WAIT: Duration = Duration::from_secs(600);
+
+/// More launches of one model than any test makes: a load loop.
+const MAX_LAUNCHES: usize = 10;
+
+/// What the fake's launches did, in order (`launch a`, `stop a`), shared by every
+/// model of a test.
+#[derive(Default)]
+struct Log {
+    entries: watch::Sender<Vec<String>>,
+}
+
+impl Log {
+    fn push(&self, entry: String) {
+        self.entries.send_modify(|entries| entries.push(entry));
+    }
+
+    fn entries(&self) -> Vec<String> {
+        self.entries.borrow().clone()
+    }
+
+    fn count(&self, entry: &str) -> usize {
+        self.entries.borrow().iter().filter(|e| *e == entry).count()
+    }
+
+    /// Waits (bounded) until `entry` has been logged `times` times.
+    async fn wait_for(&self, entry: &str, times: usize) {
+        let mut entries = self.entries.subscribe();
+        let seen = tokio::time::timeout(
+            WAIT,
+            entries.wait_for(|e| e.iter().filter(|x| *x == entry).count() >= times),
+        )
+        .await
+        .is_ok_and(|seen| seen.is_ok());
+        assert!(
+            seen,
+            "`{entry}` was not logged {times} time(s): {:?}",
+            self.entries()
+        );
+    }
+}
+
+/// How the fake's next launch ends.
+#[derive(Clone, Debug)]
+enum Outcome {
+    Ready,
+    Fail(&'static str),
+}
+
+/// A launcher that starts nothing: see the module documentation.
+struct FakeLauncher {
+    id: String,
+    log: Arc<Log>,
+    outcome: Mutex<Outcome>,
+    /// `Some`: each launch waits for one permit (the test adds them).
+    gate: Option<Arc<Semaphore>>,
+    /// The observer of the last launch (to report a crash).
+    observer: Mutex<Option<StateObserver>>,
+}
+
+impl FakeLauncher {
+    fn snapshot(id: &str, state: ServerState) -> ServerSnapshot {
+        let mut snapshot = ServerSnapshot::new(id, "llama.cpp", "http://127.0.0.1:9");
+        snapshot.available = state == ServerState::Ready;
+        snapshot.state = state;
+        snapshot
+    }
+}
+
+impl EngineLauncher for FakeLauncher {
+    fn runtime(&self) -> Engine {
+        Engine::LlamaCpp
+    }
+
+    fn url(&self) -> String {
+        "http://127.0.0.1:9".into()
+    }
+
+    fn launch(
+        &self,
+        _events: Arc<dyn EventSink>,
+        observer: StateObserver,
+        _cancel: CancelToken,
+    ) -> BoxFuture<'static, Result<Box<dyn EngineHandle>, BoxError>> {
+        *self.observer.lock().unwrap_or_else(|p| p.into_inner()) = Some(observer);
+        let (id, log, gate) = (self.id.clone(), Arc::clone(&self.log), self.gate.clone());
+        let outcome = self
+            .outcome
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        Box::pin(async move {
+            log.push(format!("launch {id}"));
+            // A gateway that loads again and again would never let paused time move
+            // (so no bounded wait would end): it fails here instead.
+            if log.count(&format!("launch {id}")) > MAX_LAUNCHES {
+                return Err(Box::new(Error::Remote {
+                    code: codes::LOCAL_AI_SERVER_FAILED.into(),
+                    message: format!("`{id}` was launched more than {MAX_LAUNCHES} times"),
+                    details: json!({}),
+                    hints: Vec::new(),
+                }) as BoxError);
+            }
+            if let Some(gate) = gate {
+                gate.acquire().await.expect("the gate stays open").forget();
+            }
+            match outcome {
+                Outcome::Ready => Ok(Box::new(FakeHandle { id, log }) as Box<dyn EngineHandle>),
+                Outcome::Fail(message) => Err(Box::new(Error::Remote {
+                    code: codes::LOCAL_AI_SERVER_FAILED.into(),
+                    message: message.into(),
+                    details: json!({"model": id}),
+                    hints: Vec::new(),
+                }) as BoxError),
+            }
+        })
+    }
+}
+
+/// A running fake engine: its stop is logged.
+struct FakeHandle {
+    id: String,
+    log: Arc<Log>,
+}
+
+impl EngineHandle for FakeHandle {
+    fn snapshot(&self) -> ServerSnapshot {
+        FakeLauncher::snapshot(&self.id, ServerState::Ready)
+    }
+
+    fn stop(self: Box<Self>) -> BoxFuture<'static, Result<(), BoxError>> {
+        self.log.push(format!("stop {}", self.id));
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// One model of a test: its id, memory need and keep-alive.
+struct Spec {
+    id: &'static str,
+    memory: u64,
+    keep_alive: KeepAlive,
+}
+
+fn model(id: &'static str) -> Spec {
+    Spec {
+        id,
+        memory: 0,
+        keep_alive: KeepAlive::default(),
+    }
+}
+
+/// A started gateway over fake launchers, all on device `cpu`.
+struct Rig {
+    gateway: Arc<Gateway>,
+    _host: Host,
+    log: Arc<Log>,
+    launchers: HashMap<&'static str, Arc<FakeLauncher>>,
+    events: Arc<Mutex<Vec<Event>>>,
+}
+
+impl Rig {
+    fn new(specs: Vec<Spec>, limit: DeviceLimit) -> Self {
+        Self::with_gate(specs, limit, None)
+    }
+
+    /// Every launch waits for a permit of `gate`.
+    fn with_gate(specs: Vec<Spec>, limit: DeviceLimit, gate: Option<Arc<Semaphore>>) -> Self {
+        let log = Arc::new(Log::default());
+        let mut launchers = HashMap::new();
+        let mut models = Vec::new();
+        for spec in specs {
+            let launcher = Arc::new(FakeLauncher {
+                id: spec.id.into(),
+                log: Arc::clone(&log),
+                outcome: Mutex::new(Outcome::Ready),
+                gate: gate.clone(),
+                observer: Mutex::new(None),
+            });
+            launchers.insert(spec.id, Arc::clone(&launcher));
+            models.push(ModelSpec {
+                id: spec.id.into(),
+                aliases: Vec::new(),
+                launcher,
+                device: "cpu".into(),
+                keep_alive: spec.keep_alive,
+                load_on_start: false,
+                external: false,
+                answers_as_id: true,
+                reachable_without_token: false,
+                memory: spec.memory,
+                load_timeout: LOAD_TIMEOUT,
+                fingerprint: spec.id.into(),
+            });
+        }
+        let gateway = Gateway::new(models, HashMap::from([("cpu".to_string(), limit)]));
+        let events: Arc<Mutex<Vec<Event>>> = Arc::default();
+        let seen = Arc::clone(&events);
+        let observer =
+            move |event: Event| seen.lock().unwrap_or_else(|p| p.into_inner()).push(event);
+        let host = Host::builder(AppInfo::default())
+            .observer(Arc::new(observer))
+            .service(Arc::clone(&gateway) as Arc<dyn Service>)
+            .expect("the gateway registers")
+            .build();
+        host.start();
+        Self {
+            gateway,
+            _host: host,
+            log,
+            launchers,
+            events,
+        }
+    }
+
+    /// Routes a request for `id` (waiting for its load); panics when refused.
+    async fn route(&self, id: &str) -> Route {
+        self.route_with(id, None).await
+    }
+
+    async fn route_with(&self, id: &str, keep_alive: Option<Value>) -> Route {
+        match self.ask(id, keep_alive).await {
+            Ok(route) => route,
+            Err(refused) => panic!("`{id}` was refused: {} {}", refused.status, refused.body),
+        }
+    }
+
+    /// Routes a request for `id` that must be refused.
+    async fn refused(&self, id: &str) -> NoRoute {
+        match self.ask(id, None).await {
+            Ok(_) => panic!("`{id}` was routed"),
+            Err(refused) => refused,
+        }
+    }
+
+    async fn ask(&self, id: &str, keep_alive: Option<Value>) -> Result<Route, NoRoute> {
+        let request = RouteRequest {
+            model: Some(id.into()),
+            keep_alive,
+        };
+        tokio::time::timeout(WAIT, self.gateway.route(request))
+            .await
+            .unwrap_or_else(|_| panic!("routing `{id}` did not end"))
+    }
+
+    /// A request for `id`, routed in the background.
+    fn spawn_route(&self, id: &'static str) -> tokio::task::JoinHandle<Result<Route, NoRoute>> {
+        let gateway = Arc::clone(&self.gateway);
+        tokio::spawn(async move {
+            let request = RouteRequest {
+                model: Some(id.into()),
+                keep_alive: None,
+            };
+            gateway.route(request).await
+        })
+    }
+
+    /// The `models.list` row of `id`.
+    fn row(&self, id: &str) -> Value {
+        self.gateway
+            .rows()
+            .into_iter()
+            .find(|row| row["id"] == id)
+            .unwrap_or_else(|| panic!("no row for `{id}`"))
+    }
+
+    /// The state of each model, in configuration order.
+    fn states(&self) -> Vec<(String, String)> {
+        self.gateway
+            .rows()
+            .iter()
+            .map(|row| {
+                let field = |key: &str| row[key].as_str().unwrap_or_default().to_string();
+                (field("id"), field("state"))
+            })
+            .collect()
+    }
+
+    /// Waits (bounded) until `id` is in `state`.
+    async fn until_state(&self, id: &str, state: &str) {
+        let model = self
+            .gateway
+            .models()
+            .into_iter()
+            .find(|m| m.spec.id == id)
+            .unwrap_or_else(|| panic!("no model `{id}`"));
+        let mut phase = model.phase.subscribe();
+        let reached = tokio::time::timeout(WAIT, phase.wait_for(|p| p.name() == state))
+            .await
+            .is_ok_and(|reached| reached.is_ok());
+        assert!(reached, "`{id}` never became {state}: {}", self.row(id));
+    }
+
+    /// The data of every event of `kind` so far.
+    fn events(&self, kind: &str) -> Vec<Value> {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|e| e.kind == kind)
+            .map(|e| e.data.clone())
+            .collect()
+    }
+
+    fn fail_next_launches(&self, id: &str, message: &'static str) {
+        *self.launchers[id]
+            .outcome
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Outcome::Fail(message);
+    }
+
+    fn succeed_next_launches(&self, id: &str) {
+        *self.launchers[id]
+            .outcome
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Outcome::Ready;
+    }
+}
+
+/// Lets every other task run until each waits (see the module documentation).
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
+
+fn max_loaded(max: usize) -> DeviceLimit {
+    DeviceLimit {
+        max_loaded: Some(max),
+        memory: None,
+    }
+}
+
+fn budget(bytes: u64) -> DeviceLimit {
+    DeviceLimit {
+        max_loaded: None,
+        memory: Some(bytes),
+    }
+}
+
+fn log(entries: &[&str]) -> Vec<String> {
+    entries.iter().map(|e| e.to_string()).collect()
+}
+
+fn state(id: &str, state: &str) -> (String, String) {
+    (id.into(), state.into())
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_one_slot_loading_b_evicts_idle_a_first() {
+    let rig = Rig::new(vec![model("a"), model("b")], max_loaded(1));
+    drop(rig.route("a").await);
+    drop(rig.route("b").await);
+    // A is stopped before B starts: the device never holds two.
+    assert_eq!(rig.log.entries(), log(&["launch a", "stop a", "launch b"]));
+    assert_eq!(rig.states(), [state("a", "unloaded"), state("b", "ready")]);
+    assert_eq!(
+        rig.events("local-ai.model.evicted"),
+        [json!({"model": "a", "device": "cpu", "for": "b"})]
+    );
+    // Back to A: B is evicted in turn, and A is launched a second time.
+    drop(rig.route("a").await);
+    assert_eq!(
+        rig.log.entries(),
+        log(&["launch a", "stop a", "launch b", "stop b", "launch a"])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn eviction_picks_the_least_recently_used_idle_model() {
+    let rig = Rig::new(vec![model("a"), model("b"), model("c")], max_loaded(2));
+    drop(rig.route("a").await);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    drop(rig.route("b").await);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    // A was loaded first but used last.
+    drop(rig.route("a").await);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    drop(rig.route("c").await);
+    assert_eq!(
+        rig.log.entries(),
+        log(&["launch a", "launch b", "stop b", "launch c"])
+    );
+    assert_eq!(
+        rig.states(),
+        [
+            state("a", "ready"),
+            state("b", "unloaded"),
+            state("c", "ready")
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_model_with_a_request_in_flight_is_not_evicted_the_load_waits_for_it() {
+    let rig = Rig::new(vec![model("a"), model("b")], max_loaded(1));
+    let held = rig.route("a").await;
+    let b = rig.spawn_route("b");
+    settle().await;
+    // Half the load timeout later, B still waits and A still answers.
+    tokio::time::advance(LOAD_TIMEOUT / 2).await;
+    settle().await;
+    assert!(!b.is_finished());
+    assert_eq!(rig.log.entries(), log(&["launch a"]));
+    assert_eq!(rig.row("a")["inFlight"], 1);
+    assert_eq!(rig.states(), [state("a", "ready"), state("b", "unloaded")]);
+    // A's request ends: A is evicted and B loads.
+    drop(held);
+    let routed = tokio::time::timeout(WAIT, b).await.expect("B's load ended");
+    assert!(matches!(routed, Ok(Ok(_))), "B was not routed");
+    assert_eq!(rig.log.entries(), log(&["launch a", "stop a", "launch b"]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_load_that_waits_too_long_for_a_busy_device_fails_naming_the_holder() {
+    let rig = Rig::new(vec![model("a"), model("b")], max_loaded(1));
+    let _held = rig.route("a").await;
+    let refused = rig.refused("b").await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.retry_after, Some(5));
+    assert_eq!(refused.body["error"]["code"], codes::ARCANE_IN_USE);
+    assert_eq!(
+        refused.body["error"]["message"],
+        "device `cpu` is full and busy: `a` (1 in flight, ready) hold it; `b` cannot load until one is idle"
+    );
+    // A was never touched; B never launched.
+    assert_eq!(rig.log.entries(), log(&["launch a"]));
+    assert_eq!(rig.states(), [state("a", "ready"), state("b", "unloaded")]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_memory_budget_evicts_the_least_recently_used_like_max_loaded() {
+    let sized = |id, memory| Spec {
+        memory,
+        ..model(id)
+    };
+    let rig = Rig::new(
+        vec![sized("a", 4), sized("b", 4), sized("c", 4)],
+        budget(10),
+    );
+    drop(rig.route("a").await);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    drop(rig.route("b").await);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    // 4 + 4 fit in 10; a third 4 does not: A, the least recently used, goes.
+    drop(rig.route("c").await);
+    assert_eq!(
+        rig.log.entries(),
+        log(&["launch a", "launch b", "stop a", "launch c"])
+    );
+    assert_eq!(
+        rig.states(),
+        [
+            state("a", "unloaded"),
+            state("b", "ready"),
+            state("c", "ready")
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_model_bigger_than_the_budget_is_refused_naming_both() {
+    let rig = Rig::new(
+        vec![
+            Spec {
+                memory: 4,
+                ..model("small")
+            },
+            Spec {
+                memory: 11,
+                ..model("big")
+            },
+        ],
+        budget(10),
+    );
+    drop(rig.route("small").await);
+    let refused = rig.refused("big").await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.body["error"]["code"], codes::ARCANE_IN_USE);
+    assert_eq!(
+        refused.body["error"]["message"],
+        "`big` needs 11 bytes, more than device `cpu`'s budget of 10"
+    );
+    // Nothing was evicted for a load that could never fit.
+    assert_eq!(rig.log.entries(), log(&["launch small"]));
+    assert_eq!(
+        rig.states(),
+        [state("small", "ready"), state("big", "unloaded")]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_requests_for_a_cold_model_share_one_launch() {
+    let gate = Arc::new(Semaphore::new(0));
+    let rig = Rig::with_gate(vec![model("a")], max_loaded(1), Some(Arc::clone(&gate)));
+    let waiting: Vec<_> = (0..5).map(|_| rig.spawn_route("a")).collect();
+    rig.log.wait_for("launch a", 1).await;
+    settle().await;
+    assert_eq!(rig.states(), [state("a", "loading")]);
+    gate.add_permits(1);
+    let mut routes = Vec::new();
+    for task in waiting {
+        match tokio::time::timeout(WAIT, task).await {
+            Ok(Ok(Ok(route))) => routes.push(route),
+            _ => panic!("a request for `a` was not routed"),
+        }
+    }
+    assert_eq!(rig.log.entries(), log(&["launch a"]));
+    assert_eq!(rig.row("a")["inFlight"], 5);
+    assert_eq!(rig.events("local-ai.model.loading").len(), 1);
+    drop(routes);
+    assert_eq!(rig.row("a")["inFlight"], 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_launch_answers_every_waiter_and_holds_back_the_next_load() {
+    let gate = Arc::new(Semaphore::new(0));
+    let rig = Rig::with_gate(vec![model("a")], max_loaded(1), Some(Arc::clone(&gate)));
+    rig.fail_next_launches("a", "the engine exploded");
+    let waiting: Vec<_> = (0..3).map(|_| rig.spawn_route("a")).collect();
+    rig.log.wait_for("launch a", 1).await;
+    gate.add_permits(1);
+    for task in waiting {
+        let Ok(Ok(Err(refused))) = tokio::time::timeout(WAIT, task).await else {
+            panic!("a request for `a` was routed");
+        };
+        assert_eq!(refused.status, StatusCode::BAD_GATEWAY);
+        assert_eq!(refused.body["error"]["code"], codes::LOCAL_AI_SERVER_FAILED);
+        assert_eq!(refused.body["error"]["message"], "the engine exploded");
+    }
+    assert_eq!(rig.states(), [state("a", "failed")]);
+    assert_eq!(rig.row("a")["lastError"]["message"], "the engine exploded");
+    // The next request right after is refused with the error and a Retry-After, and
+    // does not launch again.
+    rig.succeed_next_launches("a");
+    let refused = rig.refused("a").await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.retry_after, Some(1));
+    assert_eq!(refused.body["error"]["message"], "the engine exploded");
+    assert_eq!(rig.log.count("launch a"), 1);
+    // Once the backoff (1 s) has passed, a request loads it again.
+    tokio::time::advance(Duration::from_millis(1001)).await;
+    gate.add_permits(1);
+    drop(rig.route("a").await);
+    assert_eq!(rig.log.count("launch a"), 2);
+    assert_eq!(rig.states(), [state("a", "ready")]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn keep_alive_zero_unloads_once_the_request_has_finished() {
+    let rig = Rig::new(
+        vec![Spec {
+            keep_alive: KeepAlive::AfterEachRequest,
+            ..model("a")
+        }],
+        max_loaded(1),
+    );
+    // The request that loads the model is counted before the idle clock can see it
+    // idle: one launch, not a load that unloads under it (and again, and again).
+    let held = rig.route("a").await;
+    settle().await;
+    assert_eq!(
+        rig.log.entries(),
+        log(&["launch a"]),
+        "unloaded mid-request"
+    );
+    drop(held);
+    rig.until_state("a", "unloaded").await;
+    assert_eq!(rig.log.entries(), log(&["launch a", "stop a"]));
+    assert_eq!(
+        rig.events("local-ai.model.unloaded"),
+        [json!({"model": "a", "device": "cpu", "reason": "keep-alive"})]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_that_gives_up_during_the_load_leaves_the_model_to_its_idle_clock() {
+    let gate = Arc::new(Semaphore::new(0));
+    let rig = Rig::with_gate(
+        vec![Spec {
+            keep_alive: KeepAlive::AfterEachRequest,
+            ..model("a")
+        }],
+        max_loaded(1),
+        Some(Arc::clone(&gate)),
+    );
+    let request = rig.spawn_route("a");
+    rig.log.wait_for("launch a", 1).await;
+    // The client goes away while the engine starts.
+    request.abort();
+    assert!(request.await.is_err_and(|e| e.is_cancelled()));
+    gate.add_permits(1);
+    // Nobody is waiting for it any more: it unloads instead of staying loaded forever.
+    rig.until_state("a", "unloaded").await;
+    assert_eq!(rig.log.entries(), log(&["launch a", "stop a"]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_keep_alive_of_zero_overrides_the_configured_one() {
+    let rig = Rig::new(vec![model("a")], max_loaded(1));
+    drop(rig.route_with("a", Some(json!(0))).await);
+    rig.until_state("a", "unloaded").await;
+    assert_eq!(rig.log.entries(), log(&["launch a", "stop a"]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn keep_alive_unloads_after_its_idle_time_and_a_request_restarts_the_clock() {
+    let rig = Rig::new(
+        vec![Spec {
+            keep_alive: KeepAlive::For(Duration::from_secs(300)),
+            ..model("a")
+        }],
+        max_loaded(1),
+    );
+    drop(rig.route("a").await);
+    tokio::time::advance(Duration::from_secs(200)).await;
+    drop(rig.route("a").await);
+    // 400 s after the first request, 200 s after the second: still loaded.
+    tokio::time::advance(Duration::from_secs(200)).await;
+    settle().await;
+    assert_eq!(rig.states(), [state("a", "ready")]);
+    tokio::time::advance(Duration::from_secs(101)).await;
+    rig.until_state("a", "unloaded").await;
+    assert_eq!(rig.log.entries(), log(&["launch a", "stop a"]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn keep_alive_minus_one_never_unloads() {
+    let rig = Rig::new(
+        vec![Spec {
+            keep_alive: KeepAlive::Never,
+            ..model("a")
+        }],
+        max_loaded(1),
+    );
+    drop(rig.route("a").await);
+    tokio::time::advance(Duration::from_secs(30 * 24 * 3600)).await;
+    settle().await;
+    assert_eq!(rig.states(), [state("a", "ready")]);
+    assert_eq!(rig.log.entries(), log(&["launch a"]));
+    assert_eq!(rig.row("a")["unloadsIn"], Value::Null);
+    assert_eq!(rig.row("a")["keepAlive"], -1.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_engine_that_dies_leaves_its_model_unloaded_and_the_next_request_reloads_it() {
+    let rig = Rig::new(vec![model("a")], max_loaded(1));
+    drop(rig.route("a").await);
+    let observer = rig.launchers["a"]
+        .observer
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+        .expect("the launch got an observer");
+    observer(&FakeLauncher::snapshot("a", ServerState::Error));
+    assert_eq!(rig.states(), [state("a", "unloaded")]);
+    assert_eq!(rig.row("a")["crashes"], 1);
+    drop(rig.route("a").await);
+    assert_eq!(rig.log.count("launch a"), 2);
+    assert_eq!(rig.states(), [state("a", "ready")]);
+}
