@@ -130,6 +130,54 @@ pub fn check_path(path: &Path) -> std::io::Result<Result<(), Untrusted>> {
     Ok(Ok(()))
 }
 
+/// Checks everything a program will run or load before it starts: the program
+/// ([`check_path`]), each directory its loader is pointed at (`library_dirs`: a
+/// runtime's own library directories) and every shared library in them (`*.so*`, links
+/// followed). A library directory that does not exist holds nothing to load.
+pub fn check_program(
+    program: &Path,
+    library_dirs: &[PathBuf],
+) -> std::io::Result<Result<(), Untrusted>> {
+    if let Err(untrusted) = check_path(program)? {
+        return Ok(Err(untrusted));
+    }
+    for dir in library_dirs {
+        match check_library_dir(dir) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            other => {
+                if let Err(untrusted) = other? {
+                    return Ok(Err(untrusted));
+                }
+            }
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// A library directory and the shared libraries in it (see [`check_program`]).
+pub fn check_library_dir(dir: &Path) -> std::io::Result<Result<(), Untrusted>> {
+    if let Err(untrusted) = check_path(dir)? {
+        return Ok(Err(untrusted));
+    }
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let is_library = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.contains(".so"));
+        if !is_library {
+            continue;
+        }
+        match check_path(&path) {
+            Ok(Err(untrusted)) => return Ok(Err(untrusted)),
+            // A dangling link loads nothing.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            other => other?.unwrap_or(()),
+        }
+    }
+    Ok(Ok(()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,6 +213,28 @@ mod tests {
                 check_owner_and_mode(&file, &std::fs::metadata(&file).unwrap()).unwrap_err();
             assert_eq!(error.problem, Problem::OwnedByOther);
             assert_eq!(error.owner, 65534);
+        }
+    }
+
+    #[test]
+    fn a_library_beside_the_program_that_another_user_owns_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = dir.path().join("llama-server");
+        std::fs::write(&program, b"#!/bin/sh\n").unwrap();
+        chmod(&program, 0o755);
+        chmod(dir.path(), 0o755);
+        let library = dir.path().join("libggml-cpu.so.0");
+        std::fs::write(&library, b"\x7fELF").unwrap();
+        chmod(&library, 0o644);
+        let dirs = vec![dir.path().to_path_buf(), dir.path().join("missing")];
+        assert_eq!(check_program(&program, &dirs).unwrap(), Ok(()));
+        chmod(&library, 0o666);
+        let error = check_program(&program, &dirs).unwrap().unwrap_err();
+        assert_eq!(error.path, std::fs::canonicalize(&library).unwrap());
+        chmod(&library, 0o644);
+        if current_uid() == 0 && std::os::unix::fs::chown(&library, Some(65534), None).is_ok() {
+            let error = check_program(&program, &dirs).unwrap().unwrap_err();
+            assert_eq!(error.problem, Problem::OwnedByOther);
         }
     }
 

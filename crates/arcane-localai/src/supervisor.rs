@@ -801,28 +801,21 @@ impl Context {
         execution: Option<Value>,
     ) -> Result<Running, Error> {
         // Never run a program (or load libraries) another user could have swapped
-        // (StrictModes).
-        let trusted = std::iter::once(executable)
-            .chain(self.config.library_dirs.iter().map(PathBuf::as_path));
-        for path in trusted {
-            match arcane_files::trust::check_executable(path) {
-                Ok(Ok(())) => {}
-                Ok(Err(untrusted)) => {
-                    return Err(Error::Untrusted {
-                        executable: executable.to_path_buf(),
-                        detail: untrusted.describe(),
-                        fix: untrusted.fix(),
-                    })
-                }
-                // A library directory that does not exist holds nothing to load.
-                Err(source)
-                    if path != executable && source.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    return Err(Error::Spawn {
-                        executable: path.to_path_buf(),
-                        source,
-                    })
-                }
+        // (StrictModes): the program, its library directories and the libraries in them.
+        match arcane_files::trust::check_program(executable, &self.config.library_dirs) {
+            Ok(Ok(())) => {}
+            Ok(Err(untrusted)) => {
+                return Err(Error::Untrusted {
+                    executable: executable.to_path_buf(),
+                    detail: untrusted.describe(),
+                    fix: untrusted.fix(),
+                })
+            }
+            Err(source) => {
+                return Err(Error::Spawn {
+                    executable: executable.to_path_buf(),
+                    source,
+                })
             }
         }
         self.prepare_listen().await?;

@@ -342,6 +342,17 @@ impl Registry {
         let library = std::path::absolute(library).map_err(|e| Error::io("resolve", library, e))?;
         // A missing file is reported by the version check, with the minimum.
         let library = std::fs::canonicalize(&library).unwrap_or(library);
+        // Loading a library runs its constructors: one another user controls (or one
+        // beside it) is refused before it is loaded. A missing file is left to the
+        // version check.
+        if library.exists() {
+            let beside = library
+                .parent()
+                .map(Path::to_path_buf)
+                .into_iter()
+                .collect::<Vec<_>>();
+            trusted_program(&library, &beside)?;
+        }
         let version = arcane_onnx::library_version(&library)?;
         let runtime = OnnxRuntime {
             id: id.clone(),
@@ -488,6 +499,9 @@ impl Registry {
             return Err(Error::RuntimeExists { id });
         }
         let library_dirs = archive::library_dirs(&executable);
+        // Nothing another user controls runs here (`--version` runs the program and
+        // loads its libraries): checked before the probe, as `serve` checks it.
+        trusted_program(&executable, &library_dirs)?;
         events.emit(Event::new(
             arcane_report::event_types::REGISTRY_RUNTIME_PROBING,
             json!({"executable": executable}),
@@ -1162,6 +1176,20 @@ fn version_from_name(source: &Source) -> Option<String> {
     let valid =
         tag.len() > 1 && tag.starts_with('b') && tag[1..].bytes().all(|b| b.is_ascii_digit());
     valid.then(|| tag.to_string())
+}
+
+/// Refuses a program (or library) another user controls, or a shared library beside
+/// it that another user controls ([`arcane_files::trust::check_program`]).
+fn trusted_program(program: &Path, library_dirs: &[PathBuf]) -> Result<(), Error> {
+    match arcane_files::trust::check_program(program, library_dirs) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(untrusted)) => Err(Error::Untrusted {
+            path: untrusted.path.clone(),
+            detail: untrusted.describe(),
+            fix: untrusted.fix(),
+        }),
+        Err(source) => Err(Error::io("inspect", program, source)),
+    }
 }
 
 /// The executable's file name of a kind registered as a server, or

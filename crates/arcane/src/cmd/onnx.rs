@@ -101,16 +101,16 @@ pub fn worker(args: &WorkerArgs) -> u8 {
 /// the one called `onnx`, or the only one); none is `ARCANE_PREREQUISITE_MISSING`
 /// saying how to get one.
 pub fn library(context: &Context, flag: Option<&Path>) -> Result<PathBuf, CliError> {
-    if let Some(path) = flag {
-        return Ok(path.to_path_buf());
-    }
-    if let Some(path) = crate::config::onnx_runtime() {
-        return Ok(path);
+    if let Some(path) = flag
+        .map(Path::to_path_buf)
+        .or_else(crate::config::onnx_runtime)
+    {
+        return trusted_library(path);
     }
     if let Some(runtime) =
         arcane_registry::Registry::new(&context.workspace).default_onnx_runtime()?
     {
-        return Ok(runtime.library);
+        return trusted_library(runtime.library);
     }
     Err(CommandError::new(
         codes::ARCANE_PREREQUISITE_MISSING,
@@ -119,6 +119,27 @@ pub fn library(context: &Context, flag: Option<&Path>) -> Result<PathBuf, CliErr
     )
     .hint("register one with `arcane runtime add onnx --library PATH` (the `onnxruntime` wheel's `onnxruntime/capi/libonnxruntime.so.<version>`; `scripts/provision.sh` installs one), or pass `--onnx-library PATH` or set ARCANE_ONNXRUNTIME")
     .into())
+}
+
+/// `path`, unless another user controls it or a library beside it (loading it runs
+/// its constructors as this user): the rule `runtime add onnx` applies too.
+fn trusted_library(path: PathBuf) -> Result<PathBuf, CliError> {
+    let beside: Vec<PathBuf> = path.parent().map(Path::to_path_buf).into_iter().collect();
+    match arcane_files::trust::check_program(&path, &beside) {
+        // A missing file is reported where it is loaded, with the minimum version.
+        Err(_) | Ok(Ok(())) => Ok(path),
+        Ok(Err(untrusted)) => Err(CommandError::new(
+            codes::ARCANE_POLICY_DENIED,
+            format!(
+                "refusing to load `{}`: {}",
+                path.display(),
+                untrusted.describe()
+            ),
+            json!({"path": path, "untrusted": untrusted.path}),
+        )
+        .hint(untrusted.fix())
+        .into()),
+    }
 }
 
 /// Resolves `model`: a registered model id first, else a path to a regular file

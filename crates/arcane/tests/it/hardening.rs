@@ -158,3 +158,93 @@ fn an_arcane_toml_another_user_controls_is_refused() {
         .arg(&config));
     assert_eq!(json(&out)["error"]["code"], "ARCANE_POLICY_DENIED");
 }
+
+/// Item 3: nothing another user controls runs or loads: `runtime add --executable`
+/// checks the program and the libraries beside it *before* running `--version` (it ran
+/// the file first), and ONNX Runtime libraries another user owns are not loaded.
+#[test]
+fn code_another_user_controls_is_refused_before_it_runs() {
+    let ws = TestWorkspace::new();
+    let bin = ws.path().join("rt");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let marker = ws.path().join("it-ran");
+    let program = bin.join("llama-server");
+    std::fs::write(
+        &program,
+        format!(
+            "#!/bin/sh\ntouch '{}'\necho 'version: 4589 (abc)'\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Another user's library beside the engine (its constructor would run as root).
+    let library = bin.join("libggml-cpu.so");
+    std::fs::write(&library, b"\x7fELF").unwrap();
+    std::os::unix::fs::chown(&library, Some(65534), None).unwrap();
+    let add = |ws: &TestWorkspace| {
+        run(ws
+            .arcane()
+            .args([
+                "--output",
+                "json",
+                "runtime",
+                "add",
+                "llama.cpp",
+                "--executable",
+            ])
+            .arg(&program))
+    };
+    let out = add(&ws);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let error = json(&out)["error"].clone();
+    assert_eq!(error["code"], "ARCANE_POLICY_DENIED", "{error}");
+    assert!(error.to_string().contains("libggml-cpu.so"), "{error}");
+    assert!(!marker.exists(), "the program ran before it was checked");
+    // The program itself, writable by everyone.
+    std::fs::remove_file(&library).unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = add(&ws);
+    assert_eq!(json(&out)["error"]["code"], "ARCANE_POLICY_DENIED");
+    assert!(!marker.exists(), "the program ran before it was checked");
+    // Once it is ours and closed, it is registered (and only then run).
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = add(&ws);
+    assert!(out.status.success(), "{}", stdout(&out));
+    assert!(marker.exists());
+
+    // An ONNX Runtime library another user owns is not loaded.
+    let onnx = bin.join("libonnxruntime.so.1.31.1");
+    std::fs::write(&onnx, b"\x7fELF").unwrap();
+    std::os::unix::fs::chown(&onnx, Some(65534), None).unwrap();
+    let out = run(ws
+        .arcane()
+        .args(["--output", "json", "runtime", "add", "onnx", "--library"])
+        .arg(&onnx));
+    assert_eq!(
+        json(&out)["error"]["code"],
+        "ARCANE_POLICY_DENIED",
+        "{}",
+        stdout(&out)
+    );
+    let out = run(ws
+        .arcane()
+        .args([
+            "--output",
+            "json",
+            "core",
+            "--stdio",
+            "--runtime",
+            "onnx",
+            "--onnx-library",
+        ])
+        .arg(&onnx)
+        .stdin(std::process::Stdio::null()));
+    assert_eq!(
+        json(&out)["error"]["code"],
+        "ARCANE_POLICY_DENIED",
+        "{}",
+        stdout(&out)
+    );
+}
