@@ -13,18 +13,35 @@ use crate::error::Error;
 use crate::localai::{DeviceCatalog, EngineHandle, EngineLauncher};
 use crate::service::{BoxError, BoxFuture};
 
+/// A check run before every launch (blocking: it may hash a file), e.g. that the
+/// model file is still the one registered.
+pub type LaunchCheck = Arc<dyn Fn() -> Result<(), BoxError> + Send + Sync>;
+
 /// Launches one engine through [`Supervisor::start`].
 pub struct SupervisedLauncher {
     workspace: PathBuf,
     config: EngineConfig,
+    check: Option<LaunchCheck>,
 }
 
 impl SupervisedLauncher {
     /// A launcher for `config`, keeping ownership records under `workspace`.
     pub fn new(workspace: impl Into<PathBuf>, config: EngineConfig) -> Arc<Self> {
+        Self::checked(workspace, config, None)
+    }
+
+    /// [`SupervisedLauncher::new`], running `check` before every launch (a load of the
+    /// gateway, not only the host's start): a failed check fails the launch, and
+    /// nothing is started.
+    pub fn checked(
+        workspace: impl Into<PathBuf>,
+        config: EngineConfig,
+        check: Option<LaunchCheck>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             workspace: workspace.into(),
             config,
+            check,
         })
     }
 }
@@ -69,7 +86,19 @@ impl EngineLauncher for SupervisedLauncher {
     ) -> BoxFuture<'static, Result<Box<dyn EngineHandle>, BoxError>> {
         let supervisor = Supervisor::new(self.workspace.clone(), events).with_observer(observer);
         let config = self.config.clone();
+        let check = self.check.clone();
         Box::pin(async move {
+            if let Some(check) = check {
+                tokio::task::spawn_blocking(move || check())
+                    .await
+                    .map_err(|e| {
+                        Box::new(Error::Io {
+                            operation: "check",
+                            path: "the model file".into(),
+                            source: std::io::Error::other(e),
+                        }) as BoxError
+                    })??;
+            }
             match supervisor.start(config, cancel).await {
                 Ok(server) => Ok(Box::new(Supervised { server }) as Box<dyn EngineHandle>),
                 Err(error) => Err(Box::new(error) as BoxError),

@@ -5,6 +5,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use arcane_files::{Stream, StreamError};
@@ -117,11 +118,16 @@ fn copy_and_hash_inner(
         .metadata()
         .map_err(|e| Error::io("inspect", from, e))?
         .len();
+    // The copy is this user's and nobody else may write it, whatever the umask.
     let mut target = File::options()
         .write(true)
         .create_new(true)
+        .mode(0o644)
         .open(to)
         .map_err(|e| Error::io("create", to, e))?;
+    target
+        .set_permissions(std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| Error::io("chmod", to, e))?;
     let (done, sha256) = stream(&mut source, Some(&mut target), total, cancel, progress)
         .map_err(|e| stream_error(e, "copying", from, to))?;
     target.sync_all().map_err(|e| Error::io("sync", to, e))?;

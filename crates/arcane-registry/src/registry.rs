@@ -772,8 +772,21 @@ impl Registry {
             let staging = Staging::create(&self.models_dir(), id)?;
             let file_name = safe_file_name(source.file_name());
             let staged = staging.path().join(&file_name);
+            // A hard link shares the file with its owner: only a file nobody else can
+            // write is linked; any other is copied (the copy is this user's, 0644).
+            let linkable = |path: &Path| {
+                std::fs::metadata(path).is_ok_and(|meta| {
+                    use std::os::unix::fs::MetadataExt;
+                    arcane_files::trust::check_owner_and_mode(path, &meta).is_ok()
+                        && meta.uid() == arcane_files::trust::current_uid()
+                })
+            };
             let (storage, actual) = match &source {
-                Source::File(path) => match std::fs::hard_link(path, &staged) {
+                Source::File(path) => match if linkable(path) {
+                    std::fs::hard_link(path, &staged)
+                } else {
+                    Err(std::io::Error::other("copied, not linked"))
+                } {
                     Ok(()) => {
                         let mut report = progress::hash_reporter(events, path, "hash");
                         let digest =
@@ -877,14 +890,26 @@ impl Registry {
     }
 
     /// Whether `model`'s file still looks as it did when it was registered: same inode,
-    /// size, modification and change time (only the size for records without a stamp).
+    /// size and modification time (only the size for records without a stamp).
     /// Reads no file content.
     pub fn model_unchanged(model: &Model) -> bool {
         let Ok(now) = FileStamp::of(&model.path) else {
             return false;
         };
+        // The change time is not compared: another hard link to the same file (the
+        // same file added under a second name) moves it without changing a byte. Only
+        // files this user alone can write are linked, so a rewrite that forged the
+        // modification time back could only be this user's own.
+        let same = |recorded: &FileStamp| {
+            (
+                recorded.dev,
+                recorded.ino,
+                recorded.size,
+                recorded.modified_ns,
+            ) == (now.dev, now.ino, now.size, now.modified_ns)
+        };
         match model.stamp {
-            Some(recorded) => recorded == now,
+            Some(recorded) => same(&recorded),
             None => now.size == model.size,
         }
     }

@@ -324,8 +324,9 @@ fn spec(
                 .map_or(0, |p| memory_need(p, &table.args));
             let device = config.device.clone().unwrap_or_else(|| "cpu".into());
             let exposure = exposure_of(&config);
+            let check = registered_check(workspace, &config);
             (
-                SupervisedLauncher::new(workspace, config) as Arc<dyn EngineLauncher>,
+                SupervisedLauncher::checked(workspace, config, check) as Arc<dyn EngineLauncher>,
                 device,
                 memory,
                 exposure,
@@ -398,11 +399,36 @@ pub fn single(
         reachable_without_token: exposure_of(&config) == Exposure::OpenPort,
         memory,
         load_timeout,
-        launcher: SupervisedLauncher::new(workspace, config),
+        launcher: SupervisedLauncher::checked(
+            workspace,
+            config.clone(),
+            registered_check(workspace, &config),
+        ),
     };
     let mut limits = HashMap::new();
     default_budgets(std::slice::from_ref(&spec), &mut limits);
     (vec![spec], limits)
+}
+
+/// For a registered model file: a check, before every load, that the file is still
+/// the one registered (its stamp, else its SHA-256), so a file replaced or edited in
+/// place after `serve` started is refused at its next load, not served.
+fn registered_check(
+    workspace: &Path,
+    config: &arcane_localai::EngineConfig,
+) -> Option<arcane_core::supervised::LaunchCheck> {
+    let path = config.model.as_ref()?;
+    let registry = Registry::new(workspace);
+    let model = registry
+        .models()
+        .ok()?
+        .into_iter()
+        .find(|m| &m.path == path)?;
+    Some(Arc::new(move || {
+        registry
+            .check_model_file(&model, &arcane_report::CancelToken::new())
+            .map_err(|e| Box::new(e) as arcane_core::BoxError)
+    }))
 }
 
 /// Who reaches a model's engine besides the Core, and how it names itself.

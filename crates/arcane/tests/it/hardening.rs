@@ -248,3 +248,103 @@ fn code_another_user_controls_is_refused_before_it_runs() {
         stdout(&out)
     );
 }
+
+/// The registry record of model `id` (`model list --output json`).
+fn model_record(ws: &TestWorkspace, id: &str) -> serde_json::Value {
+    let out = run(ws.arcane().args(["--output", "json", "model", "list"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    json(&out)["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("no model {id}"))
+}
+
+/// Item 4: a file another user owns (or anyone may write) is copied, never hard-linked
+/// (a link kept its owner, who could rewrite it in place); the same file of this user
+/// added under two names flags neither as changed.
+#[test]
+fn a_model_someone_else_can_write_is_copied_and_a_second_name_changes_nothing() {
+    let ws = TestWorkspace::new();
+    let model = crate::support::smollm2();
+    for (name, owner, mode) in [("theirs", 65534, 0o644), ("open", 0, 0o666)] {
+        let source = ws.path().join(format!("{name}.gguf"));
+        std::fs::copy(&model, &source).unwrap();
+        std::fs::set_permissions(&source, std::fs::Permissions::from_mode(mode)).unwrap();
+        std::os::unix::fs::chown(&source, Some(owner), None).unwrap();
+        let out = run(ws
+            .arcane()
+            .args(["model", "add", name, "--file"])
+            .arg(&source));
+        assert!(out.status.success(), "{}", stderr(&out));
+        let record = model_record(&ws, name);
+        assert_eq!(record["storage"], "copy", "{record}");
+        let stored = std::path::PathBuf::from(record["path"].as_str().unwrap());
+        let meta = std::fs::metadata(&stored).unwrap();
+        assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o644), "{record}");
+        // Whatever its owner does to the source now, the registered model stays.
+        std::fs::write(&source, b"GGUF rewritten").unwrap();
+        assert_eq!(model_record(&ws, name)["changed"], false);
+    }
+    // This user's own file, added twice: two hard links, neither flagged changed.
+    let mine = ws.path().join("mine.gguf");
+    std::fs::copy(&model, &mine).unwrap();
+    std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for name in ["one", "two"] {
+        let out = run(ws
+            .arcane()
+            .args(["model", "add", name, "--file"])
+            .arg(&mine));
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    for name in ["one", "two"] {
+        let record = model_record(&ws, name);
+        assert_eq!(record["storage"], "hard-link", "{record}");
+        assert_eq!(record["changed"], false, "{record}");
+    }
+}
+
+/// Item 4: the model file is checked at every load, not only when `serve` starts: one
+/// edited in place while the host runs is refused at its next load.
+#[test]
+fn a_model_file_changed_while_serving_is_refused_at_its_next_load() {
+    let ws = crate::gateway::gateway_workspace("");
+    let source = ws.path().join("m.gguf");
+    std::fs::copy(crate::support::smollm2(), &source).unwrap();
+    std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = run(ws
+        .arcane()
+        .args(["model", "add", "m", "--file"])
+        .arg(&source));
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::write(
+        ws.path().join("arcane.toml"),
+        "[[model]]\nid = \"m\"\nmodel = \"m\"\n",
+    )
+    .unwrap();
+    let _serve = crate::gateway::start(&ws);
+    let load = |ws: &TestWorkspace| run(ws.arcane().args(["--output", "json", "load", "m"]));
+    let out = load(&ws);
+    assert!(out.status.success(), "{}", stdout(&out));
+    let out = run(ws.arcane().args(["unload", "m"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The registered file is a link to `m.gguf` (this user's own): edit it in place.
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&source)
+        .unwrap();
+    std::io::Write::write_all(&mut file, b"tampered").unwrap();
+    drop(file);
+    let out = load(&ws);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(text.contains("changed since it was registered"), "{text}");
+    let rows = crate::gateway::ps(&ws);
+    assert_eq!(
+        crate::gateway::row(&rows, "m")["state"],
+        "failed",
+        "{rows:#?}"
+    );
+}
