@@ -568,8 +568,8 @@ impl Diagnostic for Error {
                 ]
             }
             Error::ArchiveTooLarge { limit, .. } => vec![match limit {
-                ExtractLimit::Size => "if you trust this archive, raise the limit with `--max-extracted-size BYTES` (`arcane runtime install`)".into(),
-                ExtractLimit::Ratio => "if you trust this archive, raise the limit with `--max-expansion-ratio N` (`arcane runtime install`)".into(),
+                ExtractLimit::Size => "if you trust this archive, raise the limit: `arcane runtime install … --max-extracted-size SIZE` (e.g. `8GiB`)".into(),
+                ExtractLimit::Ratio => "if you trust this archive, raise the limit: `arcane runtime install … --max-expansion-ratio N`".into(),
             }],
             Error::Untrusted { fix, .. } => vec![fix.clone()],
             Error::SourceChanged { .. } => vec![
@@ -615,10 +615,10 @@ fn too_large(
 ) -> String {
     match limit {
         ExtractLimit::Size => format!(
-            "archive `{archive}` expands past the limit of {max_bytes} extracted bytes; nothing was installed"
+            "archive `{archive}` expands to more than {max_bytes} bytes, the limit for an install; nothing was installed"
         ),
         ExtractLimit::Ratio => format!(
-            "archive `{archive}` ({archive_bytes} bytes) expands past {max_ratio} times its size, the limit; nothing was installed"
+            "archive `{archive}` expands to more than {max_ratio} times its size of {archive_bytes} bytes, the limit for an install; nothing was installed"
         ),
     }
 }
