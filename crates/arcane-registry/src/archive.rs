@@ -14,14 +14,25 @@
 //! Files are created with mode 0755 when the archive marks them executable and 0644
 //! otherwise (no setuid, no world-writable files). The caller extracts into a staging
 //! directory and removes it on any error, so a refused archive leaves nothing behind.
+//!
+//! The size is bounded too, because a small archive whose digest matches can still be
+//! a bomb (2 MB of zip expanding to 2 GB and more): the bytes actually written are
+//! counted as they stream out of the decompressor (the sizes entries declare are never
+//! trusted), and so is a tar's whole decompressed stream (headers, and the data of
+//! entries that are skipped rather than written); extraction stops with
+//! [`Error::ArchiveTooLarge`] as soon as either count passes [`Limits::max_bytes`] or
+//! [`Limits::max_ratio`] times the archive's own size.
 
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 
 use arcane_report::CancelToken;
 
+use crate::error::ExtractLimit;
 use crate::Error;
 
 /// The archive formats understood, recognized by their first bytes.
@@ -144,6 +155,15 @@ pub(crate) fn resolve_link(link: &Path, target: &str) -> Option<PathBuf> {
     Some(parts.iter().collect())
 }
 
+/// How much an archive may expand to (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// The most bytes all extracted files may hold together.
+    pub(crate) max_bytes: u64,
+    /// The most the extracted bytes may be, as a multiple of the archive's size.
+    pub(crate) max_ratio: u64,
+}
+
 /// Writes entries under `root`, enforcing the module's rules.
 struct Writer<'a> {
     root: &'a Path,
@@ -151,9 +171,71 @@ struct Writer<'a> {
     dirs: HashSet<PathBuf>,
     links: Vec<(String, PathBuf)>,
     cancel: &'a CancelToken,
+    limits: Limits,
+    /// The archive's size in bytes.
+    compressed: u64,
+    /// The bytes written so far, all files together.
+    written: u64,
+    /// The bytes decompressed so far (a tar's whole stream, headers and the data of
+    /// entries not written included), counted by [`Counted`].
+    streamed: Rc<Cell<u64>>,
+}
+
+/// A reader that counts the bytes it yields into `total` and fails once they pass
+/// `cap`, so a compressed stream is never expanded past the limits, whatever its
+/// headers declare.
+struct Counted<R> {
+    inner: R,
+    total: Rc<Cell<u64>>,
+    cap: u64,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        if self.total.get() > self.cap {
+            return Err(std::io::Error::other("the archive expands past its limit"));
+        }
+        let n = self.inner.read(buffer)?;
+        self.total.set(self.total.get().saturating_add(n as u64));
+        Ok(n)
+    }
 }
 
 impl Writer<'_> {
+    /// Counts `n` more bytes about to be written, refusing them past either limit.
+    fn count(&mut self, n: usize) -> Result<(), Error> {
+        let written = self.written.saturating_add(n as u64);
+        if let Some(error) = self.past_limit(written) {
+            return Err(error);
+        }
+        self.written = written;
+        Ok(())
+    }
+
+    /// The error for `bytes` (written, or decompressed) when they pass a limit.
+    fn past_limit(&self, bytes: u64) -> Option<Error> {
+        let limit = if bytes > self.limits.max_bytes {
+            ExtractLimit::Size
+        } else if bytes > self.compressed.saturating_mul(self.limits.max_ratio) {
+            ExtractLimit::Ratio
+        } else {
+            return None;
+        };
+        Some(Error::ArchiveTooLarge {
+            archive: self.label.to_string(),
+            limit,
+            max_bytes: self.limits.max_bytes,
+            max_ratio: self.limits.max_ratio,
+            archive_bytes: self.compressed,
+        })
+    }
+
+    /// The limit error when the decompressed stream was stopped at a limit (its read
+    /// error then says only that), else `other`.
+    fn stopped_or(&self, other: Error) -> Error {
+        self.past_limit(self.streamed.get()).unwrap_or(other)
+    }
+
     fn check_cancel(&self) -> Result<(), Error> {
         if self.cancel.is_cancelled() {
             Err(Error::cancelled("extraction"))
@@ -227,13 +309,14 @@ impl Writer<'_> {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    return Err(invalid(
+                    return Err(self.stopped_or(invalid(
                         self.label,
                         &format!("entry `{name}` cannot be read"),
                         Some(Box::new(e)),
-                    ))
+                    )))
                 }
             };
+            self.count(n)?;
             std::io::Write::write_all(&mut file, &buffer[..n])
                 .map_err(|e| Error::io("write", &path, e))?;
         }
@@ -409,20 +492,30 @@ fn make_symlink(_target: &str, _path: &Path) -> std::io::Result<()> {
     ))
 }
 
-/// Extracts `file` (already verified) into the existing, empty directory `root`.
+/// Extracts `file` (already verified) into the existing, empty directory `root`, within
+/// `limits`.
 pub(crate) fn extract(
     file: &mut File,
     label: &str,
     root: &Path,
+    limits: Limits,
     cancel: &CancelToken,
 ) -> Result<(), Error> {
     let format = detect(file, label)?;
+    let compressed = file
+        .metadata()
+        .map_err(|e| invalid(label, "cannot inspect it", Some(Box::new(e))))?
+        .len();
     let mut writer = Writer {
         root,
         label,
         dirs: HashSet::new(),
         links: Vec::new(),
         cancel,
+        limits,
+        compressed,
+        written: 0,
+        streamed: Rc::new(Cell::new(0)),
     };
     match format {
         Format::TarGz => extract_tar(file, &mut writer)?,
@@ -437,14 +530,31 @@ fn entry_path(writer: &Writer<'_>, name: &str) -> Result<Option<PathBuf>, Error>
 
 fn extract_tar(file: &mut File, writer: &mut Writer<'_>) -> Result<(), Error> {
     let label = writer.label.to_string();
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(file));
-    let entries = archive
-        .entries()
-        .map_err(|e| invalid(&label, "cannot read its entries", Some(Box::new(e))))?;
+    let stream = Counted {
+        inner: flate2::read::GzDecoder::new(file),
+        total: Rc::clone(&writer.streamed),
+        cap: writer
+            .limits
+            .max_bytes
+            .min(writer.compressed.saturating_mul(writer.limits.max_ratio)),
+    };
+    let mut archive = tar::Archive::new(stream);
+    let entries = archive.entries().map_err(|e| {
+        writer.stopped_or(invalid(
+            &label,
+            "cannot read its entries",
+            Some(Box::new(e)),
+        ))
+    })?;
     for entry in entries {
         writer.check_cancel()?;
-        let mut entry =
-            entry.map_err(|e| invalid(&label, "cannot read its entries", Some(Box::new(e))))?;
+        let mut entry = entry.map_err(|e| {
+            writer.stopped_or(invalid(
+                &label,
+                "cannot read its entries",
+                Some(Box::new(e)),
+            ))
+        })?;
         let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
         let kind = entry.header().entry_type();
         if kind.is_pax_global_extensions()
@@ -482,7 +592,11 @@ fn extract_tar(file: &mut File, writer: &mut Writer<'_>) -> Result<(), Error> {
             ));
         }
     }
-    Ok(())
+    // The last read may have passed the cap without another read to refuse.
+    match writer.past_limit(writer.streamed.get()) {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
 }
 
 fn extract_zip(file: &mut File, writer: &mut Writer<'_>) -> Result<(), Error> {

@@ -238,6 +238,21 @@ pub enum Error {
         #[source]
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
+    /// An archive expands past a limit of [`crate::InstallRuntime`]: extraction stopped
+    /// there and everything it wrote was removed.
+    #[error("{}", too_large(archive, *limit, *max_bytes, *max_ratio, *archive_bytes))]
+    ArchiveTooLarge {
+        /// The archive (path or URL).
+        archive: String,
+        /// Which limit it passed.
+        limit: ExtractLimit,
+        /// The limit on the extracted bytes, all files together.
+        max_bytes: u64,
+        /// The limit on the extracted bytes as a multiple of the archive's size.
+        max_ratio: u64,
+        /// The archive's own size in bytes.
+        archive_bytes: u64,
+    },
     /// An HTTP download failed.
     #[error("download of `{url}` failed")]
     Download {
@@ -376,9 +391,9 @@ impl Diagnostic for Error {
             Error::IntegrityFailed { .. }
             | Error::Truncated { .. }
             | Error::ModelChanged { .. } => codes::ARCANE_INTEGRITY_FAILED,
-            Error::UnsafeArchiveEntry { .. } | Error::Untrusted { .. } => {
-                codes::ARCANE_POLICY_DENIED
-            }
+            Error::UnsafeArchiveEntry { .. }
+            | Error::ArchiveTooLarge { .. }
+            | Error::Untrusted { .. } => codes::ARCANE_POLICY_DENIED,
             Error::ArchiveInvalid { .. }
             | Error::Download { .. }
             | Error::HttpStatus { .. }
@@ -468,6 +483,19 @@ impl Diagnostic for Error {
             Error::ArchiveInvalid {
                 archive, reason, ..
             } => json!({"archive": archive, "reason": reason}),
+            Error::ArchiveTooLarge {
+                archive,
+                limit,
+                max_bytes,
+                max_ratio,
+                archive_bytes,
+            } => json!({
+                "archive": archive,
+                "limit": limit.as_str(),
+                "maxExtractedBytes": max_bytes,
+                "maxExpansionRatio": max_ratio,
+                "archiveBytes": archive_bytes,
+            }),
             Error::Download { url, .. } => json!({"url": url}),
             Error::HttpStatus { url, status } => json!({"url": url, "status": status}),
             Error::Cancelled { operation } => json!({"operation": operation}),
@@ -539,6 +567,10 @@ impl Diagnostic for Error {
                         .into(),
                 ]
             }
+            Error::ArchiveTooLarge { limit, .. } => vec![match limit {
+                ExtractLimit::Size => "if you trust this archive, raise the limit: `arcane runtime install … --max-extracted-size SIZE` (e.g. `8GiB`)".into(),
+                ExtractLimit::Ratio => "if you trust this archive, raise the limit: `arcane runtime install … --max-expansion-ratio N`".into(),
+            }],
             Error::Untrusted { fix, .. } => vec![fix.clone()],
             Error::SourceChanged { .. } => vec![
                 "something wrote to the file while Arcane read it: let that finish, then run the command again".into(),
@@ -551,6 +583,43 @@ impl Diagnostic for Error {
             Error::OnnxLibrary(error) => error.hints(),
             _ => Vec::new(),
         }
+    }
+}
+
+/// The limit an archive passed while it was extracted ([`Error::ArchiveTooLarge`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ExtractLimit {
+    /// The total of the extracted bytes.
+    Size,
+    /// The extracted bytes as a multiple of the archive's size.
+    Ratio,
+}
+
+impl ExtractLimit {
+    /// The limit's name in [`Diagnostic::details`]: `size` or `ratio`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExtractLimit::Size => "size",
+            ExtractLimit::Ratio => "ratio",
+        }
+    }
+}
+
+fn too_large(
+    archive: &str,
+    limit: ExtractLimit,
+    max_bytes: u64,
+    max_ratio: u64,
+    archive_bytes: u64,
+) -> String {
+    match limit {
+        ExtractLimit::Size => format!(
+            "archive `{archive}` expands to more than {max_bytes} bytes, the limit for an install; nothing was installed"
+        ),
+        ExtractLimit::Ratio => format!(
+            "archive `{archive}` expands to more than {max_ratio} times its size of {archive_bytes} bytes, the limit for an install; nothing was installed"
+        ),
     }
 }
 

@@ -3,6 +3,19 @@
 //! length is checked against the file's size before anything is allocated, and large
 //! arrays (the tokenizer's vocabulary) are skipped without being kept.
 //!
+//! A model file is untrusted input, so the reader's work is bounded too:
+//!
+//! * arrays nested in arrays are refused past [`MAX_ARRAY_DEPTH`] levels (real files
+//!   nest at most 2), checked *before* descending, so a file of 50,000 nested levels is
+//!   refused instead of overflowing the stack;
+//! * all metadata arrays together may hold at most [`MAX_ARRAY_ELEMENTS`] elements (a
+//!   real vocabulary has ~150k-260k), so a small file cannot make the reader walk
+//!   billions of empty strings;
+//! * every tensor's size must be possible: its dimensions' product must fit in a `u64`
+//!   and its data (at least so many bytes for its type) must fit in the file, so an
+//!   impossible tensor is refused naming it instead of being summed (saturating) into
+//!   a parameter count of "18446744073.7B".
+//!
 //! Reference: <https://github.com/ggml-org/ggml/blob/master/docs/gguf.md>.
 
 use std::collections::HashMap;
@@ -128,6 +141,17 @@ const MAX_TENSORS: u64 = 1 << 24;
 const MAX_DIMS: u32 = 8;
 const MAX_KEEP_STRING: u64 = 1 << 16;
 
+/// The deepest metadata array nesting accepted: an array of arrays is depth 2, which is
+/// the most real GGUF files use.
+pub const MAX_ARRAY_DEPTH: u32 = 8;
+
+/// The most metadata array elements accepted, all arrays (nested ones included)
+/// together.
+pub const MAX_ARRAY_ELEMENTS: u64 = 1 << 23;
+
+/// The alignment of the tensor data when `general.alignment` does not say.
+const DEFAULT_ALIGNMENT: u64 = 32;
+
 /// Reads and checks the GGUF header of the file at `path`.
 ///
 /// Fails with [`Error::ModelInvalid`] (naming the file, and for a wrong magic the bytes
@@ -151,6 +175,7 @@ pub fn read_gguf(path: &Path) -> Result<GgufInfo, Error> {
         position: 0,
         size,
         path,
+        array_elements: 0,
     };
     reader.header()
 }
@@ -175,6 +200,8 @@ struct Reader<'a> {
     position: u64,
     size: u64,
     path: &'a Path,
+    /// The metadata array elements met so far (bounded by [`MAX_ARRAY_ELEMENTS`]).
+    array_elements: u64,
 }
 
 impl Reader<'_> {
@@ -236,10 +263,12 @@ impl Reader<'_> {
         };
         // `<architecture>.<key>` numbers; which architecture is known only at the end.
         let mut numbers: HashMap<String, u64> = HashMap::new();
+        let mut alignment = DEFAULT_ALIGNMENT;
+        let mut splits = 1u64;
         for _ in 0..metadata_count {
             let key = self.string(MAX_KEEP_STRING)?;
             let kind = self.u32()?;
-            let value = self.value(kind)?;
+            let value = self.value(&key, kind)?;
             match (key.as_str(), value) {
                 ("general.architecture", Value::Text(s)) => info.architecture = Some(s),
                 ("general.name", Value::Text(s)) => info.name = Some(s),
@@ -250,6 +279,8 @@ impl Reader<'_> {
                 }
                 ("general.file_type", Value::Unsigned(n)) => info.file_type = u32::try_from(n).ok(),
                 ("general.file_type", Value::Signed(n)) => info.file_type = u32::try_from(n).ok(),
+                ("general.alignment", Value::Unsigned(n)) => alignment = n,
+                ("split.count", Value::Unsigned(n)) => splits = n.max(1),
                 (key, Value::Unsigned(n)) if ARCH_NUMBERS.iter().any(|k| key.ends_with(k)) => {
                     numbers.insert(key.to_string(), n);
                 }
@@ -273,29 +304,106 @@ impl Reader<'_> {
             .file_type
             .and_then(quantization_name)
             .map(str::to_string);
-        let mut elements = 0u64;
-        for _ in 0..tensor_count {
-            self.skip_string()?;
-            let dims = self.u32()?;
-            if dims > MAX_DIMS {
-                return Err(invalid(
-                    self.path,
-                    format!("a tensor has {dims} dimensions"),
-                    None,
-                ));
-            }
-            let mut count = 1u64;
-            for _ in 0..dims {
-                count = count.saturating_mul(self.u64()?);
-            }
-            let _type = self.u32()?;
-            let _offset = self.u64()?;
-            elements = elements.saturating_add(count);
+        if alignment == 0 || !alignment.is_power_of_two() {
+            return Err(invalid(
+                self.path,
+                format!("`general.alignment` is {alignment}, not a power of two"),
+                None,
+            ));
         }
-        if info.parameter_count.is_none() && tensor_count > 0 {
+        // Every tensor's data must lie inside the file: checked against what follows
+        // the descriptor as each is read (the data comes later still), then exactly once
+        // the data section's start is known. Descriptors are not kept, only the one
+        // that reaches furthest.
+        let mut elements = 0u64;
+        let mut bytes = 0u64;
+        let mut furthest: Option<(u64, Tensor)> = None;
+        for _ in 0..tensor_count {
+            let tensor = self.tensor()?;
+            let room = self.size.saturating_sub(self.position);
+            let end = match tensor.offset.checked_add(tensor.min_bytes) {
+                Some(end) if end <= room => end,
+                _ => return Err(self.impossible_tensor(&tensor, room)),
+            };
+            bytes = bytes.saturating_add(tensor.min_bytes);
+            elements = elements.saturating_add(tensor.elements);
+            if furthest.as_ref().is_none_or(|(e, _)| end > *e) {
+                furthest = Some((end, tensor));
+            }
+        }
+        // The tensor data starts at the next multiple of the alignment.
+        let data_start = self.position.div_ceil(alignment).saturating_mul(alignment);
+        let data_size = self.size.saturating_sub(data_start);
+        if let Some((end, tensor)) = &furthest {
+            if *end > data_size {
+                return Err(self.impossible_tensor(tensor, data_size));
+            }
+        }
+        if bytes > data_size {
+            return Err(invalid(
+                self.path,
+                format!(
+                    "its {tensor_count} tensors need at least {bytes} bytes of data, but the file holds {data_size} after the header"
+                ),
+                None,
+            ));
+        }
+        // A declared count that even one bit per parameter (over every part of a split
+        // model) could not hold is not believed: the tensors' own count is shown.
+        let plausible = self.size.saturating_mul(8).saturating_mul(splits);
+        if info.parameter_count.is_none_or(|n| n > plausible) {
             info.parameter_count = Some(elements);
         }
         Ok(info)
+    }
+
+    /// Reads one tensor descriptor, refusing dimensions whose product overflows.
+    fn tensor(&mut self) -> Result<Tensor, Error> {
+        let name = self.string(MAX_KEEP_STRING)?;
+        let dims = self.u32()?;
+        if dims > MAX_DIMS {
+            return Err(invalid(
+                self.path,
+                format!("tensor `{name}` has {dims} dimensions (at most {MAX_DIMS})"),
+                None,
+            ));
+        }
+        let mut shape = Vec::with_capacity(dims as usize);
+        for _ in 0..dims {
+            shape.push(self.u64()?);
+        }
+        let elements = shape
+            .iter()
+            .try_fold(1u64, |count, &dim| count.checked_mul(dim));
+        let kind = self.u32()?;
+        let offset = self.u64()?;
+        let Some(elements) = elements else {
+            return Err(invalid(
+                self.path,
+                format!(
+                    "tensor `{name}` has dimensions {shape:?}, whose product does not fit in 64 bits"
+                ),
+                None,
+            ));
+        };
+        Ok(Tensor {
+            min_bytes: min_tensor_bytes(kind, elements),
+            name,
+            shape,
+            elements,
+            offset,
+        })
+    }
+
+    fn impossible_tensor(&self, tensor: &Tensor, data_size: u64) -> Error {
+        invalid(
+            self.path,
+            format!(
+                "tensor `{}` has dimensions {:?} ({} elements, at least {} bytes at offset {}), more than the {} bytes of data the file holds",
+                tensor.name, tensor.shape, tensor.elements, tensor.min_bytes, tensor.offset, data_size
+            ),
+            None,
+        )
     }
 
     fn truncated(&self) -> Error {
@@ -377,7 +485,7 @@ impl Reader<'_> {
         self.skip(n)
     }
 
-    fn value(&mut self, kind: u32) -> Result<Value, Error> {
+    fn value(&mut self, key: &str, kind: u32) -> Result<Value, Error> {
         Ok(match kind {
             0 => Value::Unsigned(u64::from(self.exact::<1>()?[0])),
             1 => Value::Signed(i64::from(self.exact::<1>()?[0] as i8)),
@@ -397,7 +505,7 @@ impl Reader<'_> {
             9 => {
                 let element = self.u32()?;
                 let count = self.u64()?;
-                self.skip_array(element, count)?;
+                self.skip_array(key, element, count, 1)?;
                 Value::Other
             }
             10 => Value::Unsigned(self.u64()?),
@@ -419,7 +527,20 @@ impl Reader<'_> {
         })
     }
 
-    fn skip_array(&mut self, element: u32, count: u64) -> Result<(), Error> {
+    /// Skips an array of `count` elements of type `element` found `depth` levels deep
+    /// (1: a metadata value that is an array). Nested arrays recurse, but only after the
+    /// depth is checked, so the recursion is at most [`MAX_ARRAY_DEPTH`] deep.
+    fn skip_array(&mut self, key: &str, element: u32, count: u64, depth: u32) -> Result<(), Error> {
+        self.array_elements = self.array_elements.saturating_add(count);
+        if self.array_elements > MAX_ARRAY_ELEMENTS {
+            return Err(invalid(
+                self.path,
+                format!(
+                    "its metadata arrays hold more than {MAX_ARRAY_ELEMENTS} elements in all (the most accepted), at `{key}`"
+                ),
+                None,
+            ));
+        }
         let fixed = match element {
             0 | 1 | 7 => Some(1u64),
             2 | 3 => Some(2),
@@ -429,6 +550,15 @@ impl Reader<'_> {
         };
         if let Some(width) = fixed {
             return self.skip(count.checked_mul(width).ok_or_else(|| self.truncated())?);
+        }
+        if element == 9 && depth >= MAX_ARRAY_DEPTH {
+            return Err(invalid(
+                self.path,
+                format!(
+                    "metadata `{key}` nests arrays more than {MAX_ARRAY_DEPTH} levels deep (the most accepted)"
+                ),
+                None,
+            ));
         }
         // Strings and nested arrays: each element takes at least 8 bytes.
         if count > self.size.saturating_sub(self.position) / 8 {
@@ -440,7 +570,7 @@ impl Reader<'_> {
                 9 => {
                     let inner = self.u32()?;
                     let inner_count = self.u64()?;
-                    self.skip_array(inner, inner_count)?;
+                    self.skip_array(key, inner, inner_count, depth + 1)?;
                 }
                 other => {
                     return Err(invalid(
@@ -458,8 +588,37 @@ impl Reader<'_> {
     }
 }
 
+/// One tensor descriptor of the header.
+struct Tensor {
+    name: String,
+    shape: Vec<u64>,
+    elements: u64,
+    /// The least bytes its data can take (see [`min_tensor_bytes`]).
+    min_bytes: u64,
+    /// Where its data starts, from the start of the data section.
+    offset: u64,
+}
+
+/// The least bytes `elements` elements of ggml type `kind` can take: the exact size for
+/// the plain types, and one bit per element for the quantized ones (all of which use
+/// more, the smallest about 1.56), so no real tensor is ever judged too big.
+fn min_tensor_bytes(kind: u32, elements: u64) -> u64 {
+    let width = match kind {
+        // F32, I32
+        0 | 26 => 4,
+        // F16, BF16, I16
+        1 | 25 | 30 => 2,
+        // I8
+        24 => 1,
+        // I64, F64
+        27 | 28 => 8,
+        _ => return elements / 8,
+    };
+    elements.saturating_mul(width)
+}
+
 /// Writes a minimal GGUF v3 file for tests: the given string and u32 metadata and one
-/// F32 tensor of `elements` elements (its data is not written).
+/// F32 tensor of `elements` elements (its data zeros, so keep `elements` small).
 #[doc(hidden)]
 pub fn write_test_gguf(
     path: &Path,
@@ -499,13 +658,179 @@ pub fn write_test_gguf(
     out.extend_from_slice(&elements.to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&0u64.to_le_bytes());
-    out.resize(out.len() + 64, 0);
+    // The data section: aligned, then the tensor's `elements` F32 zeros.
+    let data_start = out.len().div_ceil(DEFAULT_ALIGNMENT as usize) * DEFAULT_ALIGNMENT as usize;
+    out.resize(data_start + elements as usize * 4, 0);
     std::fs::write(path, out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A GGUF v3 header: `keys` metadata entries already encoded in `metadata`, then the
+    /// tensors `(name, dims, type, offset)`, then `data` bytes of (aligned) data.
+    fn raw_gguf(
+        keys: u64,
+        metadata: &[u8],
+        tensors: &[(&str, &[u64], u32, u64)],
+        data: usize,
+    ) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&3u32.to_le_bytes());
+        out.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+        out.extend_from_slice(&keys.to_le_bytes());
+        out.extend_from_slice(metadata);
+        for (name, dims, kind, offset) in tensors {
+            out.extend_from_slice(&(name.len() as u64).to_le_bytes());
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(&(dims.len() as u32).to_le_bytes());
+            for dim in *dims {
+                out.extend_from_slice(&dim.to_le_bytes());
+            }
+            out.extend_from_slice(&kind.to_le_bytes());
+            out.extend_from_slice(&offset.to_le_bytes());
+        }
+        let start = out.len().div_ceil(32) * 32;
+        out.resize(start + data, 0);
+        out
+    }
+
+    /// A metadata key `key` holding an array nested `depth` levels deep (the innermost
+    /// an empty u32 array).
+    fn nested_array(key: &str, depth: usize) -> Vec<u8> {
+        let mut out = (key.len() as u64).to_le_bytes().to_vec();
+        out.extend_from_slice(key.as_bytes());
+        out.extend_from_slice(&9u32.to_le_bytes());
+        for _ in 1..depth {
+            out.extend_from_slice(&9u32.to_le_bytes());
+            out.extend_from_slice(&1u64.to_le_bytes());
+        }
+        out.extend_from_slice(&4u32.to_le_bytes());
+        out.extend_from_slice(&0u64.to_le_bytes());
+        out
+    }
+
+    const ONE_TENSOR: &[(&str, &[u64], u32, u64)] = &[("w", &[4], 0, 0)];
+
+    fn refusal(error: Error) -> String {
+        match error {
+            Error::ModelInvalid { reason, .. } => reason,
+            other => panic!("expected ModelInvalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn deep_array_nesting_is_refused_without_overflowing_the_stack() {
+        // Issue 19 §9: 50,000 nested levels (600 KB) overflowed the stack (exit 134).
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("deep.gguf");
+        let bytes = raw_gguf(1, &nested_array("evil.nest", 50_000), ONE_TENSOR, 16);
+        assert!(bytes.len() > 500_000);
+        std::fs::write(&path, &bytes).unwrap();
+        let reason = refusal(read_gguf(&path).unwrap_err());
+        assert!(
+            reason.contains("evil.nest") && reason.contains("8 levels"),
+            "{reason}"
+        );
+        // The limit itself, and an array of arrays as real files use, are read.
+        for depth in [2, MAX_ARRAY_DEPTH as usize] {
+            std::fs::write(
+                &path,
+                raw_gguf(1, &nested_array("ok", depth), ONE_TENSOR, 16),
+            )
+            .unwrap();
+            read_gguf(&path).unwrap_or_else(|e| panic!("depth {depth}: {e}"));
+        }
+        let one_more = raw_gguf(
+            1,
+            &nested_array("k", MAX_ARRAY_DEPTH as usize + 1),
+            ONE_TENSOR,
+            16,
+        );
+        std::fs::write(&path, one_more).unwrap();
+        assert!(refusal(read_gguf(&path).unwrap_err()).contains("levels deep"));
+    }
+
+    #[test]
+    fn too_many_array_elements_in_all_are_refused() {
+        // An array of 2^23 + 1 empty strings: 64 MiB of zeros, written sparse, that the
+        // reader would otherwise walk one string at a time.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wide.gguf");
+        let count = MAX_ARRAY_ELEMENTS + 1;
+        let mut metadata = 4u64.to_le_bytes().to_vec();
+        metadata.extend_from_slice(b"wide");
+        metadata.extend_from_slice(&9u32.to_le_bytes());
+        metadata.extend_from_slice(&8u32.to_le_bytes());
+        metadata.extend_from_slice(&count.to_le_bytes());
+        let head = raw_gguf(1, &metadata, &[], 0);
+        // `raw_gguf` wrote no tensors: the tensor count goes in by hand, and the
+        // descriptor after the (sparse) strings.
+        let mut tail = raw_gguf(0, &[], ONE_TENSOR, 16)[24..].to_vec();
+        tail.truncate(tail.len() - 16);
+        let mut file = File::create(&path).unwrap();
+        let mut head = head;
+        head.truncate(24 + metadata.len());
+        head[8..16].copy_from_slice(&1u64.to_le_bytes());
+        std::io::Write::write_all(&mut file, &head).unwrap();
+        let tail_at = head.len() as u64 + count * 8;
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(tail_at)).unwrap();
+        std::io::Write::write_all(&mut file, &tail).unwrap();
+        file.set_len(tail_at + tail.len() as u64 + 64).unwrap();
+        drop(file);
+        let reason = refusal(read_gguf(&path).unwrap_err());
+        assert!(
+            reason.contains(&MAX_ARRAY_ELEMENTS.to_string()) && reason.contains("wide"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn impossible_tensor_sizes_are_refused_naming_the_tensor() {
+        // Issue 19 §9: dimensions of 2^62 elements counted as "18446744073.7B" parameters.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("huge.gguf");
+        let cases: &[(&[u64], u32, &str)] = &[
+            // 2^62 F32 elements: 2^64 bytes, past any file.
+            (&[1 << 31, 1 << 31], 0, "bytes"),
+            // 2^62 quantized elements: still 2^59 bytes at one bit each.
+            (&[1 << 31, 1 << 31], 12, "bytes"),
+            // A product past 2^64.
+            (&[1 << 62, 8], 0, "64 bits"),
+            // Plausible dimensions whose data is not in the file (4,000 bytes of 64).
+            (&[1000], 0, "bytes"),
+        ];
+        for (dims, kind, says) in cases {
+            let tensors: &[(&str, &[u64], u32, u64)] =
+                &[("w", &[4], 0, 0), ("blk.0.ffn_up.weight", dims, *kind, 16)];
+            std::fs::write(&path, raw_gguf(0, &[], tensors, 64)).unwrap();
+            let reason = refusal(read_gguf(&path).unwrap_err());
+            assert!(
+                reason.contains("blk.0.ffn_up.weight") && reason.contains(says),
+                "{dims:?}: {reason}"
+            );
+        }
+        // An offset that puts a small tensor past the end is refused too.
+        std::fs::write(&path, raw_gguf(0, &[], &[("late", &[4], 0, 1 << 40)], 64)).unwrap();
+        assert!(refusal(read_gguf(&path).unwrap_err()).contains("late"));
+        // Tensors that fit exactly are read, and counted.
+        let fits: &[(&str, &[u64], u32, u64)] = &[("a", &[4], 0, 0), ("b", &[2, 4], 1, 16)];
+        std::fs::write(&path, raw_gguf(0, &[], fits, 32)).unwrap();
+        assert_eq!(read_gguf(&path).unwrap().parameter_count, Some(12));
+    }
+
+    #[test]
+    fn a_declared_parameter_count_no_file_could_hold_is_not_believed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        let mut metadata = 23u64.to_le_bytes().to_vec();
+        metadata.extend_from_slice(b"general.parameter_count");
+        metadata.extend_from_slice(&10u32.to_le_bytes());
+        metadata.extend_from_slice(&(1u64 << 62).to_le_bytes());
+        std::fs::write(&path, raw_gguf(1, &metadata, ONE_TENSOR, 16)).unwrap();
+        assert_eq!(read_gguf(&path).unwrap().parameter_count, Some(4));
+    }
 
     #[test]
     fn a_header_without_tensors_is_not_a_model() {
@@ -580,8 +905,9 @@ mod tests {
         let good = dir.path().join("good.gguf");
         write_test_gguf(&good, &[("general.architecture", "llama")], &[], 10).unwrap();
         let bytes = std::fs::read(&good).unwrap();
-        // Every prefix that cuts into the header must be refused, never panic.
-        for cut in 0..bytes.len() - 64 {
+        // Every prefix that cuts into the header or the data must be refused, never
+        // panic.
+        for cut in 0..bytes.len() {
             let path = dir.path().join("cut.gguf");
             std::fs::write(&path, &bytes[..cut]).unwrap();
             assert!(

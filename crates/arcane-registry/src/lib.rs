@@ -72,13 +72,14 @@ mod registry;
 mod store;
 mod types;
 
-pub use error::Error;
+pub use error::{Error, ExtractLimit};
 #[doc(hidden)]
 pub use gguf::write_test_gguf;
 pub use gguf::{quantization_name, read_gguf, GgufInfo};
 pub use hash::{sha256_file, sha256_reader};
 pub use id::{is_valid_id, normalize_sha256, MAX_ID_LEN};
 pub use registry::{
-    AddModel, AddRuntime, InstallRuntime, LockSettings, Registry, DEFAULT_VERSION_TIMEOUT, ONNX_ID,
+    AddModel, AddRuntime, InstallRuntime, LockSettings, Registry, DEFAULT_MAX_EXPANSION_RATIO,
+    DEFAULT_MAX_EXTRACTED_BYTES, DEFAULT_VERSION_TIMEOUT, ONNX_ID,
 };
 pub use types::{ArchiveOrigin, Engine, FileStamp, Model, OnnxRuntime, Runtime, Source, Storage};

@@ -119,7 +119,22 @@ pub struct InstallRuntime {
     /// a GPU, say); the version must then be given or be in the archive's name
     /// (`llama-b4500-bin-…`).
     pub check_runs: bool,
+    /// The most bytes the archive may expand to, all files together (default
+    /// [`DEFAULT_MAX_EXTRACTED_BYTES`]); past it the install fails with
+    /// [`Error::ArchiveTooLarge`] and leaves nothing.
+    pub max_extracted_bytes: u64,
+    /// The most the archive may expand to as a multiple of its own size (default
+    /// [`DEFAULT_MAX_EXPANSION_RATIO`]): real releases expand 2-5 times, a
+    /// decompression bomb a thousand.
+    pub max_expansion_ratio: u64,
 }
+
+/// The default of [`InstallRuntime::max_extracted_bytes`]: 4 GiB (a CUDA build of
+/// llama.cpp extracts to well under 2 GiB).
+pub const DEFAULT_MAX_EXTRACTED_BYTES: u64 = 4 << 30;
+
+/// The default of [`InstallRuntime::max_expansion_ratio`].
+pub const DEFAULT_MAX_EXPANSION_RATIO: u64 = 200;
 
 impl InstallRuntime {
     /// Installs `engine` from `archive`, which must hash to `sha256`.
@@ -134,7 +149,21 @@ impl InstallRuntime {
             version_timeout: DEFAULT_VERSION_TIMEOUT,
             inherited_loader_path: None,
             check_runs: true,
+            max_extracted_bytes: DEFAULT_MAX_EXTRACTED_BYTES,
+            max_expansion_ratio: DEFAULT_MAX_EXPANSION_RATIO,
         }
+    }
+
+    /// Sets the most bytes the archive may expand to.
+    pub fn max_extracted_bytes(mut self, bytes: u64) -> Self {
+        self.max_extracted_bytes = bytes;
+        self
+    }
+
+    /// Sets the most the archive may expand to as a multiple of its size.
+    pub fn max_expansion_ratio(mut self, ratio: u64) -> Self {
+        self.max_expansion_ratio = ratio;
+        self
     }
 
     /// Skips (`false`) or keeps the check that the executable runs here.
@@ -1135,7 +1164,11 @@ impl<'a> InstallPlan<'a> {
             arcane_report::event_types::REGISTRY_RUNTIME_EXTRACTING,
             json!({"archive": self.label, "destination": root}),
         ));
-        archive::extract(&mut file, &self.label, &root, cancel)?;
+        let limits = archive::Limits {
+            max_bytes: self.options.max_extracted_bytes,
+            max_ratio: self.options.max_expansion_ratio,
+        };
+        archive::extract(&mut file, &self.label, &root, limits, cancel)?;
         Ok(root)
     }
 

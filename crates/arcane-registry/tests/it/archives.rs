@@ -1,7 +1,7 @@
 //! Installing runtimes from local archives: a good archive installs, and every unsafe
 //! or wrong archive fails with its code and leaves no partial install.
 
-use arcane_registry::{Engine, Error, InstallRuntime, Registry, Source};
+use arcane_registry::{Engine, Error, ExtractLimit, InstallRuntime, Registry, Source};
 use arcane_report::{codes, CancelToken, Collector, Diagnostic, NullSink};
 
 use crate::support::*;
@@ -413,4 +413,100 @@ fn a_zip_with_an_entry_name_twice_is_refused_like_tar() {
     entries.push(Entry::file("LICENSE", "the second LICENSE"));
     let error = install(&workspace, &tar_gz(&entries), |o| o.version("b1")).unwrap_err();
     assert_eq!(error.code(), codes::ARCANE_POLICY_DENIED, "{error}");
+}
+
+/// A release whose LICENSE is 10 MiB of zeros: a few kilobytes compressed, a
+/// thousandfold expansion.
+fn bomb_entries() -> Vec<Entry> {
+    let mut entries = release_entries(1);
+    entries.push(Entry::file("LICENSE.bomb", vec![0u8; 10 << 20]));
+    entries
+}
+
+/// Installs `archive` (with its right digest) under `options` and checks it is refused
+/// by `limit`, naming the archive and the way to raise the limit, leaving nothing.
+fn assert_too_large(
+    archive: &[u8],
+    limit: ExtractLimit,
+    options: impl FnOnce(InstallRuntime) -> InstallRuntime,
+) {
+    let dir = tempdir();
+    let workspace = workspace_in(&dir);
+    assert!(archive.len() < 200_000, "the test archive stays small");
+    let error = install(&workspace, archive, |o| options(o.version("b1"))).unwrap_err();
+    assert!(
+        matches!(&error, Error::ArchiveTooLarge { limit: l, .. } if *l == limit),
+        "{error:?}"
+    );
+    assert_eq!(error.code(), codes::ARCANE_POLICY_DENIED, "{error}");
+    assert_eq!(error.details()["limit"], limit.as_str());
+    assert_eq!(error.details()["archiveBytes"], archive.len() as u64);
+    let message = error.to_string();
+    assert!(message.contains("archive-"), "names the archive: {message}");
+    let flag = match limit {
+        ExtractLimit::Size => "--max-extracted-size",
+        _ => "--max-expansion-ratio",
+    };
+    assert!(
+        error.hints().iter().any(|h| h.contains(flag)),
+        "{:?}",
+        error.hints()
+    );
+    // No install, no staging directory, nothing registered.
+    assert_clean(&workspace);
+    assert!(Registry::new(&workspace).runtimes().unwrap().is_empty());
+}
+
+#[test]
+fn an_archive_expanding_past_the_default_ratio_is_refused_and_leaves_nothing() {
+    // Issue 19 §9: a small zip with a matching SHA-256 expanded to 2.1 GB.
+    for archive in [zip(&bomb_entries()), tar_gz(&bomb_entries())] {
+        assert_too_large(&archive, ExtractLimit::Ratio, |o| o);
+    }
+}
+
+#[test]
+fn an_archive_expanding_past_the_size_limit_is_refused_and_leaves_nothing() {
+    for archive in [zip(&bomb_entries()), tar_gz(&bomb_entries())] {
+        assert_too_large(&archive, ExtractLimit::Size, |o| {
+            o.max_expansion_ratio(1 << 20).max_extracted_bytes(1 << 20)
+        });
+    }
+}
+
+#[test]
+fn a_tar_gz_whose_unwritten_entry_data_expands_is_stopped_while_decompressing() {
+    // A directory entry declaring 10 MiB of data: nothing is written, but the
+    // decompressor would still expand it all to skip it.
+    let encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    let mut builder = tar::Builder::new(encoder);
+    let header = raw_header("build/", tar::EntryType::Directory, 10 << 20, 0o755);
+    builder
+        .append(&header, std::io::Read::take(std::io::repeat(0), 10 << 20))
+        .unwrap();
+    for entry in release_entries(1) {
+        if let Entry::File { path, data, mode } = entry {
+            let header = raw_header(&path, tar::EntryType::Regular, data.len() as u64, mode);
+            builder.append(&header, data.as_slice()).unwrap();
+        }
+    }
+    let archive = builder.into_inner().unwrap().finish().unwrap();
+    assert_too_large(&archive, ExtractLimit::Size, |o| {
+        o.max_expansion_ratio(1 << 20).max_extracted_bytes(1 << 20)
+    });
+}
+
+#[test]
+fn raised_limits_let_a_trusted_compressible_archive_install() {
+    let dir = tempdir();
+    let workspace = workspace_in(&dir);
+    let runtime = install(&workspace, &zip(&bomb_entries()), |o| {
+        o.max_expansion_ratio(100_000).max_extracted_bytes(64 << 20)
+    })
+    .unwrap();
+    let root = runtime.root.unwrap();
+    assert_eq!(
+        std::fs::metadata(root.join("LICENSE.bomb")).unwrap().len(),
+        10 << 20
+    );
 }

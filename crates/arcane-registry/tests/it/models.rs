@@ -429,3 +429,76 @@ fn a_file_only_linked_by_someone_else_while_it_is_hashed_is_registered() {
         .unwrap();
     assert_eq!(model.sha256, sha256sum(&source));
 }
+
+/// A GGUF v3 file whose one metadata key is an array nested `depth` levels deep, with
+/// one small F32 tensor `dims` (its data present when it fits the usual sizes).
+fn hostile_gguf(depth: usize, dims: &[u64]) -> Vec<u8> {
+    let mut out = b"GGUF".to_vec();
+    out.extend_from_slice(&3u32.to_le_bytes());
+    out.extend_from_slice(&1u64.to_le_bytes());
+    out.extend_from_slice(&1u64.to_le_bytes());
+    let key = "evil.nest";
+    out.extend_from_slice(&(key.len() as u64).to_le_bytes());
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(&9u32.to_le_bytes());
+    for _ in 1..depth {
+        out.extend_from_slice(&9u32.to_le_bytes());
+        out.extend_from_slice(&1u64.to_le_bytes());
+    }
+    out.extend_from_slice(&4u32.to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes());
+    let name = "token_embd.weight";
+    out.extend_from_slice(&(name.len() as u64).to_le_bytes());
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(&(dims.len() as u32).to_le_bytes());
+    for dim in dims {
+        out.extend_from_slice(&dim.to_le_bytes());
+    }
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes());
+    out.resize(out.len().div_ceil(32) * 32 + 64, 0);
+    out
+}
+
+fn assert_refused_model(bytes: &[u8], says: &[&str]) {
+    let dir = tempdir();
+    let source = dir.path().join("hostile.gguf");
+    std::fs::write(&source, bytes).unwrap();
+    let error = Registry::new(dir.path())
+        .add_model(
+            &AddModel::file("hostile", &source),
+            &NullSink,
+            &CancelToken::new(),
+        )
+        .unwrap_err();
+    assert_eq!(error.code(), codes::LOCAL_AI_MODEL_INVALID, "{error}");
+    assert_eq!(error.details()["path"], source.display().to_string());
+    for word in says {
+        assert!(error.to_string().contains(word), "{word}: {error}");
+    }
+    assert!(
+        !dir.path().join(".arcane").exists(),
+        "nothing is created for a refused file"
+    );
+}
+
+#[test]
+fn a_gguf_nesting_arrays_50000_deep_is_refused_not_a_crash() {
+    // Issue 19 §9: 600 KB of nested arrays overflowed the stack (exit 134).
+    let bytes = hostile_gguf(50_000, &[16]);
+    assert!(bytes.len() > 590_000);
+    assert_refused_model(&bytes, &["evil.nest", "8 levels"]);
+}
+
+#[test]
+fn a_gguf_tensor_of_impossible_size_is_refused_naming_it() {
+    // Issue 19 §9: dimensions of 2^62 elements registered as "18446744073.7B parameters".
+    assert_refused_model(
+        &hostile_gguf(1, &[1 << 31, 1 << 31]),
+        &["token_embd.weight", "[2147483648, 2147483648]"],
+    );
+    assert_refused_model(
+        &hostile_gguf(1, &[1 << 62, 1 << 62]),
+        &["token_embd.weight", "64 bits"],
+    );
+}

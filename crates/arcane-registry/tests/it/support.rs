@@ -129,7 +129,7 @@ impl Entry {
 
 /// A tar header whose name is written raw (the tar crate refuses `..` and absolute
 /// names, which is exactly what the tests need to produce).
-fn raw_header(path: &str, kind: tar::EntryType, size: u64, mode: u32) -> tar::Header {
+pub fn raw_header(path: &str, kind: tar::EntryType, size: u64, mode: u32) -> tar::Header {
     let mut header = tar::Header::new_old();
     {
         let name = &mut header.as_old_mut().name;

@@ -166,6 +166,44 @@ struct InstallArgs {
     /// The version then comes from `--version` or the archive's name.
     #[arg(long)]
     skip_run_check: bool,
+
+    /// The most the archive may extract to, all files together (bytes, or with a unit:
+    /// `KiB`, `MiB`, `GiB`). Past it the install stops and leaves nothing. Default
+    /// `4GiB`.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_extracted_size: Option<u64>,
+
+    /// The most the archive may extract to as a multiple of its own size (real releases
+    /// expand 2-5 times; a decompression bomb, a thousand). Default 200.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_expansion_ratio: Option<u64>,
+}
+
+/// Parses a size: a number of bytes, or one followed by `KiB`, `MiB` or `GiB` (`K`,
+/// `M`, `G` too).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: u64 = number.parse().map_err(|_| {
+        format!("`{text}` is not a size (try `4GiB`, `500MiB` or a number of bytes)")
+    })?;
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "K" | "KiB" => 10,
+        "M" | "MiB" => 20,
+        "G" | "GiB" => 30,
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}` (use `KiB`, `MiB` or `GiB`)"
+            ))
+        }
+    };
+    value
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("`{text}` is too large"))
 }
 
 #[derive(Debug, clap::Args)]
@@ -209,6 +247,12 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
                 options = options.id(id);
             }
             options = options.check_runs(!install.skip_run_check);
+            if let Some(bytes) = install.max_extracted_size {
+                options = options.max_extracted_bytes(bytes);
+            }
+            if let Some(ratio) = install.max_expansion_ratio {
+                options = options.max_expansion_ratio(ratio);
+            }
             let sink = ProgressSink::new(&context.output);
             let runtime = registry.install_runtime(&options, &sink, &context.cancel)?;
             drop(sink);
@@ -575,6 +619,20 @@ mod tests {
         assert_eq!(human_bytes(512), "512 B");
         assert_eq!(human_bytes(98_600_000), "98.6 MB");
         assert_eq!(human_bytes(1_500_000_000), "1.5 GB");
+    }
+
+    #[test]
+    fn extraction_limits_read_with_binary_units() {
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_size("8GiB"), Ok(8 << 30));
+        assert_eq!(parse_size("512K"), Ok(512 << 10));
+        assert!(parse_size("1.5GiB").is_err());
+        assert!(parse_size("4TB").unwrap_err().contains("`TB`"));
+        assert!(parse_size("99999999999999999999").is_err());
+        assert!(parse_size("17179869184GiB")
+            .unwrap_err()
+            .contains("too large"));
     }
 
     #[test]

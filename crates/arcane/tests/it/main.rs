@@ -14,6 +14,7 @@ mod devices;
 mod front_door;
 mod gateway;
 mod hardening;
+mod hostile_files;
 mod lock;
 mod onnx;
 mod registry;
