@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use crate::support::{self, TestWorkspace};
 
 /// A child killed (and reaped) on drop, also on panic.
-struct Guard(Child);
+pub(crate) struct Guard(pub(crate) Child);
 
 impl Drop for Guard {
     fn drop(&mut self) {
@@ -655,7 +655,7 @@ fn sigterm_during_a_streaming_request_drains_and_leaves_no_process_behind() {
 
 /// A minimal stand-in for an Ollama already running (answers every request with a
 /// version), so `arcane serve --runtime ollama` adopts it and starts nothing.
-fn fake_ollama() -> String {
+pub(crate) fn fake_ollama() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     std::thread::spawn(move || {
@@ -685,7 +685,7 @@ fn serve_without_engine(workspace: &TestWorkspace) -> Guard {
     Guard(child)
 }
 
-fn wait_for_endpoint(workspace: &TestWorkspace, child: &mut Guard) -> Value {
+pub(crate) fn wait_for_endpoint(workspace: &TestWorkspace, child: &mut Guard) -> Value {
     let path = workspace.path().join(".arcane/core.json");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -710,7 +710,7 @@ fn wait_for_endpoint(workspace: &TestWorkspace, child: &mut Guard) -> Value {
     }
 }
 
-fn terminate(mut child: Guard) -> Option<i32> {
+pub(crate) fn terminate(mut child: Guard) -> Option<i32> {
     // SAFETY: sending SIGTERM to the child this test spawned.
     unsafe { libc::kill(child.0.id() as libc::pid_t, libc::SIGTERM) };
     support::wait_for_exit(

@@ -348,3 +348,47 @@ fn a_model_file_changed_while_serving_is_refused_at_its_next_load() {
         "{rows:#?}"
     );
 }
+
+/// Item 16: with `ARCANE_API_KEY` set, `token show` printed the workspace's token,
+/// which that host refuses; it shows the key the running host accepts, and `token
+/// rotate` says it would change nothing the host accepts.
+#[test]
+fn token_show_names_the_key_a_host_started_with_its_own_key_accepts() {
+    let ws = TestWorkspace::new();
+    let key = "a-key-of-my-own-0123456789abcdef";
+    let child = ws
+        .arcane()
+        .env("ARCANE_API_KEY", key)
+        .args([
+            "serve",
+            "--runtime",
+            "ollama",
+            "--url",
+            &crate::core::fake_ollama(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut host = crate::core::Guard(child);
+    let endpoint = crate::core::wait_for_endpoint(&ws, &mut host);
+    assert_eq!(endpoint["token"], key);
+    // `token show`, run without the variable (another terminal), prints the host's key.
+    let out = run(ws
+        .arcane()
+        .env_remove("ARCANE_API_KEY")
+        .args(["token", "show"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), key);
+    let out = run(ws
+        .arcane()
+        .env_remove("ARCANE_API_KEY")
+        .args(["--output", "json", "token", "rotate"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(json(&out)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("its own key"));
+    crate::core::terminate(host);
+}
