@@ -1156,3 +1156,94 @@ fn a_bundle_carries_the_onnx_library_verified_and_launch_hands_it_to_the_core() 
         "{report:#}"
     );
 }
+
+/// Issue 19, item 5: a bundle whose program, model directory or runtime another user
+/// could change before it runs fails `bundle verify` with its own code, the path and
+/// the fix, and `launch` runs nothing (the program's output never appears).
+#[test]
+fn a_bundle_another_user_could_change_fails_verification_and_launch_runs_nothing() {
+    let real = RealBundle::new();
+    let (exit, report) = real.verify_json();
+    assert_eq!(exit, 0, "a built bundle verifies: {report:#}");
+    let state_root = real.dir.path().join("state");
+    let chmod = |relative: &str, mode: u32| {
+        std::fs::set_permissions(real.path(relative), std::fs::Permissions::from_mode(mode))
+            .unwrap()
+    };
+    let refused = |what: &str, code: &str, path: &str, fix: &str| {
+        let (exit, report) = real.verify_json();
+        assert_eq!(exit, 2, "{what}: {report:#}");
+        let failure = report["failures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["code"] == code && f["path"] == path)
+            .unwrap_or_else(|| panic!("{what}: expected {code} at {path}: {report:#}"));
+        assert!(
+            failure["details"]["fix"].as_str().unwrap().starts_with(fix),
+            "{what}: {failure:#}"
+        );
+        // The app entry is not run.
+        let output = support::run(
+            real.launch()
+                .args(["launch", "--state-root"])
+                .arg(&state_root)
+                .args(["--arcane-app-entry", "tools/show-endpoint"]),
+        );
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{what}: {}",
+            support::stderr(&output)
+        );
+        assert!(
+            !support::stdout(&output).contains("endpoint="),
+            "{what}: the program ran: {}",
+            support::stdout(&output)
+        );
+        assert!(
+            support::stderr(&output).contains(code),
+            "{what}: {}",
+            support::stderr(&output)
+        );
+    };
+
+    chmod("app/tools/show-endpoint", 0o777);
+    refused(
+        "a world-writable program",
+        "BUNDLE_WRITABLE",
+        "app/tools/show-endpoint",
+        "chmod go-w",
+    );
+    chmod("app/tools/show-endpoint", 0o755);
+
+    chmod("models/smollm2", 0o777);
+    refused(
+        "a world-writable model directory",
+        "BUNDLE_WRITABLE",
+        "models/smollm2",
+        "chmod go-w",
+    );
+    chmod("models/smollm2", 0o755);
+
+    let runtime = real.runtime_executable();
+    chmod(&runtime, 0o4755);
+    refused(
+        "a setuid runtime",
+        "BUNDLE_SETID",
+        &runtime,
+        "chmod u-s,g-s",
+    );
+    chmod(&runtime, 0o755);
+
+    std::os::unix::fs::chown(real.path("app/tools/show-endpoint"), Some(65534), None).unwrap();
+    refused(
+        "a program another user owns",
+        "BUNDLE_FOREIGN_OWNER",
+        "app/tools/show-endpoint",
+        "chown",
+    );
+    std::os::unix::fs::chown(real.path("app/tools/show-endpoint"), Some(0), None).unwrap();
+    let (exit, report) = real.verify_json();
+    assert_eq!(exit, 0, "fixed: {report:#}");
+}
