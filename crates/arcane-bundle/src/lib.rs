@@ -72,8 +72,8 @@ pub use build::{
 pub use error::Error;
 pub use failure::Failure;
 pub use launch::{
-    bundle_root_from_launcher, default_state_root, open_app_entry, prepare_state_root, resolve_app_entry,
-    resolve_context, HostDirs, LaunchContext, LaunchModel, LaunchRuntime,
+    bundle_root_from_launcher, default_state_root, open_app_entry, prepare_state_root,
+    resolve_app_entry, resolve_context, HostDirs, LaunchContext, LaunchModel, LaunchRuntime,
 };
 pub use manifest::Manifest;
 pub use pinned::PinnedFile;

@@ -188,7 +188,12 @@ impl VerifiedBundle {
     /// Checks every listed file's identity again (see the module docs): for files
     /// another process opens by path, right before handing them over.
     pub fn recheck_all(&self) -> Result<(), Error> {
-        let mut paths: Vec<&str> = self.manifest.files.iter().map(|f| f.path.as_str()).collect();
+        let mut paths: Vec<&str> = self
+            .manifest
+            .files
+            .iter()
+            .map(|f| f.path.as_str())
+            .collect();
         paths.sort_unstable();
         for relative in paths {
             self.open_verified(relative)?;

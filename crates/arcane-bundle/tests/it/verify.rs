@@ -517,7 +517,12 @@ fn what_another_user_could_change_before_launch_is_refused_with_the_fix() {
     // A world-writable program (the 0777 run.sh).
     let fixture = Fixture::new();
     mode(&fixture.path("app/tools/hello"), 0o777);
-    only(&fixture, codes::BUNDLE_WRITABLE, "app/tools/hello", "chmod go-w");
+    only(
+        &fixture,
+        codes::BUNDLE_WRITABLE,
+        "app/tools/hello",
+        "chmod go-w",
+    );
     assert_eq!(run(&fixture).failures[0].details["mode"], "0777");
 
     // A group-writable model directory, and a sticky world-writable one: the sticky
@@ -525,7 +530,12 @@ fn what_another_user_could_change_before_launch_is_refused_with_the_fix() {
     for directory_mode in [0o775, 0o1777] {
         let fixture = Fixture::new();
         mode(&fixture.path("models/smollm2"), directory_mode);
-        only(&fixture, codes::BUNDLE_WRITABLE, "models/smollm2", "chmod go-w");
+        only(
+            &fixture,
+            codes::BUNDLE_WRITABLE,
+            "models/smollm2",
+            "chmod go-w",
+        );
     }
 
     // The root itself, and the manifest.
