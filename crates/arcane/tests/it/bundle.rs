@@ -28,7 +28,7 @@ struct RealBundle {
 /// Writes the Core host's pid (from the endpoint record) to `$1`, then waits.
 const HOLD: &str = "#!/bin/sh\nsed -n 's/.*\"pid\": *\\([0-9]*\\).*/\\1/p' \"$ARCANE_CORE_ENDPOINT\" > \"$1.tmp\"\nmv \"$1.tmp\" \"$1\"\nexec sleep 600\n";
 
-const SHOW_ENDPOINT: &str = "#!/bin/sh\nprintf 'endpoint=%s\\n' \"$ARCANE_CORE_ENDPOINT\"\nprintf 'args=%s\\n' \"$*\"\ncat \"$ARCANE_CORE_ENDPOINT\"\n";
+const SHOW_ENDPOINT: &str = "#!/bin/sh\nprintf 'endpoint=%s\\n' \"$ARCANE_CORE_ENDPOINT\"\nprintf 'args=%s\\n' \"$*\"\nprintf 'entry=%s\\n' \"$ARCANE_APP_ENTRY\"\ncat \"$ARCANE_CORE_ENDPOINT\"\n";
 
 impl RealBundle {
     fn new() -> Self {
@@ -577,6 +577,16 @@ fn an_app_entry_runs_a_listed_program_with_the_running_core_endpoint_and_escapes
         "{stdout}"
     );
     assert!(stdout.contains("args=--flag value"), "{stdout}");
+    // Run through its verified descriptor, the program learns its bundle path here.
+    let entry = real
+        .bundle
+        .canonicalize()
+        .unwrap()
+        .join("app/tools/show-endpoint");
+    assert!(
+        stdout.contains(&format!("entry={}\n", entry.display())),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("t0ken"),
         "the program could not read the endpoint file: {stdout}"
