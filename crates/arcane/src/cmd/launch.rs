@@ -11,7 +11,8 @@
 //! <bundle model> [--device TARGET] [--port PORT]` through `exec`, so signals reach
 //! the Core host directly. Right before that `exec`, every listed file is checked to be
 //! the very file verification saw (device, inode, size, mtime, ctime; see
-//! `arcane_bundle::pinned`); any change is `BUNDLE_FILE_CHANGED` and nothing starts. Its loader path is the runtime's library directories first,
+//! `arcane_bundle::pinned`); any change is `BUNDLE_FILE_CHANGED` and nothing starts.
+//! The launcher itself is executed through the descriptor that was checked. Its loader path is the runtime's library directories first,
 //! then the inherited value ([`arcane_process::loader_path`]). Nothing is written
 //! inside the bundle.
 //!
@@ -145,12 +146,17 @@ fn trusted_key_file(args: &Args) -> Result<Option<PathBuf>, CliError> {
 /// launcher, state in the state root, the bundle's executable, model and ONNX Runtime
 /// library passed explicitly, its libraries first on the loader path, and the engine on a free
 /// loopback port (so it never adopts a stranger's server on the default port).
-fn serve_command(launch: &LaunchContext) -> Result<Command, CliError> {
-    let launcher = launch
-        .bundle
-        .resolve(arcane_bundle::manifest::LAUNCHER_PATH);
-    let mut command = Command::new(launcher);
+///
+/// The launcher is executed through `launcher`, its verified descriptor
+/// (`/proc/self/fd/N`, an ELF binary, so the descriptor may stay close-on-exec), with
+/// its bundle path as `argv[0]`.
+fn serve_command(
+    launch: &LaunchContext,
+    launcher: &arcane_bundle::PinnedFile,
+) -> Result<Command, CliError> {
+    let mut command = Command::new(launcher.exec_path());
     command
+        .arg0(launcher.path())
         .arg("--workspace")
         .arg(&launch.state_root)
         .arg("serve");
@@ -208,10 +214,13 @@ fn core(context: &Context, launch: &LaunchContext) -> Result<u8, CliError> {
         event_types::BUNDLE_LAUNCH_CORE,
         launch.summary(),
     ));
-    let mut command = serve_command(launch)?;
-    // What the Core host and its engine will open by path must still be what was
-    // verified (see the module docs).
+    // The launcher runs through its verified descriptor; what the Core host and its
+    // engine will open by path must still be what was verified (see the module docs).
+    let launcher = launch
+        .bundle
+        .open_verified(arcane_bundle::manifest::LAUNCHER_PATH)?;
     launch.bundle.recheck_all()?;
+    let mut command = serve_command(launch, &launcher)?;
     // Pass the output mode through so the Core host prints what the caller asked for.
     command.arg("--output").arg(match context.output.mode {
         crate::cli::OutputMode::Human => "human",
@@ -293,17 +302,20 @@ fn io_failure(message: impl Into<String>, error: std::io::Error) -> CliError {
         .into()
 }
 
-/// Starts the Core host in the background (this same launcher in Core mode, its
-/// output in `<state-root>/logs/core.log`) and waits until it publishes its endpoint.
+/// Starts the Core host in the background (this same launcher in Core mode, run
+/// through its verified descriptor, its output in `<state-root>/logs/core.log`) and
+/// waits until it publishes its endpoint.
 fn start_core(
     context: &Context,
     launch: &LaunchContext,
     args: &Args,
 ) -> Result<StartedCore, CliError> {
+    // Through its verified descriptor (an ELF binary: it may stay close-on-exec), so a
+    // launcher swapped since verification never runs; it verifies the bundle again.
     let launcher = launch
         .bundle
-        .resolve(arcane_bundle::manifest::LAUNCHER_PATH);
-    let mut command = arcane_process::Spec::new(launcher).args([
+        .open_verified(arcane_bundle::manifest::LAUNCHER_PATH)?;
+    let mut command = arcane_process::Spec::new(launcher.exec_path()).args([
         std::ffi::OsStr::new("launch"),
         "--state-root".as_ref(),
         launch.state_root.as_os_str(),
