@@ -17,9 +17,14 @@
 //!      a swap after the check changes nothing: the bytes hashed are the bytes run.
 //!      (`fexecve` on a re-opened path, or a re-check followed by an exec by path, would
 //!      each leave a window between the check and the exec.)
-//!    * files another process loads by path (the Core host's launcher, the runtime and
-//!      its libraries, the model, the ONNX library) are re-checked by identity right
-//!      before the exec that hands them over ([`VerifiedBundle::recheck_all`]): handing
+//!    * the launcher (`bin/arcane`), which launch `exec`s as the Core host or starts as
+//!      the background Core of an app entry, is opened and checked the same way
+//!      ([`VerifiedBundle::open_verified`]; not re-hashed: it is large, and its
+//!      identity on the open descriptor proves it unwritten since it was hashed) and
+//!      executed through that descriptor;
+//!    * files another process loads by path (the runtime and its libraries, the
+//!      model, the ONNX library) are re-checked by identity right before the exec
+//!      that hands them over ([`VerifiedBundle::recheck_all`]): handing
 //!      descriptors through the Core host to the engine it spawns is not supported by
 //!      the engines, and re-hashing a multi-gigabyte model on every launch would repeat
 //!      verification. What remains (a swap between that check and the engine's open)
