@@ -25,6 +25,8 @@
 //! `app/`. `REL` must pass the bundle path grammar (no absolute path, no `..`, no
 //! backslash, …) — `BUNDLE_PATH_INVALID` otherwise — and `app/REL` must be listed in
 //! the verified manifest with `exec: true` — `ARCANE_USAGE` otherwise.
+//! [`open_app_entry`] then opens it as verified ([`crate::pinned`]), for launch to run
+//! through its descriptor.
 
 use std::path::{Path, PathBuf};
 
@@ -33,6 +35,7 @@ use serde_json::{json, Value};
 use crate::error::Error;
 use crate::manifest::{LAUNCHER_PATH, MANIFEST_NAME};
 use crate::path::check_path;
+use crate::pinned::PinnedFile;
 use crate::verify::VerifiedBundle;
 
 /// Launch-file keys that would redirect a bundle-owned path.
@@ -408,6 +411,16 @@ pub fn resolve_app_entry(bundle: &VerifiedBundle, entry: &str) -> Result<PathBuf
             json!({"entry": entry, "path": listed}),
         )),
     }
+}
+
+/// [`resolve_app_entry`], then `app/REL` opened, checked to be the file verification
+/// saw, and hashed again from the open descriptor: the program to execute through
+/// [`PinnedFile::exec_path`], so a file swapped after verification never runs (see
+/// [`crate::pinned`]).
+pub fn open_app_entry(bundle: &VerifiedBundle, entry: &str) -> Result<PinnedFile, Error> {
+    resolve_app_entry(bundle, entry)?;
+    let relative = entry.strip_prefix("./").unwrap_or(entry);
+    bundle.open_program(&format!("app/{relative}"))
 }
 
 /// Prepares the state root for the Core host: creates it (mode 0700 when new). Only

@@ -27,6 +27,10 @@
 //! * [`build()`] never overwrites: it assembles a temporary sibling of `--out`, writes
 //!   the manifest last and renames the directory into place with `RENAME_NOREPLACE`;
 //!   a failure or cancellation removes only that temporary directory.
+//! * [`verify()`] refuses what another user could change before launch (group- or
+//!   world-writable, setuid/setgid, owned by someone else), and launch runs exactly
+//!   what it verified: identities re-checked before use, an app entry re-hashed and
+//!   executed through its open descriptor ([`pinned`]).
 //! * [`launch`] resolves the launch context without letting a launch file redirect a
 //!   bundle-owned path, and resolves `--arcane-app-entry` only to a listed executable
 //!   under `app/`.
@@ -58,6 +62,7 @@ mod hash;
 pub mod launch;
 pub mod manifest;
 pub mod path;
+pub mod pinned;
 pub mod sign;
 mod verify;
 
@@ -67,10 +72,11 @@ pub use build::{
 pub use error::Error;
 pub use failure::Failure;
 pub use launch::{
-    bundle_root_from_launcher, default_state_root, prepare_state_root, resolve_app_entry,
-    resolve_context, HostDirs, LaunchContext, LaunchModel, LaunchRuntime,
+    bundle_root_from_launcher, default_state_root, open_app_entry, prepare_state_root,
+    resolve_app_entry, resolve_context, HostDirs, LaunchContext, LaunchModel, LaunchRuntime,
 };
 pub use manifest::Manifest;
+pub use pinned::PinnedFile;
 pub use verify::{
     verify, verify_strict, VerifiedBundle, VerifyOptions, VerifyReport, MAX_FAILURES,
 };

@@ -11,7 +11,14 @@
 //!    `fstatat(AT_SYMLINK_NOFOLLOW)`, so no symlink is ever followed. Symlinks
 //!    (`BUNDLE_SYMLINK`), files with more than one link (`BUNDLE_HARDLINK`), FIFOs,
 //!    sockets and devices (`BUNDLE_SPECIAL_FILE`), and files or directories that no
-//!    listed path accounts for (`BUNDLE_UNLISTED`) are failures;
+//!    listed path accounts for (`BUNDLE_UNLISTED`) are failures. So is anything (the
+//!    root, the manifest and every directory and regular file included) that someone
+//!    other than the verifier could change before launch: writable by group or others
+//!    (`BUNDLE_WRITABLE`; a sticky bit does not excuse it inside a bundle), a file with
+//!    a setuid or setgid bit (`BUNDLE_SETID`), or owned by a user other than the
+//!    verifier or root (`BUNDLE_FOREIGN_OWNER`); each names the path, its mode or
+//!    owner and the fix. The identity of every listed file is recorded for launch
+//!    ([`crate::pinned`]);
 //! 4. every listed file: present as a regular file (`BUNDLE_MISSING`), of the listed
 //!    size (`BUNDLE_SIZE_MISMATCH`, decided before any hashing), with the listed
 //!    executable bit (`BUNDLE_MODE_MISMATCH`);
@@ -37,6 +44,7 @@ use crate::error::Error;
 use crate::failure::Failure;
 use crate::hash::{self, Job, Outcome, Progress};
 use crate::manifest::{FileEntry, Manifest, Target, MANIFEST_NAME, MAX_MANIFEST_BYTES};
+use crate::pinned::{identity_of_stat, FileIdentity, Identities};
 
 /// The most failures a report keeps; the rest are counted in `omitted`.
 pub const MAX_FAILURES: usize = 1000;
@@ -98,6 +106,9 @@ pub struct VerifyReport {
     pub files_hashed: u64,
     /// Bytes hashed.
     pub bytes_hashed: u64,
+    /// The identity of every listed file the walk saw, for launch ([`crate::pinned`]).
+    #[serde(skip)]
+    identities: Identities,
 }
 
 impl VerifyReport {
@@ -112,6 +123,7 @@ impl VerifyReport {
             Some(manifest) if self.failures.is_empty() && self.omitted == 0 => Ok(VerifiedBundle {
                 root: self.root,
                 manifest,
+                identities: self.identities,
             }),
             _ => Err(Error::Integrity {
                 root: self.root,
@@ -129,13 +141,16 @@ impl VerifyReport {
     }
 }
 
-/// A bundle that passed [`verify`]: its root and manifest.
+/// A bundle that passed [`verify`]: its root and manifest, and the identity of every
+/// file as verified (launch re-checks it, see [`crate::pinned`]).
 #[derive(Debug, Clone)]
 pub struct VerifiedBundle {
     /// The bundle root (absolute, canonical).
     pub root: PathBuf,
     /// Its manifest.
     pub manifest: Manifest,
+    /// Every listed file's identity as the verifying walk saw it.
+    pub(crate) identities: Identities,
 }
 
 impl VerifiedBundle {
@@ -172,6 +187,7 @@ pub fn verify(
         omitted: 0,
         files_hashed: 0,
         bytes_hashed: 0,
+        identities: Identities::new(),
     };
 
     // 1. The manifest (and, with a trusted key, its signature).
@@ -205,6 +221,10 @@ pub fn verify(
 
     // 5. Content.
     check_content(&jobs, &entries, options, events, cancel, &mut report)?;
+    report.identities = seen
+        .into_iter()
+        .map(|(path, seen)| (path, seen.identity))
+        .collect();
     report.manifest = Some(manifest);
     finish(events, &report);
     Ok(report)
@@ -246,6 +266,10 @@ fn walk_tree(
     cancel: &CancelToken,
 ) -> Result<(HashMap<String, Seen>, HashSet<String>), Error> {
     let directories = listed_directories(listed);
+    match rustix::fs::fstat(root_fd) {
+        Ok(stat) => check_permissions(".", &stat, report),
+        Err(error) => return Err(Error::io("inspect", ".", error.into())),
+    }
     let mut walk = Walk {
         listed,
         directories: &directories,
@@ -553,6 +577,7 @@ struct Seen {
     size: u64,
     mode: u32,
     nlink: u64,
+    identity: FileIdentity,
 }
 
 struct Walk<'a> {
@@ -602,15 +627,16 @@ impl Walk<'_> {
             ));
             return Ok(());
         };
-        if prefix.is_empty() && (text == MANIFEST_NAME || text == crate::sign::SIGNATURE_NAME) {
-            return Ok(()); // Checked by read_manifest and check_signature.
-        }
         let stat = match rustix::fs::statat(fd, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW)
         {
             Ok(stat) => stat,
             Err(rustix::io::Errno::NOENT) => return Ok(()), // Vanished since the listing; judged below as missing if listed.
             Err(error) => return Err(Error::io("inspect", shown_dir(&relative), error.into())),
         };
+        check_permissions(&relative, &stat, self.report);
+        if prefix.is_empty() && (text == MANIFEST_NAME || text == crate::sign::SIGNATURE_NAME) {
+            return Ok(()); // Otherwise checked by read_manifest and check_signature.
+        }
         match FileType::from_raw_mode(stat.st_mode as _) {
             FileType::Symlink => {
                 self.present.insert(relative.clone());
@@ -725,8 +751,51 @@ impl Walk<'_> {
                 size: stat.st_size as u64,
                 mode: stat.st_mode as u32,
                 nlink,
+                identity: identity_of_stat(stat),
             },
         );
+    }
+}
+
+/// Who may change `relative` (`.` for the root) besides the verifier and root: its
+/// mode and owner. Regular files and directories only (symlinks and special files are
+/// failures of their own). Reports `BUNDLE_WRITABLE`, `BUNDLE_SETID` and
+/// `BUNDLE_FOREIGN_OWNER`, each with the mode or owner and the fix.
+// `stat`'s field types differ between platforms, so the casts are needed there.
+#[allow(clippy::unnecessary_cast)]
+fn check_permissions(relative: &str, stat: &rustix::fs::Stat, report: &mut VerifyReport) {
+    let kind = match FileType::from_raw_mode(stat.st_mode as _) {
+        FileType::RegularFile => "file",
+        FileType::Directory => "directory",
+        _ => return,
+    };
+    let mode = stat.st_mode as u32 & 0o7777;
+    let shown = format!("{mode:04o}");
+    if mode & 0o022 != 0 {
+        report.push(Failure::at(
+            codes::BUNDLE_WRITABLE,
+            relative,
+            format!("is a {kind} writable by its group or others (mode {shown}), who could change it before it runs; fix: `chmod go-w`"),
+            json!({"kind": kind, "mode": shown, "fix": "chmod go-w"}),
+        ));
+    }
+    if kind == "file" && mode & 0o6000 != 0 {
+        report.push(Failure::at(
+            codes::BUNDLE_SETID,
+            relative,
+            format!("has its setuid or setgid bit set (mode {shown}); fix: `chmod u-s,g-s`"),
+            json!({"kind": kind, "mode": shown, "fix": "chmod u-s,g-s"}),
+        ));
+    }
+    let verifier = rustix::process::geteuid().as_raw();
+    let owner = stat.st_uid as u32;
+    if owner != verifier && owner != 0 {
+        report.push(Failure::at(
+            codes::BUNDLE_FOREIGN_OWNER,
+            relative,
+            format!("is a {kind} owned by uid {owner}, not by the verifying user (uid {verifier}) or root, so its owner could change it before it runs; fix: `chown {verifier}`"),
+            json!({"kind": kind, "owner": owner, "verifier": verifier, "fix": format!("chown {verifier}")}),
+        ));
     }
 }
 

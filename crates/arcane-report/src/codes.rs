@@ -130,6 +130,13 @@ codes! {
     BUNDLE_UNSIGNED,
     /// The bundle's signature is malformed, by another key, or does not match its manifest.
     BUNDLE_SIGNATURE_INVALID,
+    /// A file or directory of the bundle (its root included) is writable by its group or
+    /// by others, who could rewrite it between verification and launch.
+    BUNDLE_WRITABLE,
+    /// A file of the bundle has its setuid or setgid bit set.
+    BUNDLE_SETID,
+    /// A file or directory of the bundle belongs to a user other than the verifier or root.
+    BUNDLE_FOREIGN_OWNER,
 }
 
 /// The table's constant for `code`, or `None` for a code this build does not know (a

@@ -25,6 +25,10 @@ pub struct Fixture {
 impl Fixture {
     /// A complete, valid bundle.
     pub fn new() -> Self {
+        // Files and directories the tests create get the modes a build gives them,
+        // whatever umask the tests were started with: verification refuses group- or
+        // world-writable ones. (Every test of this binary wants the same umask.)
+        rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
         let dir = tempfile::Builder::new()
             .prefix("arcane-bundle-test-")
             .tempdir()
@@ -119,7 +123,9 @@ impl Fixture {
 
     /// Rewrites the manifest from `self.manifest` (sorting files first).
     pub fn write_manifest(&self) {
-        std::fs::write(self.root().join(MANIFEST_NAME), self.manifest.to_bytes()).unwrap();
+        let path = self.root().join(MANIFEST_NAME);
+        std::fs::write(&path, self.manifest.to_bytes()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     }
 
     /// Adds a manifest entry without a file (for path-grammar cases).

@@ -7,4 +7,5 @@
 mod build;
 mod fixture;
 mod launch;
+mod pinned;
 mod verify;

@@ -496,3 +496,83 @@ fn an_app_start_naming_the_launcher_is_one_clear_failure_not_an_unlisted_file() 
         "bin/arcane",
     );
 }
+
+/// Issue 19, item 5: what someone other than the verifier could change between verify
+/// and launch is refused — each with its own code, the path, the mode or owner and the
+/// fix — however it is otherwise intact.
+#[test]
+fn what_another_user_could_change_before_launch_is_refused_with_the_fix() {
+    use std::os::unix::fs::MetadataExt;
+    let mode = |path: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    let only = |fixture: &Fixture, code: &str, path: &str, fix: &str| {
+        let report = run(fixture);
+        assert_only(&report, code, path);
+        let failure = &report.failures[0];
+        assert_eq!(failure.details["fix"], fix, "{failure:#?}");
+        assert!(failure.message.contains(fix), "{failure:#?}");
+    };
+
+    // A world-writable program (the issue's 0777 run.sh).
+    let fixture = Fixture::new();
+    mode(&fixture.path("app/tools/hello"), 0o777);
+    only(
+        &fixture,
+        codes::BUNDLE_WRITABLE,
+        "app/tools/hello",
+        "chmod go-w",
+    );
+    assert_eq!(run(&fixture).failures[0].details["mode"], "0777");
+
+    // A group-writable model directory, and a sticky world-writable one: the sticky
+    // bit does not excuse it inside a bundle.
+    for directory_mode in [0o775, 0o1777] {
+        let fixture = Fixture::new();
+        mode(&fixture.path("models/smollm2"), directory_mode);
+        only(
+            &fixture,
+            codes::BUNDLE_WRITABLE,
+            "models/smollm2",
+            "chmod go-w",
+        );
+    }
+
+    // The root itself, and the manifest.
+    let fixture = Fixture::new();
+    mode(&fixture.root(), 0o757);
+    only(&fixture, codes::BUNDLE_WRITABLE, ".", "chmod go-w");
+    let fixture = Fixture::new();
+    mode(&fixture.path("arcane-bundle.json"), 0o646);
+    only(
+        &fixture,
+        codes::BUNDLE_WRITABLE,
+        "arcane-bundle.json",
+        "chmod go-w",
+    );
+
+    // setuid and setgid files.
+    for setid in [0o4755, 0o2755] {
+        let fixture = Fixture::new();
+        mode(&fixture.path(RUNTIME_EXE), setid);
+        only(&fixture, codes::BUNDLE_SETID, RUNTIME_EXE, "chmod u-s,g-s");
+    }
+
+    // A file and a directory owned by another user (uid 65534), modes untouched.
+    let fixture = Fixture::new();
+    std::os::unix::fs::chown(fixture.path(START), Some(65534), None).unwrap();
+    let report = run(&fixture);
+    assert_only(&report, codes::BUNDLE_FOREIGN_OWNER, START);
+    assert_eq!(report.failures[0].details["owner"], 65534);
+    let fixture = Fixture::new();
+    std::os::unix::fs::chown(fixture.path("app/tools"), Some(65534), None).unwrap();
+    assert_only(&run(&fixture), codes::BUNDLE_FOREIGN_OWNER, "app/tools");
+    // Root's files are fine for any verifier (the fixture is root's in the tests; a
+    // file of the verifier's own passes too).
+    let fixture = Fixture::new();
+    assert_eq!(
+        std::fs::metadata(fixture.path(START)).unwrap().uid(),
+        rustix::process::geteuid().as_raw()
+    );
+    assert!(run(&fixture).is_clean());
+}

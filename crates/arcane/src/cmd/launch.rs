@@ -9,13 +9,20 @@
 //! process becomes `<bundle>/bin/arcane --workspace <state-root> serve --runtime
 //! llama.cpp --executable <bundle runtime> --url http://127.0.0.1:<free port> --model
 //! <bundle model> [--device TARGET] [--port PORT]` through `exec`, so signals reach
-//! the Core host directly. Its loader path is the runtime's library directories first,
+//! the Core host directly. Right before that `exec`, every listed file is checked to be
+//! the very file verification saw (device, inode, size, mtime, ctime; see
+//! `arcane_bundle::pinned`); any change is `BUNDLE_FILE_CHANGED` and nothing starts.
+//! The launcher itself is executed through the descriptor that was checked. Its loader path is the runtime's library directories first,
 //! then the inherited value ([`arcane_process::loader_path`]). Nothing is written
 //! inside the bundle.
 //!
 //! **App-entry mode** (`launch --arcane-app-entry REL [ARGS…]`, which must come last):
 //! after the same verification, `app/REL` must be a listed `exec` file (escapes and
-//! absolute paths are refused with `BUNDLE_PATH_INVALID`). "The running Core" is the
+//! absolute paths are refused with `BUNDLE_PATH_INVALID`); it is opened once, checked
+//! to be the verified file, hashed again from that descriptor and executed through it
+//! (`/proc/self/fd/N`, so its `$0` is that path; `ARCANE_APP_ENTRY` holds the bundle
+//! path), so a program swapped after verification never runs (`BUNDLE_FILE_CHANGED`,
+//! nothing started). "The running Core" is the
 //! Core host whose endpoint file `<state-root>/.arcane/core.json` names a live
 //! process. If there is none, launch starts one in the background (the Core mode
 //! above, as a child in its own process group), waits until its endpoint file
@@ -139,12 +146,17 @@ fn trusted_key_file(args: &Args) -> Result<Option<PathBuf>, CliError> {
 /// launcher, state in the state root, the bundle's executable, model and ONNX Runtime
 /// library passed explicitly, its libraries first on the loader path, and the engine on a free
 /// loopback port (so it never adopts a stranger's server on the default port).
-fn serve_command(launch: &LaunchContext) -> Result<Command, CliError> {
-    let launcher = launch
-        .bundle
-        .resolve(arcane_bundle::manifest::LAUNCHER_PATH);
-    let mut command = Command::new(launcher);
+///
+/// The launcher is executed through `launcher`, its verified descriptor
+/// (`/proc/self/fd/N`, an ELF binary, so the descriptor may stay close-on-exec), with
+/// its bundle path as `argv[0]`.
+fn serve_command(
+    launch: &LaunchContext,
+    launcher: &arcane_bundle::PinnedFile,
+) -> Result<Command, CliError> {
+    let mut command = Command::new(launcher.exec_path());
     command
+        .arg0(launcher.path())
         .arg("--workspace")
         .arg(&launch.state_root)
         .arg("serve");
@@ -202,7 +214,13 @@ fn core(context: &Context, launch: &LaunchContext) -> Result<u8, CliError> {
         event_types::BUNDLE_LAUNCH_CORE,
         launch.summary(),
     ));
-    let mut command = serve_command(launch)?;
+    // The launcher runs through its verified descriptor; what the Core host and its
+    // engine will open by path must still be what was verified (see the module docs).
+    let launcher = launch
+        .bundle
+        .open_verified(arcane_bundle::manifest::LAUNCHER_PATH)?;
+    launch.bundle.recheck_all()?;
+    let mut command = serve_command(launch, &launcher)?;
     // Pass the output mode through so the Core host prints what the caller asked for.
     command.arg("--output").arg(match context.output.mode {
         crate::cli::OutputMode::Human => "human",
@@ -261,7 +279,8 @@ fn app_entry(
         )
         .into());
     };
-    let program = arcane_bundle::resolve_app_entry(&launch.bundle, relative)?;
+    // Opened and re-checked before anything starts; run through this descriptor.
+    let program = arcane_bundle::open_app_entry(&launch.bundle, relative)?;
     // 2. The running Core, or one started in the background (in a state root that is
     // private to the user, like every workspace).
     arcane_bundle::prepare_state_root(launch)?;
@@ -283,17 +302,20 @@ fn io_failure(message: impl Into<String>, error: std::io::Error) -> CliError {
         .into()
 }
 
-/// Starts the Core host in the background (this same launcher in Core mode, its
-/// output in `<state-root>/logs/core.log`) and waits until it publishes its endpoint.
+/// Starts the Core host in the background (this same launcher in Core mode, run
+/// through its verified descriptor, its output in `<state-root>/logs/core.log`) and
+/// waits until it publishes its endpoint.
 fn start_core(
     context: &Context,
     launch: &LaunchContext,
     args: &Args,
 ) -> Result<StartedCore, CliError> {
+    // Through its verified descriptor (an ELF binary: it may stay close-on-exec), so a
+    // launcher swapped since verification never runs; it verifies the bundle again.
     let launcher = launch
         .bundle
-        .resolve(arcane_bundle::manifest::LAUNCHER_PATH);
-    let mut command = arcane_process::Spec::new(launcher).args([
+        .open_verified(arcane_bundle::manifest::LAUNCHER_PATH)?;
+    let mut command = arcane_process::Spec::new(launcher.exec_path()).args([
         std::ffi::OsStr::new("launch"),
         "--state-root".as_ref(),
         launch.state_root.as_os_str(),
@@ -396,27 +418,30 @@ fn run_app(
     context: &Context,
     launch: &LaunchContext,
     relative: &str,
-    program: &Path,
+    program: &arcane_bundle::PinnedFile,
     program_args: &[String],
 ) -> Result<arcane_process::ExitInfo, CliError> {
     let endpoint = launch.endpoint_file();
     context.output.event(&Event::new(
         event_types::BUNDLE_LAUNCH_APP_ENTRY,
-        json!({"entry": relative, "program": program, "endpointFile": endpoint}),
+        json!({"entry": relative, "program": program.path(), "endpointFile": endpoint}),
     ));
-    let mut spec = arcane_process::Spec::new(program)
+    // Executed through the descriptor that was verified, never by path again.
+    let mut spec = arcane_process::Spec::new(program.exec_path())
         .args(program_args)
+        .env("ARCANE_APP_ENTRY", program.path())
         .env("ARCANE_CORE_ENDPOINT", &endpoint)
         .env("ARCANE_STATE_ROOT", &launch.state_root)
         .env("ARCANE_BUNDLE_ROOT", &launch.bundle.root)
         .inherit_stdio();
     spec.foreground = true;
+    spec.keep_fds.push(program.raw_fd());
     let mut child = arcane_process::spawn(spec).map_err(|e| {
         CliError::from(
             CommandError::new(
                 codes::ARCANE_IO,
-                format!("cannot run app entry `{}`", program.display()),
-                json!({"program": program}),
+                format!("cannot run app entry `{}`", program.path().display()),
+                json!({"program": program.path()}),
             )
             .caused_by(e),
         )

@@ -28,7 +28,7 @@ struct RealBundle {
 /// Writes the Core host's pid (from the endpoint record) to `$1`, then waits.
 const HOLD: &str = "#!/bin/sh\nsed -n 's/.*\"pid\": *\\([0-9]*\\).*/\\1/p' \"$ARCANE_CORE_ENDPOINT\" > \"$1.tmp\"\nmv \"$1.tmp\" \"$1\"\nexec sleep 600\n";
 
-const SHOW_ENDPOINT: &str = "#!/bin/sh\nprintf 'endpoint=%s\\n' \"$ARCANE_CORE_ENDPOINT\"\nprintf 'args=%s\\n' \"$*\"\ncat \"$ARCANE_CORE_ENDPOINT\"\n";
+const SHOW_ENDPOINT: &str = "#!/bin/sh\nprintf 'endpoint=%s\\n' \"$ARCANE_CORE_ENDPOINT\"\nprintf 'args=%s\\n' \"$*\"\nprintf 'entry=%s\\n' \"$ARCANE_APP_ENTRY\"\ncat \"$ARCANE_CORE_ENDPOINT\"\n";
 
 impl RealBundle {
     fn new() -> Self {
@@ -577,6 +577,16 @@ fn an_app_entry_runs_a_listed_program_with_the_running_core_endpoint_and_escapes
         "{stdout}"
     );
     assert!(stdout.contains("args=--flag value"), "{stdout}");
+    // Run through its verified descriptor, the program learns its bundle path here.
+    let entry = real
+        .bundle
+        .canonicalize()
+        .unwrap()
+        .join("app/tools/show-endpoint");
+    assert!(
+        stdout.contains(&format!("entry={}\n", entry.display())),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("t0ken"),
         "the program could not read the endpoint file: {stdout}"
@@ -1155,4 +1165,95 @@ fn a_bundle_carries_the_onnx_library_verified_and_launch_hands_it_to_the_core() 
         failures(&report).contains(&("BUNDLE_HASH_MISMATCH".to_string(), Some(relative.clone()))),
         "{report:#}"
     );
+}
+
+/// Issue 19, item 5: a bundle whose program, model directory or runtime another user
+/// could change before it runs fails `bundle verify` with its own code, the path and
+/// the fix, and `launch` runs nothing (the program's output never appears).
+#[test]
+fn a_bundle_another_user_could_change_fails_verification_and_launch_runs_nothing() {
+    let real = RealBundle::new();
+    let (exit, report) = real.verify_json();
+    assert_eq!(exit, 0, "a built bundle verifies: {report:#}");
+    let state_root = real.dir.path().join("state");
+    let chmod = |relative: &str, mode: u32| {
+        std::fs::set_permissions(real.path(relative), std::fs::Permissions::from_mode(mode))
+            .unwrap()
+    };
+    let refused = |what: &str, code: &str, path: &str, fix: &str| {
+        let (exit, report) = real.verify_json();
+        assert_eq!(exit, 2, "{what}: {report:#}");
+        let failure = report["failures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["code"] == code && f["path"] == path)
+            .unwrap_or_else(|| panic!("{what}: expected {code} at {path}: {report:#}"));
+        assert!(
+            failure["details"]["fix"].as_str().unwrap().starts_with(fix),
+            "{what}: {failure:#}"
+        );
+        // The app entry is not run.
+        let output = support::run(
+            real.launch()
+                .args(["launch", "--state-root"])
+                .arg(&state_root)
+                .args(["--arcane-app-entry", "tools/show-endpoint"]),
+        );
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{what}: {}",
+            support::stderr(&output)
+        );
+        assert!(
+            !support::stdout(&output).contains("endpoint="),
+            "{what}: the program ran: {}",
+            support::stdout(&output)
+        );
+        assert!(
+            support::stderr(&output).contains(code),
+            "{what}: {}",
+            support::stderr(&output)
+        );
+    };
+
+    chmod("app/tools/show-endpoint", 0o777);
+    refused(
+        "a world-writable program",
+        "BUNDLE_WRITABLE",
+        "app/tools/show-endpoint",
+        "chmod go-w",
+    );
+    chmod("app/tools/show-endpoint", 0o755);
+
+    chmod("models/smollm2", 0o777);
+    refused(
+        "a world-writable model directory",
+        "BUNDLE_WRITABLE",
+        "models/smollm2",
+        "chmod go-w",
+    );
+    chmod("models/smollm2", 0o755);
+
+    let runtime = real.runtime_executable();
+    chmod(&runtime, 0o4755);
+    refused(
+        "a setuid runtime",
+        "BUNDLE_SETID",
+        &runtime,
+        "chmod u-s,g-s",
+    );
+    chmod(&runtime, 0o755);
+
+    std::os::unix::fs::chown(real.path("app/tools/show-endpoint"), Some(65534), None).unwrap();
+    refused(
+        "a program another user owns",
+        "BUNDLE_FOREIGN_OWNER",
+        "app/tools/show-endpoint",
+        "chown",
+    );
+    std::os::unix::fs::chown(real.path("app/tools/show-endpoint"), Some(0), None).unwrap();
+    let (exit, report) = real.verify_json();
+    assert_eq!(exit, 0, "fixed: {report:#}");
 }
