@@ -194,9 +194,13 @@ pub(crate) fn unsupported_filesystem(fd: BorrowedFd<'_>) -> io::Result<Option<&'
 
 /// Opens (creating if needed, mode 0600) the sentinel `name` in `dir` for locking.
 pub(crate) fn open_sentinel(dir: BorrowedFd<'_>, name: &CStr, create: bool) -> io::Result<OwnedFd> {
-    let mut flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    // Only a sentinel that may be created is opened for writing: `flock` needs no write
+    // access, so looking (`lock status`) works on a read-only workspace too.
+    let mut flags = OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
     if create {
-        flags |= OFlags::CREATE;
+        flags |= OFlags::RDWR | OFlags::CREATE;
+    } else {
+        flags |= OFlags::RDONLY;
     }
     retry(|| rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600)))
 }

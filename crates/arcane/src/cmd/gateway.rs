@@ -546,6 +546,11 @@ pub struct PsArgs {}
 pub struct ModelArgs {
     /// The model id or alias (as in `arcane.toml`'s `[[model]]`).
     pub model: String,
+
+    /// Seconds to wait for the host's answer (default 600: a load may take that long);
+    /// a host that does not answer in time is a `CORE_TIMEOUT` error.
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
 }
 
 /// Runs `arcane ps`: the running host's models, loaded or not.
@@ -597,8 +602,9 @@ pub fn reload(context: &Context, _args: ReloadArgs) -> Result<u8, CliError> {
 
 /// Runs `arcane load MODEL` (returns once it is ready) or `arcane unload MODEL`.
 pub fn load(context: &Context, args: ModelArgs, unload: bool) -> Result<u8, CliError> {
-    let client = CoreClient::from_workspace(&context.workspace)?
-        .with_deadlines(Deadlines::uniform(Duration::from_secs(600)));
+    let timeout = crate::cmd::serve::seconds("--timeout", args.timeout, Duration::from_secs(600))?;
+    let client =
+        CoreClient::from_workspace(&context.workspace)?.with_deadlines(Deadlines::uniform(timeout));
     let method = if unload {
         "models.unload"
     } else {

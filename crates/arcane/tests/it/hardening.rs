@@ -392,3 +392,93 @@ fn token_show_names_the_key_a_host_started_with_its_own_key_accepts() {
         .contains("its own key"));
     crate::core::terminate(host);
 }
+
+/// Item 14: `lock status` reports on a workspace its user may only read (it opened the
+/// lock sentinel for writing, and failed).
+#[test]
+fn lock_status_reports_on_a_read_only_workspace() {
+    let ws = TestWorkspace::new();
+    let out = run(ws.arcane().args(["token", "show"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(ws
+        .arcane()
+        .args(["lock", "run", "--operation", "test", "--", "true"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The workspace of user 65534, which it may read but not write.
+    let chown = Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(ws.path())
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    for entry in walk(ws.path()) {
+        let mode = if entry.is_dir() { 0o500 } else { 0o400 };
+        std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let command = ws.arcane();
+    let out = run(Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(command.get_program())
+        .args(command.get_args())
+        .args(["--output", "json", "lock", "status"]));
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(json(&out)["state"], "free", "{}", stdout(&out));
+    // Given back, so the temporary directory can be removed.
+    for entry in walk(ws.path()) {
+        std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+}
+
+/// Every path under `root`, `root` included (directories before their entries).
+fn walk(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut all = vec![root.to_path_buf()];
+    let mut index = 0;
+    while index < all.len() {
+        if all[index].is_dir() {
+            let entries: Vec<_> = std::fs::read_dir(&all[index])
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .collect();
+            all.extend(entries);
+        }
+        index += 1;
+    }
+    all
+}
+
+/// Item 14: `arcane load|unload` against a host that stopped answering end at their
+/// `--timeout` (they hung 600 s, then hinted a flag they did not have).
+#[test]
+fn load_and_unload_against_a_stopped_host_end_at_their_timeout() {
+    let ws = TestWorkspace::new();
+    let child = ws
+        .arcane()
+        .args([
+            "serve",
+            "--runtime",
+            "ollama",
+            "--url",
+            &crate::core::fake_ollama(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut host = crate::core::Guard(child);
+    let endpoint = crate::core::wait_for_endpoint(&ws, &mut host);
+    let pid = endpoint["pid"].as_i64().unwrap() as i32;
+    // SAFETY: SIGSTOP, then SIGCONT below, to the host this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    for command in ["load", "unload"] {
+        let out = run(ws
+            .arcane()
+            .args(["--output", "json", command, "m", "--timeout", "1"]));
+        assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+        let error = json(&out)["error"].clone();
+        assert_eq!(error["code"], "CORE_TIMEOUT", "{error}");
+        assert_eq!(error["details"]["deadlineSeconds"], 1.0, "{error}");
+    }
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    crate::core::terminate(host);
+}
