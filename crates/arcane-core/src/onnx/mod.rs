@@ -43,6 +43,7 @@ use arcane_onnx::{Encoding, Provider, Tensor};
 use arcane_report::codes;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 use crate::service::{BoxError, BoxFuture, MethodResult, MethodSpec, RequestContext, Service};
@@ -353,9 +354,17 @@ impl OnnxService {
 
     /// Loads a session, then stops whatever worker is left without sessions (the CPU
     /// worker started only for the runtime's hello, or this load's own fresh worker
-    /// when the load failed).
-    async fn load(&self, parameters: Value) -> MethodResult {
-        let loaded = self.load_session(parameters).await;
+    /// when the load failed). A load whose request was cancelled meanwhile is
+    /// unloaded again: nobody knows its session.
+    async fn load(&self, parameters: Value, cancel: CancellationToken) -> MethodResult {
+        let mut loaded = self.load_session(parameters).await;
+        if cancel.is_cancelled() {
+            if let Ok(result) = &loaded {
+                let session = result["session"].clone();
+                let _ = self.unload(json!({"session": session})).await;
+                loaded = Err(Box::new(arcane_onnx::Error::Cancelled));
+            }
+        }
         self.settle().await;
         loaded
     }
@@ -549,6 +558,21 @@ fn caller_outputs(outputs: &Value, encoding: Encoding) -> Result<Value, BoxError
     Ok(Value::Object(decoded))
 }
 
+/// Runs `work` on a task of its own and waits for it; the work goes on when the
+/// waiter is dropped.
+async fn detached(
+    work: impl std::future::Future<Output = MethodResult> + Send + 'static,
+) -> MethodResult {
+    tokio::spawn(work).await.unwrap_or_else(|e| {
+        Err(Box::new(Error::Remote {
+            code: codes::ARCANE_OPERATION_FAILED.into(),
+            message: format!("the ONNX service's task failed: {e}"),
+            details: Value::Null,
+            hints: vec![],
+        }))
+    })
+}
+
 /// The orderly stop of `workers`: their input closed (each finishes what it is doing
 /// and exits), then each reaped, SIGTERM and SIGKILL for one that does not exit within
 /// [`STOP_GRACE`]; reaping runs its exit hooks, which remove its ownership record.
@@ -625,9 +649,15 @@ impl Service for OnnxService {
         Box::pin(async move {
             match method.as_str() {
                 "onnx.status" => self.status().await,
-                "onnx.load" => self.load(parameters).await,
+                // Load and unload take and drop a worker's hold: they run to the end on
+                // a task of their own, so a caller that goes away (a cancelled request,
+                // a closed connection) cannot leave a hold taken and a worker running.
+                "onnx.load" => {
+                    let cancel = context.cancel.clone();
+                    detached(async move { self.load(parameters, cancel).await }).await
+                }
                 "onnx.run" => self.run(parameters, context).await,
-                "onnx.unload" => self.unload(parameters).await,
+                "onnx.unload" => detached(async move { self.unload(parameters).await }).await,
                 other => Err(usage(format!("unknown method `{other}`"), Value::Null)),
             }
         })
