@@ -1408,3 +1408,58 @@ fn a_relative_model_path_is_resolved_against_the_workspace() {
     let error = host.err("onnx.load", json!({"model": "other/vad.onnx"}));
     assert_eq!(error["code"], "ARCANE_NOT_FOUND", "{error}");
 }
+
+/// A graph that takes ONNX Runtime a second or more to load: a chain of 20000 Adds.
+const LONG_PYTHON: &str = r#"
+import json, os, sys
+import onnx, numpy as np
+from onnx import helper, TensorProto as T, numpy_helper
+nodes, prev = [], "x"
+for i in range(20000):
+    nodes.append(helper.make_node("Add", [prev, "one"], [f"t{i}"])); prev = f"t{i}"
+nodes.append(helper.make_node("Identity", [prev], ["y"]))
+g = helper.make_graph(nodes, "long", [helper.make_tensor_value_info("x", T.FLOAT, [1])], [helper.make_tensor_value_info("y", T.FLOAT, [1])], [numpy_helper.from_array(np.array([1.0], dtype=np.float32), "one")])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]); m.ir_version = 8
+p = os.path.join(sys.argv[1], "long.onnx"); onnx.save(m, p)
+print(json.dumps({"long": p}))
+"#;
+
+/// A load cancelled while its worker loads the model still finishes on the host's
+/// side (a caller going away must not leave a worker's hold taken), and since nobody
+/// knows its session it is unloaded again: no session stays, and no worker (neither
+/// the load's own nor the CPU worker started for the runtime's version).
+#[test]
+fn a_load_cancelled_mid_way_leaves_no_session_and_no_worker() {
+    let Some(parts) = parts() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let long = python(&parts, LONG_PYTHON, &[dir.path()]);
+    let workspace = TestWorkspace::new();
+    let mut host = Host::start(&workspace, &parts);
+    let host_pid = host.child.id();
+    let load = host.send(
+        "onnx.load",
+        json!({"model": long["long"], "isolated": true}),
+    );
+    // The CPU worker (for the runtime's version), then the load's own worker.
+    support::wait_until(
+        Duration::from_secs(60),
+        "the load's worker to start",
+        || children(host_pid).len() >= 2,
+    );
+    host.control(json!({"protocol": "arcane/1", "type": "control", "control": "request.cancel", "requestId": load}));
+    let answer = host.wait(&load);
+    assert!(
+        answer["error"]["code"] == "ARCANE_CANCELLED" || answer["result"]["session"].is_string(),
+        "{answer}"
+    );
+    if let Some(session) = answer["result"]["session"].as_str() {
+        // The load won the race: it is the client's to unload.
+        host.ok("onnx.unload", json!({"session": session}));
+    }
+    support::wait_until(Duration::from_secs(30), "every worker to exit", || {
+        children(host_pid).is_empty()
+    });
+    let status = host.ok("onnx.status", json!({}));
+    assert_eq!(status["sessions"], json!([]), "{status}");
+    assert_eq!(status["workers"], json!([]), "{status}");
+}
