@@ -88,7 +88,7 @@ pub struct OnnxConfig {
     /// How long a cancelled run may take to stop before its worker is killed.
     pub cancel_grace: Duration,
     /// The most worker processes that run at once ([`DEFAULT_MAX_WORKERS`]); a load
-    /// that needs one more is refused with `ARCANE_IN_USE`.
+    /// that needs one more is refused with `ARCANE_IN_USE` (so 0 refuses every load).
     pub max_workers: usize,
     /// The workspace whose `.arcane/onnx-workers/` records each worker ([`records`]);
     /// the service's start stops the orphans recorded there. `None`: no records.
