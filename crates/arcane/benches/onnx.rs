@@ -184,6 +184,7 @@ impl Http {
             models: Arc::new(|model: &str| Ok(PathBuf::from(model))),
             start_timeout: Duration::from_secs(60),
             cancel_grace: Duration::from_secs(2),
+            max_workers: arcane_core::onnx::DEFAULT_MAX_WORKERS,
             records: None,
             workers_outlive_host: false,
         });

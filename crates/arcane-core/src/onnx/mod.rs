@@ -16,7 +16,15 @@
 //! (`LOCAL_AI_EXECUTION_TARGET_UNSUPPORTED`) when the runtime has no CUDA provider.
 //!
 //! Sessions on one target share its worker; `isolated: true` gives a session a worker
-//! of its own (on the same target), so nothing else shares its fate.
+//! of its own (on the same target), so nothing else shares its fate. A worker runs
+//! only while it has sessions: the unload of its last one stops it (input closed, the
+//! process reaped, its ownership record removed), and at most
+//! [`OnnxConfig::max_workers`] run at once: past that `onnx.load` is `ARCANE_IN_USE`
+//! ([`pool`]).
+//!
+//! A relative `model` path is the workspace's (the resolver's contract): the host's
+//! working directory is wherever it happened to be started, not something a client
+//! can see.
 //!
 //! A worker that dies (a crash, SIGKILL) fails its sessions with
 //! `LOCAL_AI_SERVER_FAILED` saying how it ended; other workers keep serving, and the
@@ -24,7 +32,7 @@
 //! sends the worker a cancel frame (ONNX Runtime's terminate flag); a run that has not
 //! stopped within [`OnnxConfig::cancel_grace`] has its worker killed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,10 +43,12 @@ use arcane_onnx::{Encoding, Provider, Tensor};
 use arcane_report::codes;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 use crate::service::{BoxError, BoxFuture, MethodResult, MethodSpec, RequestContext, Service};
 
+mod pool;
 pub mod records;
 mod worker;
 
@@ -47,7 +57,15 @@ pub use worker::{Worker, WorkerSpec};
 /// The worker flag (`arcane __onnx-worker`) that keeps it alive after its input ends.
 pub const OUTLIVE_INPUT_FLAG: &str = "--outlive-input";
 
-/// Resolves `onnx.load`'s `model` (a registered id or a path) to a model file.
+/// How many worker processes a host runs at most unless configured otherwise.
+pub const DEFAULT_MAX_WORKERS: usize = 16;
+
+/// How long a stopped worker may take to exit after its input closes (then SIGTERM,
+/// and SIGKILL after as long again).
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Resolves `onnx.load`'s `model` (a registered id or a path; a relative path against
+/// the workspace, never the host's working directory) to a model file.
 pub type ModelResolver = dyn Fn(&str) -> Result<PathBuf, BoxError> + Send + Sync;
 
 /// What the service needs, plugged in by the CLI.
@@ -63,12 +81,15 @@ pub struct OnnxConfig {
     pub worker_args: Vec<String>,
     /// Where devices come from.
     pub devices: Arc<dyn DeviceSource>,
-    /// Resolves a model id or path.
+    /// Resolves a model id or path (a relative path against the workspace).
     pub models: Arc<ModelResolver>,
     /// How long a worker may take to say hello.
     pub start_timeout: Duration,
     /// How long a cancelled run may take to stop before its worker is killed.
     pub cancel_grace: Duration,
+    /// The most worker processes that run at once ([`DEFAULT_MAX_WORKERS`]); a load
+    /// that needs one more is refused with `ARCANE_IN_USE` (so 0 refuses every load).
+    pub max_workers: usize,
     /// The workspace whose `.arcane/onnx-workers/` records each worker ([`records`]);
     /// the service's start stops the orphans recorded there. `None`: no records.
     pub records: Option<PathBuf>,
@@ -83,6 +104,8 @@ struct SessionEntry {
     model: PathBuf,
     target: String,
     provider: Provider,
+    /// The worker's key in the pool (the target, or `<target>/<session>`).
+    key: String,
     worker: Arc<Worker>,
     described: Value,
     error: Option<String>,
@@ -91,9 +114,12 @@ struct SessionEntry {
 /// The `onnx` service.
 pub struct OnnxService {
     config: OnnxConfig,
-    workers: tokio::sync::Mutex<HashMap<String, Arc<Worker>>>,
+    workers: tokio::sync::Mutex<pool::Pool>,
     sessions: Mutex<BTreeMap<String, SessionEntry>>,
     next_session: AtomicU64,
+    /// The runtime's hello (`{version, providers}`), kept from the first worker so
+    /// that no worker has to stay for it.
+    runtime: Mutex<Option<Value>>,
 }
 
 fn usage(message: String, details: Value) -> BoxError {
@@ -115,11 +141,13 @@ fn string_param(parameters: &Value, name: &str) -> Result<String, BoxError> {
 impl OnnxService {
     /// The service (creating it starts nothing: workers start on `onnx.load`).
     pub fn new(config: OnnxConfig) -> Arc<Self> {
+        let max_workers = config.max_workers;
         Arc::new(Self {
             config,
-            workers: tokio::sync::Mutex::new(HashMap::new()),
+            workers: tokio::sync::Mutex::new(pool::Pool::new(max_workers)),
             sessions: Mutex::new(BTreeMap::new()),
             next_session: AtomicU64::new(1),
+            runtime: Mutex::new(None),
         })
     }
 
@@ -127,11 +155,30 @@ impl OnnxService {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The CPU worker's hello (`{version, providers}`), starting that worker if needed.
+    /// The runtime's hello (`{version, providers}`): kept from the first worker's, else
+    /// any running worker's, else the CPU worker's, started for it (without a hold:
+    /// the next settle stops it unless a load on the CPU took it).
     async fn runtime_info(&self) -> Result<Value, BoxError> {
-        let spec = self.spec(BTreeMap::new(), Vec::new());
-        let worker = self.worker(arcane_devices::CPU_DEVICE_ID, spec).await?;
-        Ok(worker.hello().clone())
+        if let Some(hello) = self
+            .runtime
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Ok(hello);
+        }
+        let mut workers = self.workers.lock().await;
+        let worker = match workers.any_live() {
+            Some(worker) => worker,
+            None => {
+                let cpu = arcane_devices::CPU_DEVICE_ID;
+                let spec = self.spec(BTreeMap::new(), Vec::new());
+                self.start_worker(&mut workers, cpu, cpu, spec).await?
+            }
+        };
+        let hello = worker.hello().clone();
+        *self.runtime.lock().unwrap_or_else(|e| e.into_inner()) = Some(hello.clone());
+        Ok(hello)
     }
 
     fn spec(&self, env: BTreeMap<String, String>, env_remove: Vec<String>) -> WorkerSpec {
@@ -152,6 +199,7 @@ impl OnnxService {
 
     async fn status(&self) -> MethodResult {
         let info = self.runtime_info().await?;
+        self.settle().await;
         let sessions: Vec<Value> = self
             .sessions()
             .iter()
@@ -170,7 +218,7 @@ impl OnnxService {
             .collect();
         let workers: Vec<Value> = match self.workers.try_lock() {
             Ok(workers) => workers
-                .values()
+                .workers()
                 .map(|w| json!({"target": w.target(), "pid": w.pid(), "state": if w.is_dead() { "exited" } else { "running" }}))
                 .collect(),
             Err(_) => Vec::new(),
@@ -253,21 +301,75 @@ impl OnnxService {
         })
     }
 
-    /// The live worker for `target`, starting a fresh one when there is none or the
-    /// last one died.
-    async fn worker(&self, target: &str, spec: WorkerSpec) -> Result<Arc<Worker>, BoxError> {
+    /// The live worker under `key` (serving `target`) with a hold taken for a load,
+    /// starting a fresh one when there is none or the last one died.
+    async fn hold_worker(
+        &self,
+        key: &str,
+        target: &str,
+        spec: WorkerSpec,
+    ) -> Result<Arc<Worker>, BoxError> {
         let mut workers = self.workers.lock().await;
-        if let Some(worker) = workers.get(target) {
-            if !worker.is_dead() {
-                return Ok(Arc::clone(worker));
-            }
+        let worker = match workers.live(key) {
+            Some(worker) => worker,
+            None => self.start_worker(&mut workers, key, target, spec).await?,
+        };
+        workers.hold(key);
+        Ok(worker)
+    }
+
+    /// Starts a worker under `key` within the cap: idle workers (a CPU worker started
+    /// only for the runtime's hello) are stopped first to make room.
+    async fn start_worker(
+        &self,
+        workers: &mut pool::Pool,
+        key: &str,
+        target: &str,
+        spec: WorkerSpec,
+    ) -> Result<Arc<Worker>, BoxError> {
+        if workers.check_room(target).is_err() {
+            stop(workers.take_idle()).await;
         }
-        let started = Worker::start(target, &spec, self.config.start_timeout).await?;
-        workers.insert(target.to_string(), Arc::clone(&started));
+        workers.check_room(target)?;
+        let started = Worker::start(key, &spec, self.config.start_timeout).await?;
+        workers.insert(key, Arc::clone(&started));
         Ok(started)
     }
 
-    async fn load(&self, parameters: Value) -> MethodResult {
+    /// Drops a hold on `worker` (under `key`) and stops every worker left without one.
+    async fn release(&self, key: &str, worker: &Arc<Worker>) {
+        let idle = {
+            let mut workers = self.workers.lock().await;
+            workers.release(key, worker);
+            workers.take_idle()
+        };
+        stop(idle).await;
+    }
+
+    /// Stops every worker without a hold.
+    async fn settle(&self) {
+        let idle = self.workers.lock().await.take_idle();
+        stop(idle).await;
+    }
+
+    /// Loads a session, then stops whatever worker is left without sessions (the CPU
+    /// worker started only for the runtime's hello, or this load's own fresh worker
+    /// when the load failed). A load whose request was cancelled meanwhile is
+    /// unloaded again: nobody knows its session.
+    async fn load(&self, parameters: Value, cancel: CancellationToken) -> MethodResult {
+        let mut loaded = self.load_session(parameters).await;
+        if cancel.is_cancelled() {
+            if let Ok(result) = &loaded {
+                let session = result["session"].clone();
+                let _ = self.unload(json!({"session": session})).await;
+                loaded = Err(Box::new(arcane_onnx::Error::Cancelled));
+            }
+        }
+        self.settle().await;
+        loaded
+    }
+
+    async fn load_session(&self, parameters: Value) -> MethodResult {
         let model = string_param(&parameters, "model")?;
         let models = Arc::clone(&self.config.models);
         let path = tokio::task::spawn_blocking(move || models(&model))
@@ -285,10 +387,16 @@ impl OnnxService {
             Some(true) => format!("{target}/{session}"),
             _ => target.clone(),
         };
-        let worker = self.worker(&key, spec).await?;
+        let worker = self.hold_worker(&key, &target, spec).await?;
         let id = worker.next_id();
         let frame = json!({"op": "load", "id": id, "session": session, "model": path, "provider": provider, "options": options});
-        let described = worker.call(id, frame).await?;
+        let described = match worker.call(id, frame).await {
+            Ok(described) => described,
+            Err(e) => {
+                self.workers.lock().await.release(&key, &worker);
+                return Err(e);
+            }
+        };
         let pid = worker.pid();
         self.sessions().insert(
             session.clone(),
@@ -296,6 +404,7 @@ impl OnnxService {
                 model: path.clone(),
                 target: target.clone(),
                 provider,
+                key,
                 worker,
                 described: described.clone(),
                 error: None,
@@ -398,13 +507,19 @@ impl OnnxService {
                 hints: vec![],
             }));
         };
-        if !entry.worker.is_dead() {
+        let unloaded = if entry.worker.is_dead() {
+            Ok(Value::Null)
+        } else {
             let id = entry.worker.next_id();
             entry
                 .worker
                 .call(id, json!({"op": "unload", "id": id, "session": session}))
-                .await?;
-        }
+                .await
+        };
+        // The session is gone from the host either way, and with it its hold: a worker
+        // that failed to unload it is stopped with it when it was the last.
+        self.release(&entry.key, &entry.worker).await;
+        unloaded?;
         Ok(json!({"session": session, "unloaded": true}))
     }
 }
@@ -441,6 +556,39 @@ fn caller_outputs(outputs: &Value, encoding: Encoding) -> Result<Value, BoxError
         decoded.insert(name.clone(), json);
     }
     Ok(Value::Object(decoded))
+}
+
+/// Runs `work` on a task of its own and waits for it; the work goes on when the
+/// waiter is dropped.
+async fn detached(
+    work: impl std::future::Future<Output = MethodResult> + Send + 'static,
+) -> MethodResult {
+    tokio::spawn(work).await.unwrap_or_else(|e| {
+        Err(Box::new(Error::Remote {
+            code: codes::ARCANE_OPERATION_FAILED.into(),
+            message: format!("the ONNX service's task failed: {e}"),
+            details: Value::Null,
+            hints: vec![],
+        }))
+    })
+}
+
+/// The orderly stop of `workers`: their input closed (each finishes what it is doing
+/// and exits), then each reaped, SIGTERM and SIGKILL for one that does not exit within
+/// [`STOP_GRACE`]; reaping runs its exit hooks, which remove its ownership record.
+async fn stop(workers: Vec<Arc<Worker>>) {
+    if workers.is_empty() {
+        return;
+    }
+    for worker in &workers {
+        worker.close_input().await;
+    }
+    let _ = tokio::task::spawn_blocking(move || {
+        for worker in workers {
+            worker.reap(STOP_GRACE);
+        }
+    })
+    .await;
 }
 
 fn failed_session(session: &str, error: &str) -> BoxError {
@@ -501,9 +649,15 @@ impl Service for OnnxService {
         Box::pin(async move {
             match method.as_str() {
                 "onnx.status" => self.status().await,
-                "onnx.load" => self.load(parameters).await,
+                // Load and unload take and drop a worker's hold: they run to the end on
+                // a task of their own, so a caller that goes away (a cancelled request,
+                // a closed connection) cannot leave a hold taken and a worker running.
+                "onnx.load" => {
+                    let cancel = context.cancel.clone();
+                    detached(async move { self.load(parameters, cancel).await }).await
+                }
                 "onnx.run" => self.run(parameters, context).await,
-                "onnx.unload" => self.unload(parameters).await,
+                "onnx.unload" => detached(async move { self.unload(parameters).await }).await,
                 other => Err(usage(format!("unknown method `{other}`"), Value::Null)),
             }
         })
@@ -511,17 +665,8 @@ impl Service for OnnxService {
 
     fn dispose(self: Arc<Self>) -> BoxFuture<'static, Result<(), BoxError>> {
         Box::pin(async move {
-            let workers: Vec<Arc<Worker>> =
-                self.workers.lock().await.drain().map(|(_, w)| w).collect();
-            for worker in &workers {
-                worker.close_input().await;
-            }
-            let _ = tokio::task::spawn_blocking(move || {
-                for worker in workers {
-                    worker.reap(Duration::from_secs(2));
-                }
-            })
-            .await;
+            let workers = self.workers.lock().await.drain();
+            stop(workers).await;
             Ok(())
         })
     }

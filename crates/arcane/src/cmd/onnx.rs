@@ -143,12 +143,35 @@ fn trusted_library(path: PathBuf) -> Result<PathBuf, CliError> {
 }
 
 /// Resolves `model`: a registered model id first, else a path to a regular file
-/// (opened without blocking, as the registry opens a file it is given).
+/// (opened without blocking, as the registry opens a file it is given); a relative
+/// path is the working directory's (`arcane onnx run`, typed in a shell).
 pub fn model_path(workspace: &Path, model: &str) -> Result<PathBuf, arcane_core::BoxError> {
+    resolve_model(workspace, model, None)
+}
+
+/// As [`model_path`], but a relative path is the workspace's: what the host's
+/// `onnx.load` takes, since the host's working directory is wherever it was started
+/// and no client can see it.
+pub fn workspace_model_path(
+    workspace: &Path,
+    model: &str,
+) -> Result<PathBuf, arcane_core::BoxError> {
+    resolve_model(workspace, model, Some(workspace))
+}
+
+fn resolve_model(
+    workspace: &Path,
+    model: &str,
+    base: Option<&Path>,
+) -> Result<PathBuf, arcane_core::BoxError> {
     if let Ok(registered) = arcane_registry::Registry::new(workspace).model(model) {
         return Ok(registered.path);
     }
-    let path = std::path::absolute(model).unwrap_or_else(|_| PathBuf::from(model));
+    let given = match base {
+        Some(base) if Path::new(model).is_relative() => base.join(model),
+        _ => PathBuf::from(model),
+    };
+    let path = std::path::absolute(&given).unwrap_or(given);
     match arcane_files::open_regular(&path) {
         Ok(_) => Ok(path),
         Err(e) => Err(Box::new(
@@ -175,7 +198,7 @@ pub struct OnnxOptions {
 
 /// The `onnx` service of the host in `context.workspace`: workers are this executable
 /// (`__onnx-worker`) on the library [`library`] finds, targets resolved by the live
-/// device probe (or `options.inventory`), models by [`model_path`].
+/// device probe (or `options.inventory`), models by [`workspace_model_path`].
 pub fn service(context: &Context, options: &OnnxOptions) -> Result<Arc<OnnxService>, CliError> {
     let library = library(context, options.library.as_deref())?;
     let program = std::env::current_exe().map_err(|e| {
@@ -196,9 +219,10 @@ pub fn service(context: &Context, options: &OnnxOptions) -> Result<Arc<OnnxServi
         worker_program: program,
         worker_args: vec!["__onnx-worker".into(), "--library".into()],
         devices,
-        models: Arc::new(move |model: &str| model_path(&workspace, model)),
+        models: Arc::new(move |model: &str| workspace_model_path(&workspace, model)),
         start_timeout: std::time::Duration::from_secs(60),
         cancel_grace: std::time::Duration::from_secs(2),
+        max_workers: arcane_core::onnx::DEFAULT_MAX_WORKERS,
         records: Some(context.workspace.clone()),
         workers_outlive_host: options.workers_outlive_host,
     }))

@@ -1175,3 +1175,291 @@ fn serve_hosts_onnx_sessions_once_an_onnx_runtime_is_registered() {
     );
     serve.terminate();
 }
+
+/// The processes whose parent is `pid` (zombies included: a worker not yet reaped
+/// still counts), read from `/proc`.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let rest = stat.get(stat.rfind(')')? + 1..)?.to_string();
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// One Silero VAD frame of silence, as `onnx.run`'s inputs.
+fn silero_silence() -> Value {
+    json!({
+        "input": {"type": "float32", "shape": [1, 576], "data": vec![0f32; 576]},
+        "state": {"type": "float32", "shape": [2, 1, 128], "data": vec![0f32; 256]},
+        "sr": {"type": "int64", "shape": [], "data": [16000]},
+    })
+}
+
+/// The `.json` records left in the workspace's `.arcane/onnx-workers/`.
+fn worker_records(workspace: &TestWorkspace) -> usize {
+    std::fs::read_dir(workspace.path().join(".arcane/onnx-workers"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Issue 19 §10: ten isolated loads then ten unloads used to leave eleven workers (the
+/// ten isolated ones and the CPU worker started for the runtime's version). A worker
+/// whose last session is unloaded now exits (reaped, its record removed), shared
+/// workers too, and a later load starts a fresh worker that answers.
+#[test]
+fn workers_whose_last_session_is_unloaded_exit_and_a_later_load_starts_a_fresh_one() {
+    let Some(parts) = parts() else { return };
+    let workspace = TestWorkspace::new();
+    let mut host = Host::start(&workspace, &parts);
+    let host_pid = host.child.id();
+    let mut sessions = Vec::new();
+    let mut pids = std::collections::HashSet::new();
+    for _ in 0..10 {
+        let loaded = host.ok(
+            "onnx.load",
+            json!({"model": parts.silero, "isolated": true}),
+        );
+        sessions.push(loaded["session"].clone());
+        pids.insert(loaded["worker"]["pid"].as_u64().unwrap() as u32);
+    }
+    assert_eq!(pids.len(), 10, "each isolated session has its own worker");
+    for pid in &pids {
+        assert!(children(host_pid).contains(pid), "worker {pid} runs");
+    }
+    for session in &sessions {
+        host.ok("onnx.unload", json!({"session": session}));
+    }
+    support::wait_until(Duration::from_secs(30), "every worker to exit", || {
+        children(host_pid).is_empty()
+    });
+    support::wait_until(
+        Duration::from_secs(10),
+        "the workers' records to go",
+        || worker_records(&workspace) == 0,
+    );
+    let status = host.ok("onnx.status", json!({}));
+    assert_eq!(status["workers"], json!([]), "{status}");
+    assert!(
+        children(host_pid).is_empty(),
+        "onnx.status started a worker"
+    );
+
+    // A shared (per-target) worker goes the same way, after a fresh one served.
+    let again = host.ok("onnx.load", json!({"model": parts.silero}));
+    let fresh = again["worker"]["pid"].as_u64().unwrap() as u32;
+    assert!(!pids.contains(&fresh), "worker {fresh} is not fresh");
+    let out = host.ok(
+        "onnx.run",
+        json!({"session": again["session"], "inputs": silero_silence()}),
+    );
+    assert_eq!(
+        out["outputs"]["stateN"]["shape"],
+        json!([2, 1, 128]),
+        "{out}"
+    );
+    assert_eq!(children(host_pid), vec![fresh]);
+    host.ok("onnx.unload", json!({"session": again["session"]}));
+    support::wait_until(Duration::from_secs(30), "the shared worker to exit", || {
+        children(host_pid).is_empty()
+    });
+}
+
+/// The cap on workers: past `max_workers` running, a load that needs another worker is
+/// refused with `ARCANE_IN_USE` naming the cap, how many run and how to make room; an
+/// unload makes room and the next load works. The service is hosted in this process
+/// (the cap is a field of its options), on the real worker binary and runtime.
+#[test]
+fn a_load_past_the_worker_cap_is_refused_clearly_until_an_unload_makes_room() {
+    let Some(parts) = parts() else { return };
+    let workspace = TestWorkspace::new();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let service = arcane_core::onnx::OnnxService::new(arcane_core::onnx::OnnxConfig {
+        library: parts.library.clone(),
+        worker_program: support::arcane_bin(),
+        worker_args: vec!["__onnx-worker".into(), "--library".into()],
+        devices: Arc::new(arcane_devices::LiveProbe),
+        models: Arc::new(|model: &str| Ok(PathBuf::from(model))),
+        start_timeout: Duration::from_secs(60),
+        cancel_grace: Duration::from_secs(2),
+        max_workers: 2,
+        records: Some(workspace.path().to_path_buf()),
+        workers_outlive_host: false,
+    });
+    runtime.block_on(async {
+        let host = arcane_core::Host::builder(arcane_core::AppInfo::default())
+            .service(service)
+            .unwrap()
+            .build();
+        host.start();
+        let connection = host.connect("test");
+        let mut next = 0;
+        let mut call = |method: &str, parameters: Value| {
+            next += 1;
+            let request = arcane_core::protocol::Request {
+                id: format!("r{next}"),
+                method: method.into(),
+                parameters,
+            };
+            let connection = &connection;
+            async move { connection.dispatch(request).await.outcome }
+        };
+        let isolated = json!({"model": parts.silero, "isolated": true});
+        let first = call("onnx.load", isolated.clone())
+            .await
+            .expect("first load");
+        call("onnx.load", isolated.clone())
+            .await
+            .expect("second load");
+        for parameters in [isolated.clone(), json!({"model": parts.silero})] {
+            let error = call("onnx.load", parameters).await.unwrap_err();
+            assert_eq!(error["code"], "ARCANE_IN_USE", "{error}");
+            let message = error["message"].as_str().unwrap();
+            assert!(
+                message.contains("2 workers run") && message.contains("maxWorkers 2"),
+                "{message}"
+            );
+            assert_eq!(error["details"]["maxWorkers"], 2, "{error}");
+            assert_eq!(error["details"]["running"], 2, "{error}");
+            assert!(
+                error["hints"].to_string().contains("onnx.unload"),
+                "{error}"
+            );
+        }
+        let status = call("onnx.status", json!({})).await.expect("status");
+        assert_eq!(status["workers"].as_array().unwrap().len(), 2, "{status}");
+        call("onnx.unload", json!({"session": first["session"]}))
+            .await
+            .expect("unload");
+        let third = call("onnx.load", isolated)
+            .await
+            .expect("a load after an unload");
+        let out = call(
+            "onnx.run",
+            json!({"session": third["session"], "inputs": silero_silence()}),
+        )
+        .await
+        .expect("run");
+        assert_eq!(
+            out["outputs"]["stateN"]["shape"],
+            json!([2, 1, 128]),
+            "{out}"
+        );
+        host.close().await.unwrap();
+    });
+}
+
+/// Issue 19 §16: a relative `onnx.load` path is the workspace's, not the host's
+/// working directory's (started here from another directory, where the path names
+/// nothing).
+#[test]
+fn a_relative_model_path_is_resolved_against_the_workspace() {
+    let Some(parts) = parts() else { return };
+    let workspace = TestWorkspace::new();
+    std::fs::create_dir(workspace.path().join("models")).unwrap();
+    let placed = workspace.path().join("models/vad.onnx");
+    std::fs::copy(&parts.silero, &placed).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut command = workspace.arcane();
+    command
+        .current_dir(elsewhere.path())
+        .args(["core", "--stdio", "--runtime", "onnx", "--onnx-library"])
+        .arg(&parts.library);
+    let mut host = Host::spawn(command);
+    let loaded = host.ok("onnx.load", json!({"model": "models/vad.onnx"}));
+    let model = PathBuf::from(loaded["model"].as_str().unwrap());
+    assert_eq!(
+        model.canonicalize().unwrap(),
+        placed.canonicalize().unwrap(),
+        "{loaded}"
+    );
+    let out = host.ok(
+        "onnx.run",
+        json!({"session": loaded["session"], "inputs": silero_silence()}),
+    );
+    assert_eq!(
+        out["outputs"]["stateN"]["shape"],
+        json!([2, 1, 128]),
+        "{out}"
+    );
+    // A relative path that is not in the workspace is not found there, even when the
+    // host's working directory has it.
+    std::fs::create_dir(elsewhere.path().join("other")).unwrap();
+    std::fs::copy(&parts.silero, elsewhere.path().join("other/vad.onnx")).unwrap();
+    let error = host.err("onnx.load", json!({"model": "other/vad.onnx"}));
+    assert_eq!(error["code"], "ARCANE_NOT_FOUND", "{error}");
+}
+
+/// A graph that takes ONNX Runtime a second or more to load: a chain of 20000 Adds.
+const LONG_PYTHON: &str = r#"
+import json, os, sys
+import onnx, numpy as np
+from onnx import helper, TensorProto as T, numpy_helper
+nodes, prev = [], "x"
+for i in range(20000):
+    nodes.append(helper.make_node("Add", [prev, "one"], [f"t{i}"])); prev = f"t{i}"
+nodes.append(helper.make_node("Identity", [prev], ["y"]))
+g = helper.make_graph(nodes, "long", [helper.make_tensor_value_info("x", T.FLOAT, [1])], [helper.make_tensor_value_info("y", T.FLOAT, [1])], [numpy_helper.from_array(np.array([1.0], dtype=np.float32), "one")])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]); m.ir_version = 8
+p = os.path.join(sys.argv[1], "long.onnx"); onnx.save(m, p)
+print(json.dumps({"long": p}))
+"#;
+
+/// A load cancelled while its worker loads the model still finishes on the host's
+/// side (a caller going away must not leave a worker's hold taken), and since nobody
+/// knows its session it is unloaded again: no session stays, and no worker (neither
+/// the load's own nor the CPU worker started for the runtime's version).
+#[test]
+fn a_load_cancelled_mid_way_leaves_no_session_and_no_worker() {
+    let Some(parts) = parts() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let long = python(&parts, LONG_PYTHON, &[dir.path()]);
+    let workspace = TestWorkspace::new();
+    let mut host = Host::start(&workspace, &parts);
+    let host_pid = host.child.id();
+    let load = host.send(
+        "onnx.load",
+        json!({"model": long["long"], "isolated": true}),
+    );
+    // The CPU worker (for the runtime's version), then the load's own worker.
+    support::wait_until(
+        Duration::from_secs(60),
+        "the load's worker to start",
+        || children(host_pid).len() >= 2,
+    );
+    host.control(json!({"protocol": "arcane/1", "type": "control", "control": "request.cancel", "requestId": load}));
+    let answer = host.wait(&load);
+    assert!(
+        answer["error"]["code"] == "ARCANE_CANCELLED" || answer["result"]["session"].is_string(),
+        "{answer}"
+    );
+    if let Some(session) = answer["result"]["session"].as_str() {
+        // The load won the race: it is the client's to unload.
+        host.ok("onnx.unload", json!({"session": session}));
+    }
+    support::wait_until(Duration::from_secs(30), "every worker to exit", || {
+        children(host_pid).is_empty()
+    });
+    let status = host.ok("onnx.status", json!({}));
+    assert_eq!(status["sessions"], json!([]), "{status}");
+    assert_eq!(status["workers"], json!([]), "{status}");
+}
