@@ -204,16 +204,8 @@ impl Gateway {
     /// The model files and executables of every model (loaded or not, retiring ones
     /// included): what a running host must keep.
     pub fn files(&self) -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
-        let mut everyone = self.models();
-        everyone.extend(
-            self.retiring
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .cloned(),
-        );
         let (mut models, mut executables) = (Vec::new(), Vec::new());
-        for model in everyone {
+        for model in self.everyone() {
             let (file, executable) = model.spec.launcher.files();
             models.extend(file);
             executables.extend(executable);
@@ -256,6 +248,20 @@ impl Gateway {
                 Some(status)
             })
             .collect()
+    }
+
+    /// Every model that may hold a device: those routed to and those a reload retired
+    /// (unloaded once idle).
+    fn everyone(&self) -> Vec<Arc<Model>> {
+        let mut everyone = self.models();
+        everyone.extend(
+            self.retiring
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .cloned(),
+        );
+        everyone
     }
 
     /// The models requests are routed to now.

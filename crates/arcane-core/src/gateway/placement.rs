@@ -52,14 +52,7 @@ impl Gateway {
         }
         let deadline = Instant::now() + model.spec.load_timeout;
         loop {
-            let mut everyone = self.models();
-            everyone.extend(
-                self.retiring
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .iter()
-                    .cloned(),
-            );
+            let everyone = self.everyone();
             let occupants: Vec<&Arc<Model>> = everyone
                 .iter()
                 .filter(|m| {

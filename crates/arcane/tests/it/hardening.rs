@@ -356,23 +356,7 @@ fn a_model_file_changed_while_serving_is_refused_at_its_next_load() {
 fn token_show_names_the_key_a_host_started_with_its_own_key_accepts() {
     let ws = TestWorkspace::new();
     let key = "a-key-of-my-own-0123456789abcdef";
-    let child = ws
-        .arcane()
-        .env("ARCANE_API_KEY", key)
-        .args([
-            "serve",
-            "--runtime",
-            "ollama",
-            "--url",
-            &crate::core::fake_ollama(),
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut host = crate::core::Guard(child);
-    let endpoint = crate::core::wait_for_endpoint(&ws, &mut host);
+    let (host, endpoint) = serve_beside_ollama(&ws, &[("ARCANE_API_KEY", key)]);
     assert_eq!(endpoint["token"], key);
     // `token show`, run without the variable (another terminal), prints the host's key.
     let out = run(ws
@@ -451,22 +435,7 @@ fn walk(root: &std::path::Path) -> Vec<std::path::PathBuf> {
 #[test]
 fn load_and_unload_against_a_stopped_host_end_at_their_timeout() {
     let ws = TestWorkspace::new();
-    let child = ws
-        .arcane()
-        .args([
-            "serve",
-            "--runtime",
-            "ollama",
-            "--url",
-            &crate::core::fake_ollama(),
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut host = crate::core::Guard(child);
-    let endpoint = crate::core::wait_for_endpoint(&ws, &mut host);
+    let (host, endpoint) = serve_beside_ollama(&ws, &[]);
     let pid = endpoint["pid"].as_i64().unwrap() as i32;
     // SAFETY: SIGSTOP, then SIGCONT below, to the host this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
@@ -481,4 +450,32 @@ fn load_and_unload_against_a_stopped_host_end_at_their_timeout() {
     }
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
     crate::core::terminate(host);
+}
+
+/// `arcane serve` adopting a fake Ollama (no engine to start), with `env` set: the
+/// running host and its endpoint record once published.
+fn serve_beside_ollama(
+    ws: &TestWorkspace,
+    env: &[(&str, &str)],
+) -> (crate::core::Guard, serde_json::Value) {
+    let mut command = ws.arcane();
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let child = command
+        .args([
+            "serve",
+            "--runtime",
+            "ollama",
+            "--url",
+            &crate::core::fake_ollama(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut host = crate::core::Guard(child);
+    let endpoint = crate::core::wait_for_endpoint(ws, &mut host);
+    (host, endpoint)
 }
