@@ -213,6 +213,7 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
         client: engine_client(),
     });
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let rotations = watch_rotations(Arc::clone(&shared));
     let limits = shared.options.limits;
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let mut refusing = false;
@@ -260,12 +261,18 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
                 service,
             );
         let connection = graceful.watch(connection);
+        let mut rotated = rotations.clone();
+        rotated.borrow_and_update();
         tokio::spawn(async move {
             let _slot = slot;
-            // Dropping an idle connection closes it; nothing is in flight on it.
+            // Dropping an idle connection closes it; nothing is in flight on it. A
+            // rotation of the token closes it whatever it carries: its requests and
+            // streams were admitted with the old token.
             tokio::select! {
                 _ = connection => {}
                 () = activity.idle_for(limits.idle) => {}
+                // (No token file: the watch's sender is gone and this never fires.)
+                Ok(()) = rotated.changed() => {}
             }
         });
     }
@@ -273,6 +280,35 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
     let grace = shared.options.grace;
     let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
     Ok(())
+}
+
+/// How often the token file is looked at for a rotation (`arcane token rotate`).
+const ROTATION_POLL: Duration = Duration::from_millis(250);
+
+/// Watches the token file (when there is one) until the host closes: each change of
+/// the token in force is a new generation, and every connection opened before it is
+/// closed (its streams and keep-alive requests were admitted with the old token).
+fn watch_rotations(shared: Arc<Shared>) -> tokio::sync::watch::Receiver<u64> {
+    let (generation, rotations) = tokio::sync::watch::channel(0u64);
+    if shared.options.token_file.is_none() {
+        return rotations;
+    }
+    tokio::spawn(async move {
+        let mut token = shared.current_token();
+        let mut ticks = tokio::time::interval(ROTATION_POLL);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                _ = shared.host.closed() => return,
+            }
+            let now = shared.current_token();
+            if now != token {
+                token = now;
+                generation.send_modify(|g| *g += 1);
+            }
+        }
+    });
+    rotations
 }
 
 pub(crate) fn json_response(status: StatusCode, value: &Value) -> Response<HttpBody> {

@@ -479,3 +479,51 @@ fn serve_beside_ollama(
     let endpoint = crate::core::wait_for_endpoint(ws, &mut host);
     (host, endpoint)
 }
+
+/// Item 7: `token rotate` ends every stream and connection the old token opened (an
+/// open `/v1/events` stream went on receiving lines), and the old token is refused.
+#[test]
+fn a_token_rotation_ends_the_streams_the_old_token_opened() {
+    use std::io::{Read, Write};
+    let ws = TestWorkspace::new();
+    let (host, endpoint) = serve_beside_ollama(&ws, &[]);
+    let port = endpoint["port"].as_u64().unwrap() as u16;
+    let old = endpoint["token"].as_str().unwrap().to_string();
+    let mut events = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        events,
+        "GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {old}\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = [0u8; 256];
+    let n = events.read(&mut head).unwrap();
+    assert!(String::from_utf8_lossy(&head[..n]).starts_with("HTTP/1.1 200"));
+    let out = run(ws.arcane().args(["token", "rotate"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The stream ends (end of file), within a bounded wait.
+    events
+        .set_read_timeout(Some(std::time::Duration::from_secs(1)))
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut buffer = [0u8; 4096];
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the old stream kept going"
+        );
+        match events.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => break,
+        }
+    }
+    let (status, _) = crate::support::http_exchange(
+        &format!("127.0.0.1:{port}"),
+        &format!("GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {old}\r\nConnection: close\r\n\r\n"),
+    );
+    assert_eq!(status, 401);
+    crate::core::terminate(host);
+}
