@@ -216,6 +216,7 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
     let rotations = watch_rotations(Arc::clone(&shared));
     let limits = shared.options.limits;
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let unauthenticated = crate::limits::Unauthenticated::default();
     let mut refusing = false;
     loop {
         let accepted = tokio::select! {
@@ -239,13 +240,15 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
         // 2. Activity tracking for the idle timeout; a request counts as in flight until
         //    its response body is sent.
         let activity = crate::limits::Activity::new();
+        unauthenticated.admit(&activity, limits.max_unauthenticated);
         let shared = Arc::clone(&shared);
         let requests = Arc::clone(&activity);
         let service = hyper::service::service_fn(move |request| {
             let shared = Arc::clone(&shared);
+            let connection = Arc::clone(&requests);
             let in_flight = requests.begin();
             async move {
-                let response = handle(shared, request).await;
+                let response = handle(shared, request, &connection).await;
                 Ok::<_, Infallible>(
                     response.map(|body| BoxBody::new(crate::limits::Guarded::new(body, in_flight))),
                 )
@@ -265,14 +268,29 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
         rotated.borrow_and_update();
         tokio::spawn(async move {
             let _slot = slot;
-            // Dropping an idle connection closes it; nothing is in flight on it. A
-            // rotation of the token closes it whatever it carries: its requests and
-            // streams were admitted with the old token.
-            tokio::select! {
-                _ = connection => {}
-                () = activity.idle_for(limits.idle) => {}
-                // (No token file: the watch's sender is gone and this never fires.)
-                Ok(()) = rotated.changed() => {}
+            tokio::pin!(connection);
+            loop {
+                let authenticated = activity.is_authenticated();
+                let idle = if authenticated {
+                    limits.idle
+                } else {
+                    limits.unauthenticated_idle
+                };
+                // Dropping an idle connection closes it; nothing is in flight on it. A
+                // rotation of the token closes it whatever it carries: its requests and
+                // streams were admitted with the old token. One that has not presented
+                // the token yet is closed when a newer one needs its room.
+                tokio::select! {
+                    _ = &mut connection => break,
+                    () = activity.idle_for(idle) => break,
+                    // (No token file: the watch's sender is gone and this never fires.)
+                    Ok(()) = rotated.changed() => break,
+                    () = activity.changed(), if !authenticated => {
+                        if activity.is_evicted() {
+                            break;
+                        }
+                    }
+                }
             }
         });
     }
@@ -412,9 +430,18 @@ fn admit(shared: &Shared, request: &Request<Incoming>) -> Option<Response<HttpBo
     None
 }
 
-async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<HttpBody> {
+async fn handle(
+    shared: Arc<Shared>,
+    request: Request<Incoming>,
+    connection: &crate::limits::Activity,
+) -> Response<HttpBody> {
     if let Some(refused) = admit(&shared, &request) {
         return refused;
+    }
+    // Admitted with the token (only `GET /health` is admitted without one): the
+    // connection now counts among the authenticated.
+    if !(request.method() == Method::GET && request.uri().path() == "/health") {
+        connection.authenticate();
     }
     let path = request.uri().path().to_string();
     let upstream = shared.options.upstream.as_deref();

@@ -12,7 +12,12 @@
 //!   [`ConnectionLimits::idle`] is closed (a request in flight, even one waiting silently
 //!   for a slow non-streamed completion, keeps it open; so does a streamed response);
 //! * **cap**: past [`ConnectionLimits::max_connections`] open connections a new one is
-//!   closed at once and a `core.http.connection-limit` event says so (once per burst).
+//!   closed at once and a `core.http.connection-limit` event says so (once per burst);
+//! * **before the token**: a connection that has not yet sent a request with the token
+//!   is one of at most [`ConnectionLimits::max_unauthenticated`]; a new one past that
+//!   closes the *oldest* of them (so connections that never authenticate cannot keep
+//!   out the clients that do: a client sends its request as soon as it connects), and
+//!   such a connection may sit idle only [`ConnectionLimits::unauthenticated_idle`].
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -31,6 +36,12 @@ pub struct ConnectionLimits {
     pub idle: Duration,
     /// How many connections may be open at once (default 1024).
     pub max_connections: usize,
+    /// How many connections may be open before presenting the token (default 64); a
+    /// new one past it closes the oldest.
+    pub max_unauthenticated: usize,
+    /// How long a connection that has not presented the token may sit idle (default
+    /// 5 s).
+    pub unauthenticated_idle: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -39,6 +50,8 @@ impl Default for ConnectionLimits {
             header_read: Duration::from_secs(10),
             idle: Duration::from_secs(120),
             max_connections: 1024,
+            max_unauthenticated: 64,
+            unauthenticated_idle: Duration::from_secs(5),
         }
     }
 }
@@ -50,6 +63,12 @@ pub(crate) struct Activity {
     epoch: Instant,
     last_millis: AtomicU64,
     in_flight: AtomicUsize,
+    /// A request on it presented the token.
+    authenticated: std::sync::atomic::AtomicBool,
+    /// It was closed to make room for a newer unauthenticated connection.
+    evicted: std::sync::atomic::AtomicBool,
+    /// Woken on either change.
+    changed: tokio::sync::Notify,
 }
 
 impl Activity {
@@ -58,7 +77,44 @@ impl Activity {
             epoch: Instant::now(),
             last_millis: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            authenticated: std::sync::atomic::AtomicBool::new(false),
+            evicted: std::sync::atomic::AtomicBool::new(false),
+            changed: tokio::sync::Notify::new(),
         })
+    }
+
+    /// A request on this connection presented the token.
+    pub(crate) fn authenticate(&self) {
+        if !self.authenticated.swap(true, Ordering::SeqCst) {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Whether a request on this connection presented the token.
+    pub(crate) fn is_authenticated(&self) -> bool {
+        self.authenticated.load(Ordering::SeqCst)
+    }
+
+    /// Closes this connection if it has not authenticated (room for a newer one).
+    fn evict(&self) {
+        self.evicted.store(true, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    /// Resolves when the connection authenticates or is evicted.
+    pub(crate) async fn changed(&self) {
+        let changed = self.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        if self.is_authenticated() || self.is_evicted() {
+            return;
+        }
+        changed.await;
+    }
+
+    /// Whether it was evicted before it authenticated.
+    pub(crate) fn is_evicted(&self) -> bool {
+        self.evicted.load(Ordering::SeqCst) && !self.is_authenticated()
     }
 
     fn touch(&self) {
@@ -85,6 +141,30 @@ impl Activity {
             let wait = idle.saturating_sub(quiet).max(Duration::from_millis(50));
             tokio::time::sleep(wait.min(idle)).await;
         }
+    }
+}
+
+/// The connections that have not presented the token yet, oldest first: a new one past
+/// the limit evicts the oldest (see the module documentation).
+#[derive(Debug, Default)]
+pub(crate) struct Unauthenticated {
+    waiting: std::sync::Mutex<std::collections::VecDeque<std::sync::Weak<Activity>>>,
+}
+
+impl Unauthenticated {
+    /// Counts `activity` in, evicting the oldest unauthenticated connections past `max`.
+    pub(crate) fn admit(&self, activity: &Arc<Activity>, max: usize) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.retain(|w| {
+            w.upgrade()
+                .is_some_and(|a| !a.is_authenticated() && !a.is_evicted())
+        });
+        while waiting.len() >= max.max(1) {
+            if let Some(oldest) = waiting.pop_front().and_then(|w| w.upgrade()) {
+                oldest.evict();
+            }
+        }
+        waiting.push_back(Arc::downgrade(activity));
     }
 }
 

@@ -546,6 +546,8 @@ async fn slow_idle_and_excess_connections_are_closed_and_real_requests_still_ans
         header_read: Duration::from_secs(1),
         idle: Duration::from_secs(1),
         max_connections: 64,
+        max_unauthenticated: 64,
+        unauthenticated_idle: Duration::from_secs(1),
     };
     let (served, events) = serve_with(None, limits).await;
     // 1. A head dribbled a byte at a time is cut off by the header-read timeout.
@@ -637,6 +639,49 @@ async fn an_authenticated_request_is_answered_while_500_idle_connections_are_hel
     )
     .await;
     assert_eq!(status, 200, "{response}");
+}
+
+/// Issue 19, item 8: connections that never present the token cannot keep out those
+/// that do (1100 idle connections let 14 of 45 authenticated requests through): past
+/// the budget for unauthenticated connections a new one closes the oldest, and the
+/// cap on all connections is never reached by them.
+#[tokio::test]
+async fn connections_that_never_authenticate_cannot_keep_out_those_that_do() {
+    let limits = arcane_core::limits::ConnectionLimits {
+        max_connections: 128,
+        max_unauthenticated: 16,
+        // Long: eviction, not the idle limit, is what is tested.
+        unauthenticated_idle: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let (served, events) = serve_with(None, limits).await;
+    let mut held = Vec::new();
+    for _ in 0..300 {
+        held.push(
+            tokio::net::TcpStream::connect(served.address)
+                .await
+                .unwrap(),
+        );
+    }
+    let mut answered = 0;
+    for i in 0..45 {
+        let (status, _) = post(
+            &served,
+            "/v1/rpc",
+            None,
+            json!({"protocol": "arcane/1", "type": "request", "id": format!("p{i}"), "method": "system.ping"}),
+        )
+        .await;
+        answered += usize::from(status == 200);
+    }
+    assert_eq!(answered, 45);
+    // The oldest squatters were closed to make room; the cap was never hit.
+    assert!(closed_within(&mut held[0], Duration::from_secs(5)).await);
+    assert!(!events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|kind| kind == "core.http.connection-limit"));
 }
 
 /// `GET <path>` with these extra header lines; (status, JSON body).
