@@ -366,9 +366,14 @@ fn assemble_into_place(
 ) -> Result<BuildOutcome, Error> {
     let out = &output.out;
     let mut created_parents = CreatedDirs::create(&output.missing_parents)?;
+    let out_name = output.out_name.to_string_lossy();
+    remove_dead_partials(&output.parent, &out_name);
+    // Named by this builder's pid and start time, so a later build can prove a partial
+    // tree's builder gone (killed mid-way) and remove it.
+    let me = std::process::id();
     let temporary = output.parent.join(format!(
-        ".{}.partial-{}",
-        output.out_name.to_string_lossy(),
+        ".{out_name}.partial-{me}-{}-{}",
+        arcane_process::start_time(me).unwrap_or(0),
         random_hex(8)?
     ));
     std::fs::create_dir(&temporary).map_err(|e| Error::io("create", &temporary, e))?;
@@ -1155,6 +1160,39 @@ fn rename_checked(temporary: &Path, out: &Path) -> Result<(), Error> {
 }
 
 /// `bytes` random bytes as hex (a temporary name's suffix).
+/// Removes the partial trees `.<out>.partial-<pid>-<start>-<random>` that a build of
+/// the same `out` left when it was killed: only directories of this user whose
+/// builder is provably gone (no process with that pid and start time). Anything else
+/// (a live build, a name of another form, a link) is left alone.
+fn remove_dead_partials(parent: &Path, out_name: &str) {
+    use std::os::unix::fs::MetadataExt;
+    let prefix = format!(".{out_name}.partial-");
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(&prefix) else {
+            continue;
+        };
+        let mut fields = rest.splitn(3, '-');
+        let (Some(pid), Some(start), Some(_)) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
+            continue;
+        };
+        let alive = arcane_process::start_time(pid) == Some(start);
+        let path = entry.path();
+        let ours = std::fs::symlink_metadata(&path)
+            .is_ok_and(|m| m.is_dir() && m.uid() == arcane_files::trust::current_uid());
+        if !alive && ours {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
 fn random_hex(bytes: usize) -> Result<String, Error> {
     arcane_files::secret_hex(bytes)
         .map_err(|e| Error::io("read random bytes for", Path::new("a temporary name"), e))

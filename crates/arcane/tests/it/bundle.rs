@@ -1257,3 +1257,69 @@ fn a_bundle_another_user_could_change_fails_verification_and_launch_runs_nothing
     let (exit, report) = real.verify_json();
     assert_eq!(exit, 0, "fixed: {report:#}");
 }
+
+/// Issue 19, item 13: a build killed mid-way (`kill -9`) left its `.partial-*` tree
+/// (107 MB) for good; the next build of the same output removes it — and only a tree
+/// whose builder is provably gone.
+#[test]
+fn a_partial_tree_left_by_a_killed_build_is_removed_by_the_next_build() {
+    let workspace = TestWorkspace::new();
+    for args in [
+        vec!["runtime", "add", "llama.cpp", "--executable"],
+        vec!["model", "add", "smollm2", "--file"],
+    ] {
+        let file = if args[0] == "runtime" {
+            support::llama_server()
+        } else {
+            support::smollm2()
+        };
+        let output = support::run(workspace.arcane().args(&args).arg(file));
+        assert!(output.status.success(), "{}", support::stderr(&output));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("app")).unwrap();
+    std::fs::write(dir.path().join("app/index.html"), b"hi").unwrap();
+    let build = |ws: &TestWorkspace| {
+        let mut command = ws.arcane();
+        command
+            .args([
+                "--output", "ndjson", "bundle", "build", "--app-id", "demo", "--model", "smollm2",
+                "--app",
+            ])
+            .arg(dir.path().join("app"))
+            .arg("--out")
+            .arg(dir.path().join("out"));
+        command
+    };
+    let partials = || -> Vec<String> {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".out.partial-"))
+            .collect()
+    };
+    let mut child = build(&workspace)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    for line in lines {
+        if line.unwrap().contains("\"bundle.build.progress\"") {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let left = partials();
+    assert_eq!(left.len(), 1, "{left:?}");
+    // A partial tree of a build still running (this test process) is not touched.
+    let me = std::process::id();
+    let start = arcane_process::start_time(me).unwrap();
+    let live = format!(".out.partial-{me}-{start}-0123456789abcdef");
+    std::fs::create_dir(dir.path().join(&live)).unwrap();
+    let output = support::run(&mut build(&workspace));
+    assert!(output.status.success(), "{}", support::stderr(&output));
+    assert_eq!(partials(), vec![live.clone()]);
+    std::fs::remove_dir(dir.path().join(live)).unwrap();
+}
