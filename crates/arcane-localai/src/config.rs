@@ -97,6 +97,14 @@ pub struct EngineConfig {
     pub stop_grace: Duration,
     /// The timeout of one readiness probe (default 2 s).
     pub probe_timeout: Duration,
+    /// How often a ready owned engine's readiness is probed (default 5 s, each probe
+    /// waiting as long); after [`EngineConfig::watchdog_misses`] unanswered probes in a
+    /// row it is stopped and reported failed, so requests fail at once instead of
+    /// waiting on an engine that stopped answering (`SIGSTOP`, a hang).
+    pub watchdog_interval: Duration,
+    /// How many unanswered probes in a row make a ready engine unresponsive (default 3;
+    /// 0 turns the watchdog off).
+    pub watchdog_misses: u32,
     /// What to do when an owned engine crashes after it was ready.
     pub restart: RestartPolicy,
     /// Where an engine Arcane starts listens (the url is still probed first: a server
@@ -152,6 +160,8 @@ impl EngineConfig {
             stall_timeout: Duration::from_secs(60),
             stop_grace: Duration::from_secs(10),
             probe_timeout: Duration::from_secs(2),
+            watchdog_interval: Duration::from_secs(5),
+            watchdog_misses: 3,
             restart: RestartPolicy::Never,
             listen: engine.kind().default_listen(),
             adopt_any: false,

@@ -112,6 +112,20 @@ pub enum Error {
         last_lines: Vec<String>,
     },
 
+    /// A ready owned engine stopped answering its readiness probe (stopped, hung): it
+    /// was stopped so its requests fail at once instead of waiting for it.
+    #[error("`{engine}` stopped answering its readiness probe ({misses} probes over {} s) and was stopped", (interval.as_secs_f64() * f64::from(*misses)))]
+    Unresponsive {
+        /// The engine id.
+        engine: String,
+        /// How many probes in a row went unanswered.
+        misses: u32,
+        /// The time between two probes.
+        interval: Duration,
+        /// The last lines it printed.
+        last_lines: Vec<String>,
+    },
+
     /// The owned engine did not become ready within the startup timeout.
     #[error("`{engine}` was not ready after {} s", timeout.as_secs_f64())]
     StartupTimeout {
@@ -274,6 +288,7 @@ impl Error {
         match self {
             Error::PortInUse { last_lines, .. }
             | Error::ExitedEarly { last_lines, .. }
+            | Error::Unresponsive { last_lines, .. }
             | Error::StartupTimeout { last_lines, .. }
             | Error::Stalled { last_lines, .. }
             | Error::NotReady { last_lines, .. } => last_lines,
@@ -306,6 +321,7 @@ impl Diagnostic for Error {
             Error::ServiceConflict { .. } => codes::LOCAL_AI_SERVICE_CONFLICT,
             Error::PortInUse { .. } => codes::LOCAL_AI_PORT_IN_USE,
             Error::ExitedEarly { .. } => codes::LOCAL_AI_SERVER_FAILED,
+            Error::Unresponsive { .. } => codes::LOCAL_AI_SERVER_FAILED,
             Error::StartupTimeout { .. } => codes::LOCAL_AI_SERVER_FAILED,
             Error::ExternalNotReady { .. } => codes::LOCAL_AI_SERVER_FAILED,
             Error::Stalled { .. } => codes::LOCAL_AI_SERVER_FAILED,
@@ -355,6 +371,15 @@ impl Diagnostic for Error {
                 last_lines,
             } => json!({
                 "engine": engine, "status": status, "exitCode": code, "signal": signal,
+                "lastLines": last_lines,
+            }),
+            Error::Unresponsive {
+                engine,
+                misses,
+                interval,
+                last_lines,
+            } => json!({
+                "engine": engine, "misses": misses, "intervalMs": interval.as_millis() as u64,
                 "lastLines": last_lines,
             }),
             Error::StartupTimeout {

@@ -1129,9 +1129,58 @@ struct Monitor {
     restarts: u32,
 }
 
+/// Probes a ready owned engine's readiness path every `interval` (each probe waiting
+/// at most as long); resolves once `misses` probes in a row went unanswered (no HTTP
+/// answer, or not ready). Never resolves when turned off (`misses` 0).
+struct Watchdog {
+    interval: Duration,
+    misses: u32,
+    missed: u32,
+    /// When the next probe is due (kept across the monitor's other wake-ups, such as
+    /// output lines, so a chatty engine is probed on time too).
+    next: Instant,
+}
+
+impl Watchdog {
+    fn new(config: &crate::config::EngineConfig) -> Self {
+        Self {
+            interval: config.watchdog_interval,
+            misses: config.watchdog_misses,
+            missed: 0,
+            next: Instant::now() + config.watchdog_interval,
+        }
+    }
+
+    async fn unanswered(&mut self, context: &Context) {
+        if self.misses == 0 || self.interval.is_zero() {
+            return std::future::pending().await;
+        }
+        loop {
+            tokio::time::sleep_until(self.next).await;
+            self.next = Instant::now() + self.interval;
+            let outcome = probe::probe_path(
+                context.engine(),
+                context.config.health_path(),
+                &context.owned().address,
+                self.interval,
+            )
+            .await;
+            if matches!(outcome, ProbeOutcome::Ready { .. } | ProbeOutcome::Loading) {
+                self.missed = 0;
+                continue;
+            }
+            self.missed += 1;
+            if self.missed >= self.misses {
+                return;
+            }
+        }
+    }
+}
+
 impl Monitor {
     async fn run(mut self, mut running: Running) {
         let publisher = self.context.publisher.clone();
+        let mut watchdog = Watchdog::new(&self.context.config);
         loop {
             let mut stop = self.stop.clone();
             let stop_requested = async move {
@@ -1155,6 +1204,34 @@ impl Monitor {
                         Some(line) => running.push_line(&publisher, line),
                         // Both pipes closed; the exit branch will follow.
                         None => running.output_open = false,
+                    }
+                }
+                () = watchdog.unanswered(&self.context) => {
+                    // Stopped answering while ready: stopped like a crash, so requests
+                    // waiting on it fail now and the next one starts it again.
+                    let (_, exit) = self.context.terminate(&mut running).await;
+                    running.drain(&publisher).await;
+                    let error = Error::Unresponsive {
+                        engine: self.context.engine().as_str().into(),
+                        misses: watchdog.misses,
+                        interval: watchdog.interval,
+                        last_lines: running.last_lines(),
+                    };
+                    publisher.publish(Change::Failed, |s| {
+                        s.error = Some(error_json(&error));
+                        s.exit = Some(exit);
+                        s.pid = None;
+                    });
+                    self.context.remove_record(&running.nonce).await;
+                    match self.restart().await {
+                        Some(next) => {
+                            running = next;
+                            watchdog = Watchdog::new(&self.context.config);
+                        }
+                        None => {
+                            self.finish(StopStep::Sigkill, Some(exit));
+                            return;
+                        }
                     }
                 }
                 exit = running.child.exit.exited() => {

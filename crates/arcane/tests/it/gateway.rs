@@ -812,3 +812,49 @@ fn the_main_job_is_a_gateway_of_one_model() {
     );
     serve.terminate();
 }
+
+/// Issue 19, item 14: an engine that stops answering (`SIGSTOP`) while ready is noticed
+/// by the readiness watchdog: stopped, reported (`arcane ps` says why), the request
+/// waiting on it answered with an error instead of hanging, and the next request loads
+/// it again.
+#[test]
+fn a_ready_engine_that_stops_answering_is_stopped_and_the_next_request_reloads_it() {
+    let ws =
+        gateway_workspace("[[model]]\nid = \"m\"\nmodel = \"smollm2-135m\"\nload = \"on-start\"\n");
+    let mut serve = start(&ws);
+    serve.wait_for("local-ai.model.ready", START);
+    let pid = row(&ps(&ws), "m")["pid"].as_u64().unwrap() as u32;
+    signal(pid, "STOP");
+    // A request sent to the stopped engine gets an answer (an error), not a hang.
+    let waiting = {
+        let (port, token) = host_endpoint(&ws);
+        std::thread::spawn(move || {
+            let body = json!({"model": "m", "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 4});
+            call(port, &token, "POST", "/v1/chat/completions", Some(body)).0
+        })
+    };
+    let failed = serve.wait_for("local-ai.model.failed", START);
+    assert_eq!(failed["data"]["model"], "m", "{failed}");
+    assert!(
+        failed
+            .to_string()
+            .contains("stopped answering its readiness probe"),
+        "{failed}"
+    );
+    assert!(
+        wait_gone(pid, Duration::from_secs(30)),
+        "the stopped engine was left"
+    );
+    let status = waiting.join().unwrap();
+    assert!(status >= 500, "{status}");
+    let rows = ps(&ws);
+    assert!(
+        row(&rows, "m")["lastError"]
+            .to_string()
+            .contains("stopped answering"),
+        "{rows:#?}"
+    );
+    let (code, body) = chat(&ws, Some("m"));
+    assert_eq!(code, 200, "{body}");
+    assert_ne!(row(&ps(&ws), "m")["pid"].as_u64(), Some(pid as u64));
+}
