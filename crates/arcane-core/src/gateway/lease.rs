@@ -48,6 +48,12 @@ impl crate::passthrough::Lease for Lease {
 }
 
 impl Lease {
+    /// The model this request is served by (after a reload, the successor of the one
+    /// it was routed to).
+    pub(super) fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
     /// Counts the request in the model's metrics.
     fn measure(&self, metrics: &Metrics) {
         let label = Metrics::label(&self.model.spec.id);
@@ -131,12 +137,17 @@ impl Drop for Waiting {
 
 impl Gateway {
     /// Waits until `model` is ready and counts one request in flight on it.
+    ///
+    /// A model that a reload replaced while the request waited is followed to its
+    /// successor (the model of the same id now configured): the request is served by
+    /// one configuration, and no engine of a configuration no longer routed to starts.
     pub(super) async fn acquire(
         &self,
         model: &Arc<Model>,
         keep_alive: Option<KeepAlive>,
     ) -> Result<Lease, NoRoute> {
-        let _waiting = Waiting::new(model, self.me.clone());
+        let mut model = Arc::clone(model);
+        let mut _waiting = Waiting::new(&model, self.me.clone());
         let deadline = Instant::now() + model.spec.load_timeout + Duration::from_secs(30);
         let mut waited_on_load = false;
         loop {
@@ -156,7 +167,7 @@ impl Gateway {
                         inner.keep_alive = keep_alive;
                     }
                     return Ok(Lease {
-                        model: Arc::clone(model),
+                        model: Arc::clone(&model),
                         gateway: self.me.clone(),
                         started: Instant::now(),
                         status: None,
@@ -172,8 +183,12 @@ impl Gateway {
                         return Err(not_ready(&model.spec.id, "its load did not finish in time"));
                     }
                 }
+                Phase::Unloaded | Phase::Failed(_) if !self.is_routed(&model) => {
+                    model = self.successor(&model)?;
+                    _waiting = Waiting::new(&model, self.me.clone());
+                }
                 Phase::Unloaded | Phase::Failed(_) => {
-                    self.load(model, "request").await?;
+                    self.load(&model, "request").await?;
                     waited_on_load = true;
                 }
             }

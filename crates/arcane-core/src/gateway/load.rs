@@ -19,7 +19,10 @@ impl Gateway {
     /// room on its device first.
     pub(super) async fn load(&self, model: &Arc<Model>, reason: &str) -> Result<(), NoRoute> {
         let placement = self.placement.lock().await;
-        if !matches!(model.current(), Phase::Unloaded | Phase::Failed(_)) {
+        // A model a reload replaced meanwhile is never started (its requests follow its
+        // successor); placement decisions and reloads take the same lock.
+        if !self.is_routed(model) || !matches!(model.current(), Phase::Unloaded | Phase::Failed(_))
+        {
             return Ok(());
         }
         if let Some(refused) = held_back(model) {

@@ -250,6 +250,18 @@ impl Gateway {
             .collect()
     }
 
+    /// Whether `model` is one requests are routed to now (not replaced or removed by a
+    /// reload).
+    pub(super) fn is_routed(&self, model: &Arc<Model>) -> bool {
+        self.models().iter().any(|m| Arc::ptr_eq(m, model))
+    }
+
+    /// The model now configured under `model`'s id, after a reload replaced it; a 404
+    /// when the reload removed it.
+    pub(super) fn successor(&self, model: &Arc<Model>) -> Result<Arc<Model>, NoRoute> {
+        self.find(Some(&model.spec.id))
+    }
+
     /// Every model that may hold a device: those routed to and those a reload retired
     /// (unloaded once idle).
     fn everyone(&self) -> Vec<Arc<Model>> {

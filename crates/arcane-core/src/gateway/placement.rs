@@ -53,6 +53,32 @@ impl Gateway {
         let deadline = Instant::now() + model.spec.load_timeout;
         loop {
             let everyone = self.everyone();
+            // One engine per model id: a retired model of the same id (its socket and
+            // ownership record are this one's) goes first, whatever the capacity.
+            let namesake = everyone
+                .iter()
+                .find(|m| {
+                    m.spec.id == model.spec.id && !Arc::ptr_eq(m, model) && m.current().occupies()
+                })
+                .cloned();
+            if let Some(namesake) = namesake {
+                let idle =
+                    matches!(namesake.current(), Phase::Ready(_)) && namesake.lock().in_flight == 0;
+                if idle {
+                    self.unload(&namesake, Reason::Requested, Some(&model.spec.id))
+                        .await;
+                    continue;
+                }
+                let notified = self.changed.notified();
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() || tokio::time::timeout(left, notified).await.is_err() {
+                    return Err(busy(format!(
+                        "`{}` was reloaded and its previous configuration still has requests in flight; the new one loads once they are done",
+                        model.spec.id
+                    )));
+                }
+                continue;
+            }
             let occupants: Vec<&Arc<Model>> = everyone
                 .iter()
                 .filter(|m| {

@@ -44,7 +44,11 @@ impl Gateway {
             .and_then(|read| read);
         match read {
             Ok((specs, limits)) => {
+                // Serialized with placement decisions: a load is decided wholly before
+                // or wholly after the models change.
+                let placement = self.placement.lock().await;
                 let summary = self.apply(specs, limits);
+                drop(placement);
                 self.emit(event_types::LOCAL_AI_MODELS_RELOADED, summary.clone());
                 Ok(summary)
             }

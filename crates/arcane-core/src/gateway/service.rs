@@ -27,6 +27,7 @@ impl Gateway {
     pub(super) async fn load_method(&self, parameters: Value) -> MethodResult {
         let model = self.model_parameter(&parameters)?;
         let lease = self.acquire(&model, None).await.map_err(refused)?;
+        let model = Arc::clone(lease.model());
         drop(lease);
         Ok(model.row())
     }
@@ -94,6 +95,8 @@ impl Upstream for Gateway {
                 None => None,
             };
             let lease = self.acquire(&model, keep_alive).await?;
+            // A reload may have replaced the model: the lease's is the one serving.
+            let model = Arc::clone(lease.model());
             let Phase::Ready(access) = model.current() else {
                 return Err(not_ready(&model.spec.id, "it was unloaded"));
             };

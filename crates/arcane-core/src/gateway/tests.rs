@@ -690,3 +690,105 @@ async fn an_engine_that_dies_leaves_its_model_unloaded_and_the_next_request_relo
     assert_eq!(rig.log.count("launch a"), 2);
     assert_eq!(rig.states(), [state("a", "ready")]);
 }
+
+impl Rig {
+    /// Makes `reload` replace `id`'s configuration with one launched as `launched_as`
+    /// (the others unchanged), under `limit`.
+    fn reload_replacing(&self, id: &'static str, launched_as: &'static str, limit: DeviceLimit) {
+        let launcher = Arc::new(FakeLauncher {
+            id: launched_as.into(),
+            log: Arc::clone(&self.log),
+            outcome: Mutex::new(Outcome::Ready),
+            gate: None,
+            observer: Mutex::new(None),
+        });
+        let mut specs = Vec::new();
+        for model in self.gateway.models() {
+            let replaced = model.spec.id == id;
+            specs.push(ModelSpec {
+                id: model.spec.id.clone(),
+                aliases: Vec::new(),
+                launcher: if replaced {
+                    Arc::clone(&launcher) as Arc<dyn EngineLauncher>
+                } else {
+                    Arc::clone(&model.spec.launcher)
+                },
+                device: "cpu".into(),
+                keep_alive: model.spec.keep_alive,
+                load_on_start: false,
+                external: false,
+                answers_as_id: true,
+                reachable_without_token: false,
+                memory: 0,
+                load_timeout: LOAD_TIMEOUT,
+                fingerprint: if replaced {
+                    launched_as.into()
+                } else {
+                    model.spec.fingerprint.clone()
+                },
+            });
+        }
+        let read = Mutex::new(Some((specs, HashMap::from([("cpu".to_string(), limit)]))));
+        self.gateway.set_reloader(Arc::new(move || {
+            Ok(read
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .expect("one reload"))
+        }));
+    }
+}
+
+/// Issue 19, item 11: a request routed before a reload, whose load was still waiting
+/// for room, used to load the *old* configuration after the reload, in an engine no
+/// list showed and nothing stopped. Reloads now wait for placement decisions: the old
+/// configuration's engine is tracked as retiring and stopped once idle, and the next
+/// request loads the new one — one engine of `m` at a time.
+#[tokio::test(start_paused = true)]
+async fn a_load_decided_before_a_reload_is_tracked_and_retired_never_orphaned() {
+    let rig = Rig::new(vec![model("a"), model("m")], max_loaded(1));
+    let a = rig.route("a").await;
+    let waiting = rig.spawn_route("m");
+    settle().await;
+    rig.reload_replacing("m", "m2", max_loaded(1));
+    let gateway = Arc::clone(&rig.gateway);
+    let reload = tokio::spawn(async move { gateway.reload().await });
+    settle().await;
+    drop(a);
+    let served = tokio::time::timeout(WAIT, waiting)
+        .await
+        .expect("the request ends")
+        .expect("no panic")
+        .unwrap_or_else(|refused| panic!("refused: {} {}", refused.status, refused.body));
+    reload.await.expect("no panic").expect("reloaded");
+    drop(served);
+    rig.log.wait_for("stop m", 1).await;
+    drop(rig.route("m").await);
+    assert_eq!(
+        rig.log.entries(),
+        log(&["launch a", "stop a", "launch m", "stop m", "launch m2"])
+    );
+    assert_eq!(rig.row("m")["state"], "ready");
+}
+
+/// Issue 19, item 11: one engine per model id. A reload that changes `m` while its old
+/// engine serves a request does not start the new one beside it (the same socket and
+/// ownership record): the new one waits until the old one is idle and stopped.
+#[tokio::test(start_paused = true)]
+async fn a_changed_model_waits_for_its_previous_engine_to_be_idle_and_stopped() {
+    let rig = Rig::new(vec![model("m")], DeviceLimit::default());
+    let old = rig.route("m").await;
+    rig.reload_replacing("m", "m2", DeviceLimit::default());
+    rig.gateway.reload().await.expect("reloaded");
+    let new = rig.spawn_route("m");
+    settle().await;
+    assert_eq!(rig.log.entries(), log(&["launch m"]));
+    drop(old);
+    let served = tokio::time::timeout(WAIT, new)
+        .await
+        .expect("the request ends")
+        .expect("no panic")
+        .unwrap_or_else(|refused| panic!("refused: {} {}", refused.status, refused.body));
+    drop(served);
+    assert_eq!(rig.log.entries(), log(&["launch m", "stop m", "launch m2"]));
+}
