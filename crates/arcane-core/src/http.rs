@@ -223,7 +223,7 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
             accepted = listener.accept() => accepted,
             _ = host.closed() => break,
         };
-        let Ok((stream, _peer)) = accepted else {
+        let Ok((stream, peer)) = accepted else {
             continue;
         };
         // 1. The connection cap: past it a new connection is closed at once, said once
@@ -240,7 +240,7 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
         // 2. Activity tracking for the idle timeout; a request counts as in flight until
         //    its response body is sent.
         let activity = crate::limits::Activity::new();
-        unauthenticated.admit(&activity, limits.max_unauthenticated);
+        unauthenticated.admit(&activity, peer.ip(), limits.max_unauthenticated);
         let shared = Arc::clone(&shared);
         let requests = Arc::clone(&activity);
         let service = hyper::service::service_fn(move |request| {

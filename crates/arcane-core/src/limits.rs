@@ -15,8 +15,9 @@
 //!   closed at once and a `core.http.connection-limit` event says so (once per burst);
 //! * **before the token**: a connection that has not yet sent a request with the token
 //!   is one of at most [`ConnectionLimits::max_unauthenticated`]; a new one past that
-//!   closes the *oldest* of them (so connections that never authenticate cannot keep
-//!   out the clients that do: a client sends its request as soon as it connects), and
+//!   closes the oldest of the peer address holding the most of them (so connections
+//!   that never authenticate cannot keep out the clients that do — a client sends its
+//!   request as soon as it connects — and one peer's flood evicts its own first), and
 //!   such a connection may sit idle only [`ConnectionLimits::unauthenticated_idle`].
 
 use std::pin::Pin;
@@ -144,27 +145,46 @@ impl Activity {
     }
 }
 
-/// The connections that have not presented the token yet, oldest first: a new one past
-/// the limit evicts the oldest (see the module documentation).
+/// The connections that have not presented the token yet, oldest first, with their
+/// peer address: a new one past the limit evicts the oldest connection of the peer
+/// that holds the most (see the module documentation), so one peer flooding the host
+/// with connections evicts its own before anyone else's.
 #[derive(Debug, Default)]
 pub(crate) struct Unauthenticated {
-    waiting: std::sync::Mutex<std::collections::VecDeque<std::sync::Weak<Activity>>>,
+    waiting: std::sync::Mutex<Waiting>,
 }
 
+type Waiting = std::collections::VecDeque<(std::net::IpAddr, std::sync::Weak<Activity>)>;
+
 impl Unauthenticated {
-    /// Counts `activity` in, evicting the oldest unauthenticated connections past `max`.
-    pub(crate) fn admit(&self, activity: &Arc<Activity>, max: usize) {
+    /// Counts `activity` (from `peer`) in, evicting past `max` as described above.
+    pub(crate) fn admit(&self, activity: &Arc<Activity>, peer: std::net::IpAddr, max: usize) {
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        waiting.retain(|w| {
+        waiting.retain(|(_, w)| {
             w.upgrade()
                 .is_some_and(|a| !a.is_authenticated() && !a.is_evicted())
         });
         while waiting.len() >= max.max(1) {
-            if let Some(oldest) = waiting.pop_front().and_then(|w| w.upgrade()) {
-                oldest.evict();
+            let mut counts: std::collections::HashMap<std::net::IpAddr, usize> =
+                std::collections::HashMap::new();
+            for (ip, _) in waiting.iter() {
+                *counts.entry(*ip).or_default() += 1;
+            }
+            let greediest = counts
+                .into_iter()
+                .max_by_key(|(_, count)| *count)
+                .map(|(ip, _)| ip);
+            let index = waiting
+                .iter()
+                .position(|(ip, _)| Some(*ip) == greediest)
+                .unwrap_or(0);
+            if let Some((_, oldest)) = waiting.remove(index) {
+                if let Some(oldest) = oldest.upgrade() {
+                    oldest.evict();
+                }
             }
         }
-        waiting.push_back(Arc::downgrade(activity));
+        waiting.push_back((peer, Arc::downgrade(activity)));
     }
 }
 
@@ -261,5 +281,32 @@ impl<B: hyper::body::Body + Unpin> hyper::body::Body for Guarded<B> {
 
     fn size_hint(&self) -> hyper::body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The peer holding the most unauthenticated connections loses its oldest first:
+    /// a flood from one address does not evict another address's connection.
+    #[test]
+    fn the_greediest_peer_is_evicted_first() {
+        let limits = Unauthenticated::default();
+        let (quiet, flood): (std::net::IpAddr, std::net::IpAddr) =
+            ("127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap());
+        let client = Activity::new();
+        limits.admit(&client, quiet, 4);
+        let squatters: Vec<Arc<Activity>> = (0..20)
+            .map(|_| {
+                let squatter = Activity::new();
+                limits.admit(&squatter, flood, 4);
+                squatter
+            })
+            .collect();
+        assert!(!client.is_evicted());
+        assert_eq!(squatters.iter().filter(|s| !s.is_evicted()).count(), 3);
+        // The newest are the ones kept.
+        assert!(squatters[17..].iter().all(|s| !s.is_evicted()));
     }
 }

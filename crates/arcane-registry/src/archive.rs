@@ -274,6 +274,9 @@ impl Writer<'_> {
                     self.directory(name, parent)?;
                 }
                 std::fs::create_dir(&path).map_err(|e| Error::io("create", &path, e))?;
+                // A fixed mode, whatever the umask (under `umask 000` the tree was 0777,
+                // which `serve` then refused): the engine's directories are this user's.
+                set_mode(&path, 0o755)?;
             }
             Err(e) => return Err(Error::io("inspect", &path, e)),
         }

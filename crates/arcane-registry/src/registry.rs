@@ -645,7 +645,8 @@ impl Registry {
         if std::fs::symlink_metadata(&destination).is_ok() {
             return Err(Error::DestinationExists { path: destination });
         }
-        std::fs::create_dir_all(engine_dir).map_err(|e| Error::io("create", engine_dir, e))?;
+        arcane_files::create_private_dirs(engine_dir)
+            .map_err(|e| Error::io("create", engine_dir, e))?;
         let relative_executable = staged
             .executable
             .strip_prefix(root)
@@ -1160,6 +1161,9 @@ impl<'a> InstallPlan<'a> {
     ) -> Result<PathBuf, Error> {
         let root = staging.join("root");
         std::fs::create_dir(&root).map_err(|e| Error::io("create", &root, e))?;
+        // The installed tree's root: a fixed mode, whatever the umask.
+        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .map_err(|e| Error::io("chmod", &root, e))?;
         events.emit(Event::new(
             arcane_report::event_types::REGISTRY_RUNTIME_EXTRACTING,
             json!({"archive": self.label, "destination": root}),

@@ -194,9 +194,12 @@ pub(crate) struct Staging {
 
 impl Staging {
     pub(crate) fn create(dir: &Path, label: &str) -> Result<Staging, Error> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
+        arcane_files::create_private_dirs(dir).map_err(|e| Error::io("create", dir, e))?;
         let path = staging_path(dir, label);
         std::fs::create_dir(&path).map_err(|e| Error::io("create", &path, e))?;
+        // The staged tree becomes the installed one: a fixed mode, whatever the umask.
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .map_err(|e| Error::io("chmod", &path, e))?;
         Ok(Staging { path: Some(path) })
     }
 

@@ -801,6 +801,23 @@ pub(crate) fn table_config(
                 )
                 .into());
             }
+            // A model file the configuration names is trusted like the configuration:
+            // one another user can write is refused (a registered one was copied or
+            // checked when it was added, and is checked at every load).
+            if let Ok(Err(untrusted)) = arcane_files::trust::check_path(&as_path) {
+                return Err(CommandError::new(
+                    codes::ARCANE_POLICY_DENIED,
+                    format!(
+                        "refusing the model file `{}`: {}",
+                        as_path.display(),
+                        untrusted.describe()
+                    ),
+                    json!({"model": model, "path": as_path, "untrusted": untrusted.path}),
+                )
+                .hint(untrusted.fix())
+                .hint("or register a copy: `arcane model add ID --file PATH` (a file others can write is copied)")
+                .into());
+            }
             config.model = Some(as_path);
         } else {
             let registered = registry.model(model).map_err(|e| {

@@ -527,3 +527,80 @@ fn a_token_rotation_ends_the_streams_the_old_token_opened() {
     assert_eq!(status, 401);
     crate::core::terminate(host);
 }
+
+/// Item 6: `runtime install` under `umask 000` made 0777 directories that `serve` then
+/// refused; installed trees get fixed modes.
+#[test]
+fn an_installed_runtime_has_fixed_modes_whatever_the_umask() {
+    let ws = TestWorkspace::new();
+    let release = ws.path().join("release");
+    std::fs::create_dir_all(release.join("lib")).unwrap();
+    std::fs::write(
+        release.join("llama-server"),
+        "#!/bin/sh\necho 'version: 7 (x)'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        release.join("llama-server"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(release.join("lib/libggml-cpu.so"), b"\x7fELF").unwrap();
+    let archive = ws.path().join("llama-b7-bin-ubuntu-x64.tar.gz");
+    let status = Command::new("tar")
+        .arg("-czf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&release)
+        .args(["llama-server", "lib"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let digest = crate::hostile_files::arcane_registry_sha256(&archive);
+    let archive_arg = archive.display().to_string();
+    let out = under_umask_000(
+        &ws,
+        &[
+            "--output",
+            "json",
+            "runtime",
+            "install",
+            "llama.cpp",
+            "--archive",
+            &archive_arg,
+            "--sha256",
+            &digest,
+            "--version",
+            "b7",
+        ],
+    );
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let root = ws.path().join(".arcane/runtimes");
+    for path in walk(&root) {
+        let mode = mode(&path);
+        assert_eq!(mode & 0o022, 0, "{} is {mode:04o}", path.display());
+    }
+}
+
+/// Item 2: a model file an `arcane.toml` names by path is trusted like the
+/// configuration: one another user can write is refused before anything starts.
+#[test]
+fn a_model_path_another_user_can_write_is_refused() {
+    let ws = TestWorkspace::new();
+    let model = ws.path().join("m.gguf");
+    std::fs::copy(crate::support::smollm2(), &model).unwrap();
+    std::fs::set_permissions(&model, std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::fs::write(
+        ws.path().join("arcane.toml"),
+        format!("[[model]]\nid = \"m\"\nmodel = \"{}\"\n", model.display()),
+    )
+    .unwrap();
+    let out = run(ws.arcane().args(["--output", "json", "serve"]));
+    assert!(!out.status.success());
+    let error = json(&out)["error"].clone();
+    assert_eq!(error["code"], "ARCANE_POLICY_DENIED", "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("m.gguf"),
+        "{error}"
+    );
+}

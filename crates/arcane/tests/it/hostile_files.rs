@@ -137,7 +137,7 @@ fn runtime_install_of_a_small_archive_expanding_past_the_limit_fails_and_leaves_
     assert_eq!(json(&out)["runtimes"], serde_json::json!([]));
 }
 
-fn arcane_registry_sha256(path: &Path) -> String {
+pub(crate) fn arcane_registry_sha256(path: &Path) -> String {
     let output = Command::new("sha256sum").arg(path).output().unwrap();
     assert!(output.status.success());
     String::from_utf8_lossy(&output.stdout)
