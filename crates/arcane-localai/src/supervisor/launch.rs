@@ -1,0 +1,420 @@
+//! An engine Arcane starts: resolve its device, spawn it (trusted program, private
+//! listener, ownership record), wait until it is ready, and stop it.
+
+use super::*;
+
+impl Context {
+    /// Starts the configured executable and waits until it is ready.
+    pub(super) async fn launch(self, cancel: &CancelToken) -> Result<Server, Error> {
+        if let Some(reason) = &self.config.cannot_start {
+            return Err(Error::CannotStart {
+                engine: self.engine().as_str().into(),
+                url: self.endpoint().origin(),
+                reason: reason.clone(),
+            });
+        }
+        let Some(executable) = self.config.executable.clone() else {
+            return Err(Error::ExecutableMissing {
+                engine: self.engine().as_str().into(),
+                url: self.endpoint().origin(),
+            });
+        };
+        self.publisher.update(|s| s.managed = true);
+        if let Some(dir) = &self.validated.models_dir {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+                operation: "create",
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        let resolved = tokio::select! {
+            resolved = execution::resolve(&self.config, &self.devices) => resolved?,
+            _ = cancelled(cancel) => return Err(self.cancelled_error()),
+        };
+        let record = resolved.execution;
+        let execution_json = execution::to_json(&record);
+        let mut running = self
+            .spawn(&executable, &resolved.launch, execution_json)
+            .await?;
+        let abort = cancelled(cancel);
+        let ready = self.wait_ready(&mut running, abort).await;
+        let version = match ready {
+            Ok(version) => version,
+            Err(error) => return Err(self.fail_start(running, error).await),
+        };
+        let version = match self
+            .check_version(
+                &self.owned().address,
+                version,
+                self.config.runtime_version.as_deref(),
+            )
+            .await
+        {
+            Ok(version) => version,
+            Err(error) => return Err(self.fail_start(running, error).await),
+        };
+        let pid = running.child.pid;
+        let unchecked = record.clone();
+        let placed = tokio::task::spawn_blocking(move || {
+            let mut record = record;
+            let result = execution::check_placement(&mut record, pid);
+            (record, result)
+        })
+        .await;
+        let (record, placement) = placed.unwrap_or((unchecked, Ok(())));
+        if let Err(source) = placement {
+            let error = Error::Execution {
+                engine: self.engine().as_str().into(),
+                source,
+            };
+            return Err(self.fail_start(running, error).await);
+        }
+        let execution_json = execution::to_json(&record);
+        self.publisher.publish(Change::Ready, |s| {
+            s.version = version;
+            s.execution = execution_json;
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let (done_tx, done) = watch::channel(None);
+        let publisher = self.publisher.clone();
+        let monitor = Monitor {
+            context: self,
+            executable,
+            launch: resolved.launch,
+            stop: stop_rx,
+            done: done_tx,
+            restarts: 0,
+        };
+        tokio::spawn(monitor.run(running));
+        Ok(Server::Owned(OwnedServer {
+            publisher,
+            stop,
+            done,
+        }))
+    }
+
+    /// Spawns the engine, publishes `starting` (owned), writes the ownership record.
+    pub(super) async fn spawn(
+        &self,
+        executable: &Path,
+        launch: &crate::command::DeviceLaunch,
+        execution: Option<Value>,
+    ) -> Result<Running, Error> {
+        // Never run a program (or load libraries) another user could have swapped
+        // (StrictModes): the program, its library directories and the libraries in them.
+        match arcane_files::trust::check_program(executable, &self.config.library_dirs) {
+            Ok(Ok(())) => {}
+            Ok(Err(untrusted)) => {
+                return Err(Error::Untrusted {
+                    executable: executable.to_path_buf(),
+                    detail: untrusted.describe(),
+                    fix: untrusted.fix(),
+                })
+            }
+            Err(source) => {
+                return Err(Error::Spawn {
+                    executable: executable.to_path_buf(),
+                    source,
+                })
+            }
+        }
+        self.prepare_listen().await?;
+        let nonce = records::new_nonce().map_err(|source| Error::Io {
+            operation: "read random bytes for",
+            path: records::path(&self.workspace, &self.config.id),
+            source,
+        })?;
+        let key_file = listen::key_file(&self.workspace, &self.config.id, self.owned());
+        let EngineCommand {
+            program,
+            args,
+            env,
+            env_remove,
+        } = engine_command(
+            &self.config,
+            &self.validated,
+            executable,
+            launch,
+            &nonce,
+            key_file.as_deref(),
+        );
+        let owned = self.owned().clone();
+        self.publisher.publish(Change::Spawned, |s| {
+            s.owned = true;
+            s.managed = true;
+            s.execution = execution;
+            s.exit = None;
+            s.pid = None;
+            s.url = owned.address.to_string();
+            s.socket = owned.address.socket().map(Path::to_path_buf);
+            s.api_key = owned.key.clone();
+        });
+        let cwd = process::working_directory(&program);
+        self.publisher.emit(
+            event_types::PROCESS_STARTING,
+            json!({"command": program, "args": args, "cwd": cwd}),
+        );
+        let child = process::spawn(SpawnSpec {
+            program: program.clone(),
+            args,
+            env,
+            env_remove,
+            cwd,
+            parent_death_signal: self.config.parent_death_signal,
+        })
+        .await
+        .map_err(|source| Error::Spawn {
+            executable: program.clone(),
+            source,
+        })?;
+        let pid = child.pid;
+        self.publisher.update(|s| s.pid = Some(pid));
+        let running = Running {
+            child,
+            nonce: nonce.clone(),
+            last_lines: VecDeque::new(),
+            output_open: true,
+        };
+        let record = Record {
+            schema_version: 1,
+            kind: "arcane-engine-ownership".into(),
+            id: self.config.id.clone(),
+            engine: self.engine().as_str().into(),
+            url: self.owned().address.to_string(),
+            port: match &self.owned().address {
+                EngineAddress::Tcp(endpoint) => endpoint.port(),
+                EngineAddress::Unix(_) => 0,
+            },
+            pid,
+            start_time: running.child.start_time.unwrap_or(0),
+            exe: running.child.exe.clone().unwrap_or_else(|| program.clone()),
+            executable: program,
+            nonce,
+            owner: records::current_owner(),
+            created_at: arcane_report::time::now_rfc3339(),
+        };
+        let workspace = self.workspace.clone();
+        let written = records::with_lock(
+            &self.workspace,
+            self.engine().as_str(),
+            &self.events,
+            move || records::write(&workspace, &record),
+        )
+        .await;
+        if let Err(error) = written {
+            return Err(self.fail_start(running, error).await);
+        }
+        Ok(running)
+    }
+
+    /// Stops a child whose start failed, removes its record, and returns `error`.
+    pub(super) async fn fail_start(&self, mut running: Running, error: Error) -> Error {
+        let (step, exit) = self.terminate(&mut running).await;
+        let _ = step;
+        self.publisher.update(|s| {
+            s.exit = Some(exit);
+            s.pid = None;
+        });
+        self.remove_record(&running.nonce).await;
+        error
+    }
+
+    pub(super) async fn terminate(&self, running: &mut Running) -> (StopStep, ExitInfo) {
+        let pid = running.child.pid;
+        if running.child.exit_status().is_none() {
+            self.publisher.emit(
+                event_types::PROCESS_CANCELLATION_REQUESTED,
+                json!({"pid": pid}),
+            );
+        }
+        let publisher = self.publisher.clone();
+        let (step, exit) = running
+            .child
+            .terminate(self.config.stop_grace, move || {
+                publisher.emit(
+                    event_types::PROCESS_CANCELLATION_ESCALATED,
+                    json!({"pid": pid, "signal": "SIGKILL"}),
+                );
+            })
+            .await;
+        self.publisher.emit(
+            event_types::PROCESS_EXITED,
+            json!({"pid": pid, "code": exit.code, "signal": exit.signal, "stopStep": step}),
+        );
+        (step, exit)
+    }
+
+    /// Forgets an owned process that has exited: removes its socket or key file and
+    /// its ownership record.
+    pub(super) async fn remove_record(&self, nonce: &str) {
+        let (workspace, id, owned) = (
+            self.workspace.clone(),
+            self.config.id.clone(),
+            self.owned().clone(),
+        );
+        let _ =
+            tokio::task::spawn_blocking(move || listen::clean_up(&workspace, &id, &owned)).await;
+        let (workspace, id, nonce) = (
+            self.workspace.clone(),
+            self.config.id.clone(),
+            nonce.to_string(),
+        );
+        // A record left behind is judged stale (or an orphan) by the next start.
+        let _ = records::with_lock(
+            &self.workspace,
+            self.engine().as_str(),
+            &self.events,
+            move || records::remove(&workspace, &id, &nonce),
+        )
+        .await;
+    }
+
+    /// Waits until the owned engine answers ready; see the module doc.
+    pub(super) async fn wait_ready(
+        &self,
+        running: &mut Running,
+        abort: impl Future<Output = ()>,
+    ) -> Result<Option<String>, Error> {
+        let engine = self.engine().as_str().to_string();
+        let started = Instant::now();
+        let deadline = started + self.config.startup_timeout;
+        let mut last_progress = started;
+        let mut delay = POLL_FIRST;
+        let mut next_probe = started + POLL_FIRST;
+        let mut loading = false;
+        tokio::pin!(abort);
+        loop {
+            let stall_deadline = if loading {
+                last_progress + self.config.stall_timeout
+            } else {
+                deadline
+            };
+            let wake = next_probe.min(deadline).min(stall_deadline);
+            tokio::select! {
+                biased;
+                _ = &mut abort => return Err(self.cancelled_error()),
+                exit = running.child.exit.exited() => {
+                    running.drain(&self.publisher).await;
+                    return Err(exit_error(&engine, &self.owned().address, exit, running.last_lines()));
+                }
+                line = running.child.lines.recv(), if running.output_open => {
+                    if let Some(line) = line {
+                        let announces = line.line.to_ascii_lowercase().contains("listening on");
+                        running.push_line(&self.publisher, line);
+                        last_progress = Instant::now();
+                        if announces {
+                            next_probe = Instant::now();
+                        }
+                    } else {
+                        running.output_open = false;
+                    }
+                }
+                _ = tokio::time::sleep_until(wake) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(Error::StartupTimeout {
+                            engine, timeout: self.config.startup_timeout, last_lines: running.last_lines(),
+                        });
+                    }
+                    if loading && now >= stall_deadline {
+                        return Err(Error::Stalled {
+                            engine, stall: self.config.stall_timeout, last_lines: running.last_lines(),
+                        });
+                    }
+                    if now < next_probe {
+                        continue;
+                    }
+                    match probe::probe_path(self.engine(), self.config.health_path(), &self.owned().address, self.config.probe_timeout).await {
+                        ProbeOutcome::Ready { version } => return Ok(version),
+                        ProbeOutcome::Loading => {
+                            if !loading {
+                                loading = true;
+                                last_progress = Instant::now();
+                                self.publisher.publish(Change::Loading, |_| {});
+                            }
+                        }
+                        ProbeOutcome::Answered { status, body } => {
+                            return Err(Error::NotReady {
+                                engine, url: self.owned().address.to_string(), status, body,
+                                last_lines: running.last_lines(),
+                            });
+                        }
+                        ProbeOutcome::Refused | ProbeOutcome::NoHttp(_) | ProbeOutcome::Unreachable(_) => {}
+                    }
+                    delay = (delay * 2).min(POLL_MAX);
+                    next_probe = Instant::now() + delay;
+                }
+            }
+        }
+    }
+}
+
+/// The error for an engine that exited before it was ready: a port conflict when its
+/// output says so, else its exit status.
+pub(super) fn exit_error(
+    engine: &str,
+    address: &EngineAddress,
+    exit: ExitInfo,
+    last_lines: Vec<String>,
+) -> Error {
+    let port_taken = last_lines.iter().any(|line| {
+        let line = line.to_ascii_lowercase();
+        line.contains("address already in use")
+            || line.contains("couldn't bind")
+            || line.contains("could not bind")
+    });
+    match address {
+        EngineAddress::Tcp(endpoint) if port_taken => {
+            return Error::PortInUse {
+                port: endpoint.port(),
+                url: endpoint.origin(),
+                evidence: "engine-output".into(),
+                last_lines,
+            }
+        }
+        EngineAddress::Unix(socket) if port_taken => {
+            return Error::SocketInUse {
+                socket: socket.clone(),
+            }
+        }
+        _ => {}
+    }
+    Error::ExitedEarly {
+        engine: engine.into(),
+        status: exit.describe(),
+        code: exit.code,
+        signal: exit.signal,
+        last_lines,
+    }
+}
+
+/// llama.cpp's build (`b6000` from `/props` `build_info` `b6000-abc123`), if it says.
+pub(super) async fn llama_build(address: &EngineAddress, timeout: Duration) -> Option<String> {
+    let answer = crate::http::get(address, "/props", timeout).await.ok()?;
+    if !(200..300).contains(&answer.status) {
+        return None;
+    }
+    let props: Value = serde_json::from_slice(&answer.body).ok()?;
+    let build = props.get("build_info")?.as_str()?;
+    Some(build.split('-').next().unwrap_or(build).to_string())
+}
+
+/// Compares versions loosely: case, a leading `v` (Ollama) or `b` (llama.cpp build),
+/// and anything after the first `-`, space or `(` are ignored.
+pub(crate) fn normalize_version(version: &str) -> String {
+    let lower = version.trim().to_ascii_lowercase();
+    let lower = lower
+        .strip_prefix("version:")
+        .map(str::trim)
+        .unwrap_or(&lower);
+    let mut text = lower.strip_prefix('v').unwrap_or(lower);
+    if let Some(rest) = text.strip_prefix('b') {
+        if rest.starts_with(|c: char| c.is_ascii_digit()) {
+            text = rest;
+        }
+    }
+    text.split(['-', ' ', '('])
+        .next()
+        .unwrap_or(text)
+        .to_string()
+}
