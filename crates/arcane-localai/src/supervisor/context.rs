@@ -185,39 +185,27 @@ impl Context {
             return Ok(());
         };
         match records::judge(&record) {
-            Judgement::OwnerAlive => Ok(()),
-            Judgement::Stale(_) => {
-                let (workspace, id, nonce) = (
-                    self.workspace.clone(),
-                    record.id.clone(),
-                    record.nonce.clone(),
-                );
-                records::with_lock(
-                    &self.workspace,
-                    self.engine().as_str(),
-                    &self.events,
-                    move || records::remove(&workspace, &id, &nonce),
-                )
-                .await
-            }
+            Judgement::OwnerAlive => return Ok(()),
+            Judgement::Stale(_) => {}
             Judgement::Orphan => {
                 let step =
                     process::stop_orphan(record.pid, record.start_time, self.config.stop_grace)
                         .await;
                 records::orphan_event(&*self.events, &record, step);
-                let (workspace, id, nonce) = (
-                    self.workspace.clone(),
-                    record.id.clone(),
-                    record.nonce.clone(),
-                );
-                records::with_lock(
-                    &self.workspace,
-                    self.engine().as_str(),
-                    &self.events,
-                    move || records::remove(&workspace, &id, &nonce),
-                )
-                .await
             }
         }
+        // Stale, or its orphan stopped: the record goes.
+        let (workspace, id, nonce) = (
+            self.workspace.clone(),
+            record.id.clone(),
+            record.nonce.clone(),
+        );
+        records::with_lock(
+            &self.workspace,
+            self.engine().as_str(),
+            &self.events,
+            move || records::remove(&workspace, &id, &nonce),
+        )
+        .await
     }
 }
