@@ -32,8 +32,9 @@ pub enum Command {
     Runtime(runtime::Args),
     /// Register, list and remove GGUF and ONNX models.
     Model(model::Args),
-    /// Run the Core host: engines, the `arcane/1` protocol on loopback HTTP, the
-    /// OpenAI-compatible passthrough.
+    /// Run the Core host: a model gateway (the `[[model]]` tables of `arcane.toml`, or
+    /// the one model the flags or the embedded default name), the `arcane/1` protocol
+    /// on loopback HTTP, and the engines' OpenAI/Anthropic API behind the token.
     Serve(serve::Args),
     /// Run the Core host speaking `arcane/1` over stdio.
     Core(core::Args),
@@ -41,8 +42,8 @@ pub enum Command {
     Status(status::Args),
     /// Send a prompt to the running Core host and stream the answer.
     Chat(chat::Args),
-    /// List the running host's models (`[[model]]`): state, device, pid, memory,
-    /// requests in flight, when each unloads.
+    /// List the running host's models (`[[model]]`, or the main job's one model): state,
+    /// device, pid, memory, requests in flight, when each unloads, why one failed.
     Ps(gateway::PsArgs),
     /// Load a model of the running host now (returns once it answers).
     Load(gateway::ModelArgs),

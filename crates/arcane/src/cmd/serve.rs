@@ -121,7 +121,9 @@ pub struct Args {
     #[arg(long, value_name = "SECONDS")]
     pub drain_timeout: Option<f64>,
 
-    /// Extra engine arguments, after `--`.
+    /// Extra engine arguments, after `--` (those that decide where or how the engine
+    /// listens or authenticates, such as `--host` or `--port`, are refused: use `--url`,
+    /// or a `command` model).
     #[arg(last = true, value_name = "ENGINE_ARGS")]
     pub engine_args: Vec<String>,
 }
