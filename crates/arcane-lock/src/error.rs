@@ -157,7 +157,7 @@ impl PolicyReason {
 #[non_exhaustive]
 pub enum Error {
     /// The operation name is not `[a-z0-9][a-z0-9._-]*` (at most 64 bytes).
-    #[error("operation name `{operation}` is invalid: use lowercase letters, digits, `.`, `_` and `-`, starting with a letter or digit")]
+    #[error("operation name `{operation}` is invalid: use lowercase letters, digits, `.` and `-`, starting with a letter or digit (the SDK's rule)")]
     InvalidOperation {
         /// The rejected name.
         operation: String,

@@ -25,6 +25,10 @@ use crate::workspace::{classify, Workspace};
 pub(crate) const SENTINEL: &CStr = layout::LOCK_SENTINEL_NAME;
 /// The published JSON record.
 pub(crate) const RECORD: &CStr = layout::LOCK_RECORD_NAME;
+/// Arcane's facts about the record's holder.
+pub(crate) const FACTS: &CStr = layout::LOCK_FACTS_NAME;
+/// Where the facts are written before they are renamed into place.
+const FACTS_TEMPORARY: &CStr = c".workspace-operation.lock.arcane.json.tmp";
 /// Where a record is written before it is published (debris is overwritten).
 pub(crate) const TEMPORARY: &CStr = c".workspace-operation.lock.json.tmp";
 /// Where a stale record is moved before it is removed (debris is overwritten).
@@ -81,14 +85,16 @@ impl AcquireOptions {
     }
 }
 
+/// An operation name as the SDK accepts it (`^[a-z0-9][a-z0-9.-]*$`), at most 64 bytes:
+/// a record naming anything else would not be one the SDK can recover.
 fn validate_operation(operation: &str) -> Result<(), Error> {
     let bytes = operation.as_bytes();
     let ok = !bytes.is_empty()
         && bytes.len() <= 64
         && (bytes[0].is_ascii_lowercase() || bytes[0].is_ascii_digit())
-        && bytes.iter().all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
-        });
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'-'));
     if ok {
         Ok(())
     } else {
@@ -364,7 +370,8 @@ impl WorkspaceLock {
                 Err(compromised("replaced by another file"))
             }
             Ok(at) => {
-                // Our inode: remove it even if it was rewritten, then say so.
+                // Our inode: remove it even if it was rewritten, then say so; then our
+                // facts (the record first: it never stands without them).
                 match sys::unlink_at(held.arcane.as_fd(), RECORD) {
                     Ok(()) => {}
                     Err(e) if sys::errno(&e) == sys::ENOENT => {}
@@ -372,6 +379,7 @@ impl WorkspaceLock {
                         return finish(held, Err(Error::io("remove the lock record", &path, e)))
                     }
                 }
+                remove_facts(&held.arcane);
                 if at.size != held.record.size || at.mtime != held.record.mtime {
                     Err(compromised("modified"))
                 } else {
@@ -751,10 +759,12 @@ fn try_once(
         &options.operation,
         &nonce,
         &ws.canonical,
-        ws.identity,
         acquired,
         &acquired_at,
     );
+    // Arcane's facts first, then the record (which is the SDK's document exactly): a
+    // record is never without its facts while its holder lives.
+    write_facts(ws, &arcane, &record::render_facts(&nonce, ws.identity))?;
     let stamp = match publish(ws, &arcane, &bytes)? {
         Some(stamp) => stamp,
         None => return Ok(Err(busy(BusyReason::RecordAppeared, read_holder(&arcane)))),
@@ -962,10 +972,49 @@ pub(crate) fn read_record(
         if oversized {
             RecordBytes::Oversized
         } else {
-            RecordBytes::Bytes(bytes)
+            RecordBytes::Bytes(record::with_facts(bytes, read_facts(arcane).as_deref()))
         },
         stamp,
     )))
+}
+
+/// Arcane's facts about the holder, beside the record (best effort: `None` when there
+/// are none or they are not a small regular file).
+fn read_facts(arcane: &OwnedFd) -> Option<Vec<u8>> {
+    let fd = sys::open_read_at(arcane.as_fd(), FACTS).ok()?;
+    let stamp = sys::stat_fd(fd.as_fd()).ok()?;
+    if stamp.kind != Kind::Regular {
+        return None;
+    }
+    let (bytes, oversized) = sys::read_limited(fd.as_fd(), record::MAX_RECORD_BYTES).ok()?;
+    (!oversized).then_some(bytes)
+}
+
+/// Writes Arcane's facts about this holder (replacing any left by an earlier one):
+/// under the sentinel's advisory lock, which every Arcane writer holds.
+fn write_facts(ws: &Workspace, arcane: &OwnedFd, bytes: &[u8]) -> Result<(), Error> {
+    let path = ws.arcane_path(FACTS);
+    let _ = sys::unlink_at(arcane.as_fd(), FACTS_TEMPORARY);
+    let fd = sys::create_exclusive_at(arcane.as_fd(), FACTS_TEMPORARY).map_err(|e| {
+        let kind = sys::stat_at(arcane.as_fd(), FACTS_TEMPORARY)
+            .map(|s| s.kind)
+            .ok();
+        classify(&path, e, kind, "write the lock facts")
+    })?;
+    let written = sys::write_all(fd.as_fd(), bytes).and_then(|()| sys::sync(fd.as_fd()));
+    drop(fd);
+    let result = written.and_then(|()| sys::rename_at(arcane.as_fd(), FACTS_TEMPORARY, FACTS));
+    if let Err(e) = result {
+        let _ = sys::unlink_at(arcane.as_fd(), FACTS_TEMPORARY);
+        return Err(Error::io("write the lock facts", &path, e));
+    }
+    Ok(())
+}
+
+/// Removes Arcane's facts about the holder once its record is gone (the record is
+/// removed first, so a record is never left without its facts by Arcane).
+pub(crate) fn remove_facts(arcane: &OwnedFd) {
+    let _ = sys::unlink_at(arcane.as_fd(), FACTS);
 }
 
 /// Best effort: who the record names (for busy messages).
@@ -979,7 +1028,7 @@ pub(crate) fn read_holder(arcane: &OwnedFd) -> Option<Holder> {
     if oversized {
         return None;
     }
-    record::holder_hint(&bytes)
+    record::holder_hint(&record::with_facts(bytes, read_facts(arcane).as_deref()))
 }
 
 /// Moves a stale record aside, verifies it is the inode that was judged, reports it and
@@ -1039,6 +1088,9 @@ pub(crate) fn remove_stale(
             "reason": why,
         }),
     ));
+    // The stale holder's facts go with its record (removed under the sentinel's lock,
+    // which no other Arcane writer holds now).
+    remove_facts(arcane);
     match sys::unlink_at(arcane.as_fd(), STALE) {
         Ok(()) => Ok(Ok(())),
         Err(e) if sys::errno(&e) == sys::ENOENT => Ok(Ok(())),
@@ -1173,14 +1225,7 @@ mod tests {
 
     #[test]
     fn operation_names_follow_the_sdk_pattern() {
-        for ok in [
-            "build",
-            "a",
-            "0x",
-            "install.runtime",
-            "model_add",
-            "scaffold-create",
-        ] {
+        for ok in ["build", "a", "0x", "install.runtime", "scaffold-create"] {
             assert!(AcquireOptions::new(ok).is_ok(), "{ok}");
         }
         for bad in [
@@ -1189,6 +1234,8 @@ mod tests {
             "-x",
             ".x",
             "_x",
+            // The SDK's pattern has no underscore: it could not recover such a record.
+            "model_add",
             "a b",
             "a/b",
             "é",

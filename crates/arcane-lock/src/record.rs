@@ -3,31 +3,41 @@
 //!
 //! # Format
 //!
-//! Two-space-indented JSON plus a newline, mode 0600, keeping the SDK's schema-1 fields
-//! so SDK processes recognise it:
+//! The record is **exactly the SDK's schema-1 document**, so an SDK process recognises
+//! it and applies its own recovery rule to a dead Arcane holder as to one of its own:
+//! its twelve keys and no other, `owner` with only `pid`, the SDK's prose constants
+//! word for word, a UUID-v4 nonce, the fixed TTL, the canonical workspace as `scope`,
+//! and the formatting of `JSON.stringify(document, null, 2)` plus a newline (the SDK
+//! compares the bytes):
 //!
 //! ```json
 //! {
 //!   "schemaVersion": 1,
 //!   "kind": "arcane-workspace-operation-lock",
 //!   "operation": "serve",
-//!   "owner": { "pid": 412, "hostname": "h", "bootId": "…", "startTime": 81234, "uid": 1000, "command": "arcane serve" },
+//!   "owner": {
+//!     "pid": 412
+//!   },
 //!   "scope": "/canonical/workspace",
-//!   "workspaceIdentity": { "dev": 2049, "ino": 1234567 },
 //!   "nonce": "…uuid v4…",
 //!   "acquiredAt": "2026-11-29T10:02:11.123Z",
 //!   "expiresAt": "2026-11-29T16:02:11.123Z",
 //!   "ttlMilliseconds": 21600000,
-//!   "advisoryLock": { "kind": "flock", "sentinel": "workspace-operation.lock" },
 //!   "releaseProcedure": "…",
-//!   "staleRecovery": "…"
+//!   "staleRecovery": "…",
+//!   "securityBoundary": "…"
 //! }
 //! ```
 //!
+//! Arcane's own facts about the holder (host, boot id, process start time, uid,
+//! command, the workspace's identity, and that it holds the advisory lock on the
+//! sentinel) go beside it, in `workspace-operation.lock.arcane.json`, under the same
+//! nonce ([`render_facts`]); a reader merges them into the record when the nonces agree
+//! ([`with_facts`]). A record without matching facts is judged as the SDK's.
+//!
 //! `expiresAt` and `ttlMilliseconds` are written for the SDK only; Arcane never decides
-//! liveness by a wall clock. `advisoryLock` marks a record whose writer held the
-//! advisory lock on the sentinel for as long as the record existed; its absence marks
-//! an SDK record. Readers ignore unknown fields and the prose (lock-spec.md W7).
+//! liveness by a wall clock. Readers ignore unknown fields and the prose (lock-spec.md
+//! W7), and still read the facts from an older Arcane record's `owner`.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -45,12 +55,78 @@ pub(crate) const TTL_MILLISECONDS: u64 = 21_600_000;
 /// Records larger than this are not read (and never recovered automatically).
 pub(crate) const MAX_RECORD_BYTES: usize = 64 * 1024;
 
-const RELEASE_PROCEDURE: &str = "The owning Arcane process removes this record while it still holds the advisory lock on the sentinel file named in advisoryLock, after the operation settles.";
-const STALE_RECOVERY: &str = "Liveness is decided by the advisory lock on the sentinel, never by expiresAt. A record whose writer no longer holds that lock on this host is stale and is replaced by the next holder; a live owner is never displaced; a record from another host is never broken automatically.";
+/// The SDK's prose, word for word: its recovery check compares them.
+const RELEASE_PROCEDURE: &str =
+    "The owning Arcane process removes this identity-checked lock after the operation settles.";
+const STALE_RECOVERY: &str = "Only after expiresAt, confirm the recorded owner process is absent, preserve workspace changes, and remove this exact identity-checked lock. A live owner is never displaced.";
+const SECURITY_BOUNDARY: &str = "This lock coordinates cooperative Arcane SDK mutators. Privileged or non-cooperating filesystem mutation is outside the portable JavaScript security boundary.";
+
+#[derive(Serialize)]
+struct Owner {
+    pid: i32,
+}
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct Owner<'a> {
+struct Document<'a> {
+    schema_version: u32,
+    kind: &'static str,
+    operation: &'a str,
+    owner: Owner,
+    scope: String,
+    nonce: &'a str,
+    acquired_at: &'a str,
+    expires_at: String,
+    ttl_milliseconds: u64,
+    release_procedure: &'static str,
+    stale_recovery: &'static str,
+    security_boundary: &'static str,
+}
+
+/// Renders this process's record for a new lease (the SDK's schema exactly).
+pub(crate) fn render(
+    operation: &str,
+    nonce: &str,
+    scope: &Path,
+    acquired: SystemTime,
+    acquired_at: &str,
+) -> Vec<u8> {
+    let document = Document {
+        schema_version: 1,
+        kind: KIND,
+        operation,
+        owner: Owner {
+            pid: sys::own_pid(),
+        },
+        scope: scope.to_string_lossy().into_owned(),
+        nonce,
+        acquired_at,
+        expires_at: arcane_report::time::format_rfc3339(
+            acquired + Duration::from_millis(TTL_MILLISECONDS),
+        ),
+        ttl_milliseconds: TTL_MILLISECONDS,
+        release_procedure: RELEASE_PROCEDURE,
+        stale_recovery: STALE_RECOVERY,
+        security_boundary: SECURITY_BOUNDARY,
+    };
+    // Serializing plain strings and integers cannot fail.
+    let mut bytes = serde_json::to_vec_pretty(&document).unwrap_or_default();
+    bytes.push(b'\n');
+    bytes
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Facts<'a> {
+    nonce: &'a str,
+    owner: FactsOwner<'a>,
+    workspace_identity: DirectoryIdentity,
+    advisory_lock: AdvisoryLock,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct FactsOwner<'a> {
     pid: i32,
     hostname: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -74,38 +150,11 @@ struct AdvisoryLock {
     sentinel: &'static str,
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Document<'a> {
-    schema_version: u32,
-    kind: &'static str,
-    operation: &'a str,
-    owner: Owner<'a>,
-    scope: String,
-    workspace_identity: DirectoryIdentity,
-    nonce: &'a str,
-    acquired_at: &'a str,
-    expires_at: String,
-    ttl_milliseconds: u64,
-    advisory_lock: AdvisoryLock,
-    release_procedure: &'static str,
-    stale_recovery: &'static str,
-}
-
-/// Renders this process's record for a new lease.
-pub(crate) fn render(
-    operation: &str,
-    nonce: &str,
-    scope: &Path,
-    identity: Identity,
-    acquired: SystemTime,
-    acquired_at: &str,
-) -> Vec<u8> {
-    let document = Document {
-        schema_version: 1,
-        kind: KIND,
-        operation,
-        owner: Owner {
+/// Renders Arcane's facts about this process as the holder of the record with `nonce`.
+pub(crate) fn render_facts(nonce: &str, identity: Identity) -> Vec<u8> {
+    let facts = Facts {
+        nonce,
+        owner: FactsOwner {
             pid: sys::own_pid(),
             hostname: sys::hostname(),
             boot_id: sys::boot_id(),
@@ -113,28 +162,51 @@ pub(crate) fn render(
             uid: sys::uid(),
             command: sys::own_command(),
         },
-        scope: scope.to_string_lossy().into_owned(),
         workspace_identity: DirectoryIdentity {
             dev: identity.dev,
             ino: identity.ino,
         },
-        nonce,
-        acquired_at,
-        expires_at: arcane_report::time::format_rfc3339(
-            acquired + Duration::from_millis(TTL_MILLISECONDS),
-        ),
-        ttl_milliseconds: TTL_MILLISECONDS,
         advisory_lock: AdvisoryLock {
             kind: "flock",
             sentinel: "workspace-operation.lock",
         },
-        release_procedure: RELEASE_PROCEDURE,
-        stale_recovery: STALE_RECOVERY,
     };
-    // Serializing plain strings and integers cannot fail.
-    let mut bytes = serde_json::to_vec_pretty(&document).unwrap_or_default();
+    let mut bytes = serde_json::to_vec_pretty(&facts).unwrap_or_default();
     bytes.push(b'\n');
     bytes
+}
+
+/// The record as Arcane reads it: `record` with the holder facts of `facts` merged in
+/// (its owner's fields, `workspaceIdentity`, `advisoryLock`) when both name the same
+/// nonce and owner pid; else `record` unchanged (an SDK's record, or facts left over).
+pub(crate) fn with_facts(record: Vec<u8>, facts: Option<&[u8]>) -> Vec<u8> {
+    let Some(facts) = facts.and_then(|f| serde_json::from_slice::<Value>(f).ok()) else {
+        return record;
+    };
+    let Ok(Value::Object(mut document)) = serde_json::from_slice::<Value>(&record) else {
+        return record;
+    };
+    let same = document.get("nonce").is_some_and(|n| n == &facts["nonce"])
+        && document
+            .get("owner")
+            .and_then(|o| o.get("pid"))
+            .is_some_and(|pid| pid == &facts["owner"]["pid"]);
+    if !same {
+        return record;
+    }
+    if let (Some(Value::Object(owner)), Some(Value::Object(known))) =
+        (document.get_mut("owner"), facts.get("owner"))
+    {
+        for (key, value) in known {
+            owner.entry(key.clone()).or_insert_with(|| value.clone());
+        }
+    }
+    for key in ["workspaceIdentity", "advisoryLock"] {
+        if let Some(value) = facts.get(key) {
+            document.insert(key.to_string(), value.clone());
+        }
+    }
+    serde_json::to_vec(&Value::Object(document)).unwrap_or(record)
 }
 
 /// A record as read from disk, understood as far as the rules need.
@@ -246,23 +318,59 @@ pub(crate) fn new_nonce() -> String {
 mod tests {
     use super::*;
 
+    const NONCE: &str = "0b5e6a0c-8d1e-4f5a-9b2c-3d4e5f607182";
+
     fn sample() -> Vec<u8> {
         let now = SystemTime::now();
-        render(
+        let record = render(
             "demo",
-            "n-1",
+            NONCE,
             Path::new("/w"),
-            Identity { dev: 1, ino: 2 },
             now,
             &arcane_report::time::format_rfc3339(now),
+        );
+        with_facts(
+            record,
+            Some(&render_facts(NONCE, Identity { dev: 1, ino: 2 })),
         )
     }
 
     #[test]
-    fn the_record_keeps_the_sdk_schema_and_formatting() {
-        let bytes = sample();
+    fn the_record_is_exactly_the_sdk_document() {
+        let now = SystemTime::now();
+        let bytes = render(
+            "demo",
+            NONCE,
+            Path::new("/w"),
+            now,
+            &arcane_report::time::format_rfc3339(now),
+        );
         assert!(bytes.ends_with(b"}\n"));
         assert!(bytes.starts_with(b"{\n  \"schemaVersion\": 1,\n"));
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        // The SDK's exact key sets.
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "acquiredAt",
+                "expiresAt",
+                "kind",
+                "nonce",
+                "operation",
+                "owner",
+                "releaseProcedure",
+                "schemaVersion",
+                "scope",
+                "securityBoundary",
+                "staleRecovery",
+                "ttlMilliseconds"
+            ]
+        );
+        assert_eq!(v["owner"].as_object().unwrap().len(), 1);
+        assert_eq!(v["securityBoundary"], SECURITY_BOUNDARY);
+        let bytes = sample();
         let v: Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(v["kind"], KIND);
         assert_eq!(v["owner"]["pid"], sys::own_pid());

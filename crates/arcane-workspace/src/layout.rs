@@ -29,6 +29,9 @@ pub const STATE_DIR_C: &CStr = c".arcane";
 pub const LOCK_SENTINEL_NAME: &CStr = c"workspace-operation.lock";
 /// The operation lock's record, inside [`STATE_DIR`].
 pub const LOCK_RECORD_NAME: &CStr = c"workspace-operation.lock.json";
+/// Arcane's own facts about the operation lock's holder (beside the record, which keeps
+/// exactly the SDK's schema), inside [`STATE_DIR`].
+pub const LOCK_FACTS_NAME: &CStr = c"workspace-operation.lock.arcane.json";
 /// The Core host's owner-lease role (its sentinel is `<role>.lock`).
 pub const CORE_OWNER_ROLE: &str = "core";
 

@@ -28,7 +28,7 @@ fn the_record_exists_while_held_and_is_gone_after_release() {
 }
 
 #[test]
-fn the_record_keeps_the_sdk_fields_and_adds_owner_identity() {
+fn the_record_is_the_sdk_document_and_arcanes_facts_stand_beside_it() {
     let ws = workspace();
     let lock = WorkspaceLock::acquire(ws.path(), &options("model.add"), &NullSink).unwrap();
     let bytes = std::fs::read(record_path(ws.path())).unwrap();
@@ -40,14 +40,15 @@ fn the_record_keeps_the_sdk_fields_and_adds_owner_identity() {
     let v = read_record(ws.path());
     assert_eq!(v["kind"], "arcane-workspace-operation-lock");
     assert_eq!(v["operation"], "model.add");
-    assert_eq!(v["owner"]["pid"], std::process::id());
-    assert_eq!(v["owner"]["hostname"], hostname());
-    assert_eq!(v["owner"]["bootId"], boot_id());
-    assert_eq!(v["owner"]["startTime"], start_time(std::process::id()));
+    // The SDK's owner: the pid only (its exact key check refuses anything more).
+    assert_eq!(v["owner"], serde_json::json!({"pid": std::process::id()}));
     assert_eq!(v["scope"], canonical(ws.path()).to_str().unwrap());
     assert_eq!(v["nonce"], lock.nonce());
     assert_eq!(v["ttlMilliseconds"], 21_600_000);
-    assert_eq!(v["advisoryLock"]["kind"], "flock");
+    assert!(v.get("advisoryLock").is_none() && v.get("workspaceIdentity").is_none());
+    assert!(v["securityBoundary"]
+        .as_str()
+        .is_some_and(|s| s.contains("JavaScript")));
     let acquired = arcane_report::time::parse_rfc3339(v["acquiredAt"].as_str().unwrap()).unwrap();
     let expires = arcane_report::time::parse_rfc3339(v["expiresAt"].as_str().unwrap()).unwrap();
     assert_eq!(
@@ -57,12 +58,24 @@ fn the_record_keeps_the_sdk_fields_and_adds_owner_identity() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let meta = std::fs::metadata(record_path(ws.path())).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    // Arcane's own facts, under the same nonce.
+    let facts_path = ws
+        .path()
+        .join(".arcane/workspace-operation.lock.arcane.json");
+    let facts: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&facts_path).unwrap()).unwrap();
+    assert_eq!(facts["nonce"], lock.nonce());
+    assert_eq!(facts["owner"]["hostname"], hostname());
+    assert_eq!(facts["owner"]["bootId"], boot_id());
+    assert_eq!(facts["owner"]["startTime"], start_time(std::process::id()));
+    assert_eq!(facts["advisoryLock"]["kind"], "flock");
     assert_eq!(
-        v["workspaceIdentity"]["ino"],
+        facts["workspaceIdentity"]["ino"],
         std::fs::metadata(ws.path()).unwrap().ino()
     );
     drop(lock);
     assert!(!record_path(ws.path()).exists(), "drop releases");
+    assert!(!facts_path.exists(), "and removes its facts");
 }
 
 #[test]

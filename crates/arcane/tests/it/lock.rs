@@ -231,6 +231,11 @@ fn run_rejects_bad_operation_names_as_usage_errors() {
         .args(["lock", "run", "--operation", "Build", "--", "true"]));
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     insta::assert_snapshot!("lock_run_bad_operation_name", ws.redact(&stderr(&out)));
+    // An underscore is refused too: the SDK could not recover a record naming it.
+    let out = run(ws
+        .arcane()
+        .args(["lock", "run", "--operation", "my_build", "--", "true"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(!ws.path().join(".arcane").exists());
     let out = run(ws.arcane().args([
         "lock",
@@ -1305,4 +1310,108 @@ fn a_directory_at_the_stale_aside_name_is_named_with_a_hint_and_kept() {
         record(&ws).exists(),
         "the stale record stays until the way is clear"
     );
+}
+
+/// The SDK's workspace-operation-lock module, version 0.1.1, from the reference seeds
+/// beside the repository, with the 0.89 recovery rule applied by hand (its hunks do
+/// not apply textually): an owner is absent only when `kill(pid, 0)` says `ESRCH`, and
+/// recovery no longer waits for the record's expiry. `None` when the seeds are not
+/// there.
+fn sdk_lock_module() -> Option<String> {
+    let seed = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/reference/seeds/arcane-os-0.1.1-workspace-operation-lock.diff");
+    let diff = std::fs::read_to_string(seed).ok()?;
+    let hunk = diff
+        .split_once("@@ -0,0 +1,716 @@\n")
+        .expect("the module's hunk")
+        .1;
+    let mut module: String = hunk
+        .lines()
+        .take_while(|line| line.starts_with('+'))
+        .map(|line| format!("{}\n", &line[1..]))
+        .collect();
+    let rules = [
+        // Recovery no longer waits for expiry.
+        ("        &&expires<=now\n", ""),
+        // An owner is absent only on ESRCH.
+        (
+            "        &&!ownerIsAlive(document.owner.pid);",
+            "        &&ownerIsAbsent(document.owner.pid);",
+        ),
+        (
+            "function validOperation(operation){",
+            "function ownerIsAbsent(pid){\n    if(!Number.isSafeInteger(pid)||pid<1)return false;\n    try{\n        process.kill(pid,0);\n        return false;\n    }catch(error){\n        if(error?.code==='ESRCH')return true;\n        const busyError=workspaceBusy('The recorded Arcane workspace operation owner could not be determined.');\n        busyError.cause=error;\n        throw busyError;\n    }\n}\n\nfunction validOperation(operation){",
+        ),
+    ];
+    for (from, to) in rules {
+        assert!(module.contains(from), "the 0.1.1 module has no `{from}`");
+        module = module.replacen(from, to, 1);
+    }
+    Some(module)
+}
+
+/// Issue 19, item 15: after `kill -9` of `arcane lock run`, the JavaScript SDK (0.1.1
+/// with the 0.89 rule) recovers the dead Arcane holder at once, exactly as one of its
+/// own: the record is the SDK's document (its exact keys, `owner` with only `pid`, its
+/// prose, a UUID-v4 nonce, its TTL and scope, its formatting). It used to answer
+/// `ARCANE_WORKSPACE_BUSY` until an Arcane command recovered the record.
+#[test]
+fn the_sdk_recovers_a_killed_arcane_holder_as_one_of_its_own() {
+    let Some(module) = sdk_lock_module() else {
+        eprintln!("skipped: the SDK reference seeds are not beside the repository");
+        return;
+    };
+    let ws = TestWorkspace::new();
+    let sdk = tempfile::tempdir().unwrap();
+    std::fs::write(sdk.path().join("workspace-operation-lock.mjs"), module).unwrap();
+    std::fs::write(
+        sdk.path().join("run.mjs"),
+        "import {withWorkspaceOperationLock} from './workspace-operation-lock.mjs';\n\
+         try {\n\
+           const result = await withWorkspaceOperationLock({workspaceRoot: process.argv[2], operation: 'sdk-test'}, async () => 'done');\n\
+           console.log(JSON.stringify({result}));\n\
+         } catch (error) {\n\
+           console.log(JSON.stringify({code: error.code ?? null, message: String(error.message)}));\n\
+           process.exitCode = 1;\n\
+         }\n",
+    )
+    .unwrap();
+    let sdk_acquire = || {
+        let out = run(Command::new("node")
+            .arg(sdk.path().join("run.mjs"))
+            .arg(ws.path()));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .unwrap_or_else(|_| panic!("node: {} {}", stdout(&out), stderr(&out)))
+    };
+    // The SDK takes and releases a free lock (the harness works).
+    assert_eq!(sdk_acquire()["result"], "done");
+
+    let mut holder = ws
+        .arcane()
+        .args(["lock", "run", "--operation", "hold", "--", "sleep", "600"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = run(ws.arcane().args(["--output", "json", "lock", "status"]));
+        if json(&out)["state"] == "held" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the lock was never held");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // While the holder lives, the SDK is refused.
+    assert_eq!(sdk_acquire()["code"], "ARCANE_WORKSPACE_BUSY");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    // Dead: the SDK recovers it at once and runs its operation.
+    let answer = sdk_acquire();
+    assert_eq!(answer["result"], "done", "{answer}");
+    // And Arcane still takes the lock after it (the dead holder's facts are debris).
+    let out = run(ws
+        .arcane()
+        .args(["lock", "run", "--operation", "after", "--", "true"]));
+    assert!(out.status.success(), "{}", stderr(&out));
 }
