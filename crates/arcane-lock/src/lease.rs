@@ -730,6 +730,7 @@ fn try_once(
         Locked::Missing => unreachable_missing(ws)?,
     };
     // We hold the advisory lock: no Arcane process on this kernel holds the workspace.
+    sweep_debris(ws, &arcane);
     if let Some((found, stamp)) = read_record(ws, &arcane)? {
         let scope = Scope {
             canonical: &ws.canonical,
@@ -976,6 +977,43 @@ pub(crate) fn read_record(
         },
         stamp,
     )))
+}
+
+/// How old a temporary file must be before it counts as a killed writer's debris (a
+/// live write takes milliseconds).
+const DEBRIS_AGE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Removes what killed writers left in `.arcane`: temporary files of the atomic write
+/// (`.NAME.<16 hex>.tmp`) older than [`DEBRIS_AGE`]. Runs under the sentinel's lock;
+/// regular files only, never through a link (unlinked relative to the directory).
+fn sweep_debris(ws: &Workspace, arcane: &OwnedFd) {
+    let Ok(entries) = std::fs::read_dir(layout::state_dir(&ws.canonical)) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(text) = name.to_str() else {
+            continue;
+        };
+        let random = text
+            .strip_suffix(".tmp")
+            .and_then(|rest| rest.rsplit_once('.'))
+            .map(|(_, random)| random);
+        let debris = text.starts_with('.')
+            && random.is_some_and(|r| r.len() == 16 && r.bytes().all(|b| b.is_ascii_hexdigit()));
+        let old = entry.metadata().is_ok_and(|m| {
+            m.file_type().is_file()
+                && m.modified()
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age >= DEBRIS_AGE)
+        });
+        if debris && old {
+            if let Ok(name) = std::ffi::CString::new(text) {
+                let _ = sys::unlink_at(arcane.as_fd(), &name);
+            }
+        }
+    }
 }
 
 /// Arcane's facts about the holder, beside the record (best effort: `None` when there

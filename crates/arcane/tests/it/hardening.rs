@@ -604,3 +604,35 @@ fn a_model_path_another_user_can_write_is_refused() {
         "{error}"
     );
 }
+
+/// Item 13: what writers killed mid-write left in `.arcane` (their temporary files) is
+/// cleared under the lock by the next operation; a temporary file of a write still
+/// under way (fresh) is left alone, and so is anything else.
+#[test]
+fn debris_of_killed_writers_is_cleared_under_the_lock() {
+    let ws = TestWorkspace::new();
+    let out = run(ws.arcane().args(["token", "show"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let state = ws.path().join(".arcane");
+    let old = state.join(".core.json.0123456789abcdef.tmp");
+    let fresh = state.join(".core-token.fedcba9876543210.tmp");
+    let other = state.join(".not-ours.tmp");
+    for path in [&old, &fresh, &other] {
+        std::fs::write(path, b"cut short").unwrap();
+    }
+    for path in [&old, &other] {
+        let status = Command::new("touch")
+            .args(["-d", "2 hours ago"])
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let out = run(ws
+        .arcane()
+        .args(["lock", "run", "--operation", "sweep", "--", "true"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!old.exists(), "the old debris stayed");
+    assert!(fresh.exists(), "a fresh temporary file was removed");
+    assert!(other.exists(), "a file of another form was removed");
+}
