@@ -119,7 +119,14 @@ impl EngineKind for LlamaCpp {
     }
 
     fn door_args(&self) -> &'static [&'static str] {
-        &["--host", "--port", "--path", "--api-prefix", "--api-key*", "--ssl-*"]
+        &[
+            "--host",
+            "--port",
+            "--path",
+            "--api-prefix",
+            "--api-key*",
+            "--ssl-*",
+        ]
     }
 
     fn reports_build_over_http(&self) -> bool {
