@@ -213,15 +213,15 @@ impl Connection {
             connection: Arc::clone(&self.inner),
             id: id.clone(),
         };
-        Prepared(PreparedKind::Admitted {
+        let request = Admitted {
             id,
             method,
             parameters,
             index,
             lifetime,
             cancel,
-            guard,
-        })
+        };
+        Prepared(PreparedKind::Admitted(request, guard))
     }
 
     /// The asynchronous half of [`Connection::dispatch`]: runs a prepared request.
@@ -241,18 +241,9 @@ impl Connection {
             PreparedKind::Builtin { id, method } => {
                 deliver(Response::ok(id, self.builtin(&method).await))
             }
-            PreparedKind::Admitted {
-                id,
-                method,
-                parameters,
-                index,
-                lifetime,
-                cancel,
-                guard,
-            } => {
-                let outcome = self
-                    .run(id.clone(), method, parameters, index, lifetime, cancel)
-                    .await;
+            PreparedKind::Admitted(request, guard) => {
+                let id = request.id.clone();
+                let outcome = self.run(request).await;
                 deliver(match outcome {
                     Ok(result) => Response::ok(id, result),
                     Err(error) => Response::error(Some(id), &*error),
@@ -279,15 +270,15 @@ impl Connection {
         }
     }
 
-    pub(super) async fn run(
-        &self,
-        id: String,
-        method: String,
-        parameters: Value,
-        index: Option<usize>,
-        lifetime: Lifetime,
-        cancel: CancellationToken,
-    ) -> Result<Value, crate::service::BoxError> {
+    async fn run(&self, request: Admitted) -> Result<Value, crate::service::BoxError> {
+        let Admitted {
+            id,
+            method,
+            parameters,
+            index,
+            lifetime,
+            cancel,
+        } = request;
         let host = &self.host.inner;
         let Some(index) = index else {
             return Ok(self.builtin(&method).await);

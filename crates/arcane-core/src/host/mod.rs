@@ -416,13 +416,17 @@ enum PreparedKind {
         id: String,
         method: String,
     },
-    Admitted {
-        id: String,
-        method: String,
-        parameters: Value,
-        index: Option<usize>,
-        lifetime: Lifetime,
-        cancel: CancellationToken,
-        guard: ActiveGuard,
-    },
+    /// Counted as active until the guard drops (after the answer is delivered).
+    Admitted(Admitted, ActiveGuard),
+}
+
+/// What [`Connection::run`] needs of an admitted request.
+struct Admitted {
+    id: String,
+    method: String,
+    parameters: Value,
+    /// The service's index; `None` for a built-in method.
+    index: Option<usize>,
+    lifetime: Lifetime,
+    cancel: CancellationToken,
 }
