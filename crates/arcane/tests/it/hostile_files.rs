@@ -36,23 +36,6 @@ fn deeply_nested_gguf(depth: usize) -> Vec<u8> {
     out
 }
 
-/// Every path under `root`, relative and sorted.
-fn tree(root: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            out.push(path.strip_prefix(root).unwrap().display().to_string());
-            if entry.file_type().unwrap().is_dir() {
-                stack.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 #[test]
 fn model_add_of_a_gguf_nesting_arrays_50000_deep_fails_cleanly_not_with_a_crash() {
     // Issue 19 §9: this file overflowed the stack in `model add` (exit 134).

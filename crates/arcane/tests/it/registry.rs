@@ -95,23 +95,6 @@ fn real_release_archive(dir: &Path) -> PathBuf {
     archive
 }
 
-/// Every path under `root`, relative and sorted.
-fn tree(root: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            out.push(path.strip_prefix(root).unwrap().display().to_string());
-            if entry.file_type().unwrap().is_dir() {
-                stack.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 fn error_of(output: &std::process::Output) -> serde_json::Value {
     json(output)["error"].clone()
 }

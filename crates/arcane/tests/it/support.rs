@@ -291,3 +291,20 @@ fn redactions_replace_what_varies_and_keep_what_a_test_named() {
         "workspace `[WORKSPACE]` held by pid [HOLDER] on host `[HOST]` since [TIME] ([TIME]), see http://127.0.0.1:[PORT] and [TMP]/file; \"pid\": [PID], \"bootId\": \"[UUID]\""
     );
 }
+
+/// Every path under `root`, relative and sorted.
+pub fn tree(root: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            out.push(path.strip_prefix(root).unwrap().display().to_string());
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
