@@ -1209,6 +1209,7 @@ mod tests {
     #[test]
     fn a_source_that_changes_while_it_is_copied_fails_the_build() {
         use std::io::Write;
+        use std::os::unix::fs::FileExt;
         // Issue 14, item 4 (bundle builds): a file rewritten, grown or replaced during
         // the copy must not be recorded with a digest of neither version.
         let dir = tempfile::tempdir().unwrap();
@@ -1219,9 +1220,23 @@ mod tests {
         assert!(unchanged_during_copy(&source, &input, &before, 4096).is_ok());
         // Copied fewer bytes than it had: it shrank or the read was short.
         assert!(unchanged_during_copy(&source, &input, &before, 100).is_err());
-        // Not synchronisation: lets the clock move on, so the append below also gives
-        // the file a modification time other than `before`'s.
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        // Rewritten in place at the same length: only the modification time tells
+        // (set explicitly, so the test does not depend on the clock's resolution).
+        let writer = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&source)
+            .unwrap();
+        writer.write_all_at(&[2u8; 4], 0).unwrap();
+        writer
+            .set_modified(before.modified().unwrap() + std::time::Duration::from_secs(1))
+            .unwrap();
+        let error = unchanged_during_copy(&source, &input, &before, 4096).unwrap_err();
+        assert!(error
+            .to_string()
+            .contains("changed while it was being copied"));
+        // Grown by an append.
+        let input = File::open(&source).unwrap();
+        let before = input.metadata().unwrap();
         std::fs::OpenOptions::new()
             .append(true)
             .open(&source)
