@@ -33,6 +33,6 @@ mod event;
 pub mod event_types;
 pub mod time;
 
-pub use cancel::CancelToken;
+pub use cancel::{CancelToken, Cancelled};
 pub use diagnostic::{error_json, Diagnostic};
 pub use event::{Collector, Event, EventSink, NullSink};

@@ -53,7 +53,7 @@ impl Context {
         let configured = self.configured();
         let outcome = tokio::select! {
             outcome = probe::probe(self.engine(), &configured, self.config.probe_timeout) => outcome,
-            _ = cancelled(cancel) => return Err(self.cancelled_error()),
+            _ = cancel.cancelled() => return Err(self.cancelled_error()),
         };
         let answered = !matches!(outcome, ProbeOutcome::Refused);
         let reported = match &outcome {
@@ -114,7 +114,7 @@ impl Context {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(POLL_MAX) => {}
-                _ = cancelled(cancel) => return Err(self.cancelled_error()),
+                _ = cancel.cancelled() => return Err(self.cancelled_error()),
             }
             match probe::probe(self.engine(), &self.configured(), self.config.probe_timeout).await {
                 ProbeOutcome::Ready { version } => return Ok(version),

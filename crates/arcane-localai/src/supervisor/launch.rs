@@ -29,14 +29,14 @@ impl Context {
         }
         let resolved = tokio::select! {
             resolved = execution::resolve(&self.config, &self.devices) => resolved?,
-            _ = cancelled(cancel) => return Err(self.cancelled_error()),
+            _ = cancel.cancelled() => return Err(self.cancelled_error()),
         };
         let record = resolved.execution;
         let execution_json = execution::to_json(&record);
         let mut running = self
             .spawn(&executable, &resolved.launch, execution_json)
             .await?;
-        let abort = cancelled(cancel);
+        let abort = cancel.cancelled();
         let ready = self.wait_ready(&mut running, abort).await;
         let version = match ready {
             Ok(version) => version,

@@ -444,13 +444,6 @@ fn run_hook(hook: &Mutex<Option<ExitHook>>, snapshot: &ServerSnapshot) {
     }
 }
 
-/// Resolves when `cancel` fires (polled: the token is a blocking primitive).
-async fn cancelled(cancel: &CancelToken) {
-    while !cancel.is_cancelled() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Everything one start needs; moved into the monitor for restarts.
 struct Context {
     workspace: PathBuf,

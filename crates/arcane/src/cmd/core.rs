@@ -130,15 +130,9 @@ pub fn block_on_client<T>(
     let runtime = runtime()?;
     let cancel = context.cancel.clone();
     let outcome = runtime.block_on(async {
-        // The token is a blocking primitive: poll it.
-        let cancelled = async {
-            while !cancel.is_cancelled() {
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-        };
         tokio::select! {
             outcome = exchange => Some(outcome),
-            () = cancelled => None,
+            () = cancel.cancelled() => None,
         }
     });
     // A connection task may still wait on a host that does not answer: do not join it.
