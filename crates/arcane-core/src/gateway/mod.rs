@@ -218,7 +218,7 @@ impl Gateway {
     /// supervisor's snapshot while loaded, else `stopped` (or `error` after a failed
     /// load). `arcane status` shows a gateway's engines as it shows a single engine's.
     pub fn engines(&self) -> Vec<Value> {
-        use crate::localai::status::{EngineState, EngineView};
+        use crate::localai::status::{EngineView, HostChange};
         self.models()
             .iter()
             .filter_map(|model| {
@@ -231,14 +231,13 @@ impl Gateway {
                         view
                     }
                     None => {
+                        // No engine: the model's phase, as the host's table says it.
                         let mut view = EngineView::new(runtime, model.spec.launcher.url());
-                        match model.current() {
-                            model::Phase::Failed(error) => {
-                                view.set(EngineState::Error, Some(error))
-                            }
-                            model::Phase::Loading => view.set(EngineState::Starting, None),
-                            _ => view.set(EngineState::Stopped, None),
-                        }
+                        let _ = match model.current() {
+                            model::Phase::Failed(error) => view.apply(HostChange::Failed(error)),
+                            model::Phase::Loading => Ok(()),
+                            _ => view.apply(HostChange::Stopped),
+                        };
                         view
                     }
                 };

@@ -13,7 +13,7 @@ use hyper::Method;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use super::status::{EngineState, EngineView, LocalAiStatus};
+use super::status::{EngineState, EngineView, HostChange, LocalAiStatus};
 use super::{EngineHandle, EngineLauncher};
 use crate::error::{Error, Unready};
 use crate::http::{engine_client, Deadlines, EngineAccess, EngineClient, Upstream, UpstreamTarget};
@@ -152,11 +152,17 @@ impl LocalAiService {
         let Some(context) = self.context.lock().ok().and_then(|c| c.clone()) else {
             return;
         };
+        // One engine per slot: a start while one runs is refused by the table, and
+        // nothing is launched.
+        let mut started = Ok(());
+        self.update(&slot, |view| started = view.apply(HostChange::Start));
+        if started.is_err() {
+            return;
+        }
         let cancel = CancelToken::new();
         if let Ok(mut current) = slot.cancel.lock() {
             *current = cancel.clone();
         }
-        self.update(&slot, |view| view.set(EngineState::Starting, None));
         let observer = self.observer(&slot);
         let task_slot = Arc::clone(&slot);
         let task = tokio::spawn(async move {
@@ -170,7 +176,10 @@ impl LocalAiService {
                 }
                 Err(error) => {
                     let record = error_json(&*error);
-                    me.update(&slot, |view| view.set(EngineState::Error, Some(record)));
+                    // Refused only once the host closed the slot: nothing to say.
+                    me.update(&slot, |view| {
+                        let _ = view.apply(HostChange::Failed(record));
+                    });
                 }
             }
         });
@@ -264,10 +273,17 @@ impl LocalAiService {
             let _ = task.await;
         }
         let handle = slot.handle.lock().await.take();
-        match handle {
+        let stopped = match handle {
             Some(handle) => handle.stop().await,
             None => Ok(()),
-        }
+        };
+        // The host stopped it, whether its handle said so (an owned engine's
+        // supervisor does, an adopted one's does not): a new start may follow.
+        // Refused only once the host closed the slot: then it stays closed.
+        self.update(slot, |view| {
+            let _ = view.apply(HostChange::Stopped);
+        });
+        stopped
     }
 
     async fn llama_unload(&self, _parameters: Value) -> MethodResult {
@@ -277,7 +293,6 @@ impl LocalAiService {
         }
         self.stop_slot(slot).await?;
         self.update(slot, |view| {
-            view.set(EngineState::Stopped, None);
             for model in view.models.iter_mut() {
                 model["loaded"] = json!(false);
             }
@@ -426,7 +441,9 @@ impl Service for LocalAiService {
                 if let Err(error) = self.stop_slot(slot).await {
                     first_error.get_or_insert(error);
                 }
-                self.update(slot, |view| view.set(EngineState::Closed, None));
+                self.update(slot, |view| {
+                    let _ = view.apply(HostChange::Close);
+                });
             }
             match first_error {
                 Some(error) => Err(error),

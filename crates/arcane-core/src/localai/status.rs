@@ -1,13 +1,35 @@
 //! The host's typed view of its engines, and the one wire type that carries it.
 //!
 //! The host keeps each engine as an [`EngineView`]: the supervisor's latest typed
-//! [`ServerSnapshot`] plus what the host itself decided (`starting` again on a
-//! restart, `error` when a start failed, `stopped` after `llama.unload`, `closed` after
-//! disposal). JSON appears only at the edge: [`EngineStatus`] is what `localai.status`,
-//! `llama.status` and the `localai.state` event carry, and what clients (`arcane
-//! status`, `arcane chat`) parse it back into, once.
+//! [`ServerSnapshot`] plus what the host itself decided. JSON appears only at the
+//! edge: [`EngineStatus`] is what `localai.status`, `llama.status` and the
+//! `localai.state` event carry, and what clients (`arcane status`, `arcane chat`)
+//! parse it back into, once.
+//!
+//! # One state model
+//!
+//! The states are the supervisor's ([`ServerState`]) plus `closed`, and every change
+//! goes through a table: what the supervisor reports was already checked by its
+//! [`arcane_localai::transition`]; what the host decides itself is a [`HostChange`],
+//! checked by [`host_transition`], which defers to the supervisor's table and adds
+//! only what the host alone does:
+//!
+//! | from \ change | start | failed | stopped | close |
+//! |---|---|---|---|---|
+//! | `starting` | `starting` | `error` | `stopped` | `closed` |
+//! | `loading` | — | `error` | `stopped` | `closed` |
+//! | `ready` | — | `error` | `stopped` | `closed` |
+//! | `error` | `starting` | `error` | `stopped` | `closed` |
+//! | `stopped` | `starting` | — | `stopped` | `closed` |
+//! | `closed` | — | — | — | `closed` |
+//!
+//! * `start` is a new server (a first launch, `recover`, `llama.load` after an
+//!   unload): never while one runs (`loading`, `ready`), so a slot has one engine.
+//! * `error → error` and `stopped → stopped`: the supervisor reported the failure or
+//!   the stop first; the host's record of the same event replaces or confirms it.
+//! * `closed` is terminal, and a late snapshot of a closed engine is ignored.
 
-use arcane_localai::{ServerSnapshot, ServerState};
+use arcane_localai::{Change, ServerSnapshot, ServerState};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -57,6 +79,18 @@ impl EngineState {
         !matches!(self, Self::Starting | Self::Loading)
     }
 
+    /// The supervisor's state this is (`closed` is the host's alone).
+    pub fn server_state(self) -> Option<ServerState> {
+        match self {
+            Self::Starting => Some(ServerState::Starting),
+            Self::Loading => Some(ServerState::Loading),
+            Self::Ready => Some(ServerState::Ready),
+            Self::Error => Some(ServerState::Error),
+            Self::Stopped => Some(ServerState::Stopped),
+            Self::Closed => None,
+        }
+    }
+
     /// Seconds after which a retry may succeed: only while it is starting or loading.
     pub fn retry_after(self) -> Option<u64> {
         (!self.is_settled()).then_some(2)
@@ -78,6 +112,77 @@ impl From<ServerState> for EngineState {
 impl std::fmt::Display for EngineState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// A decision the host makes about an engine itself, beside what its supervisor
+/// reports (the table is in the module documentation).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum HostChange {
+    /// A new start begins: `starting`, the last error cleared.
+    Start,
+    /// The start failed (or was cancelled) before it handed over an engine: `error`
+    /// with this record.
+    Failed(Value),
+    /// The host stopped the engine (`llama.unload`): `stopped`.
+    Stopped,
+    /// The host disposed of the engine while shutting down: `closed`, for good.
+    Close,
+}
+
+impl HostChange {
+    /// `start`, `failed`, `stopped` or `close`.
+    pub(crate) fn as_str(&self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::Failed(_) => "failed",
+            Self::Stopped => "stopped",
+            Self::Close => "close",
+        }
+    }
+}
+
+/// A host decision the table does not allow: the state stays as it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the host cannot `{change}` an engine in state `{from}`")]
+pub(crate) struct RefusedChange {
+    /// The state the engine was in (and stays in).
+    pub from: EngineState,
+    /// The change asked for ([`HostChange::as_str`]).
+    pub change: &'static str,
+}
+
+/// The host's table: the state `change` enters from `from`, or the refusal.
+pub(crate) fn host_transition(
+    from: EngineState,
+    change: &HostChange,
+) -> Result<EngineState, RefusedChange> {
+    let supervisor = |change: Change| {
+        from.server_state()
+            .is_some_and(|state| arcane_localai::transition(state, change).is_ok())
+    };
+    let allowed = match change {
+        HostChange::Start => matches!(
+            from,
+            EngineState::Starting | EngineState::Error | EngineState::Stopped
+        ),
+        HostChange::Failed(_) => supervisor(Change::Failed) || from == EngineState::Error,
+        HostChange::Stopped => supervisor(Change::Stopped) || from == EngineState::Stopped,
+        HostChange::Close => true,
+    };
+    let to = match change {
+        HostChange::Start => EngineState::Starting,
+        HostChange::Failed(_) => EngineState::Error,
+        HostChange::Stopped => EngineState::Stopped,
+        HostChange::Close => EngineState::Closed,
+    };
+    if allowed {
+        Ok(to)
+    } else {
+        Err(RefusedChange {
+            from,
+            change: change.as_str(),
+        })
     }
 }
 
@@ -281,22 +386,28 @@ impl EngineView {
         self.server.as_ref().is_some_and(|s| s.owned)
     }
 
-    /// Takes the supervisor's snapshot: its state and error become the host's.
+    /// Takes the supervisor's snapshot (its change passed the supervisor's table):
+    /// its state and error become the host's, unless the host closed the engine.
     pub(crate) fn observe(&mut self, snapshot: &ServerSnapshot) {
+        if self.state == EngineState::Closed {
+            return;
+        }
         self.state = snapshot.state.into();
         self.error = snapshot.error.clone();
         self.server = Some(snapshot.clone());
     }
 
-    /// The host's own decision: `state`. A new start clears the last error; `error`
-    /// is kept in the `error` state only; `stopped` and `closed` keep what was known.
-    pub(crate) fn set(&mut self, state: EngineState, error: Option<Value>) {
-        self.state = state;
-        match state {
-            EngineState::Starting => self.error = None,
-            EngineState::Error => self.error = error,
-            _ => {}
+    /// Applies the host's own decision through [`host_transition`]; a refused one
+    /// changes nothing. A new start clears the last error; `stopped` and `closed` keep
+    /// what was known.
+    pub(crate) fn apply(&mut self, change: HostChange) -> Result<(), RefusedChange> {
+        self.state = host_transition(self.state, &change)?;
+        match change {
+            HostChange::Start => self.error = None,
+            HostChange::Failed(error) => self.error = Some(error),
+            HostChange::Stopped | HostChange::Close => {}
         }
+        Ok(())
     }
 
     /// The wire form.
@@ -395,20 +506,103 @@ mod tests {
         assert_eq!(serde_json::to_value(&parsed).unwrap(), before);
     }
 
-    /// The host's own decisions override the snapshot's state; a new start clears the
-    /// old error; `closed` is the host's alone.
+    /// The host's own decisions go through its table: a new start clears the old
+    /// error; `closed` is the host's alone and ends every change, snapshots included.
     #[test]
-    fn the_host_overrides_the_supervisor_state() {
+    fn the_host_decides_through_its_table() {
         let mut view = EngineView::new(Engine::Ollama, "http://127.0.0.1:11434".into());
-        view.set(EngineState::Error, Some(json!({"message": "boom"})));
+        view.apply(HostChange::Failed(json!({"message": "boom"})))
+            .unwrap();
         assert_eq!(view.status().error_message(), Some("boom"));
-        view.set(EngineState::Starting, None);
+        view.apply(HostChange::Start).unwrap();
         assert_eq!(view.status().error, None);
-        view.set(EngineState::Closed, None);
+        view.apply(HostChange::Close).unwrap();
         let status = view.status();
         assert_eq!(status.state, EngineState::Closed);
         assert!(!status.available);
         assert_eq!(serde_json::to_value(status).unwrap()["state"], "closed");
+        // Nothing reopens a closed engine: not the host, not a late snapshot.
+        let refused = view.apply(HostChange::Start).unwrap_err();
+        assert_eq!(refused.from, EngineState::Closed);
+        assert_eq!(
+            refused.to_string(),
+            "the host cannot `start` an engine in state `closed`"
+        );
+        let mut late = ServerSnapshot::new("ollama", "ollama", "http://127.0.0.1:11434");
+        late.apply(Change::Ready).unwrap();
+        view.observe(&late);
+        assert_eq!(view.state(), EngineState::Closed);
+    }
+
+    /// A running engine is never started a second time over itself: `start` is refused
+    /// from `loading` and `ready`, and the state stays.
+    #[test]
+    fn a_running_engine_cannot_be_started_again() {
+        let mut view = EngineView::new(Engine::LlamaCpp, "http://127.0.0.1:8080".into());
+        let mut snapshot = ServerSnapshot::new("llama.cpp", "llama.cpp", "http://127.0.0.1:8080");
+        snapshot.apply(Change::Ready).unwrap();
+        view.observe(&snapshot);
+        assert_eq!(
+            view.apply(HostChange::Start),
+            Err(RefusedChange {
+                from: EngineState::Ready,
+                change: "start"
+            })
+        );
+        assert_eq!(view.state(), EngineState::Ready);
+        // Stopping it first (as `recover` does) allows the new start.
+        view.apply(HostChange::Stopped).unwrap();
+        view.apply(HostChange::Start).unwrap();
+        assert_eq!(view.state(), EngineState::Starting);
+    }
+
+    /// Every cell of the table in the module documentation, checked against the
+    /// function: the documentation cannot drift from the rule.
+    #[test]
+    fn the_documented_table_is_the_rule() {
+        use EngineState::*;
+        let changes = [
+            HostChange::Start,
+            HostChange::Failed(Value::Null),
+            HostChange::Stopped,
+            HostChange::Close,
+        ];
+        let rows: [(EngineState, [Option<EngineState>; 4]); 6] = [
+            (
+                Starting,
+                [Some(Starting), Some(Error), Some(Stopped), Some(Closed)],
+            ),
+            (Loading, [None, Some(Error), Some(Stopped), Some(Closed)]),
+            (Ready, [None, Some(Error), Some(Stopped), Some(Closed)]),
+            (
+                Error,
+                [Some(Starting), Some(Error), Some(Stopped), Some(Closed)],
+            ),
+            (Stopped, [Some(Starting), None, Some(Stopped), Some(Closed)]),
+            (Closed, [None, None, None, Some(Closed)]),
+        ];
+        for (from, expected) in rows {
+            for (change, want) in changes.iter().zip(expected) {
+                assert_eq!(
+                    host_transition(from, change).ok(),
+                    want,
+                    "{from} + {}",
+                    change.as_str()
+                );
+            }
+        }
+        let doc = include_str!("status.rs");
+        for (from, expected) in rows {
+            let cells: Vec<String> = expected
+                .iter()
+                .map(|to| to.map_or("—".to_string(), |to| format!("`{to}`")))
+                .collect();
+            let row = format!("//! | `{from}` | {} |", cells.join(" | "));
+            assert!(
+                doc.contains(&row),
+                "the module documentation lacks the row {row}"
+            );
+        }
     }
 
     #[test]
