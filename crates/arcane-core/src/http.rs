@@ -62,9 +62,10 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+use crate::dispatch::{self, Client, Dispatch, FrameSink, Session};
 use crate::endpoint::constant_time_eq;
 use crate::error::Error;
-use crate::host::{Connection, Host, HostState};
+use crate::host::Host;
 use crate::protocol::{parse_incoming, Incoming as Frame_, Response as RpcResponse, PROTOCOL};
 use crate::router::{self, Handler, Lookup};
 
@@ -663,17 +664,18 @@ async fn rpc(shared: &Shared, request: Request<Incoming>) -> Response<HttpBody> 
             );
         }
     };
-    if shared.host.state() != HostState::Ready {
+    let endpoint: &dyn Dispatch = &shared.host;
+    if !endpoint.accepting() {
         let response = RpcResponse::error(Some(request.id), &Error::ShuttingDown);
         return json_response(StatusCode::SERVICE_UNAVAILABLE, &response.to_frame());
     }
-    let connection = match &client {
-        Some(name) => shared.host.named_connection(name),
-        None => shared.host.connect("http"),
-    };
-    let response = connection.dispatch(request).await.to_frame();
+    let session = endpoint.open(match &client {
+        Some(name) => Client::Named(name),
+        None => Client::Private("http"),
+    });
+    let response = dispatch::call(&session, request).await.to_frame();
     if client.is_some() {
-        connection.deliver(&response);
+        session.deliver(&response);
     }
     json_response(StatusCode::OK, &response)
 }
@@ -693,7 +695,8 @@ async fn control(shared: &Shared, request: Request<Incoming>) -> Response<HttpBo
     };
     match parse_incoming(value) {
         Ok(Frame_::Control(control)) => {
-            let result = shared.host.named_connection(&client).control(control);
+            let endpoint: &dyn Dispatch = &shared.host;
+            let result = endpoint.open(Client::Named(&client)).control(control).await;
             json_response(
                 StatusCode::OK,
                 &json!({"protocol": PROTOCOL, "ok": true, "result": result}),
@@ -713,7 +716,7 @@ async fn control(shared: &Shared, request: Request<Incoming>) -> Response<HttpBo
 /// An SSE body fed by a host subscription; ends when the host closes.
 struct SseBody {
     receiver: mpsc::Receiver<Arc<str>>,
-    _connection: Connection,
+    _session: Arc<dyn Session>,
 }
 
 impl Body for SseBody {
@@ -747,14 +750,17 @@ impl Body for SseBody {
 }
 
 fn events(shared: &Shared, request: &Request<Incoming>) -> Response<HttpBody> {
-    let connection = match client_name(request) {
-        Some(name) => shared.host.named_connection(&name),
-        None => shared.host.connect("sse"),
-    };
-    let receiver = connection.subscribe_bounded(SSE_BACKLOG);
+    let endpoint: &dyn Dispatch = &shared.host;
+    let client = client_name(request);
+    let session = endpoint.open(match &client {
+        Some(name) => Client::Named(name),
+        None => Client::Private("sse"),
+    });
+    let (sink, receiver) = mpsc::channel(SSE_BACKLOG);
+    session.subscribe(FrameSink::Bounded(sink));
     let body = SseBody {
         receiver,
-        _connection: connection,
+        _session: session,
     };
     let mut response = Response::new(body.boxed());
     let headers = response.headers_mut();

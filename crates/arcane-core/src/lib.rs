@@ -15,6 +15,8 @@
 //! * [`Service`]: what plugs into the host (name, methods with a [`Lifetime`],
 //!   `start`, `call`, `drain`, `dispose`, `replay`).
 //! * [`protocol`]: the frames, documented on their types; [`framing`]: stdio framing.
+//! * [`dispatch::Dispatch`]: the one `arcane/1` endpoint both transports serve (the
+//!   [`Host`], or a host in another process).
 //! * [`stdio::serve`], [`http::serve`]: the transports; [`endpoint`]: `core.json`, the
 //!   stable port and the one-owner-per-workspace lock; [`client`]: a small client for
 //!   the CLI's `arcane status` and `arcane chat`.
@@ -45,6 +47,7 @@
 #![doc = include_str!("../../../docs/protocol.md")]
 
 pub mod client;
+pub mod dispatch;
 pub mod endpoint;
 mod error;
 pub mod framing;

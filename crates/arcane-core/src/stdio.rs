@@ -1,12 +1,14 @@
 //! The stdio transport: `arcane/1` over `Content-Length` framing on a byte stream pair.
 //!
-//! One peer, one [`Connection`](crate::host::Connection). On connect the peer gets the
+//! One peer, one [`Session`] of whatever [`Dispatch`] it serves (this process's
+//! [`Host`](crate::Host), or a host in another process). On connect the peer gets the
 //! replay. Requests are dispatched concurrently; responses and the request's events
 //! share one ordered channel, so a stream's chunks always precede its response.
 //! End of input (or a decode error, which is reported as a `core.error` event first)
-//! closes the transport and, as in the SDK, the host: new requests are refused,
-//! request-lifetime work is cancelled, accepted responses are written, services drain,
-//! `closed` is published and queued output is flushed before [`serve`] returns.
+//! closes the transport and what it serves ([`Dispatch::close`]): a host, as in the
+//! SDK, refuses new requests, cancels request-lifetime work, writes accepted
+//! responses, drains its services and publishes `closed`; queued output is flushed
+//! before [`serve`] returns.
 
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::Arc;
@@ -17,9 +19,9 @@ use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+use crate::dispatch::{Client, Dispatch, FrameSink, Session};
 use crate::error::Error;
 use crate::framing::{encode, Decoder};
-use crate::host::Host;
 use crate::protocol::{parse_incoming, EventFrame, Incoming, Response};
 
 /// Options of the stdio transport.
@@ -98,11 +100,11 @@ impl Drop for BlockingGuard {
     }
 }
 
-/// Serves one peer on `reader`/`writer` until end of input, a decode error or host
-/// shutdown, then closes the host and flushes. Returns the decode error, if any, or
-/// the host's shutdown failure.
+/// Serves one peer on `reader`/`writer` until end of input, a decode error or the
+/// endpoint's shutdown, then closes the endpoint and flushes. Returns the decode
+/// error, if any, or the endpoint's shutdown failure.
 pub async fn serve<R, W>(
-    host: &Host,
+    host: &dyn Dispatch,
     mut reader: R,
     writer: W,
     options: StdioOptions,
@@ -112,8 +114,8 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let (sender, mut receiver) = mpsc::unbounded_channel::<Arc<str>>();
-    let connection = Arc::new(host.connect("stdio"));
-    connection.subscribe_with(sender.clone());
+    let session: Arc<dyn Session> = host.open(Client::Private("stdio"));
+    session.subscribe(FrameSink::Unbounded(sender.clone()));
     let writer_task = tokio::spawn(async move {
         let mut writer = writer;
         while let Some(frame) = receiver.recv().await {
@@ -160,19 +162,20 @@ where
                 Ok(None) => break,
                 Ok(Some(value)) => match parse_incoming(value) {
                     Ok(Incoming::Request(request)) => {
-                        let prepared = connection.prepare(request);
-                        let connection = Arc::clone(&connection);
                         let sender = sender.clone();
-                        tasks.spawn(async move {
-                            connection
-                                .finish_then(prepared, |response| {
-                                    let _ = sender.send(Arc::from(response.to_frame().to_string()));
-                                })
-                                .await;
+                        let deliver = Box::new(move |response: Response| {
+                            let _ = sender.send(Arc::from(response.to_frame().to_string()));
                         });
+                        // Admitted here, in the order read; run concurrently.
+                        tasks.spawn(Arc::clone(&session).submit(request, deliver));
                     }
                     Ok(Incoming::Control(control)) => {
-                        connection.control(control);
+                        // Applied when called (a local host's effect is at once);
+                        // its result is not sent, as before.
+                        let applied = Arc::clone(&session).control(control);
+                        tasks.spawn(async move {
+                            applied.await;
+                        });
                     }
                     Err(error) => {
                         let id = match &error {
@@ -203,7 +206,7 @@ where
     let closed = host.close().await;
     while tasks.join_next().await.is_some() {}
     drop(sender);
-    drop(connection);
+    drop(session);
     let _ = writer_task.await;
     match failure {
         Some(error) => Err(error),

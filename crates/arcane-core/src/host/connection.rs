@@ -46,7 +46,7 @@ impl Connection {
     /// writes responses into the same channel, so a stream's chunks always precede
     /// its response).
     pub fn subscribe_with(&self, sender: mpsc::UnboundedSender<Arc<str>>) {
-        self.subscribe_sender(SubscriberSender::Unbounded(sender));
+        self.subscribe_sink(FrameSink::Unbounded(sender));
     }
 
     /// Like [`Connection::subscribe`], but the subscription is dropped (its stream
@@ -54,11 +54,11 @@ impl Connection {
     /// may stop reading.
     pub fn subscribe_bounded(&self, capacity: usize) -> mpsc::Receiver<Arc<str>> {
         let (sender, receiver) = mpsc::channel(capacity.max(64));
-        self.subscribe_sender(SubscriberSender::Bounded(sender));
+        self.subscribe_sink(FrameSink::Bounded(sender));
         receiver
     }
 
-    pub(super) fn subscribe_sender(&self, sender: SubscriberSender) {
+    pub(crate) fn subscribe_sink(&self, sender: FrameSink) {
         let inner = &self.host.inner;
         let Ok(mut subscribers) = inner.subscribers.lock() else {
             return;

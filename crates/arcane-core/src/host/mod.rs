@@ -47,6 +47,7 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+use crate::dispatch::FrameSink;
 use crate::error::Error;
 use crate::protocol::{Control, EventFrame, Request, Response, PROTOCOL};
 use crate::service::{Lifetime, RequestContext, Service, ServiceContext, ServiceState};
@@ -136,25 +137,7 @@ pub(crate) enum EventRoute {
 
 struct Subscriber {
     connection: u64,
-    sender: SubscriberSender,
-}
-
-/// Where a subscriber's frames go. A bounded subscriber that falls `capacity` frames
-/// behind (a client that stopped reading) is dropped, which ends its stream: memory
-/// stays bounded, and the client reconnects to a fresh replay.
-enum SubscriberSender {
-    Unbounded(mpsc::UnboundedSender<Arc<str>>),
-    Bounded(mpsc::Sender<Arc<str>>),
-}
-
-impl SubscriberSender {
-    /// Sends one frame; `false` when the subscriber is gone or too far behind.
-    fn send(&self, frame: Arc<str>) -> bool {
-        match self {
-            Self::Unbounded(sender) => sender.send(frame).is_ok(),
-            Self::Bounded(sender) => sender.try_send(frame).is_ok(),
-        }
-    }
+    sender: FrameSink,
 }
 
 struct ActiveRequest {

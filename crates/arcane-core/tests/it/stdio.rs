@@ -212,3 +212,186 @@ async fn an_invalid_request_is_answered_without_closing() {
     assert_eq!(answered[0]["error"]["code"], "RPC_FRAME_INVALID");
     assert_eq!(answered[1]["ok"], true);
 }
+
+/// A second [`Dispatch`](arcane_core::dispatch::Dispatch) behind the same stdio loop,
+/// standing in for a host in another process: it records what the loop asks of it,
+/// emits one event per request before answering, and answers `first` only after
+/// `second` was answered (a loop that ran requests one by one would never end).
+mod relay {
+    use std::sync::{Arc, Mutex};
+
+    use arcane_core::dispatch::{Client, Deliver, Dispatch, FrameSink, Session};
+    use arcane_core::protocol::{Control, EventFrame, Request, Response};
+    use arcane_core::BoxFuture;
+    use serde_json::{json, Value};
+    use tokio::sync::{watch, Notify};
+
+    #[derive(Default)]
+    pub struct State {
+        pub log: Mutex<Vec<String>>,
+        sink: Mutex<Option<FrameSink>>,
+        second_answered: Notify,
+        in_flight: watch::Sender<usize>,
+    }
+
+    impl State {
+        fn record(&self, line: String) {
+            self.log.lock().unwrap().push(line);
+        }
+    }
+
+    pub struct Relay {
+        pub state: Arc<State>,
+        closed: watch::Sender<bool>,
+    }
+
+    impl Relay {
+        pub fn new() -> Self {
+            Self {
+                state: Arc::default(),
+                closed: watch::channel(false).0,
+            }
+        }
+    }
+
+    struct RelaySession(Arc<State>);
+
+    impl Dispatch for Relay {
+        fn open(&self, client: Client<'_>) -> Arc<dyn Session> {
+            self.state.record(format!("open {client:?}"));
+            Arc::new(RelaySession(Arc::clone(&self.state)))
+        }
+
+        fn accepting(&self) -> bool {
+            true
+        }
+
+        fn closed(&self) -> BoxFuture<'_, ()> {
+            let mut closed = self.closed.subscribe();
+            Box::pin(async move {
+                let _ = closed.wait_for(|c| *c).await;
+            })
+        }
+
+        fn close(&self) -> BoxFuture<'_, Result<(), arcane_core::Error>> {
+            self.state.record("close".into());
+            Box::pin(async move {
+                // Like a host's drain: what was admitted is answered first; then the
+                // subscriptions end (and with them the loop's writer).
+                let mut in_flight = self.state.in_flight.subscribe();
+                let _ = in_flight.wait_for(|n| *n == 0).await;
+                self.state.sink.lock().unwrap().take();
+                self.closed.send_replace(true);
+                Ok(())
+            })
+        }
+    }
+
+    impl Session for RelaySession {
+        fn subscribe(&self, sink: FrameSink) {
+            self.0.record("subscribe".into());
+            *self.0.sink.lock().unwrap() = Some(sink);
+        }
+
+        fn submit(self: Arc<Self>, request: Request, deliver: Deliver) -> BoxFuture<'static, ()> {
+            self.0.record(format!("submit {}", request.id));
+            self.0.in_flight.send_modify(|n| *n += 1);
+            Box::pin(async move {
+                if request.id == "first" {
+                    self.0.second_answered.notified().await;
+                }
+                let event = EventFrame {
+                    event: "relay.chunk".into(),
+                    data: json!({}),
+                    request_id: Some(request.id.clone()),
+                    time: String::new(),
+                };
+                if let Some(sink) = self.0.sink.lock().unwrap().as_ref() {
+                    sink.send(Arc::from(event.to_frame().to_string()));
+                }
+                let second = request.id == "second";
+                deliver(Response::ok(request.id, json!({"relayed": request.method})));
+                if second {
+                    self.0.second_answered.notify_one();
+                }
+                self.0.in_flight.send_modify(|n| *n -= 1);
+            })
+        }
+
+        fn control(self: Arc<Self>, control: Control) -> BoxFuture<'static, Value> {
+            self.0.record(format!("control {control:?}"));
+            Box::pin(std::future::ready(json!({})))
+        }
+
+        fn deliver(&self, _frame: &Value) {}
+    }
+}
+
+#[tokio::test]
+async fn the_stdio_loop_serves_any_dispatch_with_its_ordering() {
+    let relay = std::sync::Arc::new(relay::Relay::new());
+    let state = std::sync::Arc::clone(&relay.state);
+    let mut input = frame(
+        json!({"protocol": "arcane/1", "type": "request", "id": "first", "method": "remote.a"}),
+    );
+    input.extend(frame(json!({"protocol": "arcane/1", "type": "control", "control": "request.cancel", "requestId": "first"})));
+    input.extend(frame(
+        json!({"protocol": "arcane/1", "type": "request", "id": "second", "method": "remote.b"}),
+    ));
+    let (mut client_in, host_in) = tokio::io::duplex(1024);
+    let (host_out, mut client_out) = tokio::io::duplex(1 << 20);
+    let serving = {
+        let relay = std::sync::Arc::clone(&relay);
+        tokio::spawn(
+            async move { serve(&*relay, host_in, host_out, StdioOptions::default()).await },
+        )
+    };
+    client_in.write_all(&input).await.unwrap();
+    client_in.shutdown().await.unwrap();
+    let mut output = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), client_out.read_to_end(&mut output))
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(30), serving)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let mut decoder = arcane_core::framing::Decoder::new(1 << 20);
+    decoder.push(&output);
+    let mut frames = Vec::new();
+    while let Some(frame) = decoder.next_frame().unwrap() {
+        frames.push(frame);
+    }
+    let position = |kind: &str, id: &str| {
+        frames
+            .iter()
+            .position(|f| f["type"] == kind && (f["id"] == id || f["requestId"] == id))
+            .unwrap_or_else(|| panic!("no {kind} for {id} in {frames:?}"))
+    };
+    // Each request's event precedes its response; the two ran concurrently.
+    for id in ["first", "second"] {
+        assert!(
+            position("event", id) < position("response", id),
+            "{frames:?}"
+        );
+    }
+    assert!(position("response", "second") < position("response", "first"));
+    assert_eq!(
+        frames[position("response", "first")]["result"],
+        json!({"relayed": "remote.a"})
+    );
+    // Admitted in the order read, the control in between; end of input closes once.
+    assert_eq!(
+        *state.log.lock().unwrap(),
+        [
+            "open Private(\"stdio\")",
+            "subscribe",
+            "submit first",
+            "control Cancel { request_id: \"first\" }",
+            "submit second",
+            "close",
+        ]
+    );
+}
