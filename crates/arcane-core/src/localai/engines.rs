@@ -132,6 +132,31 @@ impl LocalAiService {
         self.publish_state();
     }
 
+    /// Applies the host's own decision about `slot` through its table, then publishes
+    /// the new state; `false` when refused. A refusal is reported as
+    /// `local-ai.transition.refused`, as the supervisor reports its own, except on a
+    /// closed slot, where a late failure or stop is expected and ignored.
+    fn decide(&self, slot: &Slot, change: HostChange) -> bool {
+        let mut outcome = Ok(());
+        self.update(slot, |view| outcome = view.apply(change));
+        let Err(refused) = outcome else { return true };
+        if refused.from != EngineState::Closed {
+            if let Some(context) = self.context.lock().ok().and_then(|c| c.clone()) {
+                context.emit(
+                    event_types::LOCAL_AI_TRANSITION_REFUSED,
+                    json!({
+                        "id": slot.view.borrow().status().id,
+                        "engine": slot.runtime.as_str(),
+                        "from": refused.from.as_str(),
+                        "change": refused.change,
+                        "message": refused.to_string(),
+                    }),
+                );
+            }
+        }
+        false
+    }
+
     /// Takes the supervisor's snapshot of `slot`'s engine.
     fn observe(&self, slot: &Slot, snapshot: &ServerSnapshot) {
         self.update(slot, |view| view.observe(snapshot));
@@ -154,9 +179,7 @@ impl LocalAiService {
         };
         // One engine per slot: a start while one runs is refused by the table, and
         // nothing is launched.
-        let mut started = Ok(());
-        self.update(&slot, |view| started = view.apply(HostChange::Start));
-        if started.is_err() {
+        if !self.decide(&slot, HostChange::Start) {
             return;
         }
         let cancel = CancelToken::new();
@@ -176,10 +199,7 @@ impl LocalAiService {
                 }
                 Err(error) => {
                     let record = error_json(&*error);
-                    // Refused only once the host closed the slot: nothing to say.
-                    me.update(&slot, |view| {
-                        let _ = view.apply(HostChange::Failed(record));
-                    });
+                    me.decide(&slot, HostChange::Failed(record));
                 }
             }
         });
@@ -279,10 +299,7 @@ impl LocalAiService {
         };
         // The host stopped it, whether its handle said so (an owned engine's
         // supervisor does, an adopted one's does not): a new start may follow.
-        // Refused only once the host closed the slot: then it stays closed.
-        self.update(slot, |view| {
-            let _ = view.apply(HostChange::Stopped);
-        });
+        self.decide(slot, HostChange::Stopped);
         stopped
     }
 
@@ -441,9 +458,7 @@ impl Service for LocalAiService {
                 if let Err(error) = self.stop_slot(slot).await {
                     first_error.get_or_insert(error);
                 }
-                self.update(slot, |view| {
-                    let _ = view.apply(HostChange::Close);
-                });
+                self.decide(slot, HostChange::Close);
             }
             match first_error {
                 Some(error) => Err(error),

@@ -158,3 +158,56 @@ async fn ollama_methods_pass_through_and_stream_chunks() {
     assert_eq!(error["code"], "LOCAL_AI_SERVER_NOT_READY");
     host.close().await.unwrap();
 }
+
+/// `localai.services.recover` on an adopted engine: the host stops it (an adopted
+/// handle reports no stop of its own) and starts it anew through its state table, so
+/// the engine goes `starting` then `ready` again and no change is refused.
+#[tokio::test]
+async fn recover_restarts_an_adopted_engine_through_the_state_table() {
+    let (url, seen) = fake_ollama().await;
+    let service = LocalAiService::new(vec![AdoptLauncher::new(
+        Engine::Ollama,
+        &url,
+        Duration::from_secs(30),
+    )]);
+    let host = Host::builder(AppInfo::default())
+        .service(service.clone())
+        .unwrap()
+        .build();
+    host.start();
+    let connection = host.connect("r");
+    let mut events = connection.subscribe();
+    let state = |f: &Value| f["data"]["runtimes"][0]["state"].clone();
+    until(&mut events, |f| {
+        f["event"] == "localai.state" && state(f) == "ready"
+    })
+    .await;
+    let probes_before = seen.lock().unwrap().len();
+    let recovered = connection
+        .dispatch(request("r", "localai.services.recover", json!({})))
+        .await
+        .outcome
+        .unwrap();
+    assert_eq!(recovered, json!({"runtimes": ["ollama"]}));
+    // In this order, each seen (`until` fails after its deadline otherwise).
+    let mut frames = Vec::new();
+    for wanted in ["stopped", "starting", "ready"] {
+        frames.extend(
+            until(&mut events, |f| {
+                f["event"] == "localai.state" && state(f) == wanted
+            })
+            .await,
+        );
+    }
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f["event"] == "local-ai.transition.refused"),
+        "{frames:?}"
+    );
+    assert!(
+        seen.lock().unwrap().len() > probes_before,
+        "the new start probed the engine again"
+    );
+    host.close().await.unwrap();
+}
