@@ -218,9 +218,10 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    /// The directory of ownership records (`.arcane/engines`) is not a physical
-    /// directory of the workspace (a symbolic link, a file): nothing is started.
-    #[error("refusing to keep engine records in `{}`", path.display())]
+    /// A directory of ownership records (`.arcane/engines`, `.arcane/onnx-workers`) is
+    /// not a physical directory of the workspace (a symbolic link, a file): no record
+    /// is written there, and nothing is started.
+    #[error("refusing to keep ownership records in `{}`", path.display())]
     RecordsRefused {
         /// The records directory.
         path: std::path::PathBuf,

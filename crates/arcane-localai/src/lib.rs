@@ -73,7 +73,7 @@ mod http;
 mod listen;
 pub mod probe;
 mod process;
-mod records;
+pub mod records;
 mod state;
 mod supervisor;
 

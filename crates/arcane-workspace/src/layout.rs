@@ -13,6 +13,7 @@
 //!   models/<id>/<file>                 registered model files
 //!   models/<engine>/                   an engine's own model store (router mode, Ollama)
 //!   engines/<id>.json                  ownership records of engines Arcane started
+//!   onnx-workers/<pid>.json            ownership records of ONNX workers a host started
 //! ```
 //!
 //! Functions take the workspace root and return full paths; the `*_NAME` constants are
@@ -96,14 +97,17 @@ pub fn engine_models_dir(root: &Path, engine: crate::Engine) -> PathBuf {
     models_dir(root).join(engine.as_str())
 }
 
+/// The name of the directory of engine ownership records, under `.arcane`.
+pub const ENGINES_DIR_NAME: &str = "engines";
+
 /// `<root>/.arcane/engines`.
 pub fn engines_dir(root: &Path) -> PathBuf {
-    state_dir(root).join("engines")
+    records_dir(root, ENGINES_DIR_NAME)
 }
 
 /// `<root>/.arcane/engines/<id>.json`: the ownership record of engine `id`.
 pub fn engine_record(root: &Path, id: &str) -> PathBuf {
-    engines_dir(root).join(format!("{id}.json"))
+    ownership_record(root, ENGINES_DIR_NAME, id)
 }
 
 /// The name of the directory of ONNX worker ownership records, under `.arcane`.
@@ -111,7 +115,19 @@ pub const ONNX_WORKERS_DIR_NAME: &str = "onnx-workers";
 
 /// `<root>/.arcane/onnx-workers`: one ownership record per running ONNX worker.
 pub fn onnx_workers_dir(root: &Path) -> PathBuf {
-    state_dir(root).join(ONNX_WORKERS_DIR_NAME)
+    records_dir(root, ONNX_WORKERS_DIR_NAME)
+}
+
+/// `<root>/.arcane/<name>`: a directory of ownership records ([`ENGINES_DIR_NAME`],
+/// [`ONNX_WORKERS_DIR_NAME`]).
+pub fn records_dir(root: &Path, name: &str) -> PathBuf {
+    state_dir(root).join(name)
+}
+
+/// `<root>/.arcane/<name>/<key>.json`: the ownership record `key` (an engine id, a
+/// worker pid) in the records directory `name`.
+pub fn ownership_record(root: &Path, name: &str, key: &str) -> PathBuf {
+    records_dir(root, name).join(format!("{key}.json"))
 }
 
 /// The name of the private run directory (mode 0700): engine sockets and keys.
@@ -153,6 +169,7 @@ mod tests {
             models_dir(root),
             engine_models_dir(root, crate::Engine::Ollama),
             engine_record(root, "llama.cpp"),
+            onnx_workers_dir(root),
         ] {
             assert!(path.starts_with(state), "{}", path.display());
         }
@@ -160,6 +177,14 @@ mod tests {
         assert_eq!(
             lock_record(root),
             Path::new("/w/.arcane/workspace-operation.lock.json")
+        );
+        assert_eq!(
+            engine_record(root, "llama.cpp"),
+            Path::new("/w/.arcane/engines/llama.cpp.json")
+        );
+        assert_eq!(
+            ownership_record(root, ONNX_WORKERS_DIR_NAME, "42"),
+            Path::new("/w/.arcane/onnx-workers/42.json")
         );
         assert_eq!(STATE_DIR_C.to_str().unwrap(), STATE_DIR);
     }

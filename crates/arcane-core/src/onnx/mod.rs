@@ -621,18 +621,17 @@ impl Service for OnnxService {
                 return Ok(());
             };
             let reaped = tokio::task::spawn_blocking(move || {
-                records::reap_orphans(&workspace, Duration::from_secs(2))
+                records::Records::new(workspace).reap_orphans(Duration::from_secs(2))
             })
             .await
             .unwrap_or_default();
-            for orphan in reaped {
-                let record = &orphan.record;
+            for (record, step) in reaped {
                 context.emit(
                     arcane_report::event_types::PROCESS_ORPHAN_STOPPED,
                     json!({
                         "id": format!("onnx-worker:{}", record.target), "pid": record.pid,
                         "executable": record.exe, "previousOwner": record.owner.pid,
-                        "stopStep": orphan.step,
+                        "stopStep": step,
                     }),
                 );
             }

@@ -1,6 +1,8 @@
 //! Ownership records of ONNX workers, so a later host stops a worker an earlier one
 //! lost (the host was killed and the parent-death signal was not armed or not
-//! delivered), with the proof of [`arcane_process::ownership`].
+//! delivered), with the proof of [`arcane_process::ownership`]. They are kept in the
+//! one store engines' records are kept in ([`RecordStore`]); this module only says
+//! what a worker's record is.
 //!
 //! `<workspace>/.arcane/onnx-workers/<pid>.json`, written atomically right after the
 //! worker's spawn and removed when it exits; only the workspace's one host (it holds
@@ -12,16 +14,14 @@
 //!  "owner": {"pid": 4200, "startTime": 123400}, "createdAt": "…"}
 //! ```
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::PathBuf;
 
-use arcane_process::ownership::{self, Judgement, Owner};
+use arcane_localai::records::{OwnershipRecord, RecordStore, SCHEMA_VERSION};
+use arcane_process::ownership::{Claim, Owner};
 use serde::{Deserialize, Serialize};
 
-/// The variable that carries a worker's nonce.
-pub const NONCE_VARIABLE: &str = "ARCANE_ONNX_WORKER_NONCE";
-
-const KIND: &str = "arcane-onnx-worker-ownership";
+/// The store of the workers' records in a workspace.
+pub type Records = RecordStore<Record>;
 
 /// One worker's record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,7 +39,7 @@ pub struct Record {
     pub start_time: u64,
     /// Its executable as `/proc/<pid>/exe` showed it.
     pub exe: PathBuf,
-    /// The nonce in its environment ([`NONCE_VARIABLE`]).
+    /// The nonce in its environment ([`Record::NONCE_VARIABLE`]).
     pub nonce: String,
     /// The host that started it.
     pub owner: Owner,
@@ -47,13 +47,32 @@ pub struct Record {
     pub created_at: String,
 }
 
-/// A stopped orphan: its record and how it ended.
-#[derive(Debug, Clone)]
-pub struct Reaped {
-    /// The orphan's record.
-    pub record: Record,
-    /// The step that stopped it.
-    pub step: arcane_process::StopStep,
+impl OwnershipRecord for Record {
+    const KIND: &'static str = "arcane-onnx-worker-ownership";
+    const NONCE_VARIABLE: &'static str = "ARCANE_ONNX_WORKER_NONCE";
+    const DIR_NAME: &'static str = arcane_workspace::layout::ONNX_WORKERS_DIR_NAME;
+
+    fn key(&self) -> String {
+        self.pid.to_string()
+    }
+
+    fn claim(&self) -> Claim<'_> {
+        Claim {
+            pid: self.pid,
+            start_time: self.start_time,
+            exe: &self.exe,
+            nonce: (Self::NONCE_VARIABLE, &self.nonce),
+            owner: &self.owner,
+        }
+    }
+
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    fn schema_version(&self) -> u32 {
+        self.schema_version
+    }
 }
 
 impl Record {
@@ -61,8 +80,8 @@ impl Record {
     /// cannot be read (it already exited).
     pub fn of(target: &str, pid: u32, nonce: &str) -> Option<Record> {
         Some(Record {
-            schema_version: 1,
-            kind: KIND.into(),
+            schema_version: SCHEMA_VERSION,
+            kind: Self::KIND.into(),
             target: target.into(),
             pid,
             start_time: arcane_process::start_time(pid)?,
@@ -74,73 +93,39 @@ impl Record {
     }
 }
 
-fn path(workspace: &Path, pid: u32) -> PathBuf {
-    arcane_workspace::layout::onnx_workers_dir(workspace).join(format!("{pid}.json"))
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// The records directory, checked to be a physical directory of the workspace
-/// (created 0700 when missing), so no record is written through a link.
-fn dir(workspace: &Path) -> std::io::Result<PathBuf> {
-    arcane_lock::state_subdir(workspace, arcane_workspace::layout::ONNX_WORKERS_DIR_NAME)
-        .map_err(std::io::Error::other)?;
-    Ok(arcane_workspace::layout::onnx_workers_dir(workspace))
-}
+    #[test]
+    fn a_worker_record_roundtrips_through_the_store_in_the_unchanged_format() {
+        let workspace = tempfile::tempdir().unwrap();
+        let store = Records::new(workspace.path());
+        let pid = std::process::id();
+        let record = Record::of("cpu", pid, "9f9f").expect("this process's identity");
+        store.write(&record).unwrap();
+        assert_eq!(store.read(&pid.to_string()), Some(record.clone()));
 
-/// Writes `record` atomically.
-pub fn write(workspace: &Path, record: &Record) -> std::io::Result<()> {
-    dir(workspace)?;
-    let mut bytes = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
-    bytes.push(b'\n');
-    arcane_files::write_atomic(&path(workspace, record.pid), &bytes, 0o644)
-}
+        let file = workspace
+            .path()
+            .join(format!(".arcane/onnx-workers/{pid}.json"));
+        assert_eq!(store.path(&record.key()), file);
+        let value: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(value["kind"], "arcane-onnx-worker-ownership");
+        assert_eq!(value["schemaVersion"], 1);
+        assert_eq!(value["target"], "cpu");
+        assert_eq!(value["startTime"], record.start_time);
+        assert_eq!(value["owner"]["pid"], pid);
+        assert_eq!(
+            record.claim().nonce,
+            ("ARCANE_ONNX_WORKER_NONCE", "9f9f"),
+            "the variable the worker is started with"
+        );
 
-/// Removes the record of `pid` if it still carries `nonce` (never another's).
-pub fn remove(workspace: &Path, pid: u32, nonce: &str) {
-    let target = path(workspace, pid);
-    let ours = std::fs::read(&target)
-        .ok()
-        .and_then(|bytes| serde_json::from_slice::<Record>(&bytes).ok())
-        .is_some_and(|r| r.nonce == nonce);
-    if ours {
-        let _ = std::fs::remove_file(target);
+        store.remove(&record.key(), "not-its-nonce").unwrap();
+        assert!(file.exists());
+        store.remove(&record.key(), "9f9f").unwrap();
+        assert!(!file.exists());
     }
-}
-
-/// Stops every proven orphan recorded in `workspace` (SIGTERM, SIGKILL after
-/// `grace`) and removes its record and every stale one; records of workers whose host
-/// is alive are left alone. Blocking.
-pub fn reap_orphans(workspace: &Path, grace: Duration) -> Vec<Reaped> {
-    let Ok(entries) = std::fs::read_dir(arcane_workspace::layout::onnx_workers_dir(workspace))
-    else {
-        return Vec::new();
-    };
-    let mut reaped = Vec::new();
-    for entry in entries.flatten() {
-        let file = entry.path();
-        let record = std::fs::read(&file)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice::<Record>(&bytes).ok())
-            .filter(|r| r.kind == KIND && r.schema_version == 1);
-        let Some(record) = record else { continue };
-        let claim = ownership::Claim {
-            pid: record.pid,
-            start_time: record.start_time,
-            exe: &record.exe,
-            nonce: (NONCE_VARIABLE, &record.nonce),
-            owner: &record.owner,
-        };
-        match ownership::judge(&claim) {
-            Judgement::OwnerAlive => continue,
-            Judgement::Stale(_) => {}
-            Judgement::Orphan => {
-                let step = ownership::stop_orphan(record.pid, record.start_time, grace);
-                reaped.push(Reaped {
-                    record: record.clone(),
-                    step,
-                });
-            }
-        }
-        let _ = std::fs::remove_file(&file);
-    }
-    reaped
 }

@@ -25,9 +25,10 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
-use super::records;
+use super::records::{Record, Records};
 use crate::error::Error;
 use crate::service::BoxError;
+use arcane_localai::records::OwnershipRecord;
 
 /// How a worker is started.
 #[derive(Debug, Clone)]
@@ -124,7 +125,10 @@ impl Worker {
             .map_err(|e| cannot_start(&e))?;
         let pid = child.pid();
         if let Some((workspace, _)) = record {
-            child.on_exit(move |_| records::remove(&workspace, pid, &nonce));
+            let store = Records::new(workspace);
+            child.on_exit(move |_| {
+                let _ = store.remove(&pid.to_string(), &nonce);
+            });
         }
         let pipes = match (child.stdin.take(), child.stdout.take()) {
             (Some(stdin), Some(stdout)) => pipe::Sender::from_owned_fd(OwnedFd::from(stdin))
@@ -339,7 +343,7 @@ fn process_spec(spec: &WorkerSpec, nonce: &str) -> Spec {
         .map(Into::into)
         .collect();
     process.parent_death_signal = spec.parent_death_signal;
-    process.env(records::NONCE_VARIABLE, nonce)
+    process.env(Record::NONCE_VARIABLE, nonce)
 }
 
 /// Spawns `process` off the async threads and, given `(workspace, target)`, writes
@@ -353,8 +357,10 @@ async fn spawn_recorded(
     tokio::task::spawn_blocking(move || {
         let child = arcane_process::spawn(process)?;
         if let Some((workspace, target)) = &record {
-            if let Some(record) = records::Record::of(target, child.pid(), &nonce) {
-                records::write(workspace, &record)?;
+            if let Some(record) = Record::of(target, child.pid(), &nonce) {
+                Records::new(workspace)
+                    .write(&record)
+                    .map_err(std::io::Error::other)?;
             }
         }
         Ok(child)

@@ -178,13 +178,19 @@ impl Context {
         }
     }
 
+    /// The engines' ownership records in this workspace.
+    pub(super) fn records(&self) -> RecordStore<Record> {
+        RecordStore::new(&self.workspace)
+    }
+
     /// Stops a proven orphan of an earlier Arcane, removes stale records.
     pub(super) async fn reap_orphan(&self) -> Result<(), Error> {
-        records::check_dir(&self.workspace).await?;
-        let Some(record) = records::read(&self.workspace, &self.config.id) else {
+        let store = self.records();
+        records::check_dir(&store).await?;
+        let Some(record) = store.read(&self.config.id) else {
             return Ok(());
         };
-        match records::judge(&record) {
+        match store.judge(&record) {
             Judgement::OwnerAlive => return Ok(()),
             Judgement::Stale(_) => {}
             Judgement::Orphan => {
@@ -195,16 +201,11 @@ impl Context {
             }
         }
         // Stale, or its orphan stopped: the record goes.
-        let (workspace, id, nonce) = (
-            self.workspace.clone(),
-            record.id.clone(),
-            record.nonce.clone(),
-        );
         records::with_lock(
             &self.workspace,
             self.engine().as_str(),
             &self.events,
-            move || records::remove(&workspace, &id, &nonce),
+            move || store.remove(&record.id, &record.nonce),
         )
         .await
     }

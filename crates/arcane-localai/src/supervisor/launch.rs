@@ -121,7 +121,7 @@ impl Context {
         self.prepare_listen().await?;
         let nonce = records::new_nonce().map_err(|source| Error::Io {
             operation: "read random bytes for",
-            path: records::path(&self.workspace, &self.config.id),
+            path: self.records().path(&self.config.id),
             source,
         })?;
         let key_file = listen::key_file(&self.workspace, &self.config.id, self.owned());
@@ -176,8 +176,8 @@ impl Context {
             output_open: true,
         };
         let record = Record {
-            schema_version: 1,
-            kind: "arcane-engine-ownership".into(),
+            schema_version: records::SCHEMA_VERSION,
+            kind: Record::KIND.into(),
             id: self.config.id.clone(),
             engine: self.engine().as_str().into(),
             url: self.owned().address.to_string(),
@@ -190,15 +190,15 @@ impl Context {
             exe: running.child.exe.clone().unwrap_or_else(|| program.clone()),
             executable: program,
             nonce,
-            owner: records::current_owner(),
+            owner: records::Owner::current(),
             created_at: arcane_report::time::now_rfc3339(),
         };
-        let workspace = self.workspace.clone();
+        let store = self.records();
         let written = records::with_lock(
             &self.workspace,
             self.engine().as_str(),
             &self.events,
-            move || records::write(&workspace, &record),
+            move || store.write(&record),
         )
         .await;
         if let Err(error) = written {
@@ -254,17 +254,13 @@ impl Context {
         );
         let _ =
             tokio::task::spawn_blocking(move || listen::clean_up(&workspace, &id, &owned)).await;
-        let (workspace, id, nonce) = (
-            self.workspace.clone(),
-            self.config.id.clone(),
-            nonce.to_string(),
-        );
+        let (store, id, nonce) = (self.records(), self.config.id.clone(), nonce.to_string());
         // A record left behind is judged stale (or an orphan) by the next start.
         let _ = records::with_lock(
             &self.workspace,
             self.engine().as_str(),
             &self.events,
-            move || records::remove(&workspace, &id, &nonce),
+            move || store.remove(&id, &nonce),
         )
         .await;
     }
