@@ -118,18 +118,20 @@ where
     W: Write + Send + 'static,
 {
     loop {
-        let line = {
+        let frame = {
             let mut input = lock(&state.input);
             let mut line = String::new();
             match state.ended.load(Ordering::SeqCst) {
                 true => None,
                 false => match input.read_line(&mut line) {
-                    Ok(n) if n > 0 => Some(line),
+                    // Registered in the order read, before the next reader may read:
+                    // a cancel read first always finds (or leaves) its run's entry.
+                    Ok(n) if n > 0 => Some(register(state, parse(&line))),
                     _ => None,
                 },
             }
         };
-        let Some(line) = line else {
+        let Some(frame) = frame else {
             state.ended.store(true, Ordering::SeqCst);
             return;
         };
@@ -139,8 +141,10 @@ where
             let next = Arc::clone(state);
             std::thread::spawn(move || take_turns(&next, false));
         }
-        if !line.trim().is_empty() {
-            handle_line(state, &line);
+        match frame {
+            Frame::Blank => {}
+            Frame::Request(request) => handle(state, request),
+            Frame::Malformed(id, error) => state.answer(id, Err(error)),
         }
         if !first && state.waiting.load(Ordering::SeqCst) >= SPARE_READERS {
             return;
@@ -149,28 +153,55 @@ where
     }
 }
 
-fn handle_line<R, W: Write>(state: &State<R, W>, line: &str) {
+/// One line of input, parsed.
+enum Frame {
+    /// An empty line: ignored.
+    Blank,
+    /// A request to answer.
+    Request(Request),
+    /// Not a request: answered with this error (under the id it carried, or 0).
+    Malformed(u64, Error),
+}
+
+fn parse(line: &str) -> Frame {
+    if line.trim().is_empty() {
+        return Frame::Blank;
+    }
     match serde_json::from_str::<Request>(line) {
-        Ok(request) => handle(state, request),
+        Ok(request) => Frame::Request(request),
         Err(e) => {
             let id = serde_json::from_str::<Value>(line)
                 .ok()
                 .and_then(|v| v["id"].as_u64())
                 .unwrap_or(0);
             let error = Error::usage(format!("malformed worker request: {e}"), Value::Null);
-            state.answer(id, Err(error));
+            Frame::Malformed(id, error)
         }
     }
 }
 
+/// What must happen in the order frames were read, while the input is still held: a
+/// run's cancel entry exists before the next frame (its cancel) is read, and a cancel
+/// takes effect before the next frame (its run) is read. Either way round, a run
+/// whose cancel was sent before it or after it is cancelled, never missed.
+fn register<R, W>(state: &State<R, W>, frame: Frame) -> Frame {
+    match &frame {
+        Frame::Request(Request::Run { id, .. }) => {
+            lock(&state.runs).entry(*id).or_default();
+        }
+        Frame::Request(Request::Cancel { run, .. }) => {
+            // A cancel that crosses its run's answer leaves one small entry behind.
+            lock(&state.runs).entry(*run).or_default().cancel();
+        }
+        _ => {}
+    }
+    frame
+}
+
 fn handle<R, W: Write>(state: &State<R, W>, request: Request) {
     match request {
-        Request::Cancel { run, .. } => {
-            // The run's frame may have been read just before this one and not be
-            // registered yet: it then starts already cancelled. (A cancel that crosses
-            // its run's answer leaves one small entry behind.)
-            lock(&state.runs).entry(run).or_default().cancel();
-        }
+        // Applied by `register` as it was read.
+        Request::Cancel { .. } => {}
         Request::Load {
             id,
             session,
