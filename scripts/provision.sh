@@ -10,13 +10,14 @@
 #     * the official client libraries: `openai` and `anthropic` from PyPI (a virtual
 #       environment), `openai` from npm (a node_modules directory; needs Node.js 20+
 #       and npm);
-#     * ONNX Runtime's library, the `onnx` package, the Silero VAD model and a speech clip.
+#     * ONNX Runtime's library, the `onnx` package, the Silero VAD model and a speech clip;
+#     * Debian's Chromium (apt-get, as root or through sudo) and Playwright for Python.
 #
 # Idempotent: a second run finds everything in the cache and does nothing.
 # Prints what it provisioned as shell assignments on its last lines (`main`:
 # LLAMA_SERVER and ARCANE_TEST_MODEL; `all`: also ARCANE_CLIENTS_PYTHON,
 # ARCANE_NODE_CLIENTS, ARCANE_ONNXRUNTIME, ARCANE_ONNX_PYTHON, ARCANE_SILERO_VAD,
-# ARCANE_SPEECH_WAV), and writes them to "$ARCANE_CACHE/embedded.env" for other
+# ARCANE_SPEECH_WAV, ARCANE_CHROMIUM, ARCANE_BROWSER_PYTHON), and writes them to "$ARCANE_CACHE/embedded.env" for other
 # scripts to source. `all` rewrites that file whole; `main` replaces only its own two
 # lines and keeps the test-only ones an earlier `all` wrote, so the file stays valid
 # for the tests either way.
@@ -216,9 +217,44 @@ say "silero vad: $ARCANE_SILERO_VAD"
 say "speech sample: $ARCANE_SPEECH_WAV"
 # --- end ONNX Runtime ----------------------------------------------------------
 
+# --- a real browser: Debian's Chromium, driven from Python by Playwright -----------
+# Playwright's wheel carries its own driver; it drives the system's Chromium
+# (`executable_path`), so no browser is downloaded. Chromium is a Debian package:
+# installed with apt-get as root (or through passwordless sudo), else refused with
+# the command to run.
+PLAYWRIGHT_VERSION="1.65.2"
+if ! command -v chromium >/dev/null; then
+  apt_install=(apt-get install -y -qq --no-install-recommends chromium)
+  if [ "$(id -u)" = 0 ]; then
+    say "installing Debian's chromium (for the browser tests)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${apt_install[@]}"; } >&2 \
+      || die "installing chromium with apt-get failed (see the output above)"
+  elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+    say "installing Debian's chromium with sudo (for the browser tests)"
+    { sudo -n apt-get update -qq && sudo -n env DEBIAN_FRONTEND=noninteractive "${apt_install[@]}"; } >&2 \
+      || die "installing chromium with sudo apt-get failed (see the output above)"
+  else
+    die "Chromium is missing and this user cannot install it: run \`apt-get install chromium\` as root, then run again"
+  fi
+fi
+ARCANE_CHROMIUM="$(command -v chromium)"
+BROWSER_VENV="$CACHE/browser-playwright-$PLAYWRIGHT_VERSION"
+if [ ! -e "$BROWSER_VENV/.complete" ]; then
+  say "installing playwright $PLAYWRIGHT_VERSION (Python) to drive Chromium"
+  rm -rf "$BROWSER_VENV"
+  python3 -m venv "$BROWSER_VENV" || die "could not create a Python virtual environment in $BROWSER_VENV"
+  "$BROWSER_VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q \
+      "playwright==$PLAYWRIGHT_VERSION" >&2 \
+    || die "installing playwright from PyPI failed (see the pip output above)"
+  touch "$BROWSER_VENV/.complete"
+fi
+ARCANE_BROWSER_PYTHON="$BROWSER_VENV/bin/python"
+say "browser: $ARCANE_CHROMIUM driven by $ARCANE_BROWSER_PYTHON"
+
 {
   printf 'LLAMA_SERVER=%q\nARCANE_TEST_MODEL=%q\nARCANE_CLIENTS_PYTHON=%q\nARCANE_NODE_CLIENTS=%q\n' \
     "$LLAMA_SERVER" "$MODEL" "$CLIENTS_PYTHON" "$NODE_CLIENTS"
   printf 'ARCANE_ONNXRUNTIME=%q\nARCANE_ONNX_PYTHON=%q\nARCANE_SILERO_VAD=%q\nARCANE_SPEECH_WAV=%q\n' \
     "$ARCANE_ONNXRUNTIME" "$ARCANE_ONNX_PYTHON" "$ARCANE_SILERO_VAD" "$ARCANE_SPEECH_WAV"
+  printf 'ARCANE_CHROMIUM=%q\nARCANE_BROWSER_PYTHON=%q\n' "$ARCANE_CHROMIUM" "$ARCANE_BROWSER_PYTHON"
 } | publish

@@ -5,7 +5,11 @@
 //!
 //! 1. `Host` must name the listener on a loopback name (`127.0.0.1:<port>`,
 //!    `localhost:<port>`, `[::1]:<port>`), else **421** (defeats DNS rebinding).
-//! 2. An `Origin` header, if present, must be the listener's own origin, else **403**.
+//! 2. An `Origin` header, if present, must be the listener's own origin or one the
+//!    user allows ([`HttpOptions::allowed_origins`], see [`crate::origins`]), else
+//!    **403**. A CORS preflight from an allowed origin is answered here (204, no
+//!    token: browsers send none), and every answer to such a page carries its CORS
+//!    headers.
 //! 3. `Authorization: Bearer <token>` or `x-api-key: <token>` (Anthropic's clients)
 //!    must match `core.json`'s token (compared in constant time), else **401** with
 //!    `WWW-Authenticate: Bearer`; both headers naming different tokens is a 401 too.
@@ -93,6 +97,8 @@ pub struct HttpOptions {
     /// The workspace's token file: when set, a changed file (`arcane token rotate`)
     /// replaces `token` at once, on the next request.
     pub token_file: Option<std::path::PathBuf>,
+    /// Origins besides the listener's own whose pages may read answers (CORS).
+    pub allowed_origins: crate::origins::AllowedOrigins,
 }
 
 impl HttpOptions {
@@ -105,6 +111,7 @@ impl HttpOptions {
             grace: Duration::from_secs(5),
             limits: crate::limits::ConnectionLimits::default(),
             token_file: None,
+            allowed_origins: crate::origins::AllowedOrigins::default(),
         }
     }
 
@@ -389,6 +396,7 @@ fn admit(shared: &Shared, request: &Request<Incoming>) -> Option<Response<HttpBo
                 .origins
                 .iter()
                 .any(|allowed| allowed.eq_ignore_ascii_case(o))
+                || shared.options.allowed_origins.allows(o)
         });
         if !allowed {
             return Some(refusal(
@@ -432,6 +440,58 @@ fn admit(shared: &Shared, request: &Request<Incoming>) -> Option<Response<HttpBo
 }
 
 async fn handle(
+    shared: Arc<Shared>,
+    request: Request<Incoming>,
+    connection: &crate::limits::Activity,
+) -> Response<HttpBody> {
+    // A page of an allowed origin may read every answer, refusals included.
+    let Some(origin) = shared.options.allowed_origins.of_request(request.headers()) else {
+        return answer(shared, request, connection).await;
+    };
+    let mut response = if is_preflight(&request) && preflight_admissible(&shared, &request) {
+        preflight(&origin, request.headers())
+    } else {
+        answer(shared, request, connection).await
+    };
+    crate::origins::AllowedOrigins::decorate(&origin, response.headers_mut());
+    response
+}
+
+/// A CORS preflight: `OPTIONS` with `Access-Control-Request-Method`.
+fn is_preflight(request: &Request<Incoming>) -> bool {
+    request.method() == Method::OPTIONS
+        && request
+            .headers()
+            .contains_key(hyper::header::ACCESS_CONTROL_REQUEST_METHOD)
+}
+
+/// A preflight carries no token (browsers never send one): it is admitted on `Host`
+/// and `Origin` alone, which [`admit`] checks before the token.
+fn preflight_admissible(shared: &Shared, request: &Request<Incoming>) -> bool {
+    match admit(shared, request) {
+        None => true,
+        Some(refused) => refused.status() == StatusCode::UNAUTHORIZED,
+    }
+}
+
+/// The preflight's answer: 204 with what may be sent, or 403 when the page asks for a
+/// method or header the Core does not take from pages.
+fn preflight(origin: &HeaderValue, request: &hyper::HeaderMap) -> Response<HttpBody> {
+    match crate::origins::AllowedOrigins::preflight(origin, request) {
+        Some(headers) => {
+            let mut response = Response::new(full(Bytes::new()));
+            *response.status_mut() = StatusCode::NO_CONTENT;
+            response.headers_mut().extend(headers);
+            response
+        }
+        None => refusal(
+            StatusCode::FORBIDDEN,
+            "the preflight asks for a method or header the Core does not take from pages",
+        ),
+    }
+}
+
+async fn answer(
     shared: Arc<Shared>,
     request: Request<Incoming>,
     connection: &crate::limits::Activity,

@@ -57,6 +57,7 @@ pub mod http;
 pub mod limits;
 pub mod localai;
 pub mod onnx;
+pub mod origins;
 pub mod passthrough;
 pub mod protocol;
 pub mod request_model;

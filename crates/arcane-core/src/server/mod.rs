@@ -241,15 +241,17 @@ pub fn serving(
 
 /// Serves HTTP on `listener` (RPC, events, the passthrough to the host's upstream)
 /// with `token`; `token_file`, when given, is watched so a rotation takes effect at
-/// once.
+/// once; pages of `allowed_origins` may read the answers (CORS).
 pub fn serve_http(
     parts: &HostParts,
     listener: tokio::net::TcpListener,
     token: String,
     token_file: Option<PathBuf>,
+    allowed_origins: crate::origins::AllowedOrigins,
 ) -> tokio::task::JoinHandle<Result<(), Error>> {
     let mut options = crate::http::HttpOptions::new(token);
     options.token_file = token_file;
+    options.allowed_origins = allowed_origins;
     options.upstream = parts.upstream();
     tokio::spawn(crate::http::serve(parts.host.clone(), listener, options))
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use arcane_core::http::{HttpOptions, Upstream, UpstreamTarget};
 use arcane_core::localai::EngineState;
+use arcane_core::origins::AllowedOrigins;
 use arcane_core::{AppInfo, Host, Unready};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -34,6 +35,15 @@ async fn serve_with(
     upstream: Option<Arc<dyn Upstream>>,
     limits: arcane_core::limits::ConnectionLimits,
 ) -> (Served, Arc<std::sync::Mutex<Vec<String>>>) {
+    serve_allowing(upstream, limits, AllowedOrigins::default()).await
+}
+
+/// [`serve_with`], letting pages of `allowed` read the answers.
+async fn serve_allowing(
+    upstream: Option<Arc<dyn Upstream>>,
+    limits: arcane_core::limits::ConnectionLimits,
+    allowed: AllowedOrigins,
+) -> (Served, Arc<std::sync::Mutex<Vec<String>>>) {
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let events = Arc::clone(&seen);
     let observer: Arc<dyn arcane_report::EventSink> =
@@ -52,6 +62,7 @@ async fn serve_with(
     let mut options = HttpOptions::new(token.clone());
     options.max_body = 64 * 1024;
     options.limits = limits;
+    options.allowed_origins = allowed;
     if let Some(upstream) = upstream {
         options = options.upstream(upstream);
     }
@@ -714,4 +725,88 @@ async fn health_needs_no_token_and_reveals_only_a_status_everything_else_needs_o
     let loading = serve(Some(Arc::new(Loading))).await;
     let (status, body) = get(&loading, "/health", "").await;
     assert_eq!((status, &body), (503, &json!({"status": "loading"})));
+}
+
+/// The value of header `name` in a response head (names compared case-insensitively).
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        key.trim().eq_ignore_ascii_case(name).then(|| value.trim())
+    })
+}
+
+/// A page of an allowed origin gets CORS answers: its preflight without the token,
+/// then every answer (a 401 too, so the page can say why); its requests still need
+/// the token. Any other origin stays refused, and the listener's own origin needs no
+/// CORS headers.
+#[tokio::test]
+async fn an_allowed_origin_gets_cors_answers_and_still_needs_the_token() {
+    let allowed = "http://localhost:3000";
+    let (served, _) = serve_allowing(
+        None,
+        arcane_core::limits::ConnectionLimits::default(),
+        AllowedOrigins::parse(&[allowed]).unwrap(),
+    )
+    .await;
+    let preflight = |origin: &str| {
+        format!(
+            "OPTIONS /v1/rpc HTTP/1.1\r\nHost: {}\r\nOrigin: {origin}\r\nAccess-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization, content-type\r\n",
+            served.address
+        )
+    };
+    let (status, head, _) = raw_http(served.address, &preflight(allowed), "").await;
+    assert_eq!(status, 204, "{head}");
+    assert_eq!(header(&head, "access-control-allow-origin"), Some(allowed));
+    assert_eq!(
+        header(&head, "access-control-allow-headers"),
+        Some("authorization, content-type")
+    );
+    assert_eq!(header(&head, "access-control-allow-credentials"), None);
+
+    let bearer = format!("Bearer {}", served.token);
+    let (status, head, _) = raw_http(
+        served.address,
+        &rpc_head(&served, None, None, Some(allowed)),
+        &echo_frame(),
+    )
+    .await;
+    assert_eq!(status, 401, "still the token: {head}");
+    assert_eq!(header(&head, "access-control-allow-origin"), Some(allowed));
+    let (status, head, body) = raw_http(
+        served.address,
+        &rpc_head(&served, Some(&bearer), None, Some(allowed)),
+        &echo_frame(),
+    )
+    .await;
+    assert_eq!(status, 200, "{head}");
+    assert!(body.contains("\"ok\":true"), "{body}");
+    assert_eq!(header(&head, "access-control-allow-origin"), Some(allowed));
+    assert_eq!(
+        header(&head, "vary"),
+        Some("origin"),
+        "the head is lowercased"
+    );
+
+    // Another origin: its preflight and its requests are refused, with no CORS grant.
+    let other = "http://localhost:3001";
+    let (status, head, _) = raw_http(served.address, &preflight(other), "").await;
+    assert_eq!(status, 403, "{head}");
+    assert_eq!(header(&head, "access-control-allow-origin"), None);
+    let (status, _, _) = raw_http(
+        served.address,
+        &rpc_head(&served, Some(&bearer), None, Some(other)),
+        &echo_frame(),
+    )
+    .await;
+    assert_eq!(status, 403);
+    // The listener's own origin is same-origin: answered, no CORS headers needed.
+    let own = format!("http://{}", served.address);
+    let (status, head, _) = raw_http(
+        served.address,
+        &rpc_head(&served, Some(&bearer), None, Some(&own)),
+        &echo_frame(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(header(&head, "access-control-allow-origin"), None);
 }

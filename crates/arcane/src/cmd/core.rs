@@ -291,6 +291,8 @@ pub struct ServeOptions {
     /// announced once it is loaded, and its failed first load is the command's error
     /// (as for a single engine).
     pub one_model: bool,
+    /// Origins whose web pages may read answers (CORS), besides the listener's own.
+    pub allowed_origins: arcane_core::origins::AllowedOrigins,
 }
 
 impl ServeOptions {
@@ -305,6 +307,7 @@ impl ServeOptions {
             onnx_library: None,
             gateway: None,
             one_model: false,
+            allowed_origins: Default::default(),
         }
     }
 }
@@ -499,7 +502,13 @@ async fn serve_async(
         .api_key
         .is_none()
         .then(|| arcane_core::endpoint::token_path(&context.workspace));
-    let http = server::serve_http(&parts, listening.listener, record.token.clone(), token_file);
+    let http = server::serve_http(
+        &parts,
+        listening.listener,
+        record.token.clone(),
+        token_file,
+        options.allowed_origins.clone(),
+    );
     if let Some(gateway) = &parts.gateway {
         server::reload_on_sighup(gateway.clone());
     }

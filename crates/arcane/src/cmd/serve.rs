@@ -104,6 +104,12 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub api_key_file: Option<PathBuf>,
 
+    /// Let web pages of ORIGIN (`http://localhost:3000`, exactly as the browser sends
+    /// it) read the Core's answers (CORS); repeat for more. Their requests still need
+    /// the token; a wildcard is refused. Adds to `allowed_origins` in `arcane.toml`.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origin: Vec<String>,
+
     /// Listen on this port for this run instead of the saved one (which is chosen once
     /// and kept, so clients' URLs stay valid; a busy saved port is an error).
     #[arg(long, value_name = "PORT")]
@@ -182,6 +188,9 @@ pub struct ConfigFile {
     /// The engines to run.
     #[serde(default)]
     pub engine: Vec<EngineTable>,
+    /// Origins whose web pages may read the Core's answers (CORS), as `--allow-origin`.
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
 }
 
 /// Runs `arcane serve`: validates the engines, then runs the Core host on them until
@@ -195,6 +204,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     // any engine is looked up.
     let (file, base) = load_config(&context.workspace, &args)?;
     let (listen, port) = listen_address(&args, file.as_ref())?;
+    let allowed_origins = allowed_origins(&args, file.as_ref())?;
     let mut gateway = model_gateway(context, &args, file.as_ref(), &base)?;
     let mut one_model = false;
     let configs = if gateway.is_some() {
@@ -224,6 +234,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         options.listen = listen;
     }
     options.port = port;
+    options.allowed_origins = allowed_origins;
     options.api_key = match &args.api_key_file {
         Some(file) => Some(
             arcane_core::endpoint::read_token_file(file)?.ok_or_else(|| {
@@ -441,6 +452,20 @@ fn flag_models(args: &Args) -> Result<Vec<crate::cmd::gateway::ModelTable>, CliE
 /// The Core's listen address and port from `--listen` (else `listen` in
 /// `arcane.toml`) and `--port`; a port in the address that contradicts `--port` is a
 /// usage error.
+/// The origins of `allowed_origins` in `arcane.toml` and of `--allow-origin`, checked
+/// before anything starts (a wildcard or a value that is not an origin is refused,
+/// naming it).
+fn allowed_origins(
+    args: &Args,
+    file: Option<&ConfigFile>,
+) -> Result<arcane_core::origins::AllowedOrigins, CliError> {
+    let from_file = file
+        .map(|f| f.allowed_origins.as_slice())
+        .unwrap_or_default();
+    let all: Vec<&String> = from_file.iter().chain(&args.allow_origin).collect();
+    Ok(arcane_core::origins::AllowedOrigins::parse(&all)?)
+}
+
 fn listen_address(
     args: &Args,
     file: Option<&ConfigFile>,

@@ -7,6 +7,7 @@
 
 mod support;
 
+mod browser;
 mod bundle;
 mod command_kind;
 mod core;
