@@ -48,6 +48,7 @@
 
 pub mod client;
 pub mod dispatch;
+pub mod duration;
 pub mod endpoint;
 mod error;
 pub mod framing;

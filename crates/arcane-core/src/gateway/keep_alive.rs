@@ -39,7 +39,8 @@ impl KeepAlive {
         })
     }
 
-    /// From a duration string: `"300"`, `"90s"`, `"5m"`, `"1h30m"`, `"0"`, `"-1"`.
+    /// From a duration string: `"300"`, `"90s"`, `"5m"`, `"1h30m"`, `"0"`, `"-1"`
+    /// ([`crate::duration::parse`], plus the negative "never").
     pub fn parse(text: &str) -> Result<Self, String> {
         let text = text.trim();
         if let Ok(seconds) = text.parse::<f64>() {
@@ -48,28 +49,7 @@ impl KeepAlive {
         if text.starts_with('-') {
             return Ok(Self::Never);
         }
-        let bad = || format!("`{text}` is not a duration (seconds, or like `90s`, `5m`, `1h30m`)");
-        let mut total = 0.0;
-        let mut number = String::new();
-        for c in text.chars() {
-            if c.is_ascii_digit() || c == '.' {
-                number.push(c);
-                continue;
-            }
-            let unit = match c {
-                's' => 1.0,
-                'm' => 60.0,
-                'h' => 3600.0,
-                _ => return Err(bad()),
-            };
-            let value: f64 = number.parse().map_err(|_| bad())?;
-            total += value * unit;
-            number.clear();
-        }
-        if !number.is_empty() || text.is_empty() {
-            return Err(bad());
-        }
-        Self::from_seconds(total)
+        Self::from_seconds(crate::duration::parse(text)?.as_secs_f64())
     }
 
     /// From a JSON value (a number of seconds or a duration string).

@@ -91,31 +91,17 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     }
 }
 
-/// Parses `500ms`, `30s`, `2m`, `1h` or a bare number of seconds.
+/// Parses `500ms`, `30s`, `2m`, `1h` or a bare number of seconds (the one reading of
+/// a duration, [`arcane_core::duration::parse`]), at most a week.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration (try `500ms`, `30s`, `2m`)"))?;
-    let seconds = match unit.trim() {
-        "ms" => value / 1000.0,
-        "" | "s" | "sec" | "secs" => value,
-        "m" | "min" | "mins" => value * 60.0,
-        "h" => value * 3600.0,
-        other => {
-            return Err(format!(
-                "unknown duration unit `{other}` (use `ms`, `s`, `m` or `h`)"
-            ))
-        }
-    };
-    if !seconds.is_finite() || !(0.0..=604_800.0).contains(&seconds) {
-        return Err(format!("`{text}` is out of range (at most a week)"));
+    let duration = arcane_core::duration::parse(text)?;
+    if duration > Duration::from_secs(604_800) {
+        return Err(format!(
+            "`{}` is out of range (at most a week)",
+            text.trim()
+        ));
     }
-    Ok(Duration::from_secs_f64(seconds))
+    Ok(duration)
 }
 
 fn run_command(context: &Context, args: RunArgs) -> Result<u8, CliError> {
