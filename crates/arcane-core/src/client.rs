@@ -6,6 +6,7 @@
 //! host that does not answer is a `CORE_TIMEOUT` error naming the URL and deadline.
 
 use std::path::Path;
+use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::{Method, Request};
@@ -175,6 +176,46 @@ impl CoreClient {
         })
         .await?;
         Ok(answer)
+    }
+}
+
+impl CoreClient {
+    /// `GET /v1/logs` with `query` (`model=…&since=…&follow=1`, already encoded):
+    /// calls `on_line` with each log line (`{time, model, stream, line}`) as it
+    /// arrives, until the host ends the stream (or, while following, the host closes).
+    /// A followed stream gets a minute of silence at most: the host says it is alive
+    /// every 15 s.
+    pub async fn logs(
+        &self,
+        query: &str,
+        follow: bool,
+        mut on_line: impl FnMut(Value),
+    ) -> Result<(), Error> {
+        let path = format!("/v1/logs?{query}");
+        let url = format!("{}{}", self.record.url, path);
+        let deadlines = match follow {
+            true => Deadlines {
+                head: Duration::from_secs(10),
+                idle: crate::logs::HEARTBEAT * 4,
+            },
+            false => self.deadlines.unwrap_or(Deadlines::QUICK),
+        };
+        let response = self.send(Method::GET, &path, None, deadlines).await?;
+        let status = response.status().as_u16();
+        if status != 200 {
+            let bytes = collect(response, &url, Peer::Host)
+                .await
+                .unwrap_or_default();
+            let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            return Err(remote(&value["error"], status));
+        }
+        crate::http::stream_lines(response, &url, Peer::Host, |line| {
+            if let Ok(value) = serde_json::from_str::<Value>(line.trim()) {
+                on_line(value);
+            }
+            true
+        })
+        .await
     }
 }
 

@@ -99,6 +99,8 @@ pub struct HttpOptions {
     pub token_file: Option<std::path::PathBuf>,
     /// Origins besides the listener's own whose pages may read answers (CORS).
     pub allowed_origins: crate::origins::AllowedOrigins,
+    /// The host's log lines, for `GET /v1/logs` (none: that path is a 404).
+    pub logs: Option<Arc<crate::logs::LogBook>>,
 }
 
 impl HttpOptions {
@@ -112,6 +114,7 @@ impl HttpOptions {
             limits: crate::limits::ConnectionLimits::default(),
             token_file: None,
             allowed_origins: crate::origins::AllowedOrigins::default(),
+            logs: None,
         }
     }
 
@@ -528,6 +531,7 @@ async fn answer(
         Handler::Rpc => rpc(&shared, request).await,
         Handler::Control => control(&shared, request).await,
         Handler::Events => events(&shared, &request),
+        Handler::Logs => logs(&shared, &request),
         Handler::ModelList | Handler::ModelEntry | Handler::Metrics | Handler::Engine => {
             engine_api(&shared, handler, &path, request).await
         }
@@ -556,6 +560,7 @@ async fn engine_api(
         | Handler::Rpc
         | Handler::Control
         | Handler::Events
+        | Handler::Logs
         | Handler::Engine => None,
     };
     match own {
@@ -771,6 +776,21 @@ async fn control(shared: &Shared, request: Request<Incoming>) -> Response<HttpBo
         ),
         Err(error) => error_response(StatusCode::BAD_REQUEST, &error),
     }
+}
+
+/// `GET /v1/logs` ([`crate::logs`]): the models the upstream serves are known even
+/// before they print anything.
+fn logs(shared: &Shared, request: &Request<Incoming>) -> Response<HttpBody> {
+    let Some(book) = &shared.options.logs else {
+        return not_found(request.uri().path(), shared.options.upstream.is_some());
+    };
+    let served = shared.options.upstream.as_deref().and_then(|u| u.models());
+    let known: Vec<String> = served
+        .iter()
+        .flat_map(|list| list["data"].as_array().into_iter().flatten())
+        .filter_map(|model| model["id"].as_str().map(str::to_string))
+        .collect();
+    crate::logs::http_answer(book, &shared.host, request.uri().query(), &known)
 }
 
 /// An SSE body fed by a host subscription; ends when the host closes.

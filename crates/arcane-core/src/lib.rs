@@ -57,6 +57,7 @@ pub mod host;
 pub mod http;
 pub mod limits;
 pub mod localai;
+pub mod logs;
 pub mod onnx;
 pub mod origins;
 pub mod passthrough;

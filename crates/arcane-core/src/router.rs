@@ -87,6 +87,8 @@ pub enum Handler {
     Control,
     /// `GET /v1/events`: the SSE event stream.
     Events,
+    /// `GET /v1/logs`: the kept log lines, optionally followed ([`crate::logs`]).
+    Logs,
     /// `GET /v1/models`, answered by the gateway.
     ModelList,
     /// `GET /v1/models/{id}`, answered by the gateway for an id or alias.
@@ -136,6 +138,13 @@ pub const CORE_ROWS: &[Row] = &[
     row(Verb::Get, PathPattern::Exact("/v1/events"), Handler::Events),
 ];
 
+/// The host's logs.
+pub const LOG_ROWS: &[Row] = &[row(
+    Verb::Get,
+    PathPattern::Exact("/v1/logs"),
+    Handler::Logs,
+)];
+
 /// What the model gateway answers itself (before the engine rows of the same paths).
 pub const GATEWAY_ROWS: &[Row] = &[
     Row {
@@ -162,7 +171,7 @@ pub const GATEWAY_ROWS: &[Row] = &[
 /// own answers. A new area adds its slice here. The engines' API paths come last, from
 /// the descriptors of the kinds being served ([`arcane_localai::EngineKind::api_paths`]:
 /// a path ending in `/` matches what is below it, any other exactly itself).
-pub const TABLE: &[&[Row]] = &[CORE_ROWS, GATEWAY_ROWS];
+pub const TABLE: &[&[Row]] = &[CORE_ROWS, LOG_ROWS, GATEWAY_ROWS];
 
 /// The outcome of looking a request up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -62,10 +62,12 @@ impl Gateway {
         let observer = self.observer(&model);
         let launched = tokio::time::timeout(
             model.spec.load_timeout + Duration::from_secs(5),
-            model
-                .spec
-                .launcher
-                .launch(context.sink(), observer, self.shutdown.clone()),
+            model.spec.launcher.launch(
+                // Its engine's output and states are filed under the model.
+                crate::logs::ModelTag::wrap(&model.spec.id, context.sink()),
+                observer,
+                self.shutdown.clone(),
+            ),
         )
         .await;
         match launched {

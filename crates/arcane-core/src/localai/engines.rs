@@ -190,7 +190,9 @@ impl LocalAiService {
         let task_slot = Arc::clone(&slot);
         let task = tokio::spawn(async move {
             let slot = task_slot;
-            match slot.launcher.launch(context.sink(), observer, cancel).await {
+            // The engine's output is filed under its id (`llama.cpp`, `ollama`).
+            let events = crate::logs::ModelTag::wrap(slot.runtime.as_str(), context.sink());
+            match slot.launcher.launch(events, observer, cancel).await {
                 Ok(handle) => {
                     let snapshot = handle.snapshot();
                     *slot.handle.lock().await = Some(handle);

@@ -32,6 +32,7 @@ use crate::endpoint::{self, EndpointRecord, Serving};
 use crate::error::Error;
 use crate::gateway::Gateway;
 use crate::localai::{DeviceCatalog, DevicesService, EngineLauncher, LocalAiService};
+use crate::logs::{LogBook, Tee};
 use crate::service::Service;
 use crate::{AppInfo, Host};
 
@@ -43,6 +44,9 @@ pub struct HostParts {
     pub local_ai: Option<Arc<LocalAiService>>,
     /// The model gateway (then the passthrough's upstream).
     pub gateway: Option<Arc<Gateway>>,
+    /// Every engine's output and the host's own lines (`GET /v1/logs`); its budget is
+    /// [`crate::logs::DEFAULT_BUDGET`] until [`LogBook::set_budget`] changes it.
+    pub logs: Arc<LogBook>,
 }
 
 impl HostParts {
@@ -132,9 +136,12 @@ impl ServerBuilder {
         if let Some(version) = self.version {
             builder = builder.version(version);
         }
-        if let Some(observer) = self.observer {
-            builder = builder.observer(observer);
-        }
+        // The log book sees every event the host publishes, beside the caller's observer.
+        let logs = LogBook::new(crate::logs::DEFAULT_BUDGET);
+        builder = builder.observer(match self.observer {
+            Some(observer) => Arc::new(Tee(logs.clone(), observer)),
+            None => logs.clone(),
+        });
         let serves_engines = !self.engines.is_empty() || self.gateway.is_some();
         if let (true, Some(devices)) = (serves_engines, self.devices) {
             builder = builder.service(DevicesService::new(devices))?;
@@ -155,6 +162,7 @@ impl ServerBuilder {
             host: builder.build(),
             local_ai,
             gateway: self.gateway,
+            logs,
         })
     }
 }
@@ -252,6 +260,7 @@ pub fn serve_http(
     let mut options = crate::http::HttpOptions::new(token);
     options.token_file = token_file;
     options.allowed_origins = allowed_origins;
+    options.logs = Some(parts.logs.clone());
     options.upstream = parts.upstream();
     tokio::spawn(crate::http::serve(parts.host.clone(), listener, options))
 }

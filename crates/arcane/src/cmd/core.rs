@@ -293,6 +293,8 @@ pub struct ServeOptions {
     pub one_model: bool,
     /// Origins whose web pages may read answers (CORS), besides the listener's own.
     pub allowed_origins: arcane_core::origins::AllowedOrigins,
+    /// Bytes of log lines kept, all models together (default 1 MiB).
+    pub log_budget: Option<usize>,
 }
 
 impl ServeOptions {
@@ -308,6 +310,7 @@ impl ServeOptions {
             gateway: None,
             one_model: false,
             allowed_origins: Default::default(),
+            log_budget: None,
         }
     }
 }
@@ -410,6 +413,9 @@ fn start_host(
         },
         options.gateway.clone(),
     )?;
+    if let Some(bytes) = options.log_budget {
+        parts.logs.set_budget(bytes);
+    }
     parts.host.start();
     shutdown_on_signal(context, &parts.host);
     Ok(parts)

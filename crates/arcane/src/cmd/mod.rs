@@ -14,6 +14,7 @@ pub mod devices;
 pub mod gateway;
 pub mod launch;
 pub mod lock;
+pub mod logs;
 pub mod model;
 pub mod onnx;
 pub mod runtime;
@@ -45,6 +46,9 @@ pub enum Command {
     /// List the running host's models (`[[model]]`, or the main job's one model): state,
     /// device, pid, memory, requests in flight, when each unloads, why one failed.
     Ps(gateway::PsArgs),
+    /// Show what the running host kept of its engines' output and its own lines (one
+    /// model's, or all), and with `-f` follow them.
+    Logs(logs::Args),
     /// Load a model of the running host now (returns once it answers).
     Load(gateway::ModelArgs),
     /// Unload a model of the running host (refused while it has requests in flight).
@@ -80,6 +84,7 @@ impl Command {
             Command::Status(_)
             | Command::Chat(_)
             | Command::Ps(_)
+            | Command::Logs(_)
             | Command::Load(_)
             | Command::Unload(_)
             | Command::Reload(_) => true,
@@ -110,6 +115,7 @@ pub fn run(context: &Context, command: Command) -> Result<u8, CliError> {
         Command::Status(args) => status::run(context, args),
         Command::Chat(args) => chat::run(context, args),
         Command::Ps(args) => gateway::ps(context, args),
+        Command::Logs(args) => logs::run(context, args),
         Command::Load(args) => gateway::load(context, args, false),
         Command::Unload(args) => gateway::load(context, args, true),
         Command::Reload(args) => gateway::reload(context, args),

@@ -191,6 +191,9 @@ pub struct ConfigFile {
     /// Origins whose web pages may read the Core's answers (CORS), as `--allow-origin`.
     #[serde(default)]
     pub allowed_origins: Vec<String>,
+    /// Bytes of log lines the host keeps, all models together: a number or a size
+    /// (`"4MiB"`); default 1 MiB.
+    pub log_buffer: Option<toml::Value>,
 }
 
 /// Runs `arcane serve`: validates the engines, then runs the Core host on them until
@@ -205,6 +208,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     let (file, base) = load_config(&context.workspace, &args)?;
     let (listen, port) = listen_address(&args, file.as_ref())?;
     let allowed_origins = allowed_origins(&args, file.as_ref())?;
+    let log_budget = log_budget(file.as_ref())?;
     let mut gateway = model_gateway(context, &args, file.as_ref(), &base)?;
     let mut one_model = false;
     let configs = if gateway.is_some() {
@@ -235,6 +239,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     }
     options.port = port;
     options.allowed_origins = allowed_origins;
+    options.log_budget = log_budget;
     options.api_key = match &args.api_key_file {
         Some(file) => Some(
             arcane_core::endpoint::read_token_file(file)?.ok_or_else(|| {
@@ -464,6 +469,27 @@ fn allowed_origins(
         .unwrap_or_default();
     let all: Vec<&String> = from_file.iter().chain(&args.allow_origin).collect();
     Ok(arcane_core::origins::AllowedOrigins::parse(&all)?)
+}
+
+/// `log_buffer` of `arcane.toml`: a number of bytes or a size string.
+fn log_budget(file: Option<&ConfigFile>) -> Result<Option<usize>, CliError> {
+    let Some(value) = file.and_then(|f| f.log_buffer.as_ref()) else {
+        return Ok(None);
+    };
+    let text = match value {
+        toml::Value::Integer(n) => n.to_string(),
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    arcane_core::logs::parse_size(&text)
+        .map(Some)
+        .map_err(|why| {
+            CommandError::usage(
+                format!("`log_buffer` in arcane.toml: {why}"),
+                json!({"log_buffer": text}),
+            )
+            .into()
+        })
 }
 
 fn listen_address(

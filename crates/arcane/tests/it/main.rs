@@ -17,6 +17,7 @@ mod gateway;
 mod hardening;
 mod hostile_files;
 mod lock;
+mod logs;
 mod onnx;
 mod registry;
 mod router;
