@@ -173,6 +173,8 @@ struct Spec {
     id: &'static str,
     memory: u64,
     keep_alive: KeepAlive,
+    load_on_start: bool,
+    pin: Option<bool>,
 }
 
 fn model(id: &'static str) -> Spec {
@@ -180,6 +182,8 @@ fn model(id: &'static str) -> Spec {
         id,
         memory: 0,
         keep_alive: KeepAlive::default(),
+        load_on_start: false,
+        pin: None,
     }
 }
 
@@ -199,6 +203,20 @@ impl Rig {
 
     /// Every launch waits for a permit of `gate`.
     fn with_gate(specs: Vec<Spec>, limit: DeviceLimit, gate: Option<Arc<Semaphore>>) -> Self {
+        Self::configured(specs, limit, gate, Vec::new())
+    }
+
+    /// With exclusive `groups`.
+    fn with_groups(specs: Vec<Spec>, limit: DeviceLimit, groups: Vec<Group>) -> Self {
+        Self::configured(specs, limit, None, groups)
+    }
+
+    fn configured(
+        specs: Vec<Spec>,
+        limit: DeviceLimit,
+        gate: Option<Arc<Semaphore>>,
+        groups: Vec<Group>,
+    ) -> Self {
         let log = Arc::new(Log::default());
         let mut launchers = HashMap::new();
         let mut models = Vec::new();
@@ -217,16 +235,23 @@ impl Rig {
                 launcher,
                 device: "cpu".into(),
                 keep_alive: spec.keep_alive,
-                load_on_start: false,
+                load_on_start: spec.load_on_start,
                 external: false,
                 answers_as_id: true,
                 reachable_without_token: false,
                 memory: spec.memory,
                 load_timeout: LOAD_TIMEOUT,
                 fingerprint: spec.id.into(),
+                pin: spec.pin,
+                unlisted: false,
+                upstream_model: None,
             });
         }
-        let gateway = Gateway::new(models, HashMap::from([("cpu".to_string(), limit)]));
+        let gateway = Gateway::configured(Configuration {
+            models,
+            limits: HashMap::from([("cpu".to_string(), limit)]),
+            groups,
+        });
         let events: Arc<Mutex<Vec<Event>>> = Arc::default();
         let seen = Arc::clone(&events);
         let observer =
@@ -726,9 +751,16 @@ impl Rig {
                 } else {
                     model.spec.fingerprint.clone()
                 },
+                pin: model.spec.pin,
+                unlisted: false,
+                upstream_model: None,
             });
         }
-        let read = Mutex::new(Some((specs, HashMap::from([("cpu".to_string(), limit)]))));
+        let read = Mutex::new(Some(Configuration {
+            models: specs,
+            limits: HashMap::from([("cpu".to_string(), limit)]),
+            groups: self.gateway.groups.read().unwrap_or_else(|p| p.into_inner()).clone(),
+        }));
         self.gateway.set_reloader(Arc::new(move || {
             Ok(read
                 .lock()
