@@ -285,7 +285,10 @@ async fn route(
         )
         .await
         .map_err(|refused| Box::new(crate::http::error_response(refused.status, &refused.error)))?;
-        (Request::from_parts(parts, found.body), (found.route, found.json))
+        (
+            Request::from_parts(parts, found.body),
+            (found.route, found.json),
+        )
     } else {
         (request.map(incoming_body), (RouteRequest::default(), false))
     };
@@ -321,9 +324,10 @@ async fn with_model(
         .to_bytes();
     let bytes = crate::request_model::with_model(&bytes, name).unwrap_or(bytes);
     parts.headers.remove(hyper::header::TRANSFER_ENCODING);
-    parts
-        .headers
-        .insert(hyper::header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    parts.headers.insert(
+        hyper::header::CONTENT_LENGTH,
+        HeaderValue::from(bytes.len()),
+    );
     Ok(Request::from_parts(parts, crate::upstream::full(bytes)))
 }
 

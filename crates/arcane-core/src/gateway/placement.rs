@@ -72,7 +72,12 @@ impl std::fmt::Display for Holder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "`{}` (", self.id)?;
         if let Some(pinned) = self.pinned {
-            write!(f, "pinned by `{}`, {} bytes, ", pinned.setting(), self.memory)?;
+            write!(
+                f,
+                "pinned by `{}`, {} bytes, ",
+                pinned.setting(),
+                self.memory
+            )?;
         }
         write!(f, "{} in flight, {})", self.in_flight, self.state)
     }
@@ -161,19 +166,38 @@ impl Refusal {
     fn details(&self) -> Value {
         let holders = |holders: &[Holder]| holders.iter().map(Holder::json).collect::<Vec<_>>();
         match self {
-            Self::OverBudget { model, device, need, budget } => {
+            Self::OverBudget {
+                model,
+                device,
+                need,
+                budget,
+            } => {
                 json!({"model": model, "device": device, "need": need, "budget": budget})
             }
             Self::Namesake { model } => json!({"model": model}),
-            Self::DeviceBusy { model, device, holders: h } => {
+            Self::DeviceBusy {
+                model,
+                device,
+                holders: h,
+            } => {
                 json!({"model": model, "device": device, "holders": holders(h)})
             }
-            Self::Pinned { model, device, need, usage, holders: h } => json!({
+            Self::Pinned {
+                model,
+                device,
+                need,
+                usage,
+                holders: h,
+            } => json!({
                 "model": model, "device": device, "need": need, "loaded": usage.loaded,
                 "maxLoaded": usage.max_loaded, "used": usage.used, "budget": usage.budget,
                 "pinned": holders(h),
             }),
-            Self::GroupBusy { model, group, holders: h } => {
+            Self::GroupBusy {
+                model,
+                group,
+                holders: h,
+            } => {
                 json!({"model": model, "group": group, "holders": holders(h)})
             }
         }
@@ -414,9 +438,8 @@ fn device_step(model: &Model, limit: DeviceLimit, others: &[&Arc<Model>]) -> Ste
     if fits_count && fits_memory {
         return Step::Fits;
     }
-    let movable = |m: &&Arc<Model>| {
-        m.spec.pinned().is_none() || matches!(m.current(), Phase::Unloading)
-    };
+    let movable =
+        |m: &&Arc<Model>| m.spec.pinned().is_none() || matches!(m.current(), Phase::Unloading);
     let victim = occupants
         .iter()
         .filter(|m| m.spec.pinned().is_none() && idle(m))
