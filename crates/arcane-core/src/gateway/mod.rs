@@ -19,7 +19,12 @@
 //!   from its file size) decide what fits. A load that does not fit evicts the least
 //!   recently used idle model on that device; a model with requests in flight is never
 //!   evicted: the load waits for one to become idle (bounded), then fails naming what
-//!   holds the device. Placement decisions are made one at a time.
+//!   holds the device. A pinned model ([`ModelSpec::pinned`]) is never evicted: a load
+//!   only pinned models block fails at once (`LOCAL_AI_DEVICE_PINNED`). In an exclusive
+//!   [`Group`] one member is loaded at a time: another's load unloads it once idle.
+//!   Placement decisions are made one at a time, in `placement`.
+//! * **Listing.** `unlisted` models are routed to but shown in no client listing
+//!   ([`Gateway::listed`]); `upstream_model` is the name the engine is sent.
 //! * **Crashes.** An engine that dies leaves its model `unloaded`; the next request
 //!   loads it again (`arcane ps` shows the crash).
 //!
