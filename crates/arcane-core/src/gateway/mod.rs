@@ -24,7 +24,7 @@
 //!   [`Group`] one member is loaded at a time: another's load unloads it once idle.
 //!   Placement decisions are made one at a time, in `placement`.
 //! * **Listing.** `unlisted` models are routed to but shown in no client listing
-//!   ([`Gateway::listed`]); `upstream_model` is the name the engine is sent.
+//!   (`Gateway::listed`); `upstream_model` is the name the engine is sent.
 //! * **Crashes.** An engine that dies leaves its model `unloaded`; the next request
 //!   loads it again (`arcane ps` shows the crash).
 //!
@@ -104,7 +104,7 @@ pub struct ModelSpec {
     /// it loads on start (see [`ModelSpec::pinned`]).
     pub pin: Option<bool>,
     /// Routable but left out of every model listing shown to clients (`/v1/models`,
-    /// an unknown model's 404): see [`Gateway::listed`].
+    /// an unknown model's 404): see `Gateway::listed`.
     pub unlisted: bool,
     /// The model name the engine is sent in a JSON body's `model` instead of the
     /// client's (answers still name the model as the client asked).
