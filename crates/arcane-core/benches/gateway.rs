@@ -58,6 +58,10 @@ fn spec(workspace: &Path, id: &str, server: &Path, model: &Path) -> ModelSpec {
         memory: 0,
         load_timeout: Duration::from_secs(120),
         fingerprint: id.into(),
+        // Never unloaded for idleness, yet swapped under `max_loaded = 1`.
+        pin: Some(false),
+        unlisted: false,
+        upstream_model: None,
     }
 }
 

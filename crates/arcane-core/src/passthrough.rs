@@ -94,6 +94,10 @@ pub struct Route {
     pub lease: Option<Box<dyn Lease>>,
     /// The name the client asked for: every `"model"` the answer names becomes it.
     pub rename: Option<String>,
+    /// The model name the engine is sent instead of the client's: a JSON body's
+    /// `model` is replaced (the body is written again, its `Content-Length` with it);
+    /// a multipart field or `?model=` is sent as the client wrote it.
+    pub upstream_model: Option<String>,
 }
 
 /// Why a request has no route: the HTTP status and the error to answer with.
@@ -146,6 +150,7 @@ pub trait Upstream: Send + Sync {
                     access,
                     lease: None,
                     rename: None,
+                    upstream_model: None,
                 }),
                 UpstreamTarget::Unavailable {
                     runtime,
@@ -280,15 +285,50 @@ async fn route(
         )
         .await
         .map_err(|refused| Box::new(crate::http::error_response(refused.status, &refused.error)))?;
-        (Request::from_parts(parts, found.body), found.route)
+        (
+            Request::from_parts(parts, found.body),
+            (found.route, found.json),
+        )
     } else {
-        (request.map(incoming_body), RouteRequest::default())
+        (request.map(incoming_body), (RouteRequest::default(), false))
     };
+    let (wanted, json) = wanted;
     let route = upstream
         .route(wanted)
         .await
         .map_err(|no_route| Box::new(refusal(no_route)))?;
+    let request = match route.upstream_model.as_deref().filter(|_| json) {
+        Some(name) => with_model(request, name).await?,
+        None => request,
+    };
     Ok((request, route))
+}
+
+/// `request` (a JSON object body, already read whole) with its `model` replaced by
+/// `name` and its `Content-Length` made to match.
+async fn with_model(
+    request: Request<HttpBody>,
+    name: &str,
+) -> Result<Request<HttpBody>, Box<Response<HttpBody>>> {
+    let (mut parts, body) = request.into_parts();
+    let bytes = body
+        .collect()
+        .await
+        .map_err(|error| {
+            let error = Error::usage(
+                format!("the request body could not be read: {error}"),
+                serde_json::json!({}),
+            );
+            Box::new(crate::http::error_response(StatusCode::BAD_REQUEST, &error))
+        })?
+        .to_bytes();
+    let bytes = crate::request_model::with_model(&bytes, name).unwrap_or(bytes);
+    parts.headers.remove(hyper::header::TRANSFER_ENCODING);
+    parts.headers.insert(
+        hyper::header::CONTENT_LENGTH,
+        HeaderValue::from(bytes.len()),
+    );
+    Ok(Request::from_parts(parts, crate::upstream::full(bytes)))
 }
 
 /// Stage 3: the exchange with the engine of `route`, within `deadlines`; a shutdown

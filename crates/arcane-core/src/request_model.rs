@@ -95,6 +95,18 @@ pub struct Found {
     pub body: HttpBody,
     /// The model, and `keep_alive`, it names.
     pub route: RouteRequest,
+    /// The body is a JSON object, read whole (its `model` can be replaced:
+    /// [`with_model`]).
+    pub json: bool,
+}
+
+/// The JSON object `body` (a UTF-8 BOM allowed) with its `model` set to `name`,
+/// written again; `None` when it is not a JSON object.
+pub fn with_model(body: &[u8], name: &str) -> Option<Bytes> {
+    let text = body.strip_prefix(BOM).unwrap_or(body);
+    let mut value: Value = serde_json::from_slice(text).ok()?;
+    value.as_object_mut()?.insert("model".into(), json!(name));
+    serde_json::to_vec(&value).ok().map(Bytes::from)
 }
 
 /// Finds the model of a request (`method`, `uri`, `headers`, `body`); see the module
@@ -118,6 +130,7 @@ where
                 model: from_query,
                 keep_alive: None,
             },
+            json: false,
         });
     }
     let mut found = match multipart_boundary(headers) {
@@ -193,6 +206,7 @@ where
         return Ok(Found {
             body: tape.replay(),
             route: RouteRequest::default(),
+            json: false,
         });
     }
     while tape.next().await?.is_some() {}
@@ -203,6 +217,7 @@ where
     Ok(Found {
         body: tape.replay(),
         route,
+        json: value.as_ref().is_some_and(Value::is_object),
     })
 }
 
@@ -260,6 +275,7 @@ where
             model,
             keep_alive: None,
         },
+        json: false,
     })
 }
 

@@ -73,6 +73,9 @@ codes! {
     /// An executable is not a working engine runtime: it does not start, fails or times
     /// out on `--version`, prints no engine version, or is missing from its archive.
     LOCAL_AI_RUNTIME_INVALID,
+    /// A model cannot load: its device is held by pinned models (`keep_alive = -1`,
+    /// `load = "on-start"`, `pin = true`), which are never evicted to make room.
+    LOCAL_AI_DEVICE_PINNED,
 
     // --- Core host and arcane/1 ------------------------------------------------------
     /// A request id is already active on this connection.

@@ -19,7 +19,12 @@
 //!   from its file size) decide what fits. A load that does not fit evicts the least
 //!   recently used idle model on that device; a model with requests in flight is never
 //!   evicted: the load waits for one to become idle (bounded), then fails naming what
-//!   holds the device. Placement decisions are made one at a time.
+//!   holds the device. A pinned model ([`ModelSpec::pinned`]) is never evicted: a load
+//!   only pinned models block fails at once (`LOCAL_AI_DEVICE_PINNED`). In an exclusive
+//!   [`Group`] one member is loaded at a time: another's load unloads it once idle.
+//!   Placement decisions are made one at a time, in `placement`.
+//! * **Listing.** `unlisted` models are routed to but shown in no client listing
+//!   (`Gateway::listed`); `upstream_model` is the name the engine is sent.
 //! * **Crashes.** An engine that dies leaves its model `unloaded`; the next request
 //!   loads it again (`arcane ps` shows the crash).
 //!
@@ -94,12 +99,79 @@ pub struct ModelSpec {
     /// What the model's configuration was made from: a reload keeps a model whose
     /// fingerprint is unchanged (loaded or not) and replaces one whose changed.
     pub fingerprint: String,
+    /// `pin`: `Some(true)` never evicts it to make room, `Some(false)` lets it be
+    /// evicted whatever else it says; `None` pins it when `keep_alive` is never or
+    /// it loads on start (see [`ModelSpec::pinned`]).
+    pub pin: Option<bool>,
+    /// Routable but left out of every model listing shown to clients (`/v1/models`,
+    /// an unknown model's 404): see `Gateway::listed`.
+    pub unlisted: bool,
+    /// The model name the engine is sent in a JSON body's `model` instead of the
+    /// client's (answers still name the model as the client asked).
+    pub upstream_model: Option<String>,
 }
 
-/// Reads the configuration again (`arcane reload`, SIGHUP): the models and device
-/// limits it now names. Blocking (it reads files and the registry).
-pub type Reloader =
-    Arc<dyn Fn() -> Result<(Vec<ModelSpec>, HashMap<String, DeviceLimit>), BoxError> + Send + Sync>;
+impl ModelSpec {
+    /// Why this model is never evicted to make room, or `None` when it may be.
+    pub fn pinned(&self) -> Option<Pinned> {
+        match self.pin {
+            Some(false) => None,
+            Some(true) => Some(Pinned::Explicit),
+            None if self.keep_alive == KeepAlive::Never => Some(Pinned::KeepAliveNever),
+            None if self.load_on_start => Some(Pinned::OnStart),
+            None => None,
+        }
+    }
+}
+
+/// Why a model is pinned: never evicted to make room for another (its own
+/// `keep_alive` still unloads it; `arcane unload` still does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pinned {
+    /// `pin = true`.
+    Explicit,
+    /// `keep_alive = -1`: it is meant to stay loaded.
+    KeepAliveNever,
+    /// `load = "on-start"`: it is meant to be there from the start.
+    OnStart,
+}
+
+impl Pinned {
+    /// The setting that pins it, as written in `arcane.toml`.
+    pub fn setting(self) -> &'static str {
+        match self {
+            Self::Explicit => "pin = true",
+            Self::KeepAliveNever => "keep_alive = -1",
+            Self::OnStart => "load = \"on-start\"",
+        }
+    }
+}
+
+/// An exclusive group (`[[group]]` with `exclusive = true`): at most one of its
+/// members is loaded at a time; loading another unloads the loaded one once it is
+/// idle. A model belongs to at most one group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// The group's id (`[[group]] id`).
+    pub id: String,
+    /// The ids of its models.
+    pub members: Vec<String>,
+}
+
+/// What the configuration says: the models (the first is the default), the device
+/// limits and the exclusive groups.
+pub struct Configuration {
+    /// The models.
+    pub models: Vec<ModelSpec>,
+    /// What fits on each device.
+    pub limits: HashMap<String, DeviceLimit>,
+    /// The exclusive groups.
+    pub groups: Vec<Group>,
+}
+
+/// Reads the configuration again (`arcane reload`, SIGHUP): the models, device limits
+/// and groups it now names. Blocking (it reads files and the registry).
+pub type Reloader = Arc<dyn Fn() -> Result<Configuration, BoxError> + Send + Sync>;
 
 /// What fits on one device.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -118,6 +190,7 @@ pub struct Gateway {
     /// still holding their device until then.
     retiring: Mutex<Vec<Arc<Model>>>,
     limits: std::sync::RwLock<HashMap<String, DeviceLimit>>,
+    groups: std::sync::RwLock<Vec<Group>>,
     reloader: Mutex<Option<Reloader>>,
     placement: tokio::sync::Mutex<()>,
     changed: tokio::sync::Notify,
@@ -141,6 +214,20 @@ impl std::fmt::Debug for Gateway {
 impl Gateway {
     /// A gateway over `models` (the first is the default) with per-device `limits`.
     pub fn new(models: Vec<ModelSpec>, limits: HashMap<String, DeviceLimit>) -> Arc<Self> {
+        Self::configured(Configuration {
+            models,
+            limits,
+            groups: Vec::new(),
+        })
+    }
+
+    /// A gateway over `configuration`'s models, device limits and groups.
+    pub fn configured(configuration: Configuration) -> Arc<Self> {
+        let Configuration {
+            models,
+            limits,
+            groups,
+        } = configuration;
         let metrics = Metrics::new();
         for model in &models {
             metrics.register_model(&model.id);
@@ -149,6 +236,7 @@ impl Gateway {
             models: std::sync::RwLock::new(models.into_iter().map(Model::new).collect()),
             retiring: Mutex::new(Vec::new()),
             limits: std::sync::RwLock::new(limits),
+            groups: std::sync::RwLock::new(groups),
             reloader: Mutex::new(None),
             placement: tokio::sync::Mutex::new(()),
             changed: tokio::sync::Notify::new(),
@@ -178,7 +266,7 @@ impl Gateway {
             Some(name) => models.iter().find(|m| m.answers_to(name)),
         };
         found.cloned().ok_or_else(|| {
-            let entries: Vec<Value> = models.iter().map(|m| m.entry()).collect();
+            let entries: Vec<Value> = self.listed().iter().map(|m| m.entry()).collect();
             NoRoute {
                 status: StatusCode::NOT_FOUND,
                 body: crate::passthrough::model_not_found(name.unwrap_or(""), &entries),
@@ -275,6 +363,15 @@ impl Gateway {
         everyone
     }
 
+    /// The models shown to clients: every model routed to but those configured
+    /// `unlisted`. The one rule of every client-facing listing (`/v1/models`, the
+    /// known models of a 404), so a later listing inherits it.
+    pub(super) fn listed(&self) -> Vec<Arc<Model>> {
+        let mut models = self.models();
+        models.retain(|m| !m.spec.unlisted);
+        models
+    }
+
     /// The models requests are routed to now.
     fn models(&self) -> Vec<Arc<Model>> {
         self.models
@@ -314,13 +411,5 @@ fn not_ready(model: &str, why: &str) -> NoRoute {
         status: StatusCode::SERVICE_UNAVAILABLE,
         body: json!({"error": {"code": codes::LOCAL_AI_SERVER_NOT_READY, "message": format!("`{model}` is not ready: {why}"), "details": {"model": model}}}),
         retry_after: Some(2),
-    }
-}
-
-fn busy(message: String) -> NoRoute {
-    NoRoute {
-        status: StatusCode::SERVICE_UNAVAILABLE,
-        body: json!({"error": {"code": codes::ARCANE_IN_USE, "message": message, "details": {}}}),
-        retry_after: Some(5),
     }
 }

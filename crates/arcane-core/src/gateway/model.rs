@@ -196,6 +196,8 @@ impl Model {
             "crashes": inner.crashes,
             "lastError": inner.last_error,
             "url": url,
+            "pinned": self.spec.pinned().map(super::Pinned::setting),
+            "unlisted": self.spec.unlisted,
         })
     }
 

@@ -1,11 +1,18 @@
-//! What fits on a device: eviction of the least recently used idle model, unloading,
-//! and the idle clock of `keep_alive`.
+//! What fits on a device: eviction of the least recently used idle model that is not
+//! pinned, the swap of an exclusive group's member, unloading, and the idle clock of
+//! `keep_alive`.
+//!
+//! Every placement decision is [`Gateway::next_step`]: in order, one engine per model
+//! id (a retired namesake goes first), one loaded member per exclusive group, then the
+//! device's `max_loaded` and memory. A decision either lets the load go on, unloads
+//! one model, waits (bounded by the load timeout) for one to become idle, or refuses
+//! with a [`Refusal`] that names what holds the device.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use arcane_report::event_types;
-use serde_json::json;
+use arcane_report::{codes, event_types};
+use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::metrics::Metrics;
@@ -18,6 +25,8 @@ pub(super) enum Reason {
     KeepAlive,
     Requested,
     Evicted,
+    /// Another member of its exclusive group is loading.
+    Group,
     Shutdown,
 }
 
@@ -27,103 +36,289 @@ impl Reason {
             Self::KeepAlive => "keep-alive",
             Self::Requested => "request",
             Self::Evicted => "evicted",
+            Self::Group => "group",
             Self::Shutdown => "shutdown",
         }
     }
 }
 
+/// A model that holds a device or a group, as a refusal names it.
+#[derive(Debug, Clone)]
+pub(super) struct Holder {
+    id: String,
+    in_flight: usize,
+    state: &'static str,
+    memory: u64,
+    pinned: Option<Pinned>,
+}
+
+impl Holder {
+    fn of(model: &Model) -> Self {
+        Self {
+            id: model.spec.id.clone(),
+            in_flight: model.lock().in_flight,
+            state: model.current().name(),
+            memory: model.spec.memory,
+            pinned: model.spec.pinned(),
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({"model": self.id, "inFlight": self.in_flight, "state": self.state, "memory": self.memory, "pinned": self.pinned.map(Pinned::setting)})
+    }
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`{}` (", self.id)?;
+        if let Some(pinned) = self.pinned {
+            write!(
+                f,
+                "pinned by `{}`, {} bytes, ",
+                pinned.setting(),
+                self.memory
+            )?;
+        }
+        write!(f, "{} in flight, {})", self.in_flight, self.state)
+    }
+}
+
+fn listed(holders: &[Holder]) -> String {
+    let names: Vec<String> = holders.iter().map(Holder::to_string).collect();
+    names.join(", ")
+}
+
+/// How full a device is, as a refusal says it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Usage {
+    loaded: usize,
+    max_loaded: Option<usize>,
+    used: u64,
+    budget: Option<u64>,
+}
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(max) = self.max_loaded {
+            parts.push(format!("{} of {max} slots", self.loaded));
+        }
+        if let Some(budget) = self.budget {
+            parts.push(format!("{} of {budget} bytes", self.used));
+        }
+        if parts.is_empty() {
+            return write!(f, "{} loaded", self.loaded);
+        }
+        write!(f, "{} in use", parts.join(" and "))
+    }
+}
+
+/// Why a load gets no room: each with a stable code and its values in `details`.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Refusal {
+    /// The model alone is bigger than its device's budget.
+    #[error("`{model}` needs {need} bytes, more than device `{device}`'s budget of {budget}")]
+    OverBudget {
+        model: String,
+        device: String,
+        need: u64,
+        budget: u64,
+    },
+    /// A retired configuration of the same id still serves requests.
+    #[error("`{model}` was reloaded and its previous configuration still has requests in flight; the new one loads once they are done")]
+    Namesake { model: String },
+    /// The device is full, and what could go stayed busy until the load timeout.
+    #[error("device `{device}` is full and busy: {} hold it; `{model}` cannot load until one is idle", listed(.holders))]
+    DeviceBusy {
+        model: String,
+        device: String,
+        holders: Vec<Holder>,
+    },
+    /// The device is full of pinned models: nothing may go.
+    #[error("`{model}` ({need} bytes) cannot load: device `{device}` is full ({usage}) and held by pinned models, never evicted to make room: {}", listed(.holders))]
+    Pinned {
+        model: String,
+        device: String,
+        need: u64,
+        usage: Usage,
+        holders: Vec<Holder>,
+    },
+    /// Another member of the model's exclusive group stayed busy until the load
+    /// timeout.
+    #[error("group `{group}` allows one loaded model: {} holds it; `{model}` cannot load until it is idle", listed(.holders))]
+    GroupBusy {
+        model: String,
+        group: String,
+        holders: Vec<Holder>,
+    },
+}
+
+impl Refusal {
+    /// The stable error code.
+    pub(super) fn code(&self) -> &'static str {
+        match self {
+            Self::Pinned { .. } => codes::LOCAL_AI_DEVICE_PINNED,
+            _ => codes::ARCANE_IN_USE,
+        }
+    }
+
+    /// The offending values.
+    fn details(&self) -> Value {
+        let holders = |holders: &[Holder]| holders.iter().map(Holder::json).collect::<Vec<_>>();
+        match self {
+            Self::OverBudget {
+                model,
+                device,
+                need,
+                budget,
+            } => {
+                json!({"model": model, "device": device, "need": need, "budget": budget})
+            }
+            Self::Namesake { model } => json!({"model": model}),
+            Self::DeviceBusy {
+                model,
+                device,
+                holders: h,
+            } => {
+                json!({"model": model, "device": device, "holders": holders(h)})
+            }
+            Self::Pinned {
+                model,
+                device,
+                need,
+                usage,
+                holders: h,
+            } => json!({
+                "model": model, "device": device, "need": need, "loaded": usage.loaded,
+                "maxLoaded": usage.max_loaded, "used": usage.used, "budget": usage.budget,
+                "pinned": holders(h),
+            }),
+            Self::GroupBusy {
+                model,
+                group,
+                holders: h,
+            } => {
+                json!({"model": model, "group": group, "holders": holders(h)})
+            }
+        }
+    }
+}
+
+impl From<Refusal> for NoRoute {
+    /// 503; a retry may succeed later unless the device is pinned full.
+    fn from(refusal: Refusal) -> Self {
+        let retry_after = (refusal.code() != codes::LOCAL_AI_DEVICE_PINNED).then_some(5);
+        NoRoute {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            body: json!({"error": {"code": refusal.code(), "message": refusal.to_string(), "details": refusal.details()}}),
+            retry_after,
+        }
+    }
+}
+
+/// What placement does next for a load.
+enum Step {
+    /// The model fits: its load goes on.
+    Fits,
+    /// This model goes first (and the decision is made again).
+    Unload(Arc<Model>, Reason),
+    /// Wait for a change (a request ending, an unload), bounded; this is the refusal
+    /// when the bound passes.
+    Wait(Refusal),
+    /// Nothing can change: refused now.
+    Refuse(Refusal),
+}
+
+/// Whether `model` could be unloaded now (ready, nothing in flight).
+fn idle(model: &Model) -> bool {
+    matches!(model.current(), Phase::Ready(_)) && model.lock().in_flight == 0
+}
+
 impl Gateway {
-    /// Evicts least recently used idle models on `model`'s device until it fits, or
-    /// waits (bounded) for one to become idle. Called with the placement lock held.
-    pub(super) async fn make_room(&self, model: &Arc<Model>) -> Result<(), NoRoute> {
-        let device = &model.spec.device;
-        let limit = self
-            .limits
+    /// Makes room for `model` on its device and in its group: unloads, or waits
+    /// (bounded by its load timeout) for, what must go first (see
+    /// [`Gateway::next_step`]). Called with the placement lock held.
+    pub(super) async fn make_room(&self, model: &Arc<Model>) -> Result<(), Refusal> {
+        let limit = self.limit(&model.spec.device);
+        if let Some(budget) = limit.memory.filter(|b| model.spec.memory > *b) {
+            return Err(Refusal::OverBudget {
+                model: model.spec.id.clone(),
+                device: model.spec.device.clone(),
+                need: model.spec.memory,
+                budget,
+            });
+        }
+        let deadline = Instant::now() + model.spec.load_timeout;
+        loop {
+            // Registered before the decision, so a change in between is not lost.
+            let changed = self.changed.notified();
+            match self.next_step(model, limit) {
+                Step::Fits => return Ok(()),
+                Step::Refuse(refusal) => return Err(refusal),
+                Step::Unload(first, reason) => {
+                    self.unload(&first, reason, Some(&model.spec.id)).await;
+                }
+                Step::Wait(refusal) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() || tokio::time::timeout(left, changed).await.is_err() {
+                        return Err(refusal);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The one placement decision for loading `model` (see the module documentation).
+    fn next_step(&self, model: &Arc<Model>, limit: DeviceLimit) -> Step {
+        let everyone = self.everyone();
+        let others: Vec<&Arc<Model>> = everyone
+            .iter()
+            .filter(|m| !Arc::ptr_eq(m, model) && m.current().occupies())
+            .collect();
+        namesake_step(model, &others)
+            .or_else(|| self.group_step(model, &others))
+            .unwrap_or_else(|| device_step(model, limit, &others))
+    }
+
+    /// An exclusive group's other loaded member goes once it is idle.
+    fn group_step(&self, model: &Model, others: &[&Arc<Model>]) -> Option<Step> {
+        let group = self.group_of(&model.spec.id)?;
+        let rivals: Vec<&Arc<Model>> = others
+            .iter()
+            .copied()
+            .filter(|m| group.members.contains(&m.spec.id))
+            .collect();
+        if rivals.is_empty() {
+            return None;
+        }
+        if let Some(rival) = rivals.iter().find(|m| idle(m)) {
+            return Some(Step::Unload(Arc::clone(rival), Reason::Group));
+        }
+        Some(Step::Wait(Refusal::GroupBusy {
+            model: model.spec.id.clone(),
+            group: group.id,
+            holders: rivals.iter().map(|m| Holder::of(m)).collect(),
+        }))
+    }
+
+    /// The exclusive group `id` belongs to.
+    pub(super) fn group_of(&self, id: &str) -> Option<Group> {
+        self.groups
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|g| g.members.iter().any(|m| m == id))
+            .cloned()
+    }
+
+    /// The limits of `device` (none when it has no table).
+    fn limit(&self, device: &str) -> DeviceLimit {
+        self.limits
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(device)
             .copied()
-            .unwrap_or_default();
-        if let Some(budget) = limit.memory.filter(|b| model.spec.memory > *b) {
-            return Err(busy(format!(
-                "`{}` needs {} bytes, more than device `{device}`'s budget of {budget}",
-                model.spec.id, model.spec.memory
-            )));
-        }
-        let deadline = Instant::now() + model.spec.load_timeout;
-        loop {
-            let everyone = self.everyone();
-            // One engine per model id: a retired model of the same id (its socket and
-            // ownership record are this one's) goes first, whatever the capacity.
-            let namesake = everyone
-                .iter()
-                .find(|m| {
-                    m.spec.id == model.spec.id && !Arc::ptr_eq(m, model) && m.current().occupies()
-                })
-                .cloned();
-            if let Some(namesake) = namesake {
-                let idle =
-                    matches!(namesake.current(), Phase::Ready(_)) && namesake.lock().in_flight == 0;
-                if idle {
-                    self.unload(&namesake, Reason::Requested, Some(&model.spec.id))
-                        .await;
-                    continue;
-                }
-                let notified = self.changed.notified();
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() || tokio::time::timeout(left, notified).await.is_err() {
-                    return Err(busy(format!(
-                        "`{}` was reloaded and its previous configuration still has requests in flight; the new one loads once they are done",
-                        model.spec.id
-                    )));
-                }
-                continue;
-            }
-            let occupants: Vec<&Arc<Model>> = everyone
-                .iter()
-                .filter(|m| {
-                    &m.spec.device == device && !Arc::ptr_eq(m, model) && m.current().occupies()
-                })
-                .collect();
-            let used: u64 = occupants.iter().map(|m| m.spec.memory).sum();
-            let fits_count = limit.max_loaded.is_none_or(|max| occupants.len() < max);
-            let fits_memory = limit
-                .memory
-                .is_none_or(|budget| used + model.spec.memory <= budget);
-            if fits_count && fits_memory {
-                return Ok(());
-            }
-            let victim = occupants
-                .iter()
-                .filter(|m| matches!(m.current(), Phase::Ready(_)) && m.lock().in_flight == 0)
-                .min_by_key(|m| m.lock().last_used)
-                .map(|m| Arc::clone(m));
-            if let Some(victim) = victim {
-                self.unload(&victim, Reason::Evicted, Some(&model.spec.id))
-                    .await;
-                continue;
-            }
-            let notified = self.changed.notified();
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || tokio::time::timeout(left, notified).await.is_err() {
-                let holders: Vec<String> = occupants
-                    .iter()
-                    .map(|m| {
-                        format!(
-                            "`{}` ({} in flight, {})",
-                            m.spec.id,
-                            m.lock().in_flight,
-                            m.current().name()
-                        )
-                    })
-                    .collect();
-                return Err(busy(format!(
-                    "device `{device}` is full and busy: {} hold it; `{}` cannot load until one is idle",
-                    holders.join(", "),
-                    model.spec.id
-                )));
-            }
-        }
+            .unwrap_or_default()
     }
 
     /// Stops `model`'s engine (a ready model only; one with requests in flight only
@@ -164,6 +359,10 @@ impl Gateway {
                 event_types::LOCAL_AI_MODEL_EVICTED,
                 json!({"model": model.spec.id, "device": model.spec.device, "for": for_model}),
             ),
+            Reason::Group => (
+                event_types::LOCAL_AI_MODEL_UNLOADED,
+                json!({"model": model.spec.id, "device": model.spec.device, "reason": reason.name(), "for": for_model, "group": self.group_of(&model.spec.id).map(|g| g.id)}),
+            ),
             _ => (
                 event_types::LOCAL_AI_MODEL_UNLOADED,
                 json!({"model": model.spec.id, "device": model.spec.device, "reason": reason.name()}),
@@ -202,4 +401,66 @@ impl Gateway {
             }
         });
     }
+}
+
+/// One engine per model id: a retired model of the same id (its socket and ownership
+/// record are this one's) goes first, whatever the capacity.
+fn namesake_step(model: &Model, others: &[&Arc<Model>]) -> Option<Step> {
+    let namesake = others.iter().find(|m| m.spec.id == model.spec.id)?;
+    Some(if idle(namesake) {
+        Step::Unload(Arc::clone(namesake), Reason::Requested)
+    } else {
+        Step::Wait(Refusal::Namesake {
+            model: model.spec.id.clone(),
+        })
+    })
+}
+
+/// The device's `max_loaded` and memory: the least recently used idle model that is
+/// not pinned goes; with none, the load waits for one that may go, or is refused when
+/// only pinned models hold the device.
+fn device_step(model: &Model, limit: DeviceLimit, others: &[&Arc<Model>]) -> Step {
+    let occupants: Vec<&Arc<Model>> = others
+        .iter()
+        .copied()
+        .filter(|m| m.spec.device == model.spec.device)
+        .collect();
+    let usage = Usage {
+        loaded: occupants.len(),
+        max_loaded: limit.max_loaded,
+        used: occupants.iter().map(|m| m.spec.memory).sum(),
+        budget: limit.memory,
+    };
+    let fits_count = usage.max_loaded.is_none_or(|max| usage.loaded < max);
+    let fits_memory = usage
+        .budget
+        .is_none_or(|budget| usage.used + model.spec.memory <= budget);
+    if fits_count && fits_memory {
+        return Step::Fits;
+    }
+    let movable =
+        |m: &&Arc<Model>| m.spec.pinned().is_none() || matches!(m.current(), Phase::Unloading);
+    let victim = occupants
+        .iter()
+        .filter(|m| m.spec.pinned().is_none() && idle(m))
+        .min_by_key(|m| m.lock().last_used);
+    if let Some(victim) = victim {
+        return Step::Unload(Arc::clone(victim), Reason::Evicted);
+    }
+    let holders = occupants.iter().map(|m| Holder::of(m)).collect();
+    let (model_id, device) = (model.spec.id.clone(), model.spec.device.clone());
+    if occupants.iter().any(movable) {
+        return Step::Wait(Refusal::DeviceBusy {
+            model: model_id,
+            device,
+            holders,
+        });
+    }
+    Step::Refuse(Refusal::Pinned {
+        model: model_id,
+        device,
+        need: model.spec.memory,
+        usage,
+        holders,
+    })
 }

@@ -1,6 +1,6 @@
-//! Reading the configuration again: added, removed, changed and unchanged models.
+//! Reading the configuration again: added, removed, changed and unchanged models, the
+//! device limits and the exclusive groups.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,8 +19,10 @@ impl Gateway {
 
     /// Reads the configuration again and applies it: added models become routable,
     /// removed ones stop being routed to and unload once idle, changed ones are
-    /// replaced (the old engine unloads once idle), unchanged ones are untouched.
-    /// Returns `{added, removed, changed, unchanged}`.
+    /// replaced (the old engine unloads once idle), unchanged ones are untouched. The
+    /// device limits and groups are replaced: a group's new rule applies from the next
+    /// load (members loaded together before it stay until one is idle and another
+    /// member loads). Returns `{added, removed, changed, unchanged, groups}`.
     pub async fn reload(&self) -> MethodResult {
         let reloader = self
             .reloader
@@ -43,11 +45,11 @@ impl Gateway {
             })
             .and_then(|read| read);
         match read {
-            Ok((specs, limits)) => {
+            Ok(configuration) => {
                 // Serialized with placement decisions: a load is decided wholly before
                 // or wholly after the models change.
                 let placement = self.placement.lock().await;
-                let summary = self.apply(specs, limits);
+                let summary = self.apply(configuration);
                 drop(placement);
                 self.emit(event_types::LOCAL_AI_MODELS_RELOADED, summary.clone());
                 Ok(summary)
@@ -64,11 +66,13 @@ impl Gateway {
     }
 
     /// Applies a new configuration (see [`Gateway::reload`]).
-    pub(super) fn apply(
-        &self,
-        specs: Vec<ModelSpec>,
-        limits: HashMap<String, DeviceLimit>,
-    ) -> Value {
+    pub(super) fn apply(&self, configuration: Configuration) -> Value {
+        let Configuration {
+            models: specs,
+            limits,
+            groups,
+        } = configuration;
+        let group_ids: Vec<String> = groups.iter().map(|g| g.id.clone()).collect();
         let old = self.models();
         let (mut added, mut changed, mut unchanged) = (Vec::new(), Vec::new(), Vec::new());
         let mut next = Vec::new();
@@ -103,11 +107,12 @@ impl Gateway {
         }
         *self.models.write().unwrap_or_else(|p| p.into_inner()) = next;
         *self.limits.write().unwrap_or_else(|p| p.into_inner()) = limits;
+        *self.groups.write().unwrap_or_else(|p| p.into_inner()) = groups;
         for model in retired {
             self.retire(model);
         }
         self.changed.notify_waiters();
-        json!({"added": added, "removed": removed, "changed": changed, "unchanged": unchanged})
+        json!({"added": added, "removed": removed, "changed": changed, "unchanged": unchanged, "groups": group_ids})
     }
 
     /// Unloads a model no longer routed to once its requests are done.

@@ -100,16 +100,18 @@ impl Upstream for Gateway {
             let Phase::Ready(access) = model.current() else {
                 return Err(not_ready(&model.spec.id, "it was unloaded"));
             };
+            // An owned llama.cpp answers with the model's id; an external server, a
+            // command, or an engine sent `upstream_model` with its own name: rename when
+            // the client asked for something else.
+            let as_id = model.spec.answers_as_id && model.spec.upstream_model.is_none();
             Ok(Route {
                 access,
                 lease: Some(Box::new(lease)),
-                // An owned llama.cpp answers with the model's id; an external server or a
-                // command with its own name: rename when the client asked for something
-                // else.
                 rename: request
                     .model
-                    .filter(|asked| *asked != model.spec.id || !model.spec.answers_as_id)
-                    .or_else(|| (!model.spec.answers_as_id).then(|| model.spec.id.clone())),
+                    .filter(|asked| *asked != model.spec.id || !as_id)
+                    .or_else(|| (!as_id).then(|| model.spec.id.clone())),
+                upstream_model: model.spec.upstream_model.clone(),
             })
         })
     }
@@ -130,7 +132,7 @@ impl Upstream for Gateway {
     }
 
     fn models(&self) -> Option<Value> {
-        let data: Vec<Value> = self.models().iter().map(|m| m.entry()).collect();
+        let data: Vec<Value> = self.listed().iter().map(|m| m.entry()).collect();
         Some(json!({"object": "list", "data": data}))
     }
 }

@@ -173,6 +173,10 @@ struct Spec {
     id: &'static str,
     memory: u64,
     keep_alive: KeepAlive,
+    load_on_start: bool,
+    pin: Option<bool>,
+    unlisted: bool,
+    upstream_model: Option<&'static str>,
 }
 
 fn model(id: &'static str) -> Spec {
@@ -180,6 +184,10 @@ fn model(id: &'static str) -> Spec {
         id,
         memory: 0,
         keep_alive: KeepAlive::default(),
+        load_on_start: false,
+        pin: None,
+        unlisted: false,
+        upstream_model: None,
     }
 }
 
@@ -199,6 +207,20 @@ impl Rig {
 
     /// Every launch waits for a permit of `gate`.
     fn with_gate(specs: Vec<Spec>, limit: DeviceLimit, gate: Option<Arc<Semaphore>>) -> Self {
+        Self::configured(specs, limit, gate, Vec::new())
+    }
+
+    /// With exclusive `groups`.
+    fn with_groups(specs: Vec<Spec>, limit: DeviceLimit, groups: Vec<Group>) -> Self {
+        Self::configured(specs, limit, None, groups)
+    }
+
+    fn configured(
+        specs: Vec<Spec>,
+        limit: DeviceLimit,
+        gate: Option<Arc<Semaphore>>,
+        groups: Vec<Group>,
+    ) -> Self {
         let log = Arc::new(Log::default());
         let mut launchers = HashMap::new();
         let mut models = Vec::new();
@@ -217,16 +239,23 @@ impl Rig {
                 launcher,
                 device: "cpu".into(),
                 keep_alive: spec.keep_alive,
-                load_on_start: false,
+                load_on_start: spec.load_on_start,
                 external: false,
                 answers_as_id: true,
                 reachable_without_token: false,
                 memory: spec.memory,
                 load_timeout: LOAD_TIMEOUT,
                 fingerprint: spec.id.into(),
+                pin: spec.pin,
+                unlisted: spec.unlisted,
+                upstream_model: spec.upstream_model.map(String::from),
             });
         }
-        let gateway = Gateway::new(models, HashMap::from([("cpu".to_string(), limit)]));
+        let gateway = Gateway::configured(Configuration {
+            models,
+            limits: HashMap::from([("cpu".to_string(), limit)]),
+            groups,
+        });
         let events: Arc<Mutex<Vec<Event>>> = Arc::default();
         let seen = Arc::clone(&events);
         let observer =
@@ -726,9 +755,21 @@ impl Rig {
                 } else {
                     model.spec.fingerprint.clone()
                 },
+                pin: model.spec.pin,
+                unlisted: false,
+                upstream_model: None,
             });
         }
-        let read = Mutex::new(Some((specs, HashMap::from([("cpu".to_string(), limit)]))));
+        let read = Mutex::new(Some(Configuration {
+            models: specs,
+            limits: HashMap::from([("cpu".to_string(), limit)]),
+            groups: self
+                .gateway
+                .groups
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        }));
         self.gateway.set_reloader(Arc::new(move || {
             Ok(read
                 .lock()
@@ -791,4 +832,308 @@ async fn a_changed_model_waits_for_its_previous_engine_to_be_idle_and_stopped() 
         .unwrap_or_else(|refused| panic!("refused: {} {}", refused.status, refused.body));
     drop(served);
     assert_eq!(rig.log.entries(), log(&["launch m", "stop m", "launch m2"]));
+}
+
+fn pinned_by(
+    id: &'static str,
+    keep_alive: KeepAlive,
+    load_on_start: bool,
+    pin: Option<bool>,
+) -> Spec {
+    Spec {
+        keep_alive,
+        load_on_start,
+        pin,
+        ..model(id)
+    }
+}
+
+fn group(id: &str, members: &[&str]) -> Group {
+    Group {
+        id: id.into(),
+        members: members.iter().map(|m| m.to_string()).collect(),
+    }
+}
+
+/// The llama-swap report: an always-loaded model was evicted for another. A pinned
+/// model stays; the load that needed its room fails at once naming it and the device.
+#[tokio::test(start_paused = true)]
+async fn a_pinned_model_is_never_evicted_and_the_load_that_needed_room_fails_naming_it() {
+    let rig = Rig::new(
+        vec![
+            pinned_by("embed", KeepAlive::default(), false, Some(true)),
+            model("coder"),
+        ],
+        max_loaded(1),
+    );
+    drop(rig.route("embed").await);
+    let refused = rig.refused("coder").await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.retry_after, None);
+    let error = &refused.body["error"];
+    assert_eq!(error["code"], codes::LOCAL_AI_DEVICE_PINNED);
+    assert_eq!(
+        error["message"],
+        "`coder` (0 bytes) cannot load: device `cpu` is full (1 of 1 slots in use) and held by pinned models, never evicted to make room: `embed` (pinned by `pin = true`, 0 bytes, 0 in flight, ready)"
+    );
+    assert_eq!(error["details"]["pinned"][0]["model"], "embed");
+    assert_eq!(error["details"]["pinned"][0]["pinned"], "pin = true");
+    assert_eq!(error["details"]["maxLoaded"], 1);
+    assert_eq!(rig.log.entries(), log(&["launch embed"]));
+    assert_eq!(
+        rig.states(),
+        [state("embed", "ready"), state("coder", "unloaded")]
+    );
+    assert!(rig.events("local-ai.model.evicted").is_empty());
+}
+
+/// `keep_alive = -1` and `load = "on-start"` pin as `pin = true` does; `pin = false`
+/// takes the pin back.
+#[tokio::test(start_paused = true)]
+async fn keep_alive_minus_one_and_on_start_pin_too_and_pin_false_unpins() {
+    let rig = Rig::new(
+        vec![
+            pinned_by("forever", KeepAlive::Never, false, None),
+            pinned_by("early", KeepAlive::default(), true, None),
+            model("other"),
+        ],
+        max_loaded(2),
+    );
+    rig.until_state("early", "ready").await;
+    drop(rig.route("forever").await);
+    let refused = rig.refused("other").await;
+    assert_eq!(refused.body["error"]["code"], codes::LOCAL_AI_DEVICE_PINNED);
+    let pins: Vec<&Value> = refused.body["error"]["details"]["pinned"]
+        .as_array()
+        .expect("the pinned models")
+        .iter()
+        .map(|h| &h["pinned"])
+        .collect();
+    assert_eq!(
+        pins,
+        [&json!("keep_alive = -1"), &json!("load = \"on-start\"")]
+    );
+    assert_eq!(rig.row("forever")["pinned"], "keep_alive = -1");
+    assert_eq!(rig.log.entries(), log(&["launch early", "launch forever"]));
+
+    let unpinned = Rig::new(
+        vec![
+            pinned_by("forever", KeepAlive::Never, false, Some(false)),
+            model("other"),
+        ],
+        max_loaded(1),
+    );
+    drop(unpinned.route("forever").await);
+    drop(unpinned.route("other").await);
+    assert_eq!(
+        unpinned.log.entries(),
+        log(&["launch forever", "stop forever", "launch other"])
+    );
+}
+
+/// A pinned model stays while an unpinned one goes: eviction skips the pinned, even
+/// when it is the least recently used.
+#[tokio::test(start_paused = true)]
+async fn eviction_passes_over_a_pinned_model_for_an_unpinned_one() {
+    let rig = Rig::new(
+        vec![
+            pinned_by("embed", KeepAlive::Never, false, None),
+            model("a"),
+            model("b"),
+        ],
+        max_loaded(2),
+    );
+    drop(rig.route("embed").await);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    drop(rig.route("a").await);
+    drop(rig.route("b").await);
+    assert_eq!(
+        rig.log.entries(),
+        log(&["launch embed", "launch a", "stop a", "launch b"])
+    );
+    assert_eq!(
+        rig.events("local-ai.model.evicted"),
+        [json!({"model": "a", "device": "cpu", "for": "b"})]
+    );
+}
+
+/// An exclusive group: loading one member unloads the other once it is idle (reported
+/// as `unloaded` with `reason: "group"`), even with room on the device; a model outside
+/// the group is untouched.
+#[tokio::test(start_paused = true)]
+async fn an_exclusive_group_swaps_its_idle_member_and_leaves_others_alone() {
+    let rig = Rig::with_groups(
+        vec![model("a"), model("b"), model("solo")],
+        DeviceLimit::default(),
+        vec![group("chat", &["a", "b"])],
+    );
+    drop(rig.route("solo").await);
+    drop(rig.route("a").await);
+    drop(rig.route("b").await);
+    assert_eq!(
+        rig.log.entries(),
+        log(&["launch solo", "launch a", "stop a", "launch b"])
+    );
+    assert_eq!(
+        rig.states(),
+        [
+            state("a", "unloaded"),
+            state("b", "ready"),
+            state("solo", "ready")
+        ]
+    );
+    assert_eq!(
+        rig.events("local-ai.model.unloaded"),
+        [json!({"model": "a", "device": "cpu", "reason": "group", "for": "b", "group": "chat"})]
+    );
+    assert!(rig.events("local-ai.model.evicted").is_empty());
+}
+
+/// A busy member is not unloaded under its request: the other member's load waits for
+/// it to be idle, then swaps.
+#[tokio::test(start_paused = true)]
+async fn an_exclusive_group_waits_for_its_busy_member_then_swaps() {
+    let rig = Rig::with_groups(
+        vec![model("a"), model("b")],
+        DeviceLimit::default(),
+        vec![group("chat", &["a", "b"])],
+    );
+    let held = rig.route("a").await;
+    let b = rig.spawn_route("b");
+    settle().await;
+    tokio::time::advance(LOAD_TIMEOUT / 2).await;
+    settle().await;
+    assert!(!b.is_finished());
+    assert_eq!(rig.log.entries(), log(&["launch a"]));
+    drop(held);
+    let routed = tokio::time::timeout(WAIT, b).await.expect("B's load ended");
+    assert!(matches!(routed, Ok(Ok(_))), "B was not routed");
+    assert_eq!(rig.log.entries(), log(&["launch a", "stop a", "launch b"]));
+}
+
+/// A member busy past the load timeout: the other's load fails naming it and the group.
+#[tokio::test(start_paused = true)]
+async fn an_exclusive_group_load_fails_after_the_bound_naming_the_busy_member() {
+    let rig = Rig::with_groups(
+        vec![model("a"), model("b")],
+        DeviceLimit::default(),
+        vec![group("chat", &["a", "b"])],
+    );
+    let _held = rig.route("a").await;
+    let refused = rig.refused("b").await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.body["error"]["code"], codes::ARCANE_IN_USE);
+    assert_eq!(
+        refused.body["error"]["message"],
+        "group `chat` allows one loaded model: `a` (1 in flight, ready) holds it; `b` cannot load until it is idle"
+    );
+    assert_eq!(refused.body["error"]["details"]["group"], "chat");
+    assert_eq!(refused.body["error"]["details"]["holders"][0]["model"], "a");
+    assert_eq!(rig.log.entries(), log(&["launch a"]));
+}
+
+/// A reload changes the groups: members that ran together now swap, and a model taken
+/// out of its group runs beside its former members.
+#[tokio::test(start_paused = true)]
+async fn a_reload_changes_group_membership() {
+    let rig = Rig::with_groups(
+        vec![model("a"), model("b"), model("c")],
+        DeviceLimit::default(),
+        vec![group("chat", &["a", "b"])],
+    );
+    drop(rig.route("a").await);
+    drop(rig.route("c").await);
+    rig.reload_groups(vec![group("chat", &["b", "c"])]);
+    let summary = rig.gateway.reload().await.expect("reloaded");
+    assert_eq!(summary["groups"], json!(["chat"]));
+    assert_eq!(summary["unchanged"], json!(["a", "b", "c"]));
+    // `b` now swaps with `c`, and `a` (out of the group) stays.
+    drop(rig.route("b").await);
+    assert_eq!(
+        rig.log.entries(),
+        log(&["launch a", "launch c", "stop c", "launch b"])
+    );
+    assert_eq!(
+        rig.states(),
+        [
+            state("a", "ready"),
+            state("b", "ready"),
+            state("c", "unloaded")
+        ]
+    );
+}
+
+impl Rig {
+    /// Makes `reload` keep every model and set `groups`.
+    fn reload_groups(&self, groups: Vec<Group>) {
+        let specs: Vec<ModelSpec> = self
+            .gateway
+            .models()
+            .iter()
+            .map(|model| ModelSpec {
+                id: model.spec.id.clone(),
+                aliases: Vec::new(),
+                launcher: Arc::clone(&model.spec.launcher),
+                device: "cpu".into(),
+                keep_alive: model.spec.keep_alive,
+                load_on_start: false,
+                external: false,
+                answers_as_id: true,
+                reachable_without_token: false,
+                memory: 0,
+                load_timeout: LOAD_TIMEOUT,
+                fingerprint: model.spec.fingerprint.clone(),
+                pin: model.spec.pin,
+                unlisted: false,
+                upstream_model: None,
+            })
+            .collect();
+        let read = Mutex::new(Some(Configuration {
+            models: specs,
+            limits: HashMap::new(),
+            groups,
+        }));
+        self.gateway.set_reloader(Arc::new(move || {
+            Ok(read
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .expect("one reload"))
+        }));
+    }
+}
+
+/// `unlisted` is routed to but in no listing a client sees (`/v1/models`, a 404's
+/// known models); `upstream_model` is what the route sends the engine, and the answer
+/// is named as the client asked.
+#[tokio::test(start_paused = true)]
+async fn an_unlisted_model_is_routed_but_not_listed_and_upstream_model_renames_back() {
+    let hidden = Spec {
+        unlisted: true,
+        upstream_model: Some("org/real-name"),
+        ..model("hidden")
+    };
+    let rig = Rig::new(vec![model("shown"), hidden], DeviceLimit::default());
+    let listed = <Gateway as Upstream>::models(&rig.gateway).expect("a list");
+    let ids: Vec<&Value> = listed["data"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| &e["id"])
+        .collect();
+    assert_eq!(ids, [&json!("shown")]);
+    let unknown = rig.refused("nope").await;
+    assert!(
+        !unknown.body.to_string().contains("hidden"),
+        "{}",
+        unknown.body
+    );
+    let route = rig.route("hidden").await;
+    assert_eq!(route.upstream_model.as_deref(), Some("org/real-name"));
+    assert_eq!(route.rename.as_deref(), Some("hidden"));
+    drop(route);
+    assert_eq!(rig.row("hidden")["unlisted"], true);
+    // The plain model's engine answers as its id: nothing to rename or replace.
+    let plain = rig.route("shown").await;
+    assert_eq!((plain.rename, plain.upstream_model), (None, None));
 }

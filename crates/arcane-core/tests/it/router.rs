@@ -67,6 +67,7 @@ impl Upstream for ByModel {
                 access: EngineAccess::tcp(&self.url).expect("a loopback url"),
                 lease: Some(Box::new(Recording(Arc::clone(&self.seen)))),
                 rename: request.model,
+                upstream_model: None,
             })
         })
     }

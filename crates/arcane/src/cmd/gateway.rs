@@ -22,6 +22,15 @@
 //! model = "smollm2-135m"     # optional: `${MODEL}` is its file
 //! env = { OMP_NUM_THREADS = "2" }
 //! health = "/health"         # readiness path: 200 ready, 503 loading
+//! pin = true                 # never evicted to make room (implied by keep_alive = -1
+//!                            # and load = "on-start"; `false` takes it back)
+//! unlisted = true            # routable, but not in `/v1/models`
+//! upstream_model = "org/name" # the `model` the engine is sent (answers keep the client's)
+//!
+//! [[group]]
+//! id = "chat"
+//! members = ["smol-a", "custom"]
+//! exclusive = true           # one member loaded at a time (required: see `groups`)
 //!
 //! [devices.cpu]
 //! max_loaded = 1
@@ -34,7 +43,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arcane_core::client::CoreClient;
-use arcane_core::gateway::{DeviceLimit, KeepAlive, ModelSpec};
+use arcane_core::gateway::{Configuration, DeviceLimit, KeepAlive, ModelSpec};
 use arcane_core::http::Deadlines;
 use arcane_core::localai::{AdoptLauncher, EngineLauncher};
 use arcane_core::supervised::SupervisedLauncher;
@@ -82,6 +91,28 @@ pub struct ModelTable {
     pub env: std::collections::BTreeMap<String, String>,
     /// The `command` kind's readiness path (default `/health`).
     pub health: Option<String>,
+    /// `true`: never evicted to make room; `false`: evictable even with
+    /// `keep_alive = -1` or `load = "on-start"` (which pin it otherwise).
+    pub pin: Option<bool>,
+    /// Routable, but left out of `/v1/models` (and every listing shown to clients).
+    #[serde(default)]
+    pub unlisted: bool,
+    /// The model name the engine is sent instead of the client's (llama-swap's
+    /// `useModelName`).
+    pub upstream_model: Option<String>,
+}
+
+/// One `[[group]]` table: models of which at most one is loaded at a time.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupTable {
+    /// The group's id.
+    pub id: String,
+    /// The ids of its models (each in at most one group).
+    #[serde(default)]
+    pub members: Vec<String>,
+    /// Must be `true`: a group exists to keep its members from running together.
+    pub exclusive: Option<bool>,
 }
 
 /// One `[devices.<id>]` table.
@@ -94,15 +125,18 @@ pub struct DeviceTable {
     pub memory: Option<u64>,
 }
 
-/// The gateway's models for `tables` (relative paths against `base`) and its device
-/// limits: validated, the registry read, nothing started.
+/// The gateway's configuration for `tables` (relative paths against `base`), its
+/// device limits and its `groups`: validated (the groups before any model is looked
+/// up), the registry read, nothing started.
 pub fn models(
     workspace: &Path,
     tables: &[ModelTable],
     devices: &HashMap<String, DeviceTable>,
+    groups: &[GroupTable],
     base: &Path,
     parent_death_signal: bool,
-) -> Result<(Vec<ModelSpec>, HashMap<String, DeviceLimit>), CliError> {
+) -> Result<Configuration, CliError> {
+    let groups = crate::cmd::groups::groups(groups, tables)?;
     let registry = Registry::new(workspace);
     let mut specs = Vec::new();
     for table in tables {
@@ -128,7 +162,11 @@ pub fn models(
         })
         .collect();
     default_budgets(&specs, &mut limits);
-    Ok((specs, limits))
+    Ok(Configuration {
+        models: specs,
+        limits,
+        groups,
+    })
 }
 
 /// A device without a `memory` budget gets its memory less a margin (a tenth, at least
@@ -189,6 +227,17 @@ fn check_names(table: &ModelTable, earlier: &[ModelSpec]) -> Result<(), CliError
             )
             .into());
         }
+    }
+    if table
+        .upstream_model
+        .as_deref()
+        .is_some_and(|name| name.trim().is_empty())
+    {
+        return Err(CommandError::usage(
+            format!("`upstream_model` of model `{}` is empty", table.id),
+            json!({"id": table.id, "upstream_model": table.upstream_model}),
+        )
+        .into());
     }
     if table.command.is_some() {
         return check_command_table(table);
@@ -355,6 +404,9 @@ fn spec(
         reachable_without_token: matches!(exposure, Exposure::External | Exposure::OpenPort),
         memory,
         load_timeout,
+        pin: table.pin,
+        unlisted: table.unlisted,
+        upstream_model: table.upstream_model.clone(),
     })
 }
 
@@ -364,10 +416,7 @@ fn spec(
 /// main job as on any gateway. Its id is the model's (the registered id, else the file
 /// name); answers are named as the client asked. The engine still probes its url
 /// first and adopts a server that answers there (the SDK's rule).
-pub fn single(
-    config: arcane_localai::EngineConfig,
-    workspace: &Path,
-) -> (Vec<ModelSpec>, HashMap<String, DeviceLimit>) {
+pub fn single(config: arcane_localai::EngineConfig, workspace: &Path) -> Configuration {
     let id = config
         .alias
         .clone()
@@ -399,6 +448,9 @@ pub fn single(
         reachable_without_token: exposure_of(&config) == Exposure::OpenPort,
         memory,
         load_timeout,
+        pin: None,
+        unlisted: false,
+        upstream_model: None,
         launcher: SupervisedLauncher::checked(
             workspace,
             config.clone(),
@@ -407,7 +459,11 @@ pub fn single(
     };
     let mut limits = HashMap::new();
     default_budgets(std::slice::from_ref(&spec), &mut limits);
-    (vec![spec], limits)
+    Configuration {
+        models: vec![spec],
+        limits,
+        groups: Vec::new(),
+    }
 }
 
 /// For a registered model file: a check, before every load, that the file is still

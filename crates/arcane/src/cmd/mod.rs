@@ -12,6 +12,7 @@ pub mod chat;
 pub mod core;
 pub mod devices;
 pub mod gateway;
+pub mod groups;
 pub mod launch;
 pub mod lock;
 pub mod logs;

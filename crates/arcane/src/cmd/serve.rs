@@ -185,6 +185,9 @@ pub struct ConfigFile {
     /// Per-device limits of the model gateway (`[devices.cpu] max_loaded = 1`).
     #[serde(default)]
     pub devices: std::collections::HashMap<String, crate::cmd::gateway::DeviceTable>,
+    /// The model gateway's exclusive groups (`[[group]]`).
+    #[serde(default)]
+    pub group: Vec<crate::cmd::gateway::GroupTable>,
     /// The engines to run.
     #[serde(default)]
     pub engine: Vec<EngineTable>,
@@ -283,8 +286,8 @@ fn single_gateway(
     args: &Args,
     config: EngineConfig,
 ) -> std::sync::Arc<arcane_core::gateway::Gateway> {
-    let (specs, limits) = crate::cmd::gateway::single(config, &context.workspace);
-    let gateway = arcane_core::gateway::Gateway::new(specs, limits);
+    let configuration = crate::cmd::gateway::single(config, &context.workspace);
+    let gateway = arcane_core::gateway::Gateway::configured(configuration);
     let (workspace, args) = (context.workspace.clone(), args.clone());
     gateway.set_reloader(std::sync::Arc::new(move || {
         let again = || -> Result<_, CliError> {
@@ -333,10 +336,10 @@ fn model_gateway(
     file: Option<&ConfigFile>,
     base: &Path,
 ) -> Result<Option<std::sync::Arc<arcane_core::gateway::Gateway>>, CliError> {
-    let Some((specs, limits)) = gateway_models(&context.workspace, args, file, base)? else {
+    let Some(configuration) = gateway_models(&context.workspace, args, file, base)? else {
         return Ok(None);
     };
-    let gateway = arcane_core::gateway::Gateway::new(specs, limits);
+    let gateway = arcane_core::gateway::Gateway::configured(configuration);
     let (workspace, args) = (context.workspace.clone(), args.clone());
     gateway.set_reloader(std::sync::Arc::new(move || {
         let read = load_config(&workspace, &args)
@@ -353,21 +356,14 @@ fn model_gateway(
     Ok(Some(gateway))
 }
 
-/// The gateway's models and device limits from the configuration file, or `None`
-/// without `[[model]]` tables.
-#[allow(clippy::type_complexity)]
+/// The gateway's models, device limits and groups from the configuration file, or
+/// `None` without `[[model]]` tables.
 fn gateway_models(
     workspace: &Path,
     args: &Args,
     file: Option<&ConfigFile>,
     base: &Path,
-) -> Result<
-    Option<(
-        Vec<arcane_core::gateway::ModelSpec>,
-        std::collections::HashMap<String, arcane_core::gateway::DeviceLimit>,
-    )>,
-    CliError,
-> {
+) -> Result<Option<arcane_core::gateway::Configuration>, CliError> {
     if args.model.len() > 1 {
         if file
             .as_ref()
@@ -381,10 +377,12 @@ fn gateway_models(
         }
         let tables = flag_models(args)?;
         let devices = file.map(|f| f.devices.clone()).unwrap_or_default();
+        let groups = file.map(|f| f.group.clone()).unwrap_or_default();
         return crate::cmd::gateway::models(
             workspace,
             &tables,
             &devices,
+            &groups,
             base,
             !args.no_parent_death_signal,
         )
@@ -405,6 +403,7 @@ fn gateway_models(
         workspace,
         &file.model,
         &file.devices,
+        &file.group,
         base,
         !args.no_parent_death_signal,
     )
@@ -745,6 +744,18 @@ fn check_keys(path: &Path, table: &toml::Table) -> Result<(), CommandError> {
                 &place,
                 model,
                 field_names::<crate::cmd::gateway::ModelTable>(),
+            )?;
+        }
+    }
+    let groups = table.get("group").and_then(toml::Value::as_array);
+    for (index, group) in groups.into_iter().flatten().enumerate() {
+        if let Some(group) = group.as_table() {
+            let place = format!("`[[group]]` #{}", index + 1);
+            refuse_unknown(
+                path,
+                &place,
+                group,
+                field_names::<crate::cmd::gateway::GroupTable>(),
             )?;
         }
     }

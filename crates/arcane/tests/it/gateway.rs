@@ -858,3 +858,177 @@ fn a_ready_engine_that_stops_answering_is_stopped_and_the_next_request_reloads_i
     assert_eq!(code, 200, "{body}");
     assert_ne!(row(&ps(&ws), "m")["pid"].as_u64(), Some(pid as u64));
 }
+
+/// `[[group]]` mistakes are refused before anything starts, naming the value: an
+/// unknown member, a model in two groups, no members, `exclusive = false`, an unknown
+/// key.
+#[test]
+fn group_mistakes_are_refused_naming_the_value() {
+    let models = "[[model]]\nid = \"a\"\nmodel = \"a.gguf\"\n\n[[model]]\nid = \"b\"\nmodel = \"b.gguf\"\n\n";
+    let cases = [
+        (
+            "group_unknown_member",
+            "[[group]]\nid = \"g\"\nmembers = [\"a\", \"ghost\"]\nexclusive = true\n",
+        ),
+        (
+            "group_model_in_two_groups",
+            "[[group]]\nid = \"g\"\nmembers = [\"a\"]\nexclusive = true\n\n[[group]]\nid = \"h\"\nmembers = [\"b\", \"a\"]\nexclusive = true\n",
+        ),
+        (
+            "group_no_members",
+            "[[group]]\nid = \"g\"\nmembers = []\nexclusive = true\n",
+        ),
+        (
+            "group_not_exclusive",
+            "[[group]]\nid = \"g\"\nmembers = [\"a\", \"b\"]\nexclusive = false\n",
+        ),
+        (
+            "group_unknown_key",
+            "[[group]]\nid = \"g\"\nmembers = [\"a\", \"b\"]\nexclusive = true\nswap = true\n",
+        ),
+    ];
+    for (name, group) in cases {
+        let ws = crate::support::TestWorkspace::new();
+        std::fs::write(ws.path().join("arcane.toml"), format!("{models}{group}")).unwrap();
+        let output = ws
+            .arcane()
+            .args(["--output", "json", "serve"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{name}");
+        let error = &crate::support::json(&output)["error"];
+        let text = serde_json::to_string_pretty(error).unwrap();
+        insta::assert_snapshot!(name, ws.redact(&text));
+        assert!(!ws.path().join(".arcane/core.json").exists(), "{name}");
+    }
+}
+
+/// An exclusive group swaps its members on request (reported as `unloaded` with
+/// `reason: "group"`); an `unlisted` member is routed to but not in `/v1/models`.
+#[test]
+fn an_exclusive_group_swaps_on_request_and_an_unlisted_model_is_routed_but_not_listed() {
+    let ws = gateway_workspace(
+        r#"
+[[model]]
+id = "smol-a"
+model = "smollm2-135m"
+args = ["-c", "512"]
+
+[[model]]
+id = "smol-b"
+model = "{model}"
+args = ["-c", "512"]
+unlisted = true
+
+[[model]]
+id = "smol-c"
+model = "{model}"
+args = ["-c", "512"]
+
+[[group]]
+id = "chat"
+members = ["smol-a", "smol-b"]
+exclusive = true
+"#,
+    );
+    let mut serve = start(&ws);
+    assert_eq!(chat(&ws, Some("smol-c")).0, 200);
+    assert_eq!(chat(&ws, Some("smol-a")).0, 200);
+    let (code, answer) = chat(&ws, Some("smol-b"));
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(answer["model"], "smol-b");
+    let unloaded = serve.wait_for("local-ai.model.unloaded", Duration::from_secs(30));
+    assert_eq!(
+        unloaded["data"],
+        json!({"model": "smol-a", "device": "cpu", "reason": "group", "for": "smol-b", "group": "chat"})
+    );
+    assert_eq!(serve.count("local-ai.model.evicted"), 0);
+    // `smol-c`, outside the group, still runs beside `smol-b`.
+    let rows = ps(&ws);
+    assert_eq!(row(&rows, "smol-a")["state"], "unloaded");
+    assert_eq!(row(&rows, "smol-b")["state"], "ready");
+    assert_eq!(row(&rows, "smol-c")["state"], "ready");
+    assert_eq!(engines_of(&serve).len(), 2);
+    let (port, token) = host_endpoint(&ws);
+    let (status, body) = call(port, &token, "GET", "/v1/models", None);
+    assert_eq!(status, 200, "{body}");
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    let ids: Vec<&str> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["smol-a", "smol-c"], "{body}");
+    serve.terminate();
+}
+
+/// A loopback relay in front of an engine that records every byte sent to it: what
+/// the engine really received.
+struct Recorder {
+    port: u16,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Recorder {
+    fn start(engine: u16) -> Recorder {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = std::sync::Arc::clone(&seen);
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", engine)) else {
+                    continue;
+                };
+                let (mut client_in, mut server_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let record = std::sync::Arc::clone(&record);
+                std::thread::spawn(move || {
+                    let mut buffer = [0u8; 8192];
+                    while let Ok(n) = client_in.read(&mut buffer) {
+                        if n == 0 || server_out.write_all(&buffer[..n]).is_err() {
+                            break;
+                        }
+                        record.lock().unwrap().extend_from_slice(&buffer[..n]);
+                    }
+                    let _ = server_out.shutdown(std::net::Shutdown::Write);
+                });
+                let (mut server_in, mut client_out) = (server, client);
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut server_in, &mut client_out);
+                    let _ = client_out.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        Recorder { port, seen }
+    }
+
+    fn seen(&self) -> String {
+        String::from_utf8_lossy(&self.seen.lock().unwrap()).into_owned()
+    }
+}
+
+/// `upstream_model` is the `model` the engine receives (recorded on its way to a real
+/// llama-server), while the client gets the name it asked for back.
+#[test]
+fn upstream_model_is_what_the_engine_receives_and_the_client_gets_its_own_name() {
+    let engine_port = free_port();
+    let _engine = External::start(engine_port);
+    let recorder = Recorder::start(engine_port);
+    let ws = gateway_workspace(&format!(
+        "[[model]]\nid = \"relay\"\naliases = [\"nick\"]\nurl = \"http://127.0.0.1:{}\"\nupstream_model = \"org/real-name\"\n",
+        recorder.port
+    ));
+    let mut serve = start(&ws);
+    let (code, answer) = chat(&ws, Some("nick"));
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(answer["model"], "nick", "{answer}");
+    let seen = recorder.seen();
+    assert!(
+        seen.contains("\"model\":\"org/real-name\""),
+        "the engine was not sent the upstream name: {seen}"
+    );
+    assert!(!seen.contains("\"model\":\"nick\""), "{seen}");
+    serve.terminate();
+}
