@@ -388,6 +388,16 @@ fn gateway_models(
         )
         .map(Some);
     }
+    if let Some(file) = file.filter(|f| f.model.is_empty() && !f.group.is_empty()) {
+        // Groups of models that are not there would silently do nothing.
+        let ids: Vec<&str> = file.group.iter().map(|g| g.id.as_str()).collect();
+        return Err(CommandError::usage(
+            "`[[group]]` tables group `[[model]]` tables, and arcane.toml has none",
+            json!({"groups": ids}),
+        )
+        .hint("add the members as `[[model]]` tables, or remove the `[[group]]` tables")
+        .into());
+    }
     let Some(file) = file.filter(|f| !f.model.is_empty()) else {
         return Ok(None);
     };

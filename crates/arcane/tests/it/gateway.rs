@@ -887,9 +887,17 @@ fn group_mistakes_are_refused_naming_the_value() {
             "[[group]]\nid = \"g\"\nmembers = [\"a\", \"b\"]\nexclusive = true\nswap = true\n",
         ),
     ];
-    for (name, group) in cases {
+    let without_models = (
+        "group_without_models",
+        "[[group]]\nid = \"g\"\nmembers = [\"a\", \"b\"]\nexclusive = true\n",
+    );
+    let cases = cases
+        .iter()
+        .map(|(name, group)| (*name, format!("{models}{group}")))
+        .chain([(without_models.0, without_models.1.to_string())]);
+    for (name, file) in cases {
         let ws = crate::support::TestWorkspace::new();
-        std::fs::write(ws.path().join("arcane.toml"), format!("{models}{group}")).unwrap();
+        std::fs::write(ws.path().join("arcane.toml"), file).unwrap();
         let output = ws
             .arcane()
             .args(["--output", "json", "serve"])
