@@ -46,6 +46,7 @@
 #![warn(missing_docs)]
 #![doc = include_str!("../../../docs/protocol.md")]
 
+pub mod bridge;
 pub mod client;
 pub mod dispatch;
 pub mod duration;

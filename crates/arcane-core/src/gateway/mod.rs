@@ -53,6 +53,7 @@ use crate::service::{
     BoxError, BoxFuture, MethodResult, MethodSpec, RequestContext, Service, ServiceContext,
 };
 
+mod chat;
 mod keep_alive;
 mod lease;
 mod load;

@@ -147,6 +147,7 @@ const METHODS: &[&str] = &[
     "llama.models",
     "llama.load",
     "llama.unload",
+    "llama.chat",
 ];
 
 impl Service for Gateway {
@@ -174,11 +175,12 @@ impl Service for Gateway {
         self: Arc<Self>,
         method: String,
         parameters: Value,
-        _context: RequestContext,
+        context: RequestContext,
     ) -> BoxFuture<'static, MethodResult> {
         Box::pin(async move {
             match method.as_str() {
                 "models.reload" => self.reload().await,
+                "llama.chat" => self.chat_method(parameters, context).await,
                 "models.load" => self.load_method(parameters).await,
                 "models.unload" => self.unload_method(parameters).await,
                 // The SDK's shapes: `{loaded}` and `{released, unloaded}` beside the row.

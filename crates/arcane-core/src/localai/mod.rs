@@ -47,6 +47,8 @@ mod assets;
 mod devices;
 mod engines;
 mod forward;
+
+pub(crate) use forward::chat;
 pub(crate) mod status;
 
 pub use adopt::AdoptLauncher;

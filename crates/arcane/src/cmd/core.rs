@@ -230,9 +230,16 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         .into());
     }
     // One owner per workspace, as for `arcane serve`: a second host would start engines
-    // twice and overwrite the first one's ownership records.
+    // twice and overwrite the first one's ownership records. When one runs, this
+    // process joins it as a bridge instead.
     crate::cmd::ensure_workspace(context)?;
-    let _owner = arcane_core::endpoint::OwnerLock::acquire(&context.workspace)?;
+    let _owner = match arcane_core::endpoint::OwnerLock::acquire(&context.workspace) {
+        Ok(owner) => owner,
+        Err(arcane_core::Error::AlreadyRunning { pid, .. }) => {
+            return crate::cmd::bridge::run(context, pid, args.max_frame)
+        }
+        Err(error) => return Err(error.into()),
+    };
     let runtime = runtime()?;
     let outcome = runtime.block_on(async {
         // Events never go to stdout here: it carries frames.

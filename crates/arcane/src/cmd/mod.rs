@@ -7,6 +7,7 @@ use clap::Subcommand;
 use crate::config::Context;
 use crate::error::CliError;
 
+pub mod bridge;
 pub mod bundle;
 pub mod chat;
 pub mod core;

@@ -783,11 +783,11 @@ fn no_content_of_core_lock_keeps_a_workspace_stuck() {
 }
 
 #[test]
-fn core_stdio_refuses_a_workspace_a_host_serves_and_leaves_its_engine_alone() {
+fn core_stdio_next_to_a_running_host_joins_it_and_leaves_its_engine_alone() {
     // Issue: `arcane core --stdio` next to `arcane serve` started a second engine,
-    // overwrote serve's ownership record and deleted it on exit.
+    // overwrote serve's ownership record and deleted it on exit. It now joins the
+    // running host as a bridge: the same engine, no record touched.
     let served = Served::start();
-    let endpoint = served.endpoint();
     let records = served.workspace.path().join(".arcane/engines");
     let snapshot = |dir: &std::path::Path| {
         let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
@@ -811,25 +811,30 @@ fn core_stdio_refuses_a_workspace_a_host_serves_and_leaves_its_engine_alone() {
     let mut stdio = served
         .workspace
         .arcane()
-        .args(["--output", "json", "core", "--stdio"])
+        .args(["core", "--stdio"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let status = support::wait_for_exit(&mut stdio, Duration::from_secs(30), "core --stdio");
-    let mut out = String::new();
-    stdio
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
+    let mut input = stdio.stdin.take().unwrap();
+    input
+        .write_all(&frame(&request("s", "localai.status")))
         .unwrap();
-    assert!(!status.success());
-    let v: Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("{out}"));
-    assert_eq!(v["error"]["code"], "CORE_ALREADY_RUNNING", "{v}");
-    assert_eq!(v["error"]["details"]["url"], endpoint["url"], "{v}");
-    assert_eq!(v["error"]["details"]["pid"], endpoint["pid"], "{v}");
+    // End of input after the one request: the bridge answers it, then ends alone.
+    drop(input);
+    let status = support::wait_for_exit(&mut stdio, Duration::from_secs(30), "core --stdio");
+    let mut out = Vec::new();
+    stdio.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    assert!(status.success(), "{}", String::from_utf8_lossy(&out));
+    let answers = frames(&out);
+    let answer = answers
+        .iter()
+        .find(|f| f["type"] == "response" && f["id"] == "s")
+        .unwrap_or_else(|| panic!("no answer in {answers:?}"));
+    let engine = &answer["result"]["runtimes"][0];
+    assert_eq!(engine["url"], served.engine_url.as_str(), "{answer}");
+    assert!(engine["pid"].as_u64().is_some(), "{answer}");
     assert_eq!(
         snapshot(&records),
         before,

@@ -7,6 +7,7 @@
 
 mod support;
 
+mod bridge;
 mod browser;
 mod bundle;
 mod command_kind;
