@@ -72,6 +72,7 @@ pub mod service;
 pub mod stdio;
 pub mod supervised;
 pub mod upstream;
+pub mod web;
 
 pub use error::{Error, FrameProblem, Peer, TimeoutPhase, Unready};
 pub use host::{AppInfo, Connection, Host, HostBuilder, HostState, Prepared, ShutdownHandle, Work};

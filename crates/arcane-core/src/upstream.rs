@@ -360,3 +360,28 @@ pub async fn stream_lines(
     }
     Ok(())
 }
+
+/// A body fed by a channel of pieces, one frame each; it ends when the sender is
+/// dropped (a log follower, a file read on a blocking thread).
+pub struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl ChannelBody {
+    /// The body `receiver` feeds.
+    pub fn new(receiver: tokio::sync::mpsc::Receiver<Bytes>) -> Self {
+        Self(receiver)
+    }
+}
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, BodyError>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|piece| piece.map(|bytes| Ok(hyper::body::Frame::data(bytes))))
+    }
+}

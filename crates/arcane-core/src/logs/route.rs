@@ -8,22 +8,19 @@
 //! backlog behind gets a `host` line saying how many lines it missed, not a silent
 //! gap.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use arcane_report::codes;
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper::body::{Body, Frame};
 use hyper::header::HeaderValue;
 use hyper::{Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc};
 
 use super::{LogBook, LogFilter, LogLine, LogStream, HOST_SOURCE};
-use crate::upstream::{BodyError, HttpBody};
+use crate::upstream::HttpBody;
 use crate::Host;
 
 /// How often a followed stream says it is alive while nothing happens.
@@ -176,7 +173,7 @@ fn follow(book: &Arc<LogBook>, host: &Host, filter: LogFilter) -> HttpBody {
             }
         }
     });
-    LineBody(receiver).boxed()
+    crate::upstream::ChannelBody::new(receiver).boxed()
 }
 
 fn missed_line(missed: u64) -> LogLine {
@@ -187,23 +184,6 @@ fn missed_line(missed: u64) -> LogLine {
         line: format!("{missed} lines were not sent: this reader fell behind"),
         at: SystemTime::now(),
         sequence: 0,
-    }
-}
-
-/// A body fed by a channel; it ends when the sender does.
-struct LineBody(mpsc::Receiver<Bytes>);
-
-impl Body for LineBody {
-    type Data = Bytes;
-    type Error = BodyError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|piece| piece.map(|bytes| Ok(Frame::data(bytes))))
     }
 }
 
