@@ -68,6 +68,7 @@ pub mod server;
 pub mod service;
 pub mod stdio;
 pub mod supervised;
+pub mod ui;
 pub mod upstream;
 
 pub use error::{Error, FrameProblem, Peer, TimeoutPhase, Unready};

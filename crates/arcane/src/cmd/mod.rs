@@ -16,6 +16,7 @@ pub mod launch;
 pub mod lock;
 pub mod model;
 pub mod onnx;
+pub mod open;
 pub mod runtime;
 pub mod serve;
 pub mod status;
@@ -49,6 +50,9 @@ pub enum Command {
     Load(gateway::ModelArgs),
     /// Unload a model of the running host (refused while it has requests in flight).
     Unload(gateway::ModelArgs),
+    /// Open the running host's dashboard in the browser, logged in by a one-time link
+    /// (never the token in a URL); `--print` prints the link.
+    Open(open::Args),
     /// Make the running host read `arcane.toml` again (as SIGHUP does): added models
     /// become available, removed ones unload when idle, changed ones reload when idle.
     Reload(gateway::ReloadArgs),
@@ -82,6 +86,7 @@ impl Command {
             | Command::Ps(_)
             | Command::Load(_)
             | Command::Unload(_)
+            | Command::Open(_)
             | Command::Reload(_) => true,
             Command::Devices(_)
             | Command::Serve(_)
@@ -113,6 +118,7 @@ pub fn run(context: &Context, command: Command) -> Result<u8, CliError> {
         Command::Load(args) => gateway::load(context, args, false),
         Command::Unload(args) => gateway::load(context, args, true),
         Command::Reload(args) => gateway::reload(context, args),
+        Command::Open(args) => open::run(context, args),
         Command::Bundle(args) => bundle::run(context, args),
         Command::Launch(args) => launch::run(context, args),
         Command::Onnx(args) => onnx::run(context, args),
