@@ -704,9 +704,7 @@ async fn ui_login(shared: &Shared, request: Request<Incoming>) -> Response<HttpB
                 Err(_) => ui_refusal(StatusCode::INTERNAL_SERVER_ERROR, &UiError::Random),
             }
         }
-        Err(UiError::Random) => {
-            ui_refusal(StatusCode::INTERNAL_SERVER_ERROR, &UiError::Random)
-        }
+        Err(UiError::Random) => ui_refusal(StatusCode::INTERNAL_SERVER_ERROR, &UiError::Random),
         Err(error) => ui_refusal(StatusCode::UNAUTHORIZED, &error),
     }
 }

@@ -335,8 +335,14 @@ mod tests {
     #[test]
     fn unknown_paths_are_unknown_in_either_mode() {
         for routes_by_model in [true, false] {
-            assert_eq!(find(Method::GET, "/nowhere", routes_by_model), Lookup::Unknown);
-            assert_eq!(find(Method::GET, "/ui/nowhere", routes_by_model), Lookup::Unknown);
+            assert_eq!(
+                find(Method::GET, "/nowhere", routes_by_model),
+                Lookup::Unknown
+            );
+            assert_eq!(
+                find(Method::GET, "/ui/nowhere", routes_by_model),
+                Lookup::Unknown
+            );
             assert_eq!(find(Method::GET, "/", routes_by_model), Lookup::Unknown);
             assert_eq!(
                 find(Method::POST, "/v1/audio/speech", routes_by_model),

@@ -65,7 +65,10 @@ mod tests {
         }
         for path in ["/ui/app.js", "/ui/app.css"] {
             let body = file(path).unwrap().body;
-            assert!(!body.contains("http://") && !body.contains("https://"), "{path}");
+            assert!(
+                !body.contains("http://") && !body.contains("https://"),
+                "{path}"
+            );
         }
         assert!(file("/ui/other.js").is_none());
     }

@@ -60,10 +60,26 @@ pub use session::{system_clock, Clock, Sessions, UiError, CODE_LIFETIME, SESSION
 /// The dashboard's rows of the route table (see the module documentation).
 pub const UI_ROWS: &[Row] = &[
     ui_row(Verb::Get, PathPattern::Exact("/ui"), Handler::UiPage),
-    ui_row(Verb::Get, PathPattern::Exact("/ui/app.js"), Handler::UiAsset),
-    ui_row(Verb::Get, PathPattern::Exact("/ui/app.css"), Handler::UiAsset),
-    ui_row(Verb::Post, PathPattern::Exact("/ui/session"), Handler::UiLogin),
-    ui_row(Verb::Post, PathPattern::Exact("/ui/logout"), Handler::UiLogout),
+    ui_row(
+        Verb::Get,
+        PathPattern::Exact("/ui/app.js"),
+        Handler::UiAsset,
+    ),
+    ui_row(
+        Verb::Get,
+        PathPattern::Exact("/ui/app.css"),
+        Handler::UiAsset,
+    ),
+    ui_row(
+        Verb::Post,
+        PathPattern::Exact("/ui/session"),
+        Handler::UiLogin,
+    ),
+    ui_row(
+        Verb::Post,
+        PathPattern::Exact("/ui/logout"),
+        Handler::UiLogout,
+    ),
     ui_row(Verb::Any, PathPattern::Prefix("/ui/api/"), Handler::UiApi),
 ];
 
@@ -279,7 +295,10 @@ mod tests {
         let h = headers(&[("cookie", "a=1; arcane_ui_4001=x; arcane_ui_4000=secret")]);
         assert_eq!(session_cookie(&h, 4000).as_deref(), Some("secret"));
         assert_eq!(session_cookie(&h, 4002), None);
-        assert_eq!(session_cookie(&headers(&[("cookie", "arcane_ui_4000=")]), 4000), None);
+        assert_eq!(
+            session_cookie(&headers(&[("cookie", "arcane_ui_4000=")]), 4000),
+            None
+        );
     }
 
     #[test]

@@ -125,11 +125,15 @@ impl arcane_report::Diagnostic for UiError {
 /// A code waiting to be redeemed.
 struct Code {
     issued: Instant,
+    /// The order of issue: the oldest is pushed out first.
+    order: u64,
 }
 
 /// A live session.
 struct Live {
     began: Instant,
+    /// The order of login: the oldest is ended first.
+    order: u64,
     /// The bearer token in force at login: the session ends when it changes.
     token: String,
 }
@@ -138,6 +142,8 @@ struct Live {
 struct State {
     codes: HashMap<String, Code>,
     sessions: HashMap<String, Live>,
+    /// The next code's or session's order.
+    next: u64,
 }
 
 /// The codes and sessions of one listener (see the module documentation).
@@ -171,13 +177,17 @@ impl Sessions {
             let oldest = state
                 .codes
                 .iter()
-                .min_by_key(|(_, c)| c.issued)
+                .min_by_key(|(_, c)| c.order)
                 .map(|(k, _)| k.clone());
             if let Some(oldest) = oldest {
                 state.codes.remove(&oldest);
             }
         }
-        state.codes.insert(code.clone(), Code { issued: now });
+        state.next += 1;
+        let order = state.next;
+        state
+            .codes
+            .insert(code.clone(), Code { issued: now, order });
         Ok(code)
     }
 
@@ -201,16 +211,19 @@ impl Sessions {
             let oldest = state
                 .sessions
                 .iter()
-                .min_by_key(|(_, s)| s.began)
+                .min_by_key(|(_, s)| s.order)
                 .map(|(k, _)| k.clone());
             if let Some(oldest) = oldest {
                 state.sessions.remove(&oldest);
             }
         }
+        state.next += 1;
+        let order = state.next;
         state.sessions.insert(
             session.clone(),
             Live {
                 began: now,
+                order,
                 token: token.to_string(),
             },
         );

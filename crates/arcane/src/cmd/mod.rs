@@ -50,8 +50,20 @@ pub enum Command {
     Load(gateway::ModelArgs),
     /// Unload a model of the running host (refused while it has requests in flight).
     Unload(gateway::ModelArgs),
-    /// Open the running host's dashboard in the browser, logged in by a one-time link
-    /// (never the token in a URL); `--print` prints the link.
+    /// Open the running host's dashboard in the browser, logged in by a one-time link.
+    ///
+    /// The dashboard (`/ui`) shows the models with their state, device, memory and
+    /// requests in flight (with load and unload buttons), the devices, requests and
+    /// tokens, live events, each model's logs, and a chat playground.
+    ///
+    /// The link carries a one-time login code in its fragment (`/ui#code=…`), never the
+    /// token: a browser does not send the fragment to any server, the page removes it
+    /// at once, and the code is good once, for 60 seconds. The browser then holds a
+    /// session cookie that only the dashboard's own paths accept; `arcane token rotate`,
+    /// logging out, or restarting the host ends it.
+    ///
+    /// Opens the link with `xdg-open` when it is installed (and it succeeds); otherwise,
+    /// or with `--print`, prints it.
     Open(open::Args),
     /// Make the running host read `arcane.toml` again (as SIGHUP does): added models
     /// become available, removed ones unload when idle, changed ones reload when idle.

@@ -17,15 +17,6 @@ use crate::error::{CliError, CommandError};
 
 /// Arguments of `arcane open`.
 #[derive(Debug, clap::Args)]
-#[command(
-    long_about = "Open the running host's dashboard (models, devices, live events, logs, a chat \
-playground) in the browser, logged in.\n\n\
-The link carries a one-time login code in its fragment (`/ui#code=…`), never the token: \
-the browser does not send a fragment to any server, the page removes it at once, and the code \
-is good once, for 60 seconds. The browser then holds a session cookie that only the dashboard \
-accepts; `arcane token rotate`, logging out, or restarting the host ends it.\n\n\
-Opens the link with `xdg-open` when it is installed; otherwise, or with `--print`, prints it."
-)]
 pub struct Args {
     /// Print the one-time link instead of opening it (paste it into a browser on this
     /// machine within 60 seconds).
