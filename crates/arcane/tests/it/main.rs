@@ -21,3 +21,4 @@ mod onnx;
 mod registry;
 mod router;
 mod serve;
+mod ui;
