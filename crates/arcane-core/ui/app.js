@@ -42,7 +42,7 @@ async function login() {
     }
     const body = await response.json().catch(() => ({}));
     const message = (body.error && body.error.message) || `refused (HTTP ${response.status})`;
-    status.textContent = `This link cannot log in: ${message}. Run \`arcane open\` for a new one.`;
+    status.textContent = `This link cannot log in: ${message}. Run “arcane open” for a new one.`;
     status.dataset.state = "refused";
   } catch (error) {
     status.textContent = `The host did not answer: ${error}`;
@@ -251,7 +251,7 @@ async function refreshUsage() {
 function summary(data) {
   if (data === null || data === undefined) return "";
   const text = JSON.stringify(data);
-  return text.length > 240 ? `${text.slice(0, 240)}…` : text;
+  return text.length > 160 ? `${text.slice(0, 160)}…` : text;
 }
 
 function connectEvents() {
@@ -275,13 +275,16 @@ function connectEvents() {
       return;
     }
     if (frame.type !== "event") return;
+    if (String(frame.event).startsWith("local-ai.model.")) refreshModels();
+    // Engine output lines are logs, not events: shown only when asked for.
+    const output = frame.event === "process.stdout" || frame.event === "process.stderr";
+    if (output && !$("events-output").checked) return;
     count += 1;
     $("events-count").textContent = count;
     const time = (frame.time || "").slice(11, 23);
     list.prepend(el("li", { data: { event: frame.event } }, `${time} ${frame.event} `,
       el("span", { class: "muted" }, summary(frame.data))));
     while (list.children.length > 200) list.lastChild.remove();
-    if (String(frame.event).startsWith("local-ai.model.")) refreshModels();
   };
 }
 
@@ -360,6 +363,8 @@ async function chat(event) {
     stream: true,
     max_tokens: Number($("chat-max").value) || 128,
     messages: [{ role: "user", content: $("chat-prompt").value }],
+    // The last chunk then reports the tokens, which the gateway counts.
+    stream_options: { include_usage: true },
   };
   try {
     const response = await fetch("/ui/api/chat/completions", {

@@ -231,7 +231,7 @@ async fn without_a_session_ui_is_a_login_page_that_reveals_no_model() {
     }
     // Nor does any dashboard call answer without a session.
     let own = format!("Origin: {}", dash.origin());
-    let (status, body) = dash.ui_rpc("models.list", &[own.clone()]).await;
+    let (status, body) = dash.ui_rpc("models.list", std::slice::from_ref(&own)).await;
     assert_eq!(status, 401, "{body}");
     assert!(!body.contains(SECRET_MODEL), "{body}");
     assert!(body.contains("UI_SESSION_REQUIRED"), "{body}");
@@ -263,7 +263,9 @@ async fn a_code_logs_in_once_and_a_second_use_is_refused() {
 
     // With the session, the dashboard and its calls answer.
     let cookie = dash.login().await;
-    let (status, _, body) = dash.send("GET", "/ui", &[cookie.clone()], "").await;
+    let (status, _, body) = dash
+        .send("GET", "/ui", std::slice::from_ref(&cookie), "")
+        .await;
     assert_eq!(status, 200);
     assert!(body.contains("data-page=\"dashboard\""), "{body}");
     let own = format!("Origin: {}", dash.origin());
@@ -390,7 +392,9 @@ async fn a_rotation_and_a_logout_end_the_session() {
         .ui_rpc("models.list", &[first.clone(), own.clone()])
         .await;
     assert_eq!(status, 401);
-    let (_, _, page) = dash.send("GET", "/ui", &[first.clone()], "").await;
+    let (_, _, page) = dash
+        .send("GET", "/ui", std::slice::from_ref(&first), "")
+        .await;
     assert!(page.contains("data-page=\"login\""), "{page}");
     let (status, _) = dash
         .ui_rpc("models.list", &[second.clone(), own.clone()])
@@ -403,7 +407,9 @@ async fn a_rotation_and_a_logout_end_the_session() {
         .ui_rpc("models.list", &[second.clone(), own.clone()])
         .await;
     assert_eq!(status, 401, "{body}");
-    let (_, _, page) = dash.send("GET", "/ui", &[second.clone()], "").await;
+    let (_, _, page) = dash
+        .send("GET", "/ui", std::slice::from_ref(&second), "")
+        .await;
     assert!(page.contains("data-page=\"login\""), "{page}");
     // A new login works under the new token.
     let third = dash.login().await;
