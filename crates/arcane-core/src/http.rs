@@ -101,6 +101,9 @@ pub struct HttpOptions {
     pub allowed_origins: crate::origins::AllowedOrigins,
     /// The host's log lines, for `GET /v1/logs` (none: that path is a 404).
     pub logs: Option<Arc<crate::logs::LogBook>>,
+    /// The dashboard's clock: its login codes and sessions expire by it
+    /// ([`crate::ui::session`]); tests inject one to expire a code without sleeping.
+    pub ui_clock: crate::ui::Clock,
 }
 
 impl HttpOptions {
@@ -115,6 +118,7 @@ impl HttpOptions {
             token_file: None,
             allowed_origins: crate::origins::AllowedOrigins::default(),
             logs: None,
+            ui_clock: crate::ui::system_clock(),
         }
     }
 
@@ -151,6 +155,12 @@ struct Shared {
     hosts: Vec<String>,
     origins: Vec<String>,
     client: EngineClient,
+    /// The listener's port (it names the dashboard's session cookie).
+    port: u16,
+    /// The listener's url (`http://127.0.0.1:PORT`), for the dashboard's login links.
+    url: String,
+    /// The dashboard's login codes and sessions.
+    sessions: crate::ui::Sessions,
     /// The token in force and the token file's identity when it was read.
     token: std::sync::RwLock<(String, Option<FileVersion>)>,
 }
@@ -204,17 +214,14 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
     let port = address.port();
     let mut hosts = vec![format!("localhost:{port}")];
     let mut origins = vec![format!("http://localhost:{port}")];
-    match address {
-        SocketAddr::V4(v4) => {
-            hosts.push(format!("{}:{port}", v4.ip()));
-            origins.push(format!("http://{}:{port}", v4.ip()));
-        }
-        SocketAddr::V6(v6) => {
-            hosts.push(format!("[{}]:{port}", v6.ip()));
-            origins.push(format!("http://[{}]:{port}", v6.ip()));
-        }
-    }
+    let url = match address {
+        SocketAddr::V4(v4) => format!("http://{}:{port}", v4.ip()),
+        SocketAddr::V6(v6) => format!("http://[{}]:{port}", v6.ip()),
+    };
+    hosts.push(url.trim_start_matches("http://").to_string());
+    origins.push(url.clone());
     let token_version = options.token_file.as_deref().and_then(file_version);
+    let clock = std::sync::Arc::clone(&options.ui_clock);
     let shared = Arc::new(Shared {
         host: host.clone(),
         token: std::sync::RwLock::new((options.token.clone(), token_version)),
@@ -222,6 +229,9 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
         hosts,
         origins,
         client: engine_client(),
+        port,
+        url,
+        sessions: crate::ui::Sessions::new(clock),
     });
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let rotations = watch_rotations(Arc::clone(&shared));
@@ -377,6 +387,11 @@ fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
 
 /// Admission: Host, then Origin, then token. `None` means admitted.
 fn admit(shared: &Shared, request: &Request<Incoming>) -> Option<Response<HttpBody>> {
+    admit_door(shared, request).or_else(|| admit_token(shared, request))
+}
+
+/// The first two steps of admission, for every path: `Host`, then `Origin`.
+fn admit_door(shared: &Shared, request: &Request<Incoming>) -> Option<Response<HttpBody>> {
     let headers = request.headers();
     let host_ok = headers
         .get(hyper::header::HOST)
@@ -408,6 +423,12 @@ fn admit(shared: &Shared, request: &Request<Incoming>) -> Option<Response<HttpBo
             ));
         }
     }
+    None
+}
+
+/// The last step of admission: the bearer token (all but `GET /health`).
+fn admit_token(shared: &Shared, request: &Request<Incoming>) -> Option<Response<HttpBody>> {
+    let headers = request.headers();
     // The one endpoint that needs no token: `GET /health` says only ok/loading/error.
     if request.method() == Method::GET && request.uri().path() == "/health" {
         return None;
@@ -499,25 +520,51 @@ async fn answer(
     request: Request<Incoming>,
     connection: &crate::limits::Activity,
 ) -> Response<HttpBody> {
-    if let Some(refused) = admit(&shared, &request) {
+    if let Some(refused) = admit_door(&shared, &request) {
         return refused;
-    }
-    // Admitted with the token (only `GET /health` is admitted without one): the
-    // connection now counts among the authenticated.
-    if !(request.method() == Method::GET && request.uri().path() == "/health") {
-        connection.authenticate();
     }
     let path = request.uri().path().to_string();
     let upstream = shared.options.upstream.as_deref();
     let routes_by_model = upstream.is_some_and(|u| u.routes_by_model());
     let kinds = upstream.map(|u| u.kinds()).unwrap_or_default();
-    let handler = match router::lookup(
+    let lookup = router::lookup(
         router::TABLE,
         &kinds,
         request.method(),
         &path,
         routes_by_model,
-    ) {
+    );
+    // The dashboard's paths are admitted by its session, never by the token.
+    if let Lookup::Found(handler) = lookup {
+        if handler.is_dashboard() {
+            let mut response = dashboard(&shared, handler, request, connection).await;
+            crate::ui::secure(response.headers_mut());
+            return response;
+        }
+    }
+    if let Some(refused) = admit_token(&shared, &request) {
+        return refused;
+    }
+    // Admitted with the token (only `GET /health` is admitted without one): the
+    // connection now counts among the authenticated.
+    if !(request.method() == Method::GET && path == "/health") {
+        connection.authenticate();
+    }
+    dispatch(&shared, lookup, request, None).await
+}
+
+/// Answers an admitted request by the handler `lookup` found; `rpc_methods`, when
+/// set, are the only methods `POST /v1/rpc` may call (the dashboard's).
+async fn dispatch(
+    shared: &Shared,
+    lookup: Lookup,
+    request: Request<Incoming>,
+    rpc_methods: Option<&[&str]>,
+) -> Response<HttpBody> {
+    let path = request.uri().path().to_string();
+    let upstream = shared.options.upstream.as_deref();
+    let routes_by_model = upstream.is_some_and(|u| u.routes_by_model());
+    let handler = match lookup {
         Lookup::Found(handler) => handler,
         Lookup::MethodNotAllowed => return method_not_allowed(&path),
         // With a single engine, any other path is the engine's (its own answer, 404
@@ -526,16 +573,154 @@ async fn answer(
         Lookup::Unknown => return not_found(&path, upstream.is_some()),
     };
     match handler {
-        Handler::Health => health(&shared),
-        Handler::CoreHealth => core_health(&shared),
-        Handler::Rpc => rpc(&shared, request).await,
-        Handler::Control => control(&shared, request).await,
-        Handler::Events => events(&shared, &request),
-        Handler::Logs => logs(&shared, &request),
+        Handler::Health => health(shared),
+        Handler::CoreHealth => core_health(shared),
+        Handler::Rpc => rpc(shared, request, rpc_methods).await,
+        Handler::Control => control(shared, request).await,
+        Handler::Events => events(shared, &request),
+        Handler::Logs => logs(shared, &request),
         Handler::ModelList | Handler::ModelEntry | Handler::Metrics | Handler::Engine => {
-            engine_api(&shared, handler, &path, request).await
+            engine_api(shared, handler, &path, request).await
         }
+        // A dashboard path is never the target of a dashboard call.
+        Handler::UiPage
+        | Handler::UiAsset
+        | Handler::UiLogin
+        | Handler::UiLogout
+        | Handler::UiApi => not_found(&path, upstream.is_some()),
     }
+}
+
+/// A refusal of the dashboard's, with its stable code.
+fn ui_refusal(status: StatusCode, error: &crate::ui::UiError) -> Response<HttpBody> {
+    error_response(status, error)
+}
+
+/// An embedded page or file of the dashboard.
+fn ui_asset(asset: crate::ui::assets::Asset) -> Response<HttpBody> {
+    let mut response = Response::new(full(asset.body));
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static(asset.content_type),
+    );
+    response
+}
+
+/// The dashboard's paths, admitted by its own rules ([`crate::ui`]): the page and its
+/// files for anyone, the login for a code from the own origin, everything else for a
+/// live session from the own origin.
+async fn dashboard(
+    shared: &Shared,
+    handler: Handler,
+    request: Request<Incoming>,
+    connection: &crate::limits::Activity,
+) -> Response<HttpBody> {
+    use crate::ui::{self, UiError};
+    let session = ui::session_cookie(request.headers(), shared.port)
+        .filter(|s| shared.sessions.check(s, &shared.current_token()).is_ok());
+    match handler {
+        Handler::UiAsset => {
+            return match ui::assets::file(request.uri().path()) {
+                Some(asset) => ui_asset(asset),
+                None => not_found(request.uri().path(), false),
+            }
+        }
+        Handler::UiPage if session.is_some() => return ui_asset(ui::assets::DASHBOARD),
+        Handler::UiPage => return ui_asset(ui::assets::LOGIN),
+        _ => {}
+    }
+    if let Err(error) = ui::same_origin(request.headers(), &shared.origins) {
+        return ui_refusal(StatusCode::FORBIDDEN, &error);
+    }
+    if handler == Handler::UiLogin {
+        return ui_login(shared, request).await;
+    }
+    let Some(session) = session else {
+        return ui_refusal(StatusCode::UNAUTHORIZED, &UiError::SessionRequired);
+    };
+    connection.authenticate();
+    if handler == Handler::UiLogout {
+        shared.sessions.end(&session);
+        let mut response = Response::new(full(Bytes::new()));
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        if let Ok(value) = HeaderValue::from_str(&ui::clear_cookie(shared.port)) {
+            response
+                .headers_mut()
+                .insert(hyper::header::SET_COOKIE, value);
+        }
+        return response;
+    }
+    // `/ui/api/*`: the same handler as the path it stands for, without the cookie.
+    let target = match ui::api_target(request.method(), request.uri().path()) {
+        Ok(target) => target,
+        Err(error) => return ui_refusal(StatusCode::NOT_FOUND, &error),
+    };
+    let (mut parts, body) = request.into_parts();
+    let uri = match parts.uri.query() {
+        Some(query) => format!("{target}?{query}"),
+        None => target.to_string(),
+    };
+    let Ok(uri) = uri.parse::<hyper::Uri>() else {
+        return ui_refusal(
+            StatusCode::NOT_FOUND,
+            &UiError::NoEndpoint {
+                path: parts.uri.path().to_string(),
+            },
+        );
+    };
+    parts.uri = uri;
+    parts.headers.remove(hyper::header::COOKIE);
+    let request = Request::from_parts(parts, body);
+    let upstream = shared.options.upstream.as_deref();
+    let kinds = upstream.map(|u| u.kinds()).unwrap_or_default();
+    let lookup = router::lookup(
+        router::TABLE,
+        &kinds,
+        request.method(),
+        target,
+        upstream.is_some_and(|u| u.routes_by_model()),
+    );
+    dispatch(shared, lookup, request, Some(ui::RPC_METHODS)).await
+}
+
+/// `POST /ui/session`: a login code traded for a session cookie.
+async fn ui_login(shared: &Shared, request: Request<Incoming>) -> Response<HttpBody> {
+    use crate::ui::{self, UiError};
+    let body = match Limited::new(request.into_body(), 4096).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => return ui_refusal(StatusCode::BAD_REQUEST, &UiError::BadLogin),
+    };
+    let code = match ui::login_code(&body) {
+        Ok(code) => code,
+        Err(error) => return ui_refusal(StatusCode::BAD_REQUEST, &error),
+    };
+    match shared.sessions.redeem(&code, &shared.current_token()) {
+        Ok(session) => {
+            let mut response = Response::new(full(Bytes::new()));
+            *response.status_mut() = StatusCode::NO_CONTENT;
+            match HeaderValue::from_str(&ui::set_cookie(shared.port, &session)) {
+                Ok(value) => {
+                    response
+                        .headers_mut()
+                        .insert(hyper::header::SET_COOKIE, value);
+                    response
+                }
+                Err(_) => ui_refusal(StatusCode::INTERNAL_SERVER_ERROR, &UiError::Random),
+            }
+        }
+        Err(UiError::Random) => ui_refusal(StatusCode::INTERNAL_SERVER_ERROR, &UiError::Random),
+        Err(error) => ui_refusal(StatusCode::UNAUTHORIZED, &error),
+    }
+}
+
+/// `ui.code.issue` (bearer token only): a one-time login code and its link.
+fn issue_code(shared: &Shared) -> Result<Value, crate::ui::UiError> {
+    let code = shared.sessions.issue_code()?;
+    Ok(json!({
+        "code": code,
+        "url": format!("{}/ui#code={code}", shared.url),
+        "expiresIn": crate::ui::CODE_LIFETIME.as_secs(),
+    }))
 }
 
 /// The gateway's own answers (its model list, one entry, its metrics), else the
@@ -561,7 +746,12 @@ async fn engine_api(
         | Handler::Control
         | Handler::Events
         | Handler::Logs
-        | Handler::Engine => None,
+        | Handler::Engine
+        | Handler::UiPage
+        | Handler::UiAsset
+        | Handler::UiLogin
+        | Handler::UiLogout
+        | Handler::UiApi => None,
     };
     match own {
         Some(response) => response,
@@ -703,7 +893,11 @@ async fn read_frame(
         .map_err(|error| error_response(StatusCode::BAD_REQUEST, &error))
 }
 
-async fn rpc(shared: &Shared, request: Request<Incoming>) -> Response<HttpBody> {
+async fn rpc(
+    shared: &Shared,
+    request: Request<Incoming>,
+    methods: Option<&[&str]>,
+) -> Response<HttpBody> {
     let client = client_name(&request);
     let value = match read_frame(shared, request).await {
         Ok(value) => value,
@@ -729,6 +923,22 @@ async fn rpc(shared: &Shared, request: Request<Incoming>) -> Response<HttpBody> 
             );
         }
     };
+    if let Some(methods) = methods {
+        if !methods.contains(&request.method.as_str()) {
+            let error = crate::ui::UiError::MethodRefused {
+                method: request.method.clone(),
+            };
+            let response = RpcResponse::error(Some(request.id), &error);
+            return json_response(StatusCode::FORBIDDEN, &response.to_frame());
+        }
+    } else if request.method == crate::ui::ISSUE_METHOD {
+        // The listener's own method: the code is for this listener's dashboard.
+        let response = match issue_code(shared) {
+            Ok(result) => RpcResponse::ok(request.id, result),
+            Err(error) => RpcResponse::error(Some(request.id), &error),
+        };
+        return json_response(StatusCode::OK, &response.to_frame());
+    }
     let endpoint: &dyn Dispatch = &shared.host;
     if !endpoint.accepting() {
         let response = RpcResponse::error(Some(request.id), &Error::ShuttingDown);

@@ -71,6 +71,7 @@ pub mod server;
 pub mod service;
 pub mod stdio;
 pub mod supervised;
+pub mod ui;
 pub mod upstream;
 pub mod web;
 

@@ -97,6 +97,28 @@ pub enum Handler {
     Metrics,
     /// The engine's own API: forwarded by [`crate::passthrough`].
     Engine,
+    /// `GET /ui`: the dashboard with a session, else its login page ([`crate::ui`]).
+    UiPage,
+    /// `GET /ui/app.js`, `GET /ui/app.css`: the dashboard's embedded files.
+    UiAsset,
+    /// `POST /ui/session`: a login code traded for a session cookie.
+    UiLogin,
+    /// `POST /ui/logout`: ends the session.
+    UiLogout,
+    /// `/ui/api/*`: a dashboard call, answered by the handler of the path it stands
+    /// for ([`crate::ui::api_target`]).
+    UiApi,
+}
+
+impl Handler {
+    /// Whether the dashboard's rules admit the request ([`crate::ui`]: a session and
+    /// the own origin) instead of the bearer token.
+    pub fn is_dashboard(self) -> bool {
+        matches!(
+            self,
+            Self::UiPage | Self::UiAsset | Self::UiLogin | Self::UiLogout | Self::UiApi
+        )
+    }
 }
 
 /// One row of the route table.
@@ -167,11 +189,12 @@ pub const GATEWAY_ROWS: &[Row] = &[
     },
 ];
 
-/// The front door's table, searched in this order: the Core's rows, then the gateway's
-/// own answers. A new area adds its slice here. The engines' API paths come last, from
+/// The front door's table, searched in this order: the Core's rows, the logs', the
+/// dashboard's ([`crate::ui::UI_ROWS`]), then the gateway's own answers. A new area adds its slice
+/// here. The engines' API paths come last, from
 /// the descriptors of the kinds being served ([`arcane_localai::EngineKind::api_paths`]:
 /// a path ending in `/` matches what is below it, any other exactly itself).
-pub const TABLE: &[&[Row]] = &[CORE_ROWS, LOG_ROWS, GATEWAY_ROWS];
+pub const TABLE: &[&[Row]] = &[CORE_ROWS, LOG_ROWS, crate::ui::UI_ROWS, GATEWAY_ROWS];
 
 /// The outcome of looking a request up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -321,13 +344,43 @@ mod tests {
     #[test]
     fn unknown_paths_are_unknown_in_either_mode() {
         for routes_by_model in [true, false] {
-            assert_eq!(find(Method::GET, "/ui", routes_by_model), Lookup::Unknown);
+            assert_eq!(
+                find(Method::GET, "/nowhere", routes_by_model),
+                Lookup::Unknown
+            );
+            assert_eq!(
+                find(Method::GET, "/ui/nowhere", routes_by_model),
+                Lookup::Unknown
+            );
             assert_eq!(find(Method::GET, "/", routes_by_model), Lookup::Unknown);
             assert_eq!(
                 find(Method::POST, "/v1/audio/speech", routes_by_model),
                 Lookup::Unknown
             );
         }
+    }
+
+    #[test]
+    fn the_dashboard_is_rows_of_the_table() {
+        for routes_by_model in [true, false] {
+            assert_eq!(
+                find(Method::GET, "/ui", routes_by_model),
+                Lookup::Found(Handler::UiPage)
+            );
+            assert_eq!(
+                find(Method::POST, "/ui/session", routes_by_model),
+                Lookup::Found(Handler::UiLogin)
+            );
+            assert_eq!(
+                find(Method::GET, "/ui/session", routes_by_model),
+                Lookup::MethodNotAllowed
+            );
+            assert_eq!(
+                find(Method::POST, "/ui/api/chat/completions", routes_by_model),
+                Lookup::Found(Handler::UiApi)
+            );
+        }
+        assert!(Handler::UiApi.is_dashboard() && !Handler::Rpc.is_dashboard());
     }
 
     #[test]

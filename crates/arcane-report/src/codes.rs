@@ -99,6 +99,15 @@ codes! {
     /// The Core host or an engine did not answer within its deadline (connect, response
     /// head, or a streamed body that stalled).
     CORE_TIMEOUT,
+    /// A dashboard login code is unknown or was used already (`arcane open` gives a new one).
+    UI_CODE_INVALID,
+    /// A dashboard login code was presented after it expired.
+    UI_CODE_EXPIRED,
+    /// A dashboard call came without a valid session (none, ended, or from before a
+    /// token rotation).
+    UI_SESSION_REQUIRED,
+    /// A dashboard call did not come from the Core's own origin (cross-site request).
+    UI_ORIGIN_REFUSED,
 
     // --- bundles ---------------------------------------------------------------------
     /// A manifest path is invalid (absolute, `..`, empty segment, device name, …).

@@ -15,3 +15,4 @@ mod llama;
 mod ollama;
 mod router;
 mod stdio;
+mod ui;

@@ -236,11 +236,11 @@ async fn unknown_paths_aliases_bad_models_and_x_api_key_are_answered_without_rou
     let (host, address, token) = serve(upstream).await;
     let bearer = format!("Authorization: Bearer {token}");
 
-    let (status, body) = exchange(address, &get(address, "/ui", &bearer)).await;
+    let (status, body) = exchange(address, &get(address, "/nowhere", &bearer)).await;
     assert_eq!(status, 404, "{body}");
     let error: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(error["error"]["code"], "ARCANE_NOT_FOUND");
-    assert_eq!(error["error"]["details"]["path"], "/ui");
+    assert_eq!(error["error"]["details"]["path"], "/nowhere");
 
     let (status, body) = exchange(address, &get(address, "/v1/models/fast", &bearer)).await;
     assert_eq!(status, 200, "{body}");

@@ -19,6 +19,7 @@ pub mod lock;
 pub mod logs;
 pub mod model;
 pub mod onnx;
+pub mod open;
 pub mod runtime;
 pub mod serve;
 pub mod status;
@@ -55,6 +56,21 @@ pub enum Command {
     Load(gateway::ModelArgs),
     /// Unload a model of the running host (refused while it has requests in flight).
     Unload(gateway::ModelArgs),
+    /// Open the running host's dashboard in the browser, logged in by a one-time link.
+    ///
+    /// The dashboard (`/ui`) shows the models with their state, device, memory and
+    /// requests in flight (with load and unload buttons), the devices, requests and
+    /// tokens, live events, each model's logs, and a chat playground.
+    ///
+    /// The link carries a one-time login code in its fragment (`/ui#code=…`), never the
+    /// token: a browser does not send the fragment to any server, the page removes it
+    /// at once, and the code is good once, for 60 seconds. The browser then holds a
+    /// session cookie that only the dashboard's own paths accept; `arcane token rotate`,
+    /// logging out, or restarting the host ends it.
+    ///
+    /// Opens the link with `xdg-open` when it is installed (and it succeeds); otherwise,
+    /// or with `--print`, prints it.
+    Open(open::Args),
     /// Make the running host read `arcane.toml` again (as SIGHUP does): added models
     /// become available, removed ones unload when idle, changed ones reload when idle.
     Reload(gateway::ReloadArgs),
@@ -89,6 +105,7 @@ impl Command {
             | Command::Logs(_)
             | Command::Load(_)
             | Command::Unload(_)
+            | Command::Open(_)
             | Command::Reload(_) => true,
             Command::Devices(_)
             | Command::Serve(_)
@@ -121,6 +138,7 @@ pub fn run(context: &Context, command: Command) -> Result<u8, CliError> {
         Command::Load(args) => gateway::load(context, args, false),
         Command::Unload(args) => gateway::load(context, args, true),
         Command::Reload(args) => gateway::reload(context, args),
+        Command::Open(args) => open::run(context, args),
         Command::Bundle(args) => bundle::run(context, args),
         Command::Launch(args) => launch::run(context, args),
         Command::Onnx(args) => onnx::run(context, args),

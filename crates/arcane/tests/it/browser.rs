@@ -23,16 +23,22 @@ fn provisioned(var: &str) -> PathBuf {
     PathBuf::from(value)
 }
 
-/// The page driver (`tests/browser/cors_pages.py`) and its lines, as they come.
-struct Driver {
+/// A page driver (a Python script under `tests/browser/`) and its lines, as they come.
+pub(crate) struct Driver {
     child: Child,
     lines: mpsc::Receiver<String>,
 }
 
 impl Driver {
     fn start() -> Driver {
-        let script =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser/cors_pages.py");
+        Driver::script("cors_pages.py")
+    }
+
+    /// Starts `tests/browser/<name>` with the provisioned Python and Chromium.
+    pub(crate) fn script(name: &str) -> Driver {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/browser")
+            .join(name);
         let mut child = Command::new(provisioned("ARCANE_BROWSER_PYTHON"))
             .arg(script)
             .env("ARCANE_CHROMIUM", provisioned("ARCANE_CHROMIUM"))
@@ -53,13 +59,13 @@ impl Driver {
     }
 
     /// The next line, within `within` (the driver bounds each page itself too).
-    fn line(&self, within: Duration) -> String {
+    pub(crate) fn line(&self, within: Duration) -> String {
         self.lines
             .recv_timeout(within)
             .expect("the page driver answered in time (its stderr says why not)")
     }
 
-    fn send(&mut self, line: &str) {
+    pub(crate) fn send(&mut self, line: &str) {
         let stdin = self.child.stdin.as_mut().expect("the driver's stdin");
         writeln!(stdin, "{line}").expect("write to the page driver");
     }

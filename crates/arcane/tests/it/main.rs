@@ -23,3 +23,4 @@ mod onnx;
 mod registry;
 mod router;
 mod serve;
+mod ui;

@@ -62,11 +62,11 @@ fn the_front_door_answers_unknown_paths_aliases_and_bad_models_without_loading_a
     let (port, token) = host_endpoint(&ws);
 
     // An unknown path is the Core's own 404, naming it; nothing loads.
-    let (code, body) = call(port, &token, "GET", "/ui", None);
+    let (code, body) = call(port, &token, "GET", "/nowhere", None);
     assert_eq!(code, 404, "{body}");
-    let error = &parsed("/ui", &body)["error"];
+    let error = &parsed("/nowhere", &body)["error"];
     assert_eq!(error["code"], "ARCANE_NOT_FOUND", "{body}");
-    assert_eq!(error["details"]["path"], "/ui", "{body}");
+    assert_eq!(error["details"]["path"], "/nowhere", "{body}");
 
     // `GET /v1/models/{alias}` answers as for the id, named as asked.
     let (code, body) = call(port, &token, "GET", "/v1/models/bee", None);
