@@ -101,6 +101,9 @@ pub struct HttpOptions {
     pub allowed_origins: crate::origins::AllowedOrigins,
     /// The host's log lines, for `GET /v1/logs` (none: that path is a 404).
     pub logs: Option<Arc<crate::logs::LogBook>>,
+    /// The application's packaged web, served at `/ui/app/` with the dashboard's
+    /// session (none: those paths are a 404).
+    pub web: Option<Arc<crate::web::WebRoot>>,
     /// The dashboard's clock: its login codes and sessions expire by it
     /// ([`crate::ui::session`]); tests inject one to expire a code without sleeping.
     pub ui_clock: crate::ui::Clock,
@@ -118,6 +121,7 @@ impl HttpOptions {
             token_file: None,
             allowed_origins: crate::origins::AllowedOrigins::default(),
             logs: None,
+            web: None,
             ui_clock: crate::ui::system_clock(),
         }
     }
@@ -538,9 +542,17 @@ async fn answer(
     if let Lookup::Found(handler) = lookup {
         if handler.is_dashboard() {
             let mut response = dashboard(&shared, handler, request, connection).await;
-            crate::ui::secure(response.headers_mut());
+            // The app's pages run under its own policy; the dashboard's under the
+            // dashboard's (no inline style at all).
+            match handler {
+                Handler::UiWeb => crate::web::secure(response.headers_mut()),
+                _ => crate::ui::secure(response.headers_mut()),
+            }
             return response;
         }
+    }
+    if lookup == Lookup::Found(Handler::AppMoved) {
+        return app_moved(&request);
     }
     if let Some(refused) = admit_token(&shared, &request) {
         return refused;
@@ -587,7 +599,9 @@ async fn dispatch(
         | Handler::UiAsset
         | Handler::UiLogin
         | Handler::UiLogout
-        | Handler::UiApi => not_found(&path, upstream.is_some()),
+        | Handler::UiApi
+        | Handler::UiWeb
+        | Handler::AppMoved => not_found(&path, upstream.is_some()),
     }
 }
 
@@ -627,6 +641,9 @@ async fn dashboard(
         }
         Handler::UiPage if session.is_some() => return ui_asset(ui::assets::DASHBOARD),
         Handler::UiPage => return ui_asset(ui::assets::LOGIN),
+        // The app's files: its session only. A navigation from elsewhere carries no
+        // cookie (`SameSite=Strict`), and a static file changes nothing.
+        Handler::UiWeb => return packaged_web(shared, session.is_some(), &request),
         _ => {}
     }
     if let Err(error) = ui::same_origin(request.headers(), &shared.origins) {
@@ -681,6 +698,49 @@ async fn dashboard(
         upstream.is_some_and(|u| u.routes_by_model()),
     );
     dispatch(shared, lookup, request, Some(ui::RPC_METHODS)).await
+}
+
+/// `GET /ui/app/…`: the application's packaged web ([`crate::web`]) for a session.
+fn packaged_web(shared: &Shared, session: bool, request: &Request<Incoming>) -> Response<HttpBody> {
+    let path = request.uri().path();
+    let Some(web) = &shared.options.web else {
+        return not_found(path, false);
+    };
+    if !session {
+        return ui_refusal(
+            StatusCode::UNAUTHORIZED,
+            &crate::ui::UiError::SessionRequired,
+        );
+    }
+    match path.strip_prefix("/ui/app") {
+        // `/ui/app` itself: its directory, so relative links resolve under it.
+        Some("") => moved("/ui/app/"),
+        Some(below) => web.answer(request.method(), below, request.headers()),
+        None => not_found(path, false),
+    }
+}
+
+/// A permanent redirect to `location` (a path of this origin).
+fn moved(location: &str) -> Response<HttpBody> {
+    let mut response = Response::new(full(Bytes::new()));
+    *response.status_mut() = StatusCode::PERMANENT_REDIRECT;
+    if let Ok(value) = HeaderValue::from_str(location) {
+        response
+            .headers_mut()
+            .insert(hyper::header::LOCATION, value);
+    }
+    response
+}
+
+/// `/app/…` → `/ui/app/…`: reveals nothing, so it needs no token.
+fn app_moved(request: &Request<Incoming>) -> Response<HttpBody> {
+    let below = request
+        .uri()
+        .path()
+        .strip_prefix("/app")
+        .unwrap_or_default();
+    let below = if below.is_empty() { "/" } else { below };
+    moved(&format!("/ui/app{below}"))
 }
 
 /// `POST /ui/session`: a login code traded for a session cookie.
@@ -751,7 +811,9 @@ async fn engine_api(
         | Handler::UiAsset
         | Handler::UiLogin
         | Handler::UiLogout
-        | Handler::UiApi => None,
+        | Handler::UiApi
+        | Handler::UiWeb
+        | Handler::AppMoved => None,
     };
     match own {
         Some(response) => response,

@@ -108,6 +108,11 @@ pub enum Handler {
     /// `/ui/api/*`: a dashboard call, answered by the handler of the path it stands
     /// for ([`crate::ui::api_target`]).
     UiApi,
+    /// `GET /ui/app/*`: the application's packaged web ([`crate::web`]), with the
+    /// dashboard's session.
+    UiWeb,
+    /// `/app`, `/app/*`: moved to `/ui/app/` (the session's cookie is scoped to `/ui`).
+    AppMoved,
 }
 
 impl Handler {
@@ -116,7 +121,12 @@ impl Handler {
     pub fn is_dashboard(self) -> bool {
         matches!(
             self,
-            Self::UiPage | Self::UiAsset | Self::UiLogin | Self::UiLogout | Self::UiApi
+            Self::UiPage
+                | Self::UiAsset
+                | Self::UiLogin
+                | Self::UiLogout
+                | Self::UiApi
+                | Self::UiWeb
         )
     }
 }
@@ -160,6 +170,14 @@ pub const CORE_ROWS: &[Row] = &[
     row(Verb::Get, PathPattern::Exact("/v1/events"), Handler::Events),
 ];
 
+/// Where the application's packaged web used to be looked for: `/app/…` moves to
+/// `/ui/app/…`.
+pub const WEB_ROWS: &[Row] = &[row(
+    Verb::Any,
+    PathPattern::Prefix("/app"),
+    Handler::AppMoved,
+)];
+
 /// The host's logs.
 pub const LOG_ROWS: &[Row] = &[row(
     Verb::Get,
@@ -194,7 +212,13 @@ pub const GATEWAY_ROWS: &[Row] = &[
 /// here. The engines' API paths come last, from
 /// the descriptors of the kinds being served ([`arcane_localai::EngineKind::api_paths`]:
 /// a path ending in `/` matches what is below it, any other exactly itself).
-pub const TABLE: &[&[Row]] = &[CORE_ROWS, LOG_ROWS, crate::ui::UI_ROWS, GATEWAY_ROWS];
+pub const TABLE: &[&[Row]] = &[
+    CORE_ROWS,
+    LOG_ROWS,
+    crate::ui::UI_ROWS,
+    WEB_ROWS,
+    GATEWAY_ROWS,
+];
 
 /// The outcome of looking a request up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

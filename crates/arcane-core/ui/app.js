@@ -24,8 +24,12 @@ function el(tag, props, ...children) {
 
 async function login() {
   const status = $("login-status");
-  const code = new URLSearchParams(location.hash.slice(1)).get("code");
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  const code = fragment.get("code");
   if (!code) return;
+  // Where to go once logged in: the dashboard, or the application's packaged web.
+  // Only these two: the fragment never names an arbitrary place to send the browser.
+  const next = fragment.get("next") === "app" ? "/ui/app/" : "/ui";
   // Out of the address bar and this history entry before anything else happens.
   history.replaceState(null, "", location.pathname);
   status.textContent = "Logging in…";
@@ -37,7 +41,7 @@ async function login() {
       body: JSON.stringify({ code }),
     });
     if (response.status === 204) {
-      location.replace("/ui");
+      location.replace(next);
       return;
     }
     const body = await response.json().catch(() => ({}));

@@ -249,18 +249,21 @@ pub fn serving(
 
 /// Serves HTTP on `listener` (RPC, events, the passthrough to the host's upstream)
 /// with `token`; `token_file`, when given, is watched so a rotation takes effect at
-/// once; pages of `allowed_origins` may read the answers (CORS).
+/// once; pages of `allowed_origins` may read the answers (CORS); `web` is the
+/// application's packaged web, served at `/ui/app/`.
 pub fn serve_http(
     parts: &HostParts,
     listener: tokio::net::TcpListener,
     token: String,
     token_file: Option<PathBuf>,
     allowed_origins: crate::origins::AllowedOrigins,
+    web: Option<Arc<crate::web::WebRoot>>,
 ) -> tokio::task::JoinHandle<Result<(), Error>> {
     let mut options = crate::http::HttpOptions::new(token);
     options.token_file = token_file;
     options.allowed_origins = allowed_origins;
     options.logs = Some(parts.logs.clone());
+    options.web = web;
     options.upstream = parts.upstream();
     tokio::spawn(crate::http::serve(parts.host.clone(), listener, options))
 }

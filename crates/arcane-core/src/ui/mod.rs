@@ -81,6 +81,7 @@ pub const UI_ROWS: &[Row] = &[
         Handler::UiLogout,
     ),
     ui_row(Verb::Any, PathPattern::Prefix("/ui/api/"), Handler::UiApi),
+    ui_row(Verb::Any, PathPattern::Prefix("/ui/app"), Handler::UiWeb),
 ];
 
 const fn ui_row(verb: Verb, path: PathPattern, handler: Handler) -> Row {

@@ -276,19 +276,29 @@ fn serve_file(
         hyper::header::CACHE_CONTROL,
         HeaderValue::from_static("no-cache"),
     );
-    headers.insert(
-        hyper::header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
-    );
-    headers.insert(
-        hyper::header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(
-        hyper::header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
+    secure(headers);
     response
+}
+
+/// The headers every answer about the app carries, its refusals included: its
+/// policy, no sniffing, no referrer, no framing, same-origin readers only.
+pub fn secure(headers: &mut HeaderMap) {
+    let fixed = [
+        (
+            hyper::header::CONTENT_SECURITY_POLICY,
+            CONTENT_SECURITY_POLICY,
+        ),
+        (hyper::header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (hyper::header::REFERRER_POLICY, "no-referrer"),
+        (hyper::header::X_FRAME_OPTIONS, "DENY"),
+        (
+            hyper::header::HeaderName::from_static("cross-origin-resource-policy"),
+            "same-origin",
+        ),
+    ];
+    for (name, value) in fixed {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
 }
 
 /// What part of the file a request asks for.

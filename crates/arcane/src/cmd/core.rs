@@ -302,6 +302,8 @@ pub struct ServeOptions {
     pub allowed_origins: arcane_core::origins::AllowedOrigins,
     /// Bytes of log lines kept, all models together (default 1 MiB).
     pub log_budget: Option<usize>,
+    /// The application's packaged web, opened (served at `/ui/app/`).
+    pub web: Option<Arc<arcane_core::web::WebRoot>>,
 }
 
 impl ServeOptions {
@@ -318,6 +320,7 @@ impl ServeOptions {
             one_model: false,
             allowed_origins: Default::default(),
             log_budget: None,
+            web: None,
         }
     }
 }
@@ -521,6 +524,7 @@ async fn serve_async(
         record.token.clone(),
         token_file,
         options.allowed_origins.clone(),
+        options.web.clone(),
     );
     if let Some(gateway) = &parts.gateway {
         server::reload_on_sighup(gateway.clone());

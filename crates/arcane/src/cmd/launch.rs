@@ -8,7 +8,8 @@
 //! root `~/.local/share/Arcane/<appId>` on Linux), the state root is created, and this
 //! process becomes `<bundle>/bin/arcane --workspace <state-root> serve --runtime
 //! llama.cpp --executable <bundle runtime> --url http://127.0.0.1:<free port> --model
-//! <bundle model> [--device TARGET] [--port PORT]` through `exec`, so signals reach
+//! <bundle model> [--device TARGET] [--port PORT] [--web <bundle>/app/web]` (the
+//! app's packaged web, when `app/web/index.html` is in the bundle) through `exec`, so signals reach
 //! the Core host directly. Right before that `exec`, every listed file is checked to be
 //! the very file verification saw (device, inode, size, mtime, ctime; see
 //! `arcane_bundle::pinned`); any change is `BUNDLE_FILE_CHANGED` and nothing starts.
@@ -185,6 +186,12 @@ fn serve_command(
     }
     if let Some(port) = launch.port {
         command.arg("--port").arg(port.to_string());
+    }
+    // The app's packaged web, when the bundle carries one (verified with the rest):
+    // served at `/ui/app/`, opened with `arcane open --app`.
+    let web = launch.bundle.root.join("app").join("web");
+    if web.join("index.html").is_file() {
+        command.arg("--web").arg(web);
     }
     command
         .env("ARCANE_BUNDLE_ROOT", &launch.bundle.root)

@@ -1,5 +1,6 @@
-//! `arcane open [--print]`: log a browser in to the running host's dashboard (`/ui`)
-//! without putting the bearer token in any URL.
+//! `arcane open [--print] [--app]`: log a browser in to the running host's dashboard
+//! (`/ui`), or its application's packaged web (`/ui/app/`), without putting the bearer
+//! token in any URL.
 //!
 //! The command (which may read the token) asks the host for a one-time login code
 //! (`ui.code.issue`) and opens `http://127.0.0.1:PORT/ui#code=…`: the code is in the
@@ -22,6 +23,11 @@ pub struct Args {
     /// machine within 60 seconds).
     #[arg(long)]
     print: bool,
+
+    /// Open the application's packaged web (`arcane serve --web DIR`, a bundle's
+    /// `app/web/`) at `/ui/app/` instead of the dashboard, logged in the same way.
+    #[arg(long)]
+    app: bool,
 }
 
 /// Runs `arcane open`.
@@ -34,7 +40,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
                 .await?,
         )
     })?;
-    let Some(url) = issued["url"].as_str().map(str::to_string) else {
+    let Some(mut url) = issued["url"].as_str().map(str::to_string) else {
         return Err(CommandError::new(
             arcane_report::codes::ARCANE_OPERATION_FAILED,
             "the host answered without a login link",
@@ -42,6 +48,9 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         )
         .into());
     };
+    if args.app {
+        url.push_str("&next=app");
+    }
     let expires = issued["expiresIn"].as_u64().unwrap_or(60);
     let opener = if args.print {
         None
@@ -50,7 +59,12 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     };
     let opened = opener.is_some_and(|opener| open_with(&opener, &url));
     let human = if opened {
-        format!("opened the dashboard in the browser (the link is good once, for {expires} s)")
+        let what = if args.app {
+            "the application"
+        } else {
+            "the dashboard"
+        };
+        format!("opened {what} in the browser (the link is good once, for {expires} s)")
     } else {
         url.clone()
     };

@@ -104,6 +104,13 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub api_key_file: Option<PathBuf>,
 
+    /// Serve the application's packaged web, the static files in DIR (its
+    /// `index.html` at the top), at `/ui/app/` (`/app/` redirects there), to a browser
+    /// logged in with `arcane open --app`. Adds to nothing: replaces `web` in
+    /// `arcane.toml`.
+    #[arg(long, value_name = "DIR")]
+    pub web: Option<PathBuf>,
+
     /// Let web pages of ORIGIN (`http://localhost:3000`, exactly as the browser sends
     /// it) read the Core's answers (CORS); repeat for more. Their requests still need
     /// the token; a wildcard is refused. Adds to `allowed_origins` in `arcane.toml`.
@@ -197,6 +204,8 @@ pub struct ConfigFile {
     /// Bytes of log lines the host keeps, all models together: a number or a size
     /// (`"4MiB"`); default 1 MiB.
     pub log_buffer: Option<toml::Value>,
+    /// The application's packaged web (as `--web`), relative to this file.
+    pub web: Option<PathBuf>,
 }
 
 /// Runs `arcane serve`: validates the engines, then runs the Core host on them until
@@ -212,6 +221,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     let (listen, port) = listen_address(&args, file.as_ref())?;
     let allowed_origins = allowed_origins(&args, file.as_ref())?;
     let log_budget = log_budget(file.as_ref())?;
+    let web = packaged_web(&args, file.as_ref(), &base)?;
     let mut gateway = model_gateway(context, &args, file.as_ref(), &base)?;
     let mut one_model = false;
     let configs = if gateway.is_some() {
@@ -243,6 +253,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     options.port = port;
     options.allowed_origins = allowed_origins;
     options.log_budget = log_budget;
+    options.web = web;
     options.api_key = match &args.api_key_file {
         Some(file) => Some(
             arcane_core::endpoint::read_token_file(file)?.ok_or_else(|| {
@@ -478,6 +489,24 @@ fn allowed_origins(
         .unwrap_or_default();
     let all: Vec<&String> = from_file.iter().chain(&args.allow_origin).collect();
     Ok(arcane_core::origins::AllowedOrigins::parse(&all)?)
+}
+
+/// The packaged web of `--web` or `web` in `arcane.toml` (relative to the file),
+/// opened now: a missing, linked or writable-by-others directory is refused before
+/// anything starts.
+fn packaged_web(
+    args: &Args,
+    file: Option<&ConfigFile>,
+    base: &Path,
+) -> Result<Option<std::sync::Arc<arcane_core::web::WebRoot>>, CliError> {
+    let dir = match (&args.web, file.and_then(|f| f.web.as_ref())) {
+        (Some(flag), _) => std::path::absolute(flag).unwrap_or_else(|_| flag.clone()),
+        (None, Some(configured)) => base.join(configured),
+        (None, None) => return Ok(None),
+    };
+    Ok(Some(std::sync::Arc::new(arcane_core::web::WebRoot::open(
+        &dir,
+    )?)))
 }
 
 /// `log_buffer` of `arcane.toml`: a number of bytes or a size string.

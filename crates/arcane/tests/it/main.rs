@@ -24,3 +24,4 @@ mod registry;
 mod router;
 mod serve;
 mod ui;
+mod web;

@@ -1,0 +1,130 @@
+//! The application's packaged web (`arcane serve --web DIR`) in a real browser:
+//! `arcane open --app` logs headless Chromium in; the app at `/ui/app/` lists the
+//! models and streams a chat from the real llama-server through the Core's API with
+//! the session, never a token; without a session its files are refused; `/app/`
+//! points to it; a directory another user could change is refused before anything
+//! starts.
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use crate::serve::{real_socket_args, strs, wait_host_ready, Serve, START};
+use crate::support::{json, run, stderr, stdout, TestWorkspace};
+
+/// A part `scripts/provision.sh` provisioned, from the environment.
+fn provisioned(var: &str) -> PathBuf {
+    let value = std::env::var_os(var).unwrap_or_else(|| {
+        panic!("{var} is not set: run the tests through `./scripts/test.sh` (it provisions Chromium and Playwright)")
+    });
+    PathBuf::from(value)
+}
+
+/// A copy of `tests/browser/app` that only this user can change.
+fn app_dir(ws: &TestWorkspace) -> PathBuf {
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser/app");
+    let web = ws.path().join("web");
+    std::fs::create_dir(&web).unwrap();
+    std::fs::set_permissions(&web, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for name in ["index.html", "app.js", "style.css"] {
+        std::fs::copy(source.join(name), web.join(name)).unwrap();
+    }
+    web
+}
+
+#[test]
+fn the_packaged_web_lists_the_models_and_streams_a_chat_with_the_session() {
+    let ws = TestWorkspace::new();
+    let web = app_dir(&ws);
+    let mut args = real_socket_args();
+    args.extend([
+        "--alias".into(),
+        "smol".into(),
+        "--web".into(),
+        web.display().to_string(),
+    ]);
+    let mut serve = Serve::start(&ws, &strs(&args));
+    serve.wait_for("local-ai.server.ready", START);
+    wait_host_ready(&ws);
+    let open = run(ws.arcane().args(["open", "--app", "--print"]));
+    assert!(open.status.success(), "{}", stderr(&open));
+    let link = stdout(&open).trim().to_string();
+    assert!(
+        link.contains("/ui#code=") && link.ends_with("&next=app"),
+        "{link}"
+    );
+
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser/app_web.py");
+    let mut driver = Command::new(provisioned("ARCANE_BROWSER_PYTHON"))
+        .arg(script)
+        .env("ARCANE_CHROMIUM", provisioned("ARCANE_CHROMIUM"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the browser driver");
+    let mut stdin = driver.stdin.take().unwrap();
+    writeln!(stdin, "link {link}").unwrap();
+    drop(stdin);
+    let output = driver.wait_with_output().expect("the driver ends");
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(output.status.success(), "{text}");
+    let result: Value = text
+        .lines()
+        .find_map(|line| line.strip_prefix("result "))
+        .and_then(|r| serde_json::from_str(r).ok())
+        .unwrap_or_else(|| panic!("no result in {text}"));
+
+    assert_eq!(result["error"], Value::Null, "{result}");
+    assert!(
+        result["url"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with("/ui/app/"),
+        "{result}"
+    );
+    assert_eq!(result["models"], "smol", "{result}");
+    assert!(
+        !result["answer"].as_str().unwrap_or_default().is_empty(),
+        "{result}"
+    );
+    assert!(result["reads"].as_u64() >= Some(2), "streamed: {result}");
+    assert!(
+        result["csp"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("default-src 'self'"),
+        "{result}"
+    );
+    assert_eq!(result["withoutSession"]["status"], 401, "{result}");
+    assert!(
+        !result["withoutSession"]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("models"),
+        "{result}"
+    );
+    assert_eq!(result["moved"]["status"], 308, "{result}");
+    assert_eq!(result["moved"]["location"], "/ui/app/", "{result}");
+    serve.terminate();
+}
+
+#[test]
+fn a_web_directory_others_can_change_is_refused_before_anything_starts() {
+    let ws = TestWorkspace::new();
+    let web = app_dir(&ws);
+    std::fs::set_permissions(&web, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let output = run(ws
+        .arcane()
+        .args(["--output", "json", "serve", "--web"])
+        .arg(&web));
+    assert!(!output.status.success());
+    let error = json(&output);
+    assert_eq!(error["error"]["code"], "ARCANE_POLICY_DENIED", "{error}");
+    assert!(
+        !ws.path().join(".arcane/core.json").exists(),
+        "nothing was served"
+    );
+}
