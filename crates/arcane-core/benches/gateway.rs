@@ -58,6 +58,7 @@ fn spec(workspace: &Path, id: &str, server: &Path, model: &Path) -> ModelSpec {
         memory: 0,
         load_timeout: Duration::from_secs(120),
         fingerprint: id.into(),
+        digest: None,
     }
 }
 

@@ -18,6 +18,7 @@
 //!
 //! Dispatch goes through the route table of [`crate::router`]: the Core's rows below,
 //! the gateway's own answers (`GET /v1/models[/{id}]`, `GET /metrics`, when it routes
+//! by model), Ollama's API (`/api/*`, translated by [`crate::ollama_api`], when it routes
 //! by model), then the engines' API paths. A path no row serves is, with the gateway,
 //! the Core's 404 (`ARCANE_NOT_FOUND`; nothing loads), and with a single engine
 //! forwarded to it (its own answer).
@@ -468,6 +469,13 @@ async fn handle(
         Handler::Rpc => rpc(&shared, request).await,
         Handler::Control => control(&shared, request).await,
         Handler::Events => events(&shared, &request),
+        Handler::Ollama(endpoint) => match upstream {
+            Some(upstream) => {
+                crate::ollama_api::handle(&shared.host, upstream, &shared.client, endpoint, request)
+                    .await
+            }
+            None => not_found(&path, false),
+        },
         Handler::ModelList | Handler::ModelEntry | Handler::Metrics | Handler::Engine => {
             engine_api(&shared, handler, &path, request).await
         }
@@ -496,6 +504,7 @@ async fn engine_api(
         | Handler::Rpc
         | Handler::Control
         | Handler::Events
+        | Handler::Ollama(_)
         | Handler::Engine => None,
     };
     match own {

@@ -56,6 +56,7 @@ pub mod host;
 pub mod http;
 pub mod limits;
 pub mod localai;
+pub mod ollama_api;
 pub mod onnx;
 pub mod passthrough;
 pub mod protocol;

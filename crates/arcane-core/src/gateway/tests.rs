@@ -224,6 +224,7 @@ impl Rig {
                 memory: spec.memory,
                 load_timeout: LOAD_TIMEOUT,
                 fingerprint: spec.id.into(),
+                digest: None,
             });
         }
         let gateway = Gateway::new(models, HashMap::from([("cpu".to_string(), limit)]));
@@ -721,6 +722,7 @@ impl Rig {
                 reachable_without_token: false,
                 memory: 0,
                 load_timeout: LOAD_TIMEOUT,
+                digest: None,
                 fingerprint: if replaced {
                     launched_as.into()
                 } else {

@@ -16,6 +16,7 @@ mod gateway;
 mod hardening;
 mod hostile_files;
 mod lock;
+mod ollama_api;
 mod onnx;
 mod registry;
 mod router;
