@@ -390,9 +390,8 @@ async fn answer(upstream: Response<HttpBody>, mut route: Route, work: Work) -> R
             None,
         )
     } else {
-        let lines = (route.rename.is_some() || route.lease.is_some()).then(|| {
-            Box::new(LineTransformer::new(route.rename.as_deref())) as Box<dyn Rewrite>
-        });
+        let lines = (route.rename.is_some() || route.lease.is_some())
+            .then(|| Box::new(LineTransformer::new(route.rename.as_deref())) as Box<dyn Rewrite>);
         WorkBody::new(body, work, route.lease, lines)
     };
     respond(parts, body)

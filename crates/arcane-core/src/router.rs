@@ -407,7 +407,13 @@ mod tests {
             Lookup::Unknown
         );
         assert_eq!(
-            lookup(TABLE, &[LLAMA, ollama], &Method::HEAD, "/api/blobs/sha256:0", true),
+            lookup(
+                TABLE,
+                &[LLAMA, ollama],
+                &Method::HEAD,
+                "/api/blobs/sha256:0",
+                true
+            ),
             Lookup::Found(Handler::Engine)
         );
     }

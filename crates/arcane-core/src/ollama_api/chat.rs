@@ -15,7 +15,10 @@ use super::{kind_of, options, Exchange, Needs, OllamaError, Outgoing};
 use crate::upstream::HttpBody;
 
 /// Answers one `/api/chat` request.
-pub async fn handle(exchange: &Exchange<'_>, request: &Map<String, Value>) -> Result<Response<HttpBody>, OllamaError> {
+pub async fn handle(
+    exchange: &Exchange<'_>,
+    request: &Map<String, Value>,
+) -> Result<Response<HttpBody>, OllamaError> {
     let started = Instant::now();
     let keep_alive = request.get("keep_alive").cloned();
     let no_messages = match request.get("messages") {
@@ -52,7 +55,11 @@ pub async fn handle(exchange: &Exchange<'_>, request: &Map<String, Value>) -> Re
 
 /// `"unload"` for a `keep_alive` of zero, else `"load"`.
 pub(crate) fn load_reason(keep_alive: Option<&Value>) -> &'static str {
-    let zero = keep_alive.is_some_and(|k| k.as_f64() == Some(0.0) || k.as_str().is_some_and(|s| s.trim() == "0" || s.trim() == "0s"));
+    let zero = keep_alive.is_some_and(|k| {
+        k.as_f64() == Some(0.0)
+            || k.as_str()
+                .is_some_and(|s| s.trim() == "0" || s.trim() == "0s")
+    });
     if zero {
         "unload"
     } else {
@@ -143,16 +150,29 @@ fn message_of(message: &Value, at: usize, needs: &mut Needs) -> Result<Value, Ol
         return Err(bad(format!("must be an object, not {}", kind_of(message))));
     };
     let role = match message.get("role") {
-        Some(Value::String(role)) if matches!(role.as_str(), "system" | "user" | "assistant" | "tool") => role.clone(),
-        Some(other) => return Err(bad(format!("has role `{other}` (system, user, assistant or tool)"))),
+        Some(Value::String(role))
+            if matches!(role.as_str(), "system" | "user" | "assistant" | "tool") =>
+        {
+            role.clone()
+        }
+        Some(other) => {
+            return Err(bad(format!(
+                "has role `{other}` (system, user, assistant or tool)"
+            )))
+        }
         None => return Err(bad("has no `role`".into())),
     };
     let content = match message.get("content") {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(content)) => content.clone(),
-        Some(other) => return Err(bad(format!("has `content` {}, not a string", kind_of(other)))),
+        Some(other) => {
+            return Err(bad(format!(
+                "has `content` {}, not a string",
+                kind_of(other)
+            )))
+        }
     };
-    let images = images_of(message.get("images")).map_err(|why| bad(why))?;
+    let images = images_of(message.get("images")).map_err(bad)?;
     let mut out = Map::new();
     out.insert("role".into(), json!(role));
     if images.is_empty() {
@@ -245,7 +265,10 @@ mod tests {
         assert_eq!(body["stream_options"]["include_usage"], true);
         assert_eq!(body["max_tokens"], 8);
         assert_eq!(body["response_format"]["type"], "json_object");
-        assert_eq!(body["messages"][1]["tool_calls"][0]["function"]["arguments"], r#"{"x":1}"#);
+        assert_eq!(
+            body["messages"][1]["tool_calls"][0]["function"]["arguments"],
+            r#"{"x":1}"#
+        );
         assert_eq!(body["messages"][2]["name"], "f");
         assert_eq!(body["tools"][0]["function"]["name"], "f");
     }

@@ -23,14 +23,19 @@ pub enum Form {
 }
 
 /// The engine request of an embed request.
-pub fn translate(request: &Map<String, Value>, form: Form) -> Result<(Outgoing, Needs), OllamaError> {
+pub fn translate(
+    request: &Map<String, Value>,
+    form: Form,
+) -> Result<(Outgoing, Needs), OllamaError> {
     let field = match form {
         Form::Embed => "input",
         Form::Embeddings => "prompt",
     };
     let input = match (form, request.get(field)) {
         (_, Some(Value::String(text))) => json!(text),
-        (Form::Embed, Some(Value::Array(texts))) if texts.iter().all(Value::is_string) => json!(texts),
+        (Form::Embed, Some(Value::Array(texts))) if texts.iter().all(Value::is_string) => {
+            json!(texts)
+        }
         (_, None | Some(Value::Null)) => {
             return Err(OllamaError::BadRequest(format!("`{field}` is required")))
         }
@@ -50,8 +55,10 @@ pub fn translate(request: &Map<String, Value>, form: Form) -> Result<(Outgoing, 
     if let Some(dimensions) = request.get("dimensions").filter(|d| !d.is_null()) {
         body.insert("dimensions".into(), dimensions.clone());
     }
-    let mut needs = Needs::default();
-    needs.context = super::options::apply(request.get("options"), &mut Map::new())?;
+    let needs = Needs {
+        context: super::options::apply(request.get("options"), &mut Map::new())?,
+        ..Needs::default()
+    };
     Ok((
         Outgoing {
             path: "/v1/embeddings",
@@ -69,7 +76,12 @@ pub fn answer(form: Form, model: &str, engine: &Value, load: u64, total: u64) ->
         .into_iter()
         .flatten()
         .enumerate()
-        .map(|(i, item)| (item["index"].as_u64().unwrap_or(i as u64), item["embedding"].clone()))
+        .map(|(i, item)| {
+            (
+                item["index"].as_u64().unwrap_or(i as u64),
+                item["embedding"].clone(),
+            )
+        })
         .collect();
     vectors.sort_by_key(|(index, _)| *index);
     let vectors: Vec<Value> = vectors.into_iter().map(|(_, v)| v).collect();
@@ -88,7 +100,11 @@ pub fn answer(form: Form, model: &str, engine: &Value, load: u64, total: u64) ->
 }
 
 /// Answers one embed request.
-pub async fn handle(exchange: &Exchange<'_>, request: &Map<String, Value>, form: Form) -> Result<Response<HttpBody>, OllamaError> {
+pub async fn handle(
+    exchange: &Exchange<'_>,
+    request: &Map<String, Value>,
+    form: Form,
+) -> Result<Response<HttpBody>, OllamaError> {
     let started = Instant::now();
     let (outgoing, needs) = translate(request, form)?;
     let model = exchange.asked.to_string();
@@ -124,7 +140,10 @@ mod tests {
         let embed = answer(Form::Embed, "e:latest", &engine, 1, 2);
         assert_eq!(embed["embeddings"], json!([[0.1], [0.2]]));
         assert_eq!(embed["prompt_eval_count"], 4);
-        assert_eq!(answer(Form::Embeddings, "e", &engine, 1, 2), json!({"embedding": [0.1]}));
+        assert_eq!(
+            answer(Form::Embeddings, "e", &engine, 1, 2),
+            json!({"embedding": [0.1]})
+        );
         let old = json!({"prompt": ["a"]}).as_object().cloned().unwrap();
         assert!(translate(&old, Form::Embeddings).is_err());
         assert!(translate(&Map::new(), Form::Embed).is_err());

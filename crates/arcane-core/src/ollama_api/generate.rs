@@ -21,7 +21,10 @@ use super::{kind_of, Exchange, Needs, OllamaError, Outgoing};
 use crate::upstream::HttpBody;
 
 /// Answers one `/api/generate` request.
-pub async fn handle(exchange: &Exchange<'_>, request: &Map<String, Value>) -> Result<Response<HttpBody>, OllamaError> {
+pub async fn handle(
+    exchange: &Exchange<'_>,
+    request: &Map<String, Value>,
+) -> Result<Response<HttpBody>, OllamaError> {
     let started = Instant::now();
     let keep_alive = request.get("keep_alive").cloned();
     let (outgoing, needs) = match translate(request)? {
@@ -95,7 +98,8 @@ pub fn translate(request: &Map<String, Value>) -> Result<Option<(Outgoing, Needs
             "`context` (Ollama's token context) is not supported: send the conversation as `/api/chat` messages".into(),
         ));
     }
-    let images = images_of(request.get("images")).map_err(|why| OllamaError::BadRequest(format!("the request {why}")))?;
+    let images = images_of(request.get("images"))
+        .map_err(|why| OllamaError::BadRequest(format!("the request {why}")))?;
     if prompt.is_empty() && images.is_empty() {
         return Ok(None);
     }
@@ -147,15 +151,25 @@ mod tests {
 
     #[test]
     fn a_templated_prompt_is_a_chat_and_a_raw_one_a_completion() {
-        let (chat, _) = translate(&object(json!({"prompt": "Hi", "system": "Be brief.", "stream": false})))
-            .unwrap()
-            .unwrap();
+        let (chat, _) = translate(&object(
+            json!({"prompt": "Hi", "system": "Be brief.", "stream": false}),
+        ))
+        .unwrap()
+        .unwrap();
         assert_eq!(chat.path, "/v1/chat/completions");
-        assert_eq!(chat.body["messages"][0], json!({"role": "system", "content": "Be brief."}));
-        assert_eq!(chat.body["messages"][1], json!({"role": "user", "content": "Hi"}));
-        let (raw, _) = translate(&object(json!({"prompt": "<|im_start|>", "raw": true, "options": {"seed": 1}})))
-            .unwrap()
-            .unwrap();
+        assert_eq!(
+            chat.body["messages"][0],
+            json!({"role": "system", "content": "Be brief."})
+        );
+        assert_eq!(
+            chat.body["messages"][1],
+            json!({"role": "user", "content": "Hi"})
+        );
+        let (raw, _) = translate(&object(
+            json!({"prompt": "<|im_start|>", "raw": true, "options": {"seed": 1}}),
+        ))
+        .unwrap()
+        .unwrap();
         assert_eq!(raw.path, "/v1/completions");
         assert_eq!(raw.body["prompt"], "<|im_start|>");
         assert_eq!(raw.body["seed"], 1);
@@ -164,7 +178,9 @@ mod tests {
 
     #[test]
     fn an_empty_prompt_is_a_load_and_unsupported_fields_are_400s() {
-        assert!(translate(&object(json!({"model": "smol"}))).unwrap().is_none());
+        assert!(translate(&object(json!({"model": "smol"})))
+            .unwrap()
+            .is_none());
         for request in [
             json!({"prompt": "def f(", "suffix": "return x"}),
             json!({"prompt": "x", "template": "{{ .Prompt }}"}),
@@ -175,7 +191,9 @@ mod tests {
             let error = translate(&object(request.clone())).unwrap_err();
             assert_eq!(error.status(), hyper::StatusCode::BAD_REQUEST, "{request}");
         }
-        let (_, needs) = translate(&object(json!({"prompt": "x", "images": ["aGk="]}))).unwrap().unwrap();
+        let (_, needs) = translate(&object(json!({"prompt": "x", "images": ["aGk="]})))
+            .unwrap()
+            .unwrap();
         assert!(needs.vision);
     }
 }

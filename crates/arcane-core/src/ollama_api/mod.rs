@@ -296,7 +296,11 @@ async fn read_body(body: Incoming) -> Result<Bytes, OllamaError> {
     let limit = crate::request_model::MAX_BUFFERED;
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+        Err(error)
+            if error
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
             Err(OllamaError::Upstream {
                 status: StatusCode::PAYLOAD_TOO_LARGE,
                 message: format!("the request body is larger than {limit} bytes"),
@@ -407,7 +411,9 @@ impl Exchange<'_> {
             .request(Method::POST, outgoing.path)
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .body(crate::upstream::full(outgoing.body.to_string()))
-            .map_err(|error| OllamaError::BadRequest(format!("the request cannot be sent: {error}")))?;
+            .map_err(|error| {
+                OllamaError::BadRequest(format!("the request cannot be sent: {error}"))
+            })?;
         let answer = crate::passthrough::exchange(
             self.client,
             &mut route,
@@ -428,7 +434,10 @@ impl Exchange<'_> {
             Box::new(reply::Whole::new(|bytes: &[u8]| {
                 let body = serde_json::from_slice::<Value>(bytes)
                     .unwrap_or_else(|_| json!({"error": String::from_utf8_lossy(bytes)}));
-                (json!({"error": error_message(&body), "code": "OLLAMA_ENGINE"}), None)
+                (
+                    json!({"error": error_message(&body), "code": "OLLAMA_ENGINE"}),
+                    None,
+                )
             }))
         };
         let mut response = crate::passthrough::answer_rewritten(answer, route, work, rewrite);
@@ -475,7 +484,10 @@ impl Exchange<'_> {
         let path = "/props";
         let failed = |why: String| OllamaError::Upstream {
             status: StatusCode::BAD_GATEWAY,
-            message: format!("`{}`'s engine did not describe itself: {why}", self.facts.id),
+            message: format!(
+                "`{}`'s engine did not describe itself: {why}",
+                self.facts.id
+            ),
             retry_after: None,
         };
         let request = access
@@ -529,13 +541,24 @@ mod tests {
         };
         assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
         let body = unknown.body();
-        assert!(body["error"].as_str().unwrap().contains("smol:latest"), "{body}");
+        assert!(
+            body["error"].as_str().unwrap().contains("smol:latest"),
+            "{body}"
+        );
         assert_eq!(body["code"], "OLLAMA_MODEL_NOT_FOUND");
         let pull = refused(Endpoint::Pull);
         assert_eq!(pull.status(), StatusCode::NOT_IMPLEMENTED);
         assert!(pull.to_string().contains("arcane model add"), "{pull}");
-        for endpoint in [Endpoint::Push, Endpoint::Create, Endpoint::Copy, Endpoint::Delete] {
-            assert!(refused(endpoint).to_string().contains("arcane"), "{endpoint:?}");
+        for endpoint in [
+            Endpoint::Push,
+            Endpoint::Create,
+            Endpoint::Copy,
+            Endpoint::Delete,
+        ] {
+            assert!(
+                refused(endpoint).to_string().contains("arcane"),
+                "{endpoint:?}"
+            );
         }
     }
 
@@ -552,8 +575,14 @@ mod tests {
     #[test]
     fn bodies_must_be_objects() {
         assert!(parse_object(b"").unwrap().is_empty());
-        assert!(matches!(parse_object(b"[1]"), Err(OllamaError::BadRequest(_))));
-        assert!(matches!(parse_object(b"{"), Err(OllamaError::BadRequest(_))));
+        assert!(matches!(
+            parse_object(b"[1]"),
+            Err(OllamaError::BadRequest(_))
+        ));
+        assert!(matches!(
+            parse_object(b"{"),
+            Err(OllamaError::BadRequest(_))
+        ));
     }
 
     #[test]
@@ -565,7 +594,10 @@ mod tests {
         };
         let error = check_needs(&props, needs, "smol").unwrap_err();
         let text = error.to_string();
-        assert!(text.contains("8192") && text.contains("2048") && text.contains("arcane reload"), "{text}");
+        assert!(
+            text.contains("8192") && text.contains("2048") && text.contains("arcane reload"),
+            "{text}"
+        );
         let same = Needs {
             context: Some(2048),
             vision: false,

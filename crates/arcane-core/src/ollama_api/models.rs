@@ -62,7 +62,9 @@ pub fn parameter_size(count: u64) -> String {
 /// Ollama's `details` of a model.
 fn details(file: Option<&FileFacts>) -> Value {
     let gguf = file.and_then(|f| f.gguf.as_ref());
-    let family = gguf.and_then(|g| g.architecture.clone()).unwrap_or_default();
+    let family = gguf
+        .and_then(|g| g.architecture.clone())
+        .unwrap_or_default();
     json!({
         "parent_model": "",
         "format": if gguf.is_some() { "gguf" } else { "" },
@@ -144,14 +146,20 @@ pub async fn ps(catalog: &[ModelFacts]) -> Response<HttpBody> {
 /// with `--embeddings` (llama-server then serves only embeddings), else `completion`,
 /// with `tools` when its chat template mentions tools and `vision` with a projector.
 pub fn capabilities(args: &[String], template: Option<&str>) -> Vec<&'static str> {
-    if args.iter().any(|a| a == "--embeddings" || a == "--embedding") {
+    if args
+        .iter()
+        .any(|a| a == "--embeddings" || a == "--embedding")
+    {
         return vec!["embedding"];
     }
     let mut capabilities = vec!["completion"];
     if template.is_some_and(|t| t.contains("tools")) {
         capabilities.push("tools");
     }
-    if args.iter().any(|a| a == "--mmproj" || a.starts_with("--mmproj=")) {
+    if args
+        .iter()
+        .any(|a| a == "--mmproj" || a.starts_with("--mmproj="))
+    {
         capabilities.push("vision");
     }
     capabilities
@@ -187,8 +195,15 @@ pub async fn show(facts: &ModelFacts, asked: &str) -> Result<Response<HttpBody>,
         }
     }
     let template = gguf.and_then(|g| g.chat_template.clone());
-    let modified = file.as_ref().and_then(|f| f.modified).unwrap_or(SystemTime::UNIX_EPOCH);
-    let from = facts.file.as_deref().map(|f| f.display().to_string()).unwrap_or_default();
+    let modified = file
+        .as_ref()
+        .and_then(|f| f.modified)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let from = facts
+        .file
+        .as_deref()
+        .map(|f| f.display().to_string())
+        .unwrap_or_default();
     let body = json!({
         "license": "",
         "modelfile": format!("# Served by Arcane as `{}`; its [[model]] table in arcane.toml is its configuration.\nFROM {from}\n", facts.id),
@@ -212,15 +227,25 @@ mod tests {
     fn sizes_capabilities_and_expiry_read_as_ollamas() {
         assert_eq!(parameter_size(134_515_008), "134.52M");
         assert_eq!(parameter_size(7_241_732_096), "7.2B");
-        assert_eq!(capabilities(&[], Some("{% if tools %}")), ["completion", "tools"]);
+        assert_eq!(
+            capabilities(&[], Some("{% if tools %}")),
+            ["completion", "tools"]
+        );
         assert_eq!(capabilities(&["--embeddings".into()], None), ["embedding"]);
-        assert_eq!(capabilities(&["--mmproj".into(), "p.gguf".into()], None), ["completion", "vision"]);
+        assert_eq!(
+            capabilities(&["--mmproj".into(), "p.gguf".into()], None),
+            ["completion", "vision"]
+        );
         let mut model = facts("smol", &[]);
         model.unloads_in = Some(60.0);
         let epoch = SystemTime::UNIX_EPOCH;
         assert_eq!(expires_at(&model, epoch), "1970-01-01T00:01:00.000Z");
         model.unloads_in = None;
         model.keep_alive = -1.0;
-        assert!(expires_at(&model, epoch).starts_with("2269-"), "{}", expires_at(&model, epoch));
+        assert!(
+            expires_at(&model, epoch).starts_with("2269-"),
+            "{}",
+            expires_at(&model, epoch)
+        );
     }
 }

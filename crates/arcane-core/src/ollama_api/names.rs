@@ -23,7 +23,9 @@ pub fn listed(id: &str) -> String {
 
 /// Whether a name has a tag (a `:` after its last `/`: `host:port/name` has none).
 fn has_tag(name: &str) -> bool {
-    name.rsplit('/').next().is_some_and(|last| last.contains(':'))
+    name.rsplit('/')
+        .next()
+        .is_some_and(|last| last.contains(':'))
 }
 
 /// Whether `name` (as a client sends it) names the model called `id`.
@@ -39,7 +41,10 @@ pub fn names(name: &str, id: &str) -> bool {
 
 /// The model `asked` (the request's `model`) names, by id then alias: a 400 when it is
 /// missing or not a string, a 404 listing the known names when nothing answers to it.
-pub fn resolve<'a>(asked: &Value, catalog: &'a [ModelFacts]) -> Result<&'a ModelFacts, OllamaError> {
+pub fn resolve<'a>(
+    asked: &Value,
+    catalog: &'a [ModelFacts],
+) -> Result<&'a ModelFacts, OllamaError> {
     let name = match asked {
         Value::String(name) if !name.trim().is_empty() => name.trim(),
         Value::Null | Value::String(_) => {
@@ -96,7 +101,11 @@ pub(crate) mod tests {
     fn a_bare_id_answers_to_itself_and_to_latest() {
         let catalog = [facts("smol", &["tiny"]), facts("qwen:7b", &[])];
         for name in ["smol", "smol:latest", "tiny", "tiny:latest"] {
-            assert_eq!(resolve(&json!(name), &catalog).unwrap().id, "smol", "{name}");
+            assert_eq!(
+                resolve(&json!(name), &catalog).unwrap().id,
+                "smol",
+                "{name}"
+            );
         }
         assert_eq!(resolve(&json!("qwen:7b"), &catalog).unwrap().id, "qwen:7b");
         assert!(resolve(&json!("qwen:7b:latest"), &catalog).is_err());
@@ -113,7 +122,10 @@ pub(crate) mod tests {
         let unknown = resolve(&json!("llama3"), &catalog).unwrap_err();
         assert_eq!(unknown.status(), hyper::StatusCode::NOT_FOUND);
         let text = unknown.to_string();
-        assert!(text.contains("\"llama3\"") && text.contains("smol:latest, embed:latest"), "{text}");
+        assert!(
+            text.contains("\"llama3\"") && text.contains("smol:latest, embed:latest"),
+            "{text}"
+        );
         for asked in [json!(null), json!(""), json!(7)] {
             let error = resolve(&asked, &catalog).unwrap_err();
             assert_eq!(error.status(), hyper::StatusCode::BAD_REQUEST, "{asked}");

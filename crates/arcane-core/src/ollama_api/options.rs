@@ -57,7 +57,10 @@ pub const LOAD_TIME: &[&str] = &[
 /// Applies `options` to the engine request `body`; returns the `num_ctx` asked for (to
 /// be checked against the loaded context). A known option of the wrong type is a 400
 /// naming it; unknown and load-time options are ignored.
-pub fn apply(options: Option<&Value>, body: &mut Map<String, Value>) -> Result<Option<u64>, OllamaError> {
+pub fn apply(
+    options: Option<&Value>,
+    body: &mut Map<String, Value>,
+) -> Result<Option<u64>, OllamaError> {
     let options = match options {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Object(options)) => options,
@@ -100,21 +103,20 @@ pub fn apply(options: Option<&Value>, body: &mut Map<String, Value>) -> Result<O
     }
     match options.get("num_ctx") {
         None | Some(Value::Null) => Ok(None),
-        Some(value) => value
-            .as_u64()
-            .filter(|n| *n > 0)
-            .map(Some)
-            .ok_or_else(|| {
-                OllamaError::BadRequest(format!(
-                    "option `num_ctx` must be a positive integer, not `{value}`"
-                ))
-            }),
+        Some(value) => value.as_u64().filter(|n| *n > 0).map(Some).ok_or_else(|| {
+            OllamaError::BadRequest(format!(
+                "option `num_ctx` must be a positive integer, not `{value}`"
+            ))
+        }),
     }
 }
 
 /// Applies `format` (`"json"`, a JSON schema, or absent) as the engine's
 /// `response_format`; anything else is a 400.
-pub fn apply_format(format: Option<&Value>, body: &mut Map<String, Value>) -> Result<(), OllamaError> {
+pub fn apply_format(
+    format: Option<&Value>,
+    body: &mut Map<String, Value>,
+) -> Result<(), OllamaError> {
     let response_format = match format {
         None | Some(Value::Null) => return Ok(()),
         Some(Value::String(text)) if text.is_empty() => return Ok(()),
@@ -136,7 +138,10 @@ pub fn apply_format(format: Option<&Value>, body: &mut Map<String, Value>) -> Re
 /// Applies `think` (a boolean, or a level `"low"|"medium"|"high"`) as the chat
 /// template's `enable_thinking` (llama-server's `chat_template_kwargs`); the model's
 /// reasoning comes back as `thinking`. A template without the switch ignores it.
-pub fn apply_think(think: Option<&Value>, body: &mut Map<String, Value>) -> Result<(), OllamaError> {
+pub fn apply_think(
+    think: Option<&Value>,
+    body: &mut Map<String, Value>,
+) -> Result<(), OllamaError> {
     let enable = match think {
         None | Some(Value::Null) => return Ok(()),
         Some(Value::Bool(enable)) => *enable,
@@ -222,7 +227,10 @@ mod tests {
     fn think_switches_the_templates_thinking() {
         let mut body = Map::new();
         apply_think(Some(&json!(false)), &mut body).unwrap();
-        assert_eq!(body["chat_template_kwargs"], json!({"enable_thinking": false}));
+        assert_eq!(
+            body["chat_template_kwargs"],
+            json!({"enable_thinking": false})
+        );
         apply_think(Some(&json!("high")), &mut body).unwrap();
         assert_eq!(body["reasoning_effort"], "high");
         assert!(apply_think(Some(&json!(3)), &mut body).is_err());

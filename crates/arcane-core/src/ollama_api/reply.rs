@@ -65,10 +65,18 @@ impl Reply {
     }
 
     /// A line of Ollama's answer with `content` (and `thinking`, `tool_calls`).
-    fn piece(&self, content: &str, thinking: Option<&str>, tool_calls: Option<Value>) -> Map<String, Value> {
+    fn piece(
+        &self,
+        content: &str,
+        thinking: Option<&str>,
+        tool_calls: Option<Value>,
+    ) -> Map<String, Value> {
         let mut line = Map::new();
         line.insert("model".into(), json!(self.model));
-        line.insert("created_at".into(), json!(arcane_report::time::now_rfc3339()));
+        line.insert(
+            "created_at".into(),
+            json!(arcane_report::time::now_rfc3339()),
+        );
         match self.kind {
             Kind::Chat => {
                 let mut message = json!({"role": "assistant", "content": content});
@@ -109,12 +117,21 @@ impl Reply {
         line.insert("load_duration".into(), json!(self.load.as_nanos() as u64));
         line.insert(
             "prompt_eval_count".into(),
-            json!(timing("prompt_n").map(|n| n as u64).or_else(|| usage("prompt_tokens")).unwrap_or(0)),
+            json!(timing("prompt_n")
+                .map(|n| n as u64)
+                .or_else(|| usage("prompt_tokens"))
+                .unwrap_or(0)),
         );
-        line.insert("prompt_eval_duration".into(), json!(nanos(timing("prompt_ms"))));
+        line.insert(
+            "prompt_eval_duration".into(),
+            json!(nanos(timing("prompt_ms"))),
+        );
         line.insert(
             "eval_count".into(),
-            json!(timing("predicted_n").map(|n| n as u64).or_else(|| usage("completion_tokens")).unwrap_or(0)),
+            json!(timing("predicted_n")
+                .map(|n| n as u64)
+                .or_else(|| usage("completion_tokens"))
+                .unwrap_or(0)),
         );
         line.insert("eval_duration".into(), json!(nanos(timing("predicted_ms"))));
     }
@@ -142,7 +159,8 @@ impl Reply {
         for call in delta["tool_calls"].as_array().into_iter().flatten() {
             let index = call["index"].as_u64().unwrap_or(0) as usize;
             if self.tool_calls.len() <= index {
-                self.tool_calls.resize(index + 1, (String::new(), String::new()));
+                self.tool_calls
+                    .resize(index + 1, (String::new(), String::new()));
             }
             let (name, arguments) = &mut self.tool_calls[index];
             if let Some(piece) = call["function"]["name"].as_str() {
@@ -152,7 +170,10 @@ impl Reply {
                 arguments.push_str(piece);
             }
         }
-        let content = delta["content"].as_str().or_else(|| choice["text"].as_str()).unwrap_or("");
+        let content = delta["content"]
+            .as_str()
+            .or_else(|| choice["text"].as_str())
+            .unwrap_or("");
         let thinking = delta["reasoning_content"].as_str();
         if !content.is_empty() || thinking.is_some_and(|t| !t.is_empty()) {
             push_line(out, &Value::Object(self.piece(content, thinking, None)));
@@ -177,7 +198,10 @@ impl Reply {
         let complete = if all {
             self.pending.len()
         } else {
-            self.pending.iter().rposition(|b| *b == b'\n').map_or(0, |end| end + 1)
+            self.pending
+                .iter()
+                .rposition(|b| *b == b'\n')
+                .map_or(0, |end| end + 1)
         };
         let lines: Vec<u8> = self.pending.drain(..complete).collect();
         let mut out = Vec::new();
@@ -201,7 +225,10 @@ impl Reply {
         self.observe(&answer);
         let choice = &answer["choices"][0];
         let message = &choice["message"];
-        let content = message["content"].as_str().or_else(|| choice["text"].as_str()).unwrap_or("");
+        let content = message["content"]
+            .as_str()
+            .or_else(|| choice["text"].as_str())
+            .unwrap_or("");
         let calls = message["tool_calls"]
             .as_array()
             .filter(|calls| !calls.is_empty())
@@ -258,7 +285,10 @@ impl Rewrite for Reply {
                     .iter()
                     .map(|(name, arguments)| ollama_call(name, arguments))
                     .collect();
-                push_line(&mut out, &Value::Object(self.piece("", None, Some(Value::Array(calls)))));
+                push_line(
+                    &mut out,
+                    &Value::Object(self.piece("", None, Some(Value::Array(calls)))),
+                );
             }
             let mut last = self.piece("", None, None);
             self.done(&mut last);
@@ -293,7 +323,9 @@ pub struct Whole {
 
 impl Whole {
     /// Converts the whole answer with `convert`.
-    pub fn new(convert: impl FnOnce(&[u8]) -> (Value, Option<Value>) + Send + Sync + 'static) -> Self {
+    pub fn new(
+        convert: impl FnOnce(&[u8]) -> (Value, Option<Value>) + Send + Sync + 'static,
+    ) -> Self {
         Self {
             body: Vec::new(),
             convert: Some(Box::new(convert)),
@@ -344,7 +376,13 @@ mod tests {
 
     #[test]
     fn a_stream_becomes_ndjson_whose_last_line_has_the_engines_counters() {
-        let mut reply = Reply::new(Kind::Chat, true, "smol:latest", Instant::now(), Duration::from_millis(5));
+        let mut reply = Reply::new(
+            Kind::Chat,
+            true,
+            "smol:latest",
+            Instant::now(),
+            Duration::from_millis(5),
+        );
         let sse = format!(
             "data: {{\"choices\":[{{\"delta\":{{\"role\":\"assistant\",\"content\":\"Hel\"}}}}]}}\n\ndata: {{\"choices\":[{{\"delta\":{{\"content\":\"lo\"}},\"finish_reason\":\"length\"}}]}}\n\n{LAST}\n\ndata: [DONE]\n\n"
         );
@@ -393,7 +431,13 @@ mod tests {
 
     #[test]
     fn a_whole_answer_is_one_object_for_generate() {
-        let mut reply = Reply::new(Kind::Generate, false, "smol", Instant::now(), Duration::ZERO);
+        let mut reply = Reply::new(
+            Kind::Generate,
+            false,
+            "smol",
+            Instant::now(),
+            Duration::ZERO,
+        );
         let answer = r#"{"choices":[{"text":"Hi there","finish_reason":"stop"}],"usage":{"prompt_tokens":2,"completion_tokens":2},"timings":{"prompt_n":2,"prompt_ms":1.0,"predicted_n":2,"predicted_ms":1.5}}"#;
         assert!(reply.push(Bytes::from(answer)).data.is_empty());
         let done = reply.finish();
@@ -408,7 +452,9 @@ mod tests {
     #[test]
     fn an_error_chunk_becomes_ollamas_error_line() {
         let mut reply = Reply::new(Kind::Chat, true, "smol", Instant::now(), Duration::ZERO);
-        let out = reply.push(Bytes::from("data: {\"error\":{\"code\":500,\"message\":\"boom\"}}\n\n"));
+        let out = reply.push(Bytes::from(
+            "data: {\"error\":{\"code\":500,\"message\":\"boom\"}}\n\n",
+        ));
         assert_eq!(lines(&out.data), vec![json!({"error": "boom"})]);
     }
 }

@@ -120,20 +120,45 @@ fn ollamas_clients_and_litellm_work_through_the_front_door_with_the_token() {
     assert_eq!(names, ["smol:latest", "smol-embed:latest"], "{body}");
     // Listing loads nothing.
     let (code, ps) = call(port, &token, "GET", "/api/ps", None);
-    assert_eq!((code, serde_json::from_str::<Value>(&ps).unwrap()), (200, json!({"models": []})));
+    assert_eq!(
+        (code, serde_json::from_str::<Value>(&ps).unwrap()),
+        (200, json!({"models": []}))
+    );
 
     // Ollama's error shape: an unknown model names the known ones; pull names the
     // Arcane command; a malformed request is a 400.
-    let (code, _, body) = post(port, &token, "/api/chat", &json!({"model": "llama3", "messages": [{"role": "user", "content": "hi"}]}));
+    let (code, _, body) = post(
+        port,
+        &token,
+        "/api/chat",
+        &json!({"model": "llama3", "messages": [{"role": "user", "content": "hi"}]}),
+    );
     assert_eq!(code, 404, "{body}");
     let error: Value = serde_json::from_str(&body).unwrap();
-    assert!(error["error"].as_str().unwrap().contains("smol:latest, smol-embed:latest"), "{body}");
+    assert!(
+        error["error"]
+            .as_str()
+            .unwrap()
+            .contains("smol:latest, smol-embed:latest"),
+        "{body}"
+    );
     let (code, _, body) = post(port, &token, "/api/pull", &json!({"model": "llama3"}));
     assert_eq!(code, 501, "{body}");
-    assert!(serde_json::from_str::<Value>(&body).unwrap()["error"].as_str().unwrap().contains("arcane model add"));
-    let (code, _, body) = post(port, &token, "/api/chat", &json!({"model": "smol", "messages": "hi"}));
+    assert!(serde_json::from_str::<Value>(&body).unwrap()["error"]
+        .as_str()
+        .unwrap()
+        .contains("arcane model add"));
+    let (code, _, body) = post(
+        port,
+        &token,
+        "/api/chat",
+        &json!({"model": "smol", "messages": "hi"}),
+    );
     assert_eq!(code, 400, "{body}");
-    assert!(serde_json::from_str::<Value>(&body).unwrap()["error"].is_string(), "{body}");
+    assert!(
+        serde_json::from_str::<Value>(&body).unwrap()["error"].is_string(),
+        "{body}"
+    );
 
     // A whole chat (loading the model on demand) and a streamed generate (NDJSON).
     let (code, _, body) = post(
@@ -147,7 +172,10 @@ fn ollamas_clients_and_litellm_work_through_the_front_door_with_the_token() {
     assert_eq!(chat["done"], true, "{body}");
     assert_eq!(chat["model"], "smol:latest");
     let eval_count = chat["eval_count"].as_u64().unwrap();
-    assert!(eval_count > 0 && chat["prompt_eval_count"].as_u64().unwrap() > 0, "{body}");
+    assert!(
+        eval_count > 0 && chat["prompt_eval_count"].as_u64().unwrap() > 0,
+        "{body}"
+    );
     let (code, head, body) = post(
         port,
         &token,
@@ -155,21 +183,50 @@ fn ollamas_clients_and_litellm_work_through_the_front_door_with_the_token() {
         &json!({"model": "smol", "prompt": "One, two,", "options": {"num_predict": 4}}),
     );
     assert_eq!(code, 200, "{body}");
-    assert!(head.contains("content-type: application/x-ndjson"), "{head}");
-    let lines: Vec<Value> = body.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(
+        head.contains("content-type: application/x-ndjson"),
+        "{head}"
+    );
+    let lines: Vec<Value> = body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let last = lines.last().unwrap();
     assert_eq!(last["done"], true, "{body}");
-    for field in ["total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration", "eval_count", "eval_duration"] {
+    for field in [
+        "total_duration",
+        "load_duration",
+        "prompt_eval_count",
+        "prompt_eval_duration",
+        "eval_count",
+        "eval_duration",
+    ] {
         assert!(last[field].is_u64(), "{field} in {last}");
     }
-    assert!(lines[..lines.len() - 1].iter().all(|l| l["done"] == false && l["response"].is_string()), "{body}");
+    assert!(
+        lines[..lines.len() - 1]
+            .iter()
+            .all(|l| l["done"] == false && l["response"].is_string()),
+        "{body}"
+    );
 
     // The gateway's metrics count them, with the engine's tokens.
     let (code, text) = call(port, &token, "GET", "/metrics", None);
     assert_eq!(code, 200, "{text}");
-    assert_eq!(metric(&text, "arcane_requests_total", "smol"), 2.0, "{text}");
-    assert_eq!(metric(&text, "arcane_request_errors_total", "smol"), 0.0, "{text}");
-    assert!(metric(&text, "arcane_completion_tokens_total", "smol") >= eval_count as f64, "{text}");
+    assert_eq!(
+        metric(&text, "arcane_requests_total", "smol"),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "arcane_request_errors_total", "smol"),
+        0.0,
+        "{text}"
+    );
+    assert!(
+        metric(&text, "arcane_completion_tokens_total", "smol") >= eval_count as f64,
+        "{text}"
+    );
 
     let env = |command: &mut Command| {
         command
