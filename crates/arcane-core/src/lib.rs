@@ -41,8 +41,9 @@
 //! # });
 //! ```
 //!
-//! Benchmark: `cargo bench -p arcane-core --bench host` (with `LLAMA_SERVER` and
-//! `ARCANE_TEST_MODEL` set for the passthrough part).
+//! Benchmarks: `cargo bench -p arcane-core --bench host` (with `LLAMA_SERVER` and
+//! `ARCANE_TEST_MODEL` set for the passthrough part); `--bench ollama_api` compares
+//! Ollama's `/api/chat` with the same request on `/v1/chat/completions`.
 #![warn(missing_docs)]
 #![doc = include_str!("../../../docs/protocol.md")]
 
