@@ -7,9 +7,9 @@
 #     Needs Python 3 with venv and a C/C++ compiler; never npm or Node.js.
 #   scripts/provision.sh [all]  the above, and the parts only the tests drive
 #     (`scripts/test.sh`):
-#     * the official client libraries: `openai` and `anthropic` from PyPI (a virtual
-#       environment), `openai` from npm (a node_modules directory; needs Node.js 20+
-#       and npm);
+#     * the official client libraries: `openai`, `anthropic` and `ollama` from PyPI,
+#       with `litellm` (one virtual environment), `openai` and `ollama` from npm (one
+#       node_modules directory; needs Node.js 20+ and npm);
 #     * ONNX Runtime's library, the `onnx` package, the Silero VAD model and a speech clip;
 #     * Debian's Chromium (apt-get, as root or through sudo) and Playwright for Python.
 #
@@ -128,24 +128,32 @@ fi
 OPENAI_PY_VERSION="3.57.0"
 ANTHROPIC_VERSION="2.15.0"
 OPENAI_NPM_VERSION="6.49.0" # the last major release that runs on Node.js 20
-CLIENTS_VENV="$CACHE/clients-openai-$OPENAI_PY_VERSION-anthropic-$ANTHROPIC_VERSION"
+# Ollama's own clients and litellm's `ollama_chat/` provider drive the Ollama API of
+# the front door (docs/ollama-api.md). The versions are in the cache directories'
+# names, so a bump never reuses an older cache.
+OLLAMA_PY_VERSION="0.6.3"
+LITELLM_VERSION="1.110.2" # needs openai 3.x; 1.106 pins openai 2.x
+OLLAMA_NPM_VERSION="0.6.4"
+CLIENTS_VENV="$CACHE/clients-openai-$OPENAI_PY_VERSION-anthropic-$ANTHROPIC_VERSION-ollama-$OLLAMA_PY_VERSION-litellm-$LITELLM_VERSION"
 if [ ! -e "$CLIENTS_VENV/.complete" ]; then
-  say "installing the openai $OPENAI_PY_VERSION and anthropic $ANTHROPIC_VERSION Python clients"
+  say "installing the openai $OPENAI_PY_VERSION, anthropic $ANTHROPIC_VERSION, ollama $OLLAMA_PY_VERSION and litellm $LITELLM_VERSION Python clients"
   rm -rf "$CLIENTS_VENV"
   python3 -m venv "$CLIENTS_VENV" || die "could not create a Python virtual environment in $CLIENTS_VENV"
   "$CLIENTS_VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q \
-      "openai==$OPENAI_PY_VERSION" "anthropic==$ANTHROPIC_VERSION" >&2 \
-    || die "installing openai and anthropic from PyPI failed (see the pip output above)"
+      "openai==$OPENAI_PY_VERSION" "anthropic==$ANTHROPIC_VERSION" \
+      "ollama==$OLLAMA_PY_VERSION" "litellm==$LITELLM_VERSION" >&2 \
+    || { rm -rf "$CLIENTS_VENV"; die "installing openai, anthropic, ollama and litellm from PyPI failed (see the pip output above)"; }
   touch "$CLIENTS_VENV/.complete"
 fi
 CLIENTS_PYTHON="$CLIENTS_VENV/bin/python"
-NPM_DIR="$CACHE/npm-openai-$OPENAI_NPM_VERSION"
+NPM_DIR="$CACHE/npm-openai-$OPENAI_NPM_VERSION-ollama-$OLLAMA_NPM_VERSION"
 if [ ! -e "$NPM_DIR/.complete" ]; then
-  say "installing the openai $OPENAI_NPM_VERSION npm client"
+  say "installing the openai $OPENAI_NPM_VERSION and ollama $OLLAMA_NPM_VERSION npm clients"
   rm -rf "$NPM_DIR"
   mkdir -p "$NPM_DIR"
-  npm install --prefix "$NPM_DIR" --no-audit --no-fund --loglevel=error "openai@$OPENAI_NPM_VERSION" >&2 \
-    || die "installing openai from npm failed (see the npm output above)"
+  npm install --prefix "$NPM_DIR" --no-audit --no-fund --loglevel=error \
+      "openai@$OPENAI_NPM_VERSION" "ollama@$OLLAMA_NPM_VERSION" >&2 \
+    || { rm -rf "$NPM_DIR"; die "installing openai and ollama from npm failed (see the npm output above)"; }
   touch "$NPM_DIR/.complete"
 fi
 NODE_CLIENTS="$NPM_DIR/node_modules"

@@ -62,6 +62,7 @@ fn spec(workspace: &Path, id: &str, server: &Path, model: &Path) -> ModelSpec {
         pin: Some(false),
         unlisted: false,
         upstream_model: None,
+        digest: None,
     }
 }
 

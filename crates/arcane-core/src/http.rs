@@ -22,6 +22,7 @@
 //!
 //! Dispatch goes through the route table of [`crate::router`]: the Core's rows below,
 //! the gateway's own answers (`GET /v1/models[/{id}]`, `GET /metrics`, when it routes
+//! by model), Ollama's API (`/api/*`, translated by [`crate::ollama_api`], when it routes
 //! by model), then the engines' API paths. A path no row serves is, with the gateway,
 //! the Core's 404 (`ARCANE_NOT_FOUND`; nothing loads), and with a single engine
 //! forwarded to it (its own answer).
@@ -591,6 +592,13 @@ async fn dispatch(
         Handler::Control => control(shared, request).await,
         Handler::Events => events(shared, &request),
         Handler::Logs => logs(shared, &request),
+        Handler::Ollama(endpoint) => match upstream {
+            Some(upstream) => {
+                crate::ollama_api::handle(&shared.host, upstream, &shared.client, endpoint, request)
+                    .await
+            }
+            None => not_found(&path, false),
+        },
         Handler::ModelList | Handler::ModelEntry | Handler::Metrics | Handler::Engine => {
             engine_api(shared, handler, &path, request).await
         }
@@ -806,6 +814,7 @@ async fn engine_api(
         | Handler::Control
         | Handler::Events
         | Handler::Logs
+        | Handler::Ollama(_)
         | Handler::Engine
         | Handler::UiPage
         | Handler::UiAsset

@@ -41,8 +41,9 @@
 //! # });
 //! ```
 //!
-//! Benchmark: `cargo bench -p arcane-core --bench host` (with `LLAMA_SERVER` and
-//! `ARCANE_TEST_MODEL` set for the passthrough part).
+//! Benchmarks: `cargo bench -p arcane-core --bench host` (with `LLAMA_SERVER` and
+//! `ARCANE_TEST_MODEL` set for the passthrough part); `--bench ollama_api` compares
+//! Ollama's `/api/chat` with the same request on `/v1/chat/completions`.
 #![warn(missing_docs)]
 #![doc = include_str!("../../../docs/protocol.md")]
 
@@ -59,6 +60,7 @@ pub mod http;
 pub mod limits;
 pub mod localai;
 pub mod logs;
+pub mod ollama_api;
 pub mod onnx;
 pub mod origins;
 pub mod passthrough;

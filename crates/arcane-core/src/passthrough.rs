@@ -26,14 +26,14 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Frame, SizeHint};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::error::{Error, Peer, Unready};
 use crate::host::{Host, Work};
-use crate::response_lines::{find_usage, rename_model, LineTransformer, Transformed};
+use crate::response_lines::{find_usage, rename_model, LineTransformer, Rewrite, Transformed};
 use crate::service::BoxFuture;
 use crate::upstream::{BodyError, Deadlines, EngineAccess, EngineClient, HttpBody};
 use serde_json::Value;
@@ -67,6 +67,37 @@ pub struct RouteRequest {
     pub model: Option<String>,
     /// `keep_alive` from the body, as given (seconds or a duration string).
     pub keep_alive: Option<Value>,
+}
+
+/// What the front door knows of one served model, for the APIs that describe models
+/// themselves (Ollama's `/api/tags`, `/api/ps`, `/api/show`: [`crate::ollama_api`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelFacts {
+    /// The id clients name.
+    pub id: String,
+    /// Other names that select it.
+    pub aliases: Vec<String>,
+    /// The engine kind that serves it.
+    pub kind: arcane_localai::Engine,
+    /// Its model file, when it has one.
+    pub file: Option<std::path::PathBuf>,
+    /// The registered SHA-256 of its file (`None`: not registered).
+    pub digest: Option<String>,
+    /// The engine's own arguments (`--embeddings`, `--mmproj …`).
+    pub args: Vec<String>,
+    /// The device it runs on (`cpu`, a GPU id, `external`).
+    pub device: String,
+    /// Whether its engine is loaded and answering.
+    pub loaded: bool,
+    /// The resident memory of its engine process while loaded, in bytes.
+    pub resident_bytes: Option<u64>,
+    /// The memory it is estimated to need on its device, in bytes (0: unknown).
+    pub memory: u64,
+    /// Seconds until it unloads for idleness (`None`: never, or requests are in
+    /// flight).
+    pub unloads_in: Option<f64>,
+    /// Its idle time in force, in seconds (`0`: after each request, `-1`: never).
+    pub keep_alive: f64,
 }
 
 /// What a forwarded request holds until its answer is sent to the end (or dropped):
@@ -185,6 +216,12 @@ pub trait Upstream: Send + Sync {
     fn models(&self) -> Option<Value> {
         None
     }
+
+    /// What is known of each model it routes to (the default model first); empty when
+    /// it does not route by model.
+    fn catalog(&self) -> Vec<ModelFacts> {
+        Vec::new()
+    }
 }
 
 /// Headers that describe one hop or the client's credentials with the Core: never
@@ -218,12 +255,16 @@ fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
 /// [`Upstream::route`]), `forwarded_request` (re-addressed, headers dropped),
 /// `exchange` (deadlines, the drain cut), `answer` (the body renamed and measured line
 /// by line).
-pub async fn forward(
+pub async fn forward<B>(
     host: &Host,
     upstream: Option<&dyn Upstream>,
     client: &EngineClient,
-    request: Request<Incoming>,
-) -> Response<HttpBody> {
+    request: Request<B>,
+) -> Response<HttpBody>
+where
+    B: Body<Data = Bytes> + Send + Sync + Unpin + 'static,
+    B::Error: Into<BodyError>,
+{
     // Accepted work from here until the response body is sent to the end.
     let Some(work) = host.accept_work() else {
         return crate::http::error_response(StatusCode::SERVICE_UNAVAILABLE, &Error::ShuttingDown);
@@ -270,10 +311,14 @@ fn model_id_of<B>(request: &Request<B>) -> Option<String> {
 
 /// Stage 1: the route. When the upstream routes by model, the model the request names
 /// (its body of any kind, or `?model=`: [`crate::request_model`]) selects it.
-async fn route(
+async fn route<B>(
     upstream: &dyn Upstream,
-    request: Request<Incoming>,
-) -> Result<(Request<HttpBody>, Route), Box<Response<HttpBody>>> {
+    request: Request<B>,
+) -> Result<(Request<HttpBody>, Route), Box<Response<HttpBody>>>
+where
+    B: Body<Data = Bytes> + Send + Sync + Unpin + 'static,
+    B::Error: Into<BodyError>,
+{
     let (request, wanted) = if upstream.routes_by_model() {
         let (parts, body) = request.into_parts();
         let found = crate::request_model::find(
@@ -334,7 +379,7 @@ async fn with_model(
 /// Stage 3: the exchange with the engine of `route`, within `deadlines`; a shutdown
 /// whose drain deadline passes before the engine answers drops the request. An
 /// unreachable engine is reported to the route's lease.
-async fn exchange(
+pub(crate) async fn exchange(
     client: &EngineClient,
     route: &mut Route,
     forwarded: Request<HttpBody>,
@@ -386,9 +431,31 @@ async fn answer(upstream: Response<HttpBody>, mut route: Route, work: Work) -> R
         )
     } else {
         let lines = (route.rename.is_some() || route.lease.is_some())
-            .then(|| LineTransformer::new(route.rename.as_deref()));
+            .then(|| Box::new(LineTransformer::new(route.rename.as_deref())) as Box<dyn Rewrite>);
         WorkBody::new(body, work, route.lease, lines)
     };
+    respond(parts, body)
+}
+
+/// The engine's answer `upstream`, rewritten by `rewrite` on its way (another API's
+/// shape: [`crate::ollama_api`]), holding `work` and the route's lease until its end
+/// exactly as a forwarded answer does (its `usage` measured, a shutdown's cut).
+pub(crate) fn answer_rewritten(
+    upstream: Response<HttpBody>,
+    mut route: Route,
+    work: Work,
+    rewrite: Box<dyn Rewrite>,
+) -> Response<HttpBody> {
+    let (parts, body) = upstream.into_parts();
+    if let Some(lease) = route.lease.as_mut() {
+        lease.answered(parts.status);
+    }
+    respond(parts, WorkBody::new(body, work, route.lease, Some(rewrite)))
+}
+
+/// The client's response: the engine's status and headers (hop-by-hop ones dropped)
+/// around `body`, with an exact `Content-Length` only when the body's is known.
+fn respond(parts: hyper::http::response::Parts, body: WorkBody) -> Response<HttpBody> {
     let mut response = Response::new(body.boxed());
     *response.status_mut() = parts.status;
     copy_headers(&parts.headers, response.headers_mut());
@@ -401,8 +468,12 @@ async fn answer(upstream: Response<HttpBody>, mut route: Route, work: Work) -> R
     response
 }
 
-fn incoming_body(body: Incoming) -> HttpBody {
-    body.map_err(|e| -> BodyError { Box::new(e) }).boxed()
+fn incoming_body<B>(body: B) -> HttpBody
+where
+    B: Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BodyError>,
+{
+    body.map_err(Into::into).boxed()
 }
 
 fn no_engine() -> NoRoute {
@@ -410,7 +481,7 @@ fn no_engine() -> NoRoute {
 }
 
 /// The answer for a request without a route.
-fn refusal(no_route: NoRoute) -> Response<HttpBody> {
+pub(crate) fn refusal(no_route: NoRoute) -> Response<HttpBody> {
     let mut response = crate::http::json_response(no_route.status, &no_route.body);
     if let Some(seconds) = no_route.retry_after {
         response
@@ -560,12 +631,13 @@ fn forwarded_request(
 
 /// A passthrough response body that holds its [`Work`] until it is sent to the end (or
 /// dropped), and is cut when a shutdown's drain deadline passes; dropping the cut
-/// upstream body closes the connection to the engine. With a [`LineTransformer`], its
-/// lines are renamed and their `usage` reported to the lease.
+/// upstream body closes the connection to the engine. With a [`Rewrite`] (the
+/// gateway's [`LineTransformer`], or a translation), its lines are rewritten and their
+/// `usage` reported to the lease.
 struct WorkBody {
     inner: HttpBody,
     cut: Pin<Box<WaitForCancellationFutureOwned>>,
-    lines: Option<LineTransformer>,
+    lines: Option<Box<dyn Rewrite>>,
     /// The end was seen (and the lease told).
     done: bool,
     _work: Work,
@@ -577,7 +649,7 @@ impl WorkBody {
         inner: HttpBody,
         work: Work,
         lease: Option<Box<dyn Lease>>,
-        lines: Option<LineTransformer>,
+        lines: Option<Box<dyn Rewrite>>,
     ) -> Self {
         Self {
             inner,
@@ -595,7 +667,7 @@ impl WorkBody {
         let tail = self
             .lines
             .as_mut()
-            .map(LineTransformer::finish)
+            .map(|lines| lines.finish())
             .unwrap_or_default();
         if let Some(lease) = self.lease.as_mut() {
             if let Some(usage) = &tail.usage {
@@ -675,7 +747,7 @@ impl Body for WorkBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        if self.lines.as_ref().is_some_and(LineTransformer::renames) {
+        if self.lines.as_ref().is_some_and(|l| l.changes_length()) {
             // The length changes with the name.
             return SizeHint::default();
         }

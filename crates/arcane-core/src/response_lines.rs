@@ -27,6 +27,40 @@ pub struct Transformed {
     pub usage: Option<Value>,
 }
 
+/// What rewrites an engine's answer on its way to the client, read by read: the
+/// gateway's rename ([`LineTransformer`]) or a translation into another API's shape
+/// (the Ollama API, [`crate::ollama_api`]). The passthrough's body holds the request's
+/// work and lease until [`Rewrite::finish`], and reports each `usage` to the lease, so
+/// every rewrite is measured and drained alike.
+pub trait Rewrite: Send + Sync {
+    /// Feeds one read: the bytes to send now and the `usage` it completed.
+    fn push(&mut self, data: Bytes) -> Transformed;
+    /// The end of the answer: what is left to send.
+    fn finish(&mut self) -> Transformed;
+    /// Whether bytes are held back (the answer is not over when the engine's is).
+    fn holding(&self) -> bool;
+    /// Whether the answer's length changes (it is then sent without a length).
+    fn changes_length(&self) -> bool;
+}
+
+impl Rewrite for LineTransformer {
+    fn push(&mut self, data: Bytes) -> Transformed {
+        LineTransformer::push(self, data)
+    }
+
+    fn finish(&mut self) -> Transformed {
+        LineTransformer::finish(self)
+    }
+
+    fn holding(&self) -> bool {
+        LineTransformer::holding(self)
+    }
+
+    fn changes_length(&self) -> bool {
+        self.renames()
+    }
+}
+
 /// Renames `"model"` values and finds `usage` in an answer read piece by piece.
 #[derive(Debug)]
 pub struct LineTransformer {

@@ -5,7 +5,7 @@
 //! unknown path (`GET /ui`, a typo) cold-loaded the default model only to get the
 //! engine's 404. Now every path the front door serves is a [`Row`] of one table,
 //! searched in order; the first row whose method and path match names the
-//! [`Handler`]. A later feature (audio, the Ollama API under `/api/`, `/ui`) adds rows
+//! [`Handler`]. A later feature (audio, `/ui`) adds rows
 //! (a `const` slice of its own, listed in [`TABLE`]) and a handler kind, not a new
 //! `match` arm on paths.
 //!
@@ -28,6 +28,8 @@ pub enum Verb {
     Get,
     /// `POST` only.
     Post,
+    /// `DELETE` only.
+    Delete,
 }
 
 impl Verb {
@@ -36,6 +38,7 @@ impl Verb {
             Self::Any => true,
             Self::Get => method == hyper::Method::GET,
             Self::Post => method == hyper::Method::POST,
+            Self::Delete => method == hyper::Method::DELETE,
         }
     }
 }
@@ -95,6 +98,9 @@ pub enum Handler {
     ModelEntry,
     /// `GET /metrics`, the gateway's Prometheus text.
     Metrics,
+    /// Ollama's API (`/api/*`) for every gateway model: translated by
+    /// [`crate::ollama_api`] (passed through to a model of the `ollama` kind).
+    Ollama(crate::ollama_api::Endpoint),
     /// The engine's own API: forwarded by [`crate::passthrough`].
     Engine,
     /// `GET /ui`: the dashboard with a session, else its login page ([`crate::ui`]).
@@ -207,17 +213,51 @@ pub const GATEWAY_ROWS: &[Row] = &[
     },
 ];
 
+const fn ollama(verb: Verb, path: &'static str, endpoint: crate::ollama_api::Endpoint) -> Row {
+    Row {
+        verb,
+        path: PathPattern::Exact(path),
+        scope: Scope::RoutingByModel,
+        handler: Handler::Ollama(endpoint),
+    }
+}
+
+/// Ollama's API on the front door, for every gateway model ([`crate::ollama_api`]):
+/// before the engines' rows, so a llama.cpp model answers `/api/chat` too; a model of
+/// the `ollama` kind still gets the request as it came. Any other `/api/` path is an
+/// engine's (Ollama's) or the Core's 404.
+pub const OLLAMA_ROWS: &[Row] = {
+    use crate::ollama_api::Endpoint as E;
+    &[
+        ollama(Verb::Get, "/api/version", E::Version),
+        ollama(Verb::Get, "/api/tags", E::Tags),
+        ollama(Verb::Get, "/api/ps", E::Ps),
+        ollama(Verb::Post, "/api/show", E::Show),
+        ollama(Verb::Post, "/api/chat", E::Chat),
+        ollama(Verb::Post, "/api/generate", E::Generate),
+        ollama(Verb::Post, "/api/embed", E::Embed),
+        ollama(Verb::Post, "/api/embeddings", E::Embeddings),
+        ollama(Verb::Post, "/api/pull", E::Pull),
+        ollama(Verb::Post, "/api/push", E::Push),
+        ollama(Verb::Post, "/api/create", E::Create),
+        ollama(Verb::Post, "/api/copy", E::Copy),
+        ollama(Verb::Delete, "/api/delete", E::Delete),
+    ]
+};
+
 /// The front door's table, searched in this order: the Core's rows, the logs', the
-/// dashboard's ([`crate::ui::UI_ROWS`]), then the gateway's own answers. A new area adds its slice
-/// here. The engines' API paths come last, from
-/// the descriptors of the kinds being served ([`arcane_localai::EngineKind::api_paths`]:
-/// a path ending in `/` matches what is below it, any other exactly itself).
+/// dashboard's ([`crate::ui::UI_ROWS`]), the packaged web's move, the gateway's own
+/// answers, then Ollama's API. A new area adds its slice here. The engines' API paths
+/// come last, from the descriptors of the kinds being served
+/// ([`arcane_localai::EngineKind::api_paths`]: a path ending in `/` matches what is
+/// below it, any other exactly itself).
 pub const TABLE: &[&[Row]] = &[
     CORE_ROWS,
     LOG_ROWS,
     crate::ui::UI_ROWS,
     WEB_ROWS,
     GATEWAY_ROWS,
+    OLLAMA_ROWS,
 ];
 
 /// The outcome of looking a request up.
@@ -419,14 +459,49 @@ mod tests {
             lookup(table, &[LLAMA], &Method::POST, "/ui", true),
             Lookup::MethodNotAllowed
         );
-        // A kind's API paths are its own: Ollama's `/api/` only when Ollama is served.
+        // A kind's API paths are its own: Ollama's `/api/` only when Ollama is served
+        // by a single engine; the gateway answers Ollama's API itself.
         let ollama = arcane_localai::Engine::Ollama;
         assert_eq!(
-            lookup(TABLE, &[LLAMA], &Method::POST, "/api/chat", true),
+            lookup(TABLE, &[LLAMA], &Method::POST, "/api/chat", false),
             Lookup::Unknown
         );
         assert_eq!(
-            lookup(TABLE, &[LLAMA, ollama], &Method::POST, "/api/chat", true),
+            lookup(TABLE, &[ollama], &Method::POST, "/api/chat", false),
+            Lookup::Found(Handler::Engine)
+        );
+    }
+
+    #[test]
+    fn the_gateway_answers_ollamas_api_and_leaves_other_api_paths_to_ollama() {
+        use crate::ollama_api::Endpoint;
+        let ollama = arcane_localai::Engine::Ollama;
+        for kinds in [&[LLAMA][..], &[LLAMA, ollama][..]] {
+            assert_eq!(
+                lookup(TABLE, kinds, &Method::POST, "/api/chat", true),
+                Lookup::Found(Handler::Ollama(Endpoint::Chat))
+            );
+            assert_eq!(
+                lookup(TABLE, kinds, &Method::DELETE, "/api/delete", true),
+                Lookup::Found(Handler::Ollama(Endpoint::Delete))
+            );
+        }
+        assert_eq!(
+            lookup(TABLE, &[LLAMA], &Method::GET, "/api/chat", true),
+            Lookup::MethodNotAllowed
+        );
+        assert_eq!(
+            lookup(TABLE, &[LLAMA], &Method::HEAD, "/api/blobs/sha256:0", true),
+            Lookup::Unknown
+        );
+        assert_eq!(
+            lookup(
+                TABLE,
+                &[LLAMA, ollama],
+                &Method::HEAD,
+                "/api/blobs/sha256:0",
+                true
+            ),
             Lookup::Found(Handler::Engine)
         );
     }

@@ -78,6 +78,10 @@ impl EngineLauncher for SupervisedLauncher {
         (self.config.model.clone(), self.config.executable.clone())
     }
 
+    fn args(&self) -> Vec<String> {
+        self.config.extra_args.clone()
+    }
+
     fn launch(
         &self,
         events: Arc<dyn EventSink>,

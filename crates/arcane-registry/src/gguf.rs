@@ -64,6 +64,11 @@ pub struct GgufInfo {
     /// `head_count`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head_count_kv: Option<u64>,
+    /// `tokenizer.chat_template` (up to 64 KiB): what Ollama's `/api/show` calls the
+    /// model's template. Not part of the serialized form (records and reports stay as
+    /// they were).
+    #[serde(skip)]
+    pub chat_template: Option<String>,
 }
 
 impl GgufInfo {
@@ -260,6 +265,7 @@ impl Reader<'_> {
             embedding_length: None,
             head_count: None,
             head_count_kv: None,
+            chat_template: None,
         };
         // `<architecture>.<key>` numbers; which architecture is known only at the end.
         let mut numbers: HashMap<String, u64> = HashMap::new();
@@ -273,6 +279,7 @@ impl Reader<'_> {
                 ("general.architecture", Value::Text(s)) => info.architecture = Some(s),
                 ("general.name", Value::Text(s)) => info.name = Some(s),
                 ("general.size_label", Value::Text(s)) => info.size_label = Some(s),
+                ("tokenizer.chat_template", Value::Text(s)) => info.chat_template = Some(s),
                 ("general.parameter_count", Value::Unsigned(n)) => info.parameter_count = Some(n),
                 ("general.parameter_count", Value::Signed(n)) if n >= 0 => {
                     info.parameter_count = Some(n as u64)

@@ -97,6 +97,9 @@ pub struct ModelSpec {
     pub memory: u64,
     /// How long a load may take.
     pub load_timeout: Duration,
+    /// The registered SHA-256 of its model file (`None`: not registered, or no file):
+    /// the `digest` Ollama's API lists.
+    pub digest: Option<String>,
     /// What the model's configuration was made from: a reload keeps a model whose
     /// fingerprint is unchanged (loaded or not) and replaces one whose changed.
     pub fingerprint: String,

@@ -168,6 +168,30 @@ impl Model {
         })
     }
 
+    /// What the front door's other APIs list of it (Ollama's `/api/tags`, `/api/ps`).
+    pub(crate) fn facts(&self) -> crate::passthrough::ModelFacts {
+        let phase = self.current();
+        let inner = self.lock();
+        let loaded = matches!(phase, Phase::Ready(_));
+        crate::passthrough::ModelFacts {
+            id: self.spec.id.clone(),
+            aliases: self.spec.aliases.clone(),
+            kind: self.spec.launcher.runtime(),
+            file: self.spec.launcher.files().0,
+            digest: self.spec.digest.clone(),
+            args: self.spec.launcher.args(),
+            device: self.spec.device.clone(),
+            loaded,
+            resident_bytes: inner.pid.and_then(arcane_process::resident_bytes),
+            memory: self.spec.memory,
+            unloads_in: inner
+                .unload_at
+                .filter(|_| inner.in_flight == 0 && loaded)
+                .map(|at| at.saturating_duration_since(Instant::now()).as_secs_f64()),
+            keep_alive: inner.keep_alive.seconds(),
+        }
+    }
+
     /// The `arcane ps` row.
     pub(crate) fn row(&self) -> Value {
         let phase = self.current();

@@ -135,6 +135,10 @@ impl Upstream for Gateway {
         let data: Vec<Value> = self.listed().iter().map(|m| m.entry()).collect();
         Some(json!({"object": "list", "data": data}))
     }
+
+    fn catalog(&self) -> Vec<crate::passthrough::ModelFacts> {
+        self.models().iter().map(|m| m.facts()).collect()
+    }
 }
 
 const METHODS: &[&str] = &[

@@ -249,6 +249,7 @@ impl Rig {
                 pin: spec.pin,
                 unlisted: spec.unlisted,
                 upstream_model: spec.upstream_model.map(String::from),
+                digest: None,
             });
         }
         let gateway = Gateway::configured(Configuration {
@@ -750,6 +751,7 @@ impl Rig {
                 reachable_without_token: false,
                 memory: 0,
                 load_timeout: LOAD_TIMEOUT,
+                digest: None,
                 fingerprint: if replaced {
                     launched_as.into()
                 } else {

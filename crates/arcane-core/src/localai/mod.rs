@@ -72,6 +72,12 @@ pub trait EngineLauncher: Send + Sync + 'static {
         (None, None)
     }
 
+    /// The engine's own arguments beyond what Arcane derives (`--embeddings`,
+    /// `--mmproj …`): what it can serve follows from them.
+    fn args(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Starts or adopts the engine; resolves once it is ready (or failed). Library
     /// events (`local-ai.server.<state>`) go to `events`; every state change also goes
     /// to `observer`, typed, right after its event; `cancel` aborts the start.

@@ -333,13 +333,14 @@ fn spec(
         table.startup_timeout,
         Duration::from_secs(120),
     )?;
-    let (launcher, device, memory, exposure) = match &table.url {
+    let (launcher, device, memory, exposure, digest) = match &table.url {
         Some(url) => (
             AdoptLauncher::new(arcane_localai::Engine::LlamaCpp, url, load_timeout)
                 as Arc<dyn EngineLauncher>,
             "external".into(),
             0,
             Exposure::External,
+            None,
         ),
         None => {
             let engine = EngineTable {
@@ -374,11 +375,13 @@ fn spec(
             let device = config.device.clone().unwrap_or_else(|| "cpu".into());
             let exposure = exposure_of(&config);
             let check = registered_check(workspace, &config);
+            let digest = registered_digest(workspace, config.model.clone());
             (
                 SupervisedLauncher::checked(workspace, config, check) as Arc<dyn EngineLauncher>,
                 device,
                 memory,
                 exposure,
+                digest,
             )
         }
     };
@@ -393,6 +396,7 @@ fn spec(
     let fingerprint = format!("{table:?} {stamp:?}");
     Ok(ModelSpec {
         fingerprint,
+        digest,
         id: table.id.clone(),
         aliases: table.aliases.clone(),
         launcher,
@@ -437,6 +441,7 @@ pub fn single(config: arcane_localai::EngineConfig, workspace: &Path) -> Configu
     let load_timeout = config.startup_timeout + Duration::from_secs(5);
     let spec = ModelSpec {
         fingerprint,
+        digest: registered_digest(workspace, config.model.clone()),
         id,
         aliases: Vec::new(),
         device,
@@ -464,6 +469,18 @@ pub fn single(config: arcane_localai::EngineConfig, workspace: &Path) -> Configu
         limits,
         groups: Vec::new(),
     }
+}
+
+/// The registered SHA-256 of the model file at `path` (`None`: not registered): the
+/// digest the Ollama API lists for the model.
+fn registered_digest(workspace: &Path, path: Option<std::path::PathBuf>) -> Option<String> {
+    let path = path?;
+    Registry::new(workspace)
+        .models()
+        .ok()?
+        .into_iter()
+        .find(|m| m.path == path)
+        .map(|m| m.sha256)
 }
 
 /// For a registered model file: a check, before every load, that the file is still

@@ -19,6 +19,7 @@ mod hardening;
 mod hostile_files;
 mod lock;
 mod logs;
+mod ollama_api;
 mod onnx;
 mod registry;
 mod router;
