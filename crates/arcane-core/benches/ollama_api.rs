@@ -53,6 +53,9 @@ fn spec(workspace: &Path, server: &Path, model: &Path) -> ModelSpec {
         memory: 0,
         load_timeout: Duration::from_secs(120),
         fingerprint: "smol".into(),
+        pin: None,
+        unlisted: false,
+        upstream_model: None,
         digest: None,
     }
 }

@@ -1088,6 +1088,7 @@ impl Rig {
                 pin: model.spec.pin,
                 unlisted: false,
                 upstream_model: None,
+                digest: None,
             })
             .collect();
         let read = Mutex::new(Some(Configuration {

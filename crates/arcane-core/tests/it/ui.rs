@@ -66,6 +66,7 @@ impl Upstream for Nowhere {
                 access: EngineAccess::tcp("http://127.0.0.1:9").expect("a loopback url"),
                 lease: None,
                 rename: None,
+                upstream_model: None,
             })
         })
     }
