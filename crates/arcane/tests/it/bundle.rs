@@ -88,6 +88,8 @@ impl RealBundle {
         )
         .unwrap();
         std::fs::write(app.join("data.txt"), b"not a program").unwrap();
+        // The app's packaged web, which its launcher serves at `/ui/app/`.
+        crate::web::copy_app(&app.join("web"));
         std::fs::write(
             app.join("arcane-app.json"),
             br#"{"id": "demo-app", "name": "Demo", "version": "1.0.0"}"#,
@@ -1322,4 +1324,62 @@ fn a_partial_tree_left_by_a_killed_build_is_removed_by_the_next_build() {
     assert!(output.status.success(), "{}", support::stderr(&output));
     assert_eq!(partials(), vec![live.clone()]);
     std::fs::remove_dir(dir.path().join(live)).unwrap();
+}
+
+/// A bundle's packaged web (`app/web/`), served by its launched Core: `arcane open
+/// --app` logs a real browser in, and the app lists the bundle's model and streams a
+/// chat from it.
+#[test]
+fn a_launched_bundle_serves_its_web_app_which_lists_the_models_and_streams_a_chat() {
+    let real = RealBundle::new();
+    let state_root = real.dir.path().join("state");
+    let mut command = real.launch();
+    command
+        .arg("launch")
+        .arg("--state-root")
+        .arg(&state_root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(real.dir.path().join("launch.log")).unwrap());
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let _guard = GroupGuard(command.spawn().unwrap());
+    let log = || std::fs::read_to_string(real.dir.path().join("launch.log")).unwrap_or_default();
+    // `arcane --workspace <state root> ARGS`: a client of the launched host.
+    let state = |args: &[&str]| {
+        let mut command = Command::new(support::arcane_bin());
+        command
+            .arg("--workspace")
+            .arg(&state_root)
+            .args(args)
+            .env_remove("ARCANE_WORKSPACE")
+            .env("NO_COLOR", "1");
+        command
+    };
+    // Ready: its one model answers `arcane ps` as ready.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ps = support::run(&mut state(&["--output", "json", "ps"]));
+        if ps.status.success() && support::json(&ps)["models"][0]["state"] == "ready" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the launched host never got ready: {}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let open = support::run(&mut state(&["open", "--app", "--print"]));
+    assert!(open.status.success(), "{}", support::stderr(&open));
+    let result = crate::web::app_in_browser(support::stdout(&open).trim());
+    assert_eq!(result["error"], Value::Null, "{result}");
+    assert!(
+        !result["models"].as_str().unwrap_or_default().is_empty(),
+        "{result}"
+    );
+    assert!(
+        !result["answer"].as_str().unwrap_or_default().is_empty(),
+        "{result}"
+    );
+    assert!(result["reads"].as_u64() >= Some(2), "streamed: {result}");
 }

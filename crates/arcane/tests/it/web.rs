@@ -23,15 +23,44 @@ fn provisioned(var: &str) -> PathBuf {
     PathBuf::from(value)
 }
 
+/// Opens `link` (from `arcane open --app --print`) in headless Chromium and lets the
+/// app run (`tests/browser/app_web.py`): what the page showed.
+pub(crate) fn app_in_browser(link: &str) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser/app_web.py");
+    let mut driver = Command::new(provisioned("ARCANE_BROWSER_PYTHON"))
+        .arg(script)
+        .env("ARCANE_CHROMIUM", provisioned("ARCANE_CHROMIUM"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the browser driver");
+    let mut stdin = driver.stdin.take().expect("the driver's stdin");
+    writeln!(stdin, "link {link}").expect("write the link");
+    drop(stdin);
+    let output = driver.wait_with_output().expect("the driver ends");
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(output.status.success(), "{text}");
+    text.lines()
+        .find_map(|line| line.strip_prefix("result "))
+        .and_then(|r| serde_json::from_str(r).ok())
+        .unwrap_or_else(|| panic!("no result in {text}"))
+}
+
+/// The app of `tests/browser/app`, copied into `dir` so that only this user can
+/// change it.
+pub(crate) fn copy_app(dir: &std::path::Path) {
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser/app");
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for name in ["index.html", "app.js", "style.css"] {
+        std::fs::copy(source.join(name), dir.join(name)).unwrap();
+    }
+}
+
 /// A copy of `tests/browser/app` that only this user can change.
 fn app_dir(ws: &TestWorkspace) -> PathBuf {
-    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser/app");
     let web = ws.path().join("web");
-    std::fs::create_dir(&web).unwrap();
-    std::fs::set_permissions(&web, std::fs::Permissions::from_mode(0o755)).unwrap();
-    for name in ["index.html", "app.js", "style.css"] {
-        std::fs::copy(source.join(name), web.join(name)).unwrap();
-    }
+    copy_app(&web);
     web
 }
 
@@ -57,26 +86,7 @@ fn the_packaged_web_lists_the_models_and_streams_a_chat_with_the_session() {
         "{link}"
     );
 
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser/app_web.py");
-    let mut driver = Command::new(provisioned("ARCANE_BROWSER_PYTHON"))
-        .arg(script)
-        .env("ARCANE_CHROMIUM", provisioned("ARCANE_CHROMIUM"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the browser driver");
-    let mut stdin = driver.stdin.take().unwrap();
-    writeln!(stdin, "link {link}").unwrap();
-    drop(stdin);
-    let output = driver.wait_with_output().expect("the driver ends");
-    let text = String::from_utf8_lossy(&output.stdout).to_string();
-    assert!(output.status.success(), "{text}");
-    let result: Value = text
-        .lines()
-        .find_map(|line| line.strip_prefix("result "))
-        .and_then(|r| serde_json::from_str(r).ok())
-        .unwrap_or_else(|| panic!("no result in {text}"));
-
+    let result = app_in_browser(&link);
     assert_eq!(result["error"], Value::Null, "{result}");
     assert!(
         result["url"]
