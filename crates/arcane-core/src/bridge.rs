@@ -165,19 +165,7 @@ async fn collect_json(response: hyper::Response<crate::upstream::HttpBody>, url:
 }
 
 fn remote_error(body: &Value, status: u16) -> Error {
-    let error = &body["error"];
-    Error::Remote {
-        code: error["code"]
-            .as_str()
-            .unwrap_or("ARCANE_OPERATION_FAILED")
-            .to_string(),
-        message: error["message"]
-            .as_str()
-            .map(str::to_string)
-            .unwrap_or_else(|| format!("the Core host answered HTTP {status}")),
-        details: error.get("details").cloned().unwrap_or(Value::Null),
-        hints: Vec::new(),
-    }
+    crate::client::remote(&body["error"], status)
 }
 
 /// The event reader: each SSE frame goes to the loop, except a response copy a

@@ -150,13 +150,8 @@ impl CoreClient {
         let response = self
             .send(Method::POST, path, Some(payload), deadlines)
             .await?;
-        let status = response.status().as_u16();
-        if status != 200 {
-            let bytes = collect(response, &url, Peer::Host)
-                .await
-                .unwrap_or_default();
-            let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            return Err(remote(&value["error"], status));
+        if response.status() != 200 {
+            return Err(refused(response, &url).await);
         }
         let mut answer = String::new();
         crate::http::stream_lines(response, &url, Peer::Host, |line| {
@@ -201,13 +196,8 @@ impl CoreClient {
             false => self.deadlines.unwrap_or(Deadlines::QUICK),
         };
         let response = self.send(Method::GET, &path, None, deadlines).await?;
-        let status = response.status().as_u16();
-        if status != 200 {
-            let bytes = collect(response, &url, Peer::Host)
-                .await
-                .unwrap_or_default();
-            let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            return Err(remote(&value["error"], status));
+        if response.status() != 200 {
+            return Err(refused(response, &url).await);
         }
         crate::http::stream_lines(response, &url, Peer::Host, |line| {
             if let Ok(value) = serde_json::from_str::<Value>(line.trim()) {
@@ -219,7 +209,17 @@ impl CoreClient {
     }
 }
 
-fn remote(error: &Value, status: u16) -> Error {
+/// The host's refusal of a streamed request: its `{"error": …}` as [`Error::Remote`].
+async fn refused(response: hyper::Response<HttpBody>, url: &str) -> Error {
+    let status = response.status().as_u16();
+    let bytes = collect(response, url, Peer::Host).await.unwrap_or_default();
+    let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    remote(&value["error"], status)
+}
+
+/// A host's `{code, message, details, hints}` error (HTTP `status`) as
+/// [`Error::Remote`]; what it lacks is said generically.
+pub(crate) fn remote(error: &Value, status: u16) -> Error {
     Error::Remote {
         code: error["code"]
             .as_str()

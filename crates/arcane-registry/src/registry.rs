@@ -1322,7 +1322,15 @@ fn read_header(
     Error,
 > {
     match gguf::read_gguf(path) {
-        Ok(info) => Ok((Some(info), None)),
+        // The chat template is read from the file when asked for (`/api/show`), not
+        // recorded: a record holds what it can give back as it was added.
+        Ok(info) => Ok((
+            Some(crate::GgufInfo {
+                chat_template: None,
+                ..info
+            }),
+            None,
+        )),
         Err(Error::ModelInvalid { .. }) if arcane_onnx::model::looks_like_onnx(path) => {
             match arcane_onnx::model::read_onnx(path) {
                 Ok(info) => Ok((None, Some(info))),

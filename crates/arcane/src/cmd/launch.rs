@@ -17,6 +17,9 @@
 //! then the inherited value ([`arcane_process::loader_path`]). Nothing is written
 //! inside the bundle.
 //!
+//! A core-mode launch while another instance of the app already runs the Core host on
+//! the same state root joins it: it says so and lasts as long as that host.
+//!
 //! **App-entry mode** (`launch --arcane-app-entry REL [ARGS…]`, which must come last):
 //! after the same verification, `app/REL` must be a listed `exec` file (escapes and
 //! absolute paths are refused with `BUNDLE_PATH_INVALID`); it is opened once, checked
@@ -216,6 +219,11 @@ fn free_loopback_port() -> Result<u16, CliError> {
 }
 
 fn core(context: &Context, launch: &LaunchContext) -> Result<u8, CliError> {
+    // Another instance of this app already runs the Core host on this state root: this
+    // launch joins it instead of being refused (`CORE_ALREADY_RUNNING`).
+    if let Ok(record) = arcane_core::endpoint::running_endpoint(&launch.state_root) {
+        return join_running(context, &record);
+    }
     arcane_bundle::prepare_state_root(launch)?;
     context.output.event(&Event::new(
         event_types::BUNDLE_LAUNCH_CORE,
@@ -242,6 +250,42 @@ fn core(context: &Context, launch: &LaunchContext) -> Result<u8, CliError> {
     )
     .caused_by(error)
     .into())
+}
+
+/// How often a joined launch looks whether the host it joined still runs.
+const JOINED_CHECK: Duration = Duration::from_millis(250);
+
+/// Core mode next to a running instance: say so, and last as long as that host (Ctrl-C
+/// leaves it running): a launcher that keeps "its" Core alive behaves the same whether
+/// it started the host or joined it.
+fn join_running(
+    context: &Context,
+    record: &arcane_core::endpoint::EndpointRecord,
+) -> Result<u8, CliError> {
+    let Some(host) = arcane_process::Identity::of(record.pid) else {
+        return Ok(0);
+    };
+    context.output.result(
+        &format!(
+            "another instance runs this app's Core host (pid {}, {}): joined it; this launch ends when it does (Ctrl-C leaves it running)",
+            record.pid, record.url
+        ),
+        &json!({"joined": {"pid": record.pid, "url": record.url}}),
+    );
+    while host.is_alive() {
+        if context.cancel.wait_timeout(JOINED_CHECK) {
+            return Err(CommandError::new(
+                codes::ARCANE_CANCELLED,
+                "stopped; the Core host it joined goes on",
+                json!({"pid": record.pid}),
+            )
+            .into());
+        }
+    }
+    context
+        .output
+        .note("the Core host this launch joined has ended");
+    Ok(0)
 }
 
 /// The pid of the Core host serving `state_root`, when its endpoint file is proven by

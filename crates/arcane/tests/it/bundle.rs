@@ -1383,3 +1383,66 @@ fn a_launched_bundle_serves_its_web_app_which_lists_the_models_and_streams_a_cha
     );
     assert!(result["reads"].as_u64() >= Some(2), "streamed: {result}");
 }
+
+/// A second launch of the same app on the same state root joins the running Core host
+/// (not refused): it says so, and ends when that host does.
+#[test]
+fn a_second_launch_on_the_same_state_root_joins_the_running_host() {
+    let real = RealBundle::new();
+    let state_root = real.dir.path().join("state");
+    let start = |log: &str| {
+        let mut command = real.launch();
+        command
+            .args(["--output", "json", "launch", "--state-root"])
+            .arg(&state_root)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(real.dir.path().join(log)).unwrap())
+            .stderr(Stdio::null());
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        GroupGuard(command.spawn().unwrap())
+    };
+    let first = start("first.log");
+    let endpoint = state_root.join(".arcane/core.json");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let record: Value = loop {
+        if let Some(record) = std::fs::read(&endpoint)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        {
+            break record;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the first launch never published its host"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut second = start("second.log");
+    let joined = real.dir.path().join("second.log");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let said: Value = loop {
+        let text = std::fs::read_to_string(&joined).unwrap_or_default();
+        if let Ok(value) = serde_json::from_str::<Value>(&text) {
+            break value;
+        }
+        assert!(
+            second.0.try_wait().unwrap().is_none(),
+            "the second launch ended: {text}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the second launch said nothing: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(said["joined"]["pid"], record["pid"], "{said}");
+    assert!(
+        second.0.try_wait().unwrap().is_none(),
+        "it lasts while the host runs"
+    );
+    // The first (the host) ends: the joined launch ends with it, exit 0.
+    drop(first);
+    let status =
+        support::wait_for_exit(&mut second.0, Duration::from_secs(30), "the joined launch");
+    assert_eq!(status.code(), Some(0));
+}
