@@ -71,6 +71,7 @@ mod progress;
 mod registry;
 mod store;
 mod types;
+mod whisper;
 
 pub use error::{Error, ExtractLimit};
 #[doc(hidden)]
@@ -83,3 +84,9 @@ pub use registry::{
     DEFAULT_MAX_EXTRACTED_BYTES, DEFAULT_VERSION_TIMEOUT, ONNX_ID,
 };
 pub use types::{ArchiveOrigin, Engine, FileStamp, Model, OnnxRuntime, Runtime, Source, Storage};
+pub use whisper::{
+    looks_like_whisper, read_whisper, WhisperError, WhisperInfo, MAX_MEL_FFT, MAX_NAME_BYTES,
+    MAX_TENSORS, MAX_TOKEN_BYTES, WHISPER_MAGIC,
+};
+#[doc(hidden)]
+pub use whisper::{test_whisper_bytes, TINY_EN};

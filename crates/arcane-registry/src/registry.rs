@@ -773,7 +773,7 @@ impl Registry {
                         .map_err(|e| Error::io("resolve the link", &path, e))?,
                     _ => path,
                 };
-                // Refuse a file that is neither GGUF nor ONNX (or a FIFO, socket, device)
+                // Refuse a file that is not GGUF, ONNX or whisper.cpp (or a FIFO, socket, device)
                 // before anything else.
                 read_header(&path)?;
                 Source::File(path)
@@ -851,12 +851,16 @@ impl Registry {
                     });
                 }
             }
-            let (info, onnx) = read_header(&staged).map_err(|error| match error {
+            let header = read_header(&staged).map_err(|error| match error {
                 // Name the source, not the staging file, in the error.
                 Error::ModelInvalid { reason, found, .. } => Error::ModelInvalid {
                     path: PathBuf::from(&label),
                     reason,
                     found,
+                },
+                Error::WhisperInvalid { error, .. } => Error::WhisperInvalid {
+                    path: PathBuf::from(&label),
+                    error,
                 },
                 other => other,
             })?;
@@ -873,8 +877,9 @@ impl Registry {
                 path,
                 size,
                 sha256: actual,
-                gguf: info,
-                onnx,
+                gguf: header.gguf,
+                onnx: header.onnx,
+                whisper: header.whisper,
                 source: label.clone(),
                 storage,
                 added_at: arcane_report::time::now_rfc3339(),
@@ -1310,22 +1315,35 @@ fn make_executable(_path: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-/// A model file's header: GGUF, or else ONNX (a protobuf `ModelProto`, read without
-/// ONNX Runtime); a file that is neither is the GGUF reader's `LOCAL_AI_MODEL_INVALID`.
-fn read_header(
-    path: &Path,
-) -> Result<
-    (
-        Option<crate::GgufInfo>,
-        Option<arcane_onnx::model::OnnxInfo>,
-    ),
-    Error,
-> {
+/// What a model file's header says: exactly one of the three is set.
+#[derive(Default)]
+struct Header {
+    gguf: Option<crate::GgufInfo>,
+    onnx: Option<arcane_onnx::model::OnnxInfo>,
+    whisper: Option<crate::WhisperInfo>,
+}
+
+/// A model file's header: whisper.cpp's ggml (by its magic), GGUF, or else ONNX (a
+/// protobuf `ModelProto`, read without ONNX Runtime); a file that is none of them is
+/// the GGUF reader's `LOCAL_AI_MODEL_INVALID`.
+fn read_header(path: &Path) -> Result<Header, Error> {
+    if crate::looks_like_whisper(path) {
+        return Ok(Header {
+            whisper: Some(crate::read_whisper(path)?),
+            ..Header::default()
+        });
+    }
     match gguf::read_gguf(path) {
-        Ok(info) => Ok((Some(info), None)),
+        Ok(info) => Ok(Header {
+            gguf: Some(info),
+            ..Header::default()
+        }),
         Err(Error::ModelInvalid { .. }) if arcane_onnx::model::looks_like_onnx(path) => {
             match arcane_onnx::model::read_onnx(path) {
-                Ok(info) => Ok((None, Some(info))),
+                Ok(info) => Ok(Header {
+                    onnx: Some(info),
+                    ..Header::default()
+                }),
                 Err(error) => Err(Error::ModelInvalid {
                     path: path.to_path_buf(),
                     reason: error.to_string(),

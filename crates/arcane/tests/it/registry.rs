@@ -789,3 +789,112 @@ fn every_user_named_file_that_is_a_fifo_is_refused_at_once() {
     let listed = run(ws.arcane().args(["--output", "json", "model", "list"]));
     assert!(json(&listed)["models"].as_array().unwrap().is_empty());
 }
+
+#[test]
+fn the_real_whisper_model_registers_as_whisper_and_its_damaged_copies_are_refused() {
+    let model_file = whisper_model();
+    let ws = TestWorkspace::new();
+    let added = run(ws
+        .arcane()
+        .args(["--output", "json", "model", "add", "tiny-en", "--file"])
+        .arg(&model_file));
+    assert!(added.status.success(), "{}", stderr(&added));
+    assert_eq!(json(&added)["kind"], "whisper", "{}", stdout(&added));
+
+    let listed = run(ws.arcane().args(["model", "list", "--output", "json"]));
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    let models = json(&listed)["models"].clone();
+    assert_eq!(models.as_array().map(Vec::len), Some(1), "{models}");
+    let model = &models[0];
+    assert_eq!(model["id"], "tiny-en");
+    assert_eq!(model["kind"], "whisper");
+    assert_eq!(
+        model["sha256"],
+        sha256sum(&model_file),
+        "digest must equal an independent sha256sum"
+    );
+    assert_eq!(model["size"], std::fs::metadata(&model_file).unwrap().len());
+    assert!(
+        model["gguf"].is_null() && model["onnx"].is_null(),
+        "{model}"
+    );
+    let whisper = &model["whisper"];
+    assert_eq!(whisper["modelType"], "tiny", "{whisper}");
+    assert_eq!(whisper["multilingual"], false);
+    assert_eq!(whisper["nVocab"], 51_864);
+    assert_eq!(whisper["nAudioLayer"], 4);
+    assert_eq!(whisper["nTextLayer"], 4);
+    assert_eq!(whisper["nAudioState"], 384);
+    assert_eq!(whisper["nMels"], 80);
+    assert_eq!(whisper["quantization"], "F16");
+    assert_eq!(whisper["vocabTokens"], 50_257);
+    // 67 encoder and 100 decoder tensors: every weight whisper.cpp loads for tiny.
+    assert_eq!(whisper["tensorCount"], 167);
+    let parameters = whisper["parameterCount"].as_u64().unwrap();
+    assert!(
+        (37_000_000..39_000_000).contains(&parameters),
+        "{parameters}"
+    );
+
+    let human = stdout(&run(ws.arcane().args(["model", "list"])));
+    let row = human
+        .lines()
+        .find(|l| l.starts_with("tiny-en "))
+        .unwrap_or_else(|| panic!("{human}"));
+    assert!(row.contains("whisper") && row.contains("F16"), "{row}");
+    assert!(row.contains("38M"), "{row}");
+
+    // Damaged copies of the real file: cut short, and with a hostile vocabulary size.
+    let bytes = std::fs::read(&model_file).unwrap();
+    let cut = ws.path().join("cut.bin");
+    std::fs::write(&cut, &bytes[..bytes.len() - 1000]).unwrap();
+    let hostile = ws.path().join("hostile.bin");
+    let mut patched = bytes.clone();
+    patched[4..8].copy_from_slice(&i32::MAX.to_le_bytes());
+    std::fs::write(&hostile, &patched).unwrap();
+    drop((bytes, patched));
+    for (id, file, check, field, value) in [
+        (
+            "cut",
+            &cut,
+            "WHISPER_BAD_TENSOR",
+            "tensor",
+            serde_json::json!("decoder.ln.bias"),
+        ),
+        (
+            "hostile",
+            &hostile,
+            "WHISPER_HPARAM_OUT_OF_RANGE",
+            "field",
+            serde_json::json!("n_vocab"),
+        ),
+    ] {
+        let out = run(ws
+            .arcane()
+            .args(["--output", "json", "model", "add", id, "--file"])
+            .arg(file));
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        let error = error_of(&out);
+        assert_eq!(error["code"], "LOCAL_AI_MODEL_INVALID", "{error}");
+        assert_eq!(error["details"]["check"], check, "{error}");
+        assert_eq!(error["details"][field], value, "{error}");
+        assert_eq!(error["details"]["format"], "whisper", "{error}");
+    }
+    let error = error_of(&run(ws
+        .arcane()
+        .args(["--output", "json", "model", "add", "hostile", "--file"])
+        .arg(&hostile)));
+    assert_eq!(error["details"]["value"], i64::from(i32::MAX), "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("n_vocab") && m.contains("2147483647")),
+        "{error}"
+    );
+    let listed = run(ws.arcane().args(["model", "list", "--output", "json"]));
+    assert_eq!(
+        json(&listed)["models"].as_array().map(Vec::len),
+        Some(1),
+        "refused files are never registered"
+    );
+}
