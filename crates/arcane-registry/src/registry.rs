@@ -774,8 +774,12 @@ impl Registry {
                     _ => path,
                 };
                 // Refuse a file that is not GGUF, ONNX or whisper.cpp (or a FIFO, socket, device)
-                // before anything else.
-                read_header(&path)?;
+                // before anything else, and a Piper voice whose configuration is broken.
+                if read_header(&path)?.onnx.is_some() {
+                    if let Some(config) = piper_config(&path) {
+                        crate::read_piper_config(&config)?;
+                    }
+                }
                 Source::File(path)
             }
             Source::Url(url) => {
@@ -864,6 +868,10 @@ impl Registry {
                 },
                 other => other,
             })?;
+            let piper = match (&source, &header.onnx) {
+                (Source::File(path), Some(_)) => stage_piper_config(path, &staged)?,
+                _ => None,
+            };
             let size = std::fs::metadata(&staged)
                 .map_err(|e| Error::io("inspect", &staged, e))?
                 .len();
@@ -880,6 +888,7 @@ impl Registry {
                 gguf: header.gguf,
                 onnx: header.onnx,
                 whisper: header.whisper,
+                piper,
                 source: label.clone(),
                 storage,
                 added_at: arcane_report::time::now_rfc3339(),
@@ -1313,6 +1322,40 @@ fn make_executable(path: &Path) -> Result<(), Error> {
 #[cfg(not(unix))]
 fn make_executable(_path: &Path) -> Result<(), Error> {
     Ok(())
+}
+
+/// The Piper configuration beside the ONNX graph at `model` (`<model>.json`), if there
+/// is one (a link, a FIFO or anything else there is named by the reader, not skipped).
+fn piper_config(model: &Path) -> Option<PathBuf> {
+    crate::piper_config_path(model).filter(|config| std::fs::symlink_metadata(config).is_ok())
+}
+
+/// Copies the Piper configuration beside `source` (an ONNX graph) next to its staged
+/// copy `staged` and reads it there: `None` when `source` has none. The copy must say
+/// what the source said when it was checked, else the source changed meanwhile.
+fn stage_piper_config(
+    source: &Path,
+    staged: &Path,
+) -> Result<Option<crate::PiperVoiceInfo>, Error> {
+    let (Some(config), Some(staged_config)) =
+        (piper_config(source), crate::piper_config_path(staged))
+    else {
+        return Ok(None);
+    };
+    let checked = crate::read_piper_config(&config)?;
+    std::fs::copy(&config, &staged_config).map_err(|e| Error::io("copy", &config, e))?;
+    let copied = crate::read_piper_config(&staged_config).map_err(|error| match error {
+        Error::ModelInvalid { reason, found, .. } => Error::ModelInvalid {
+            path: config.clone(),
+            reason,
+            found,
+        },
+        other => other,
+    })?;
+    if copied != checked {
+        return Err(Error::SourceChanged { path: config });
+    }
+    Ok(Some(copied))
 }
 
 /// What a model file's header says: exactly one of the three is set.

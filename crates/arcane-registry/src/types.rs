@@ -140,6 +140,10 @@ pub struct Model {
     /// ggml format, `ggml-tiny.en.bin`, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub whisper: Option<crate::WhisperInfo>,
+    /// What its Piper configuration says, for an ONNX graph registered with its
+    /// `.onnx.json` beside it (stored beside it too): a Piper voice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub piper: Option<crate::PiperVoiceInfo>,
     /// The path or URL it was added from.
     pub source: String,
     /// How the file was stored.
@@ -154,10 +158,13 @@ pub struct Model {
 
 impl Model {
     /// What kind of model it is, from the header it was registered with: `gguf` (served
-    /// by llama.cpp), `onnx` (run by the `onnx` service), `whisper` (a whisper.cpp
-    /// speech-recognition model) or `unknown`.
+    /// by llama.cpp), `piper-voice` (an ONNX graph with its Piper configuration),
+    /// `onnx` (run by the `onnx` service), `whisper` (a whisper.cpp speech-recognition
+    /// model) or `unknown`.
     pub fn kind(&self) -> &'static str {
-        if self.gguf.is_some() {
+        if self.piper.is_some() {
+            "piper-voice"
+        } else if self.gguf.is_some() {
             "gguf"
         } else if self.onnx.is_some() {
             "onnx"

@@ -162,8 +162,23 @@ fn storage(model: &Model) -> &'static str {
 
 /// `llama, 135M parameters, Q4_1, context 8192`, for an ONNX model
 /// `ONNX IR 8, opset ai.onnx 16, inputs input, state, sr`, for a whisper.cpp one
-/// `whisper tiny (English only), 38M parameters, F16, 4+4 layers, 80 mels`.
+/// `whisper tiny (English only), 38M parameters, F16, 4+4 layers, 80 mels`, for a
+/// Piper voice `Piper voice, espeak-ng voice en-us, 22050 Hz, …; ONNX IR …`.
 fn describe(model: &Model) -> String {
+    if let (Some(piper), Some(onnx)) = (&model.piper, &model.onnx) {
+        return format!(
+            "Piper voice, espeak-ng voice {}, {} Hz{}, {} phonemes; {}",
+            piper.espeak_voice,
+            piper.sample_rate,
+            piper
+                .quality
+                .as_deref()
+                .map(|q| format!(", {q} quality"))
+                .unwrap_or_default(),
+            piper.phonemes,
+            describe_onnx(onnx)
+        );
+    }
     if let Some(onnx) = &model.onnx {
         return describe_onnx(onnx);
     }
@@ -257,6 +272,7 @@ fn list_text(models: &[Model], full_digest: bool) -> String {
                 digest,
                 match (&m.gguf, &m.onnx, &m.whisper) {
                     (Some(g), _, _) => g.architecture.clone().unwrap_or_else(|| "-".into()),
+                    (None, Some(_), _) if m.piper.is_some() => "piper-voice".into(),
                     (None, Some(_), _) => "onnx".into(),
                     (None, None, Some(_)) => "whisper".into(),
                     (None, None, None) => "-".into(),

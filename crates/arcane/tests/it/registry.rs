@@ -898,3 +898,72 @@ fn the_real_whisper_model_registers_as_whisper_and_its_damaged_copies_are_refuse
         "refused files are never registered"
     );
 }
+
+#[test]
+fn the_real_piper_voice_registers_with_its_configuration_beside_it() {
+    let voice = piper_voice();
+    let config = PathBuf::from(format!("{}.json", voice.display()));
+    let ws = TestWorkspace::new();
+    let added = run(ws
+        .arcane()
+        .args(["--output", "json", "model", "add", "joe", "--file"])
+        .arg(&voice));
+    assert!(added.status.success(), "{}", stderr(&added));
+    let model = json(&added)["model"].clone();
+    assert_eq!(json(&added)["kind"], "piper-voice", "{model}");
+    assert_eq!(model["sha256"], sha256sum(&voice));
+    assert!(model["onnx"]["irVersion"].is_number(), "{model}");
+    let piper = &model["piper"];
+    assert_eq!(piper["sampleRate"], 22_050, "{piper}");
+    assert_eq!(piper["espeakVoice"], "en-us");
+    assert_eq!(piper["quality"], "medium");
+    assert_eq!(piper["configFile"], "en_US-joe-medium.onnx.json");
+    assert_eq!(piper["configSha256"], sha256sum(&config));
+    assert!(
+        piper["phonemes"].as_u64().is_some_and(|n| n > 100),
+        "{piper}"
+    );
+    // The configuration is stored beside the model, byte for byte.
+    let stored = PathBuf::from(model["path"].as_str().unwrap());
+    let stored_config = stored.with_file_name("en_US-joe-medium.onnx.json");
+    assert_eq!(sha256sum(&stored_config), sha256sum(&config));
+    let human = stdout(&run(ws.arcane().args(["model", "list"])));
+    assert!(
+        human
+            .lines()
+            .any(|l| l.starts_with("joe ") && l.contains("piper-voice")),
+        "{human}"
+    );
+
+    // A copy whose configuration lacks the phoneme map is refused, naming the field.
+    let dir = ws.path().join("broken");
+    std::fs::create_dir(&dir).unwrap();
+    let broken = dir.join("v.onnx");
+    std::fs::hard_link(&voice, &broken)
+        .or_else(|_| std::fs::copy(&voice, &broken).map(drop))
+        .unwrap();
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        dir.join("v.onnx.json"),
+        text.replace("phoneme_id_map", "phoneme_map_gone"),
+    )
+    .unwrap();
+    let out = run(ws
+        .arcane()
+        .args(["--output", "json", "model", "add", "broken", "--file"])
+        .arg(&broken));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let error = error_of(&out);
+    assert_eq!(error["code"], "LOCAL_AI_MODEL_INVALID", "{error}");
+    assert!(
+        error["details"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("phoneme_id_map")),
+        "{error}"
+    );
+
+    // Removing the voice removes its configuration too.
+    let removed = run(ws.arcane().args(["model", "remove", "joe"]));
+    assert!(removed.status.success(), "{}", stderr(&removed));
+    assert!(!stored_config.exists() && !stored.exists());
+}
