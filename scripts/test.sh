@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Runs every test: provisions the real llama-server, the SmolLM2 model, the official
-# client libraries and the ONNX parts (cached, see scripts/provision.sh), then the lint
-# gate and the whole workspace's unit, integration and multi-process tests.
+# client libraries, the ONNX parts and the speech models (cached, see
+# scripts/provision.sh), then the lint gate and the whole workspace's unit, integration
+# and multi-process tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Everything the tests drive (`all`: also the client libraries, which need npm, and the
-# ONNX parts). Captured first so that a failed provisioning stops here.
+# Everything the tests drive (`all`: also the client libraries, which need npm, the
+# ONNX parts and the speech models). Captured first so that a failed provisioning stops here.
 assignments="$(bash scripts/provision.sh all)"
-eval "$(printf '%s\n' "$assignments" | grep -E '^(LLAMA_SERVER|ARCANE_TEST_MODEL|ARCANE_CLIENTS_PYTHON|ARCANE_NODE_CLIENTS|ARCANE_ONNXRUNTIME|ARCANE_ONNX_PYTHON|ARCANE_SILERO_VAD|ARCANE_SPEECH_WAV|ARCANE_CHROMIUM|ARCANE_BROWSER_PYTHON)=')"
-export LLAMA_SERVER ARCANE_TEST_MODEL ARCANE_CLIENTS_PYTHON ARCANE_NODE_CLIENTS ARCANE_ONNXRUNTIME ARCANE_ONNX_PYTHON ARCANE_SILERO_VAD ARCANE_SPEECH_WAV ARCANE_CHROMIUM ARCANE_BROWSER_PYTHON
+eval "$(printf '%s\n' "$assignments" | grep -E '^(LLAMA_SERVER|ARCANE_TEST_MODEL|ARCANE_CLIENTS_PYTHON|ARCANE_NODE_CLIENTS|ARCANE_ONNXRUNTIME|ARCANE_ONNX_PYTHON|ARCANE_SILERO_VAD|ARCANE_SPEECH_WAV|ARCANE_CHROMIUM|ARCANE_BROWSER_PYTHON|ARCANE_WHISPER_MODEL|ARCANE_WHISPER_CLI|ARCANE_WHISPER_VAD|ARCANE_PIPER_VOICE|ARCANE_ESPEAK)=')"
+export LLAMA_SERVER ARCANE_TEST_MODEL ARCANE_CLIENTS_PYTHON ARCANE_NODE_CLIENTS ARCANE_ONNXRUNTIME ARCANE_ONNX_PYTHON ARCANE_SILERO_VAD ARCANE_SPEECH_WAV ARCANE_CHROMIUM ARCANE_BROWSER_PYTHON \
+  ARCANE_WHISPER_MODEL ARCANE_WHISPER_CLI ARCANE_WHISPER_VAD ARCANE_PIPER_VOICE ARCANE_ESPEAK
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings

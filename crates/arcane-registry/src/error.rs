@@ -166,6 +166,16 @@ pub enum Error {
         /// The bytes found where the problem is, in hex (the magic for a non-GGUF file).
         found: Option<String>,
     },
+    /// A file with whisper.cpp's ggml magic that is not a usable whisper.cpp model
+    /// (a hostile count, a truncation, an impossible tensor): `details.check` is the
+    /// refusal's own stable code ([`WhisperError::code`](crate::WhisperError::code)).
+    #[error("`{}` is not a valid whisper.cpp model: {error}", path.display())]
+    WhisperInvalid {
+        /// The file.
+        path: PathBuf,
+        /// Why it was refused.
+        error: crate::WhisperError,
+    },
     /// Bytes did not hash to the expected SHA-256.
     #[error("SHA-256 of `{subject}` is {actual}, expected {expected}")]
     IntegrityFailed {
@@ -387,7 +397,9 @@ impl Diagnostic for Error {
             | Error::ExecutableTimedOut { .. }
             | Error::VersionUnknown { .. }
             | Error::ExecutableNotInArchive { .. } => codes::LOCAL_AI_RUNTIME_INVALID,
-            Error::ModelInvalid { .. } => codes::LOCAL_AI_MODEL_INVALID,
+            Error::ModelInvalid { .. } | Error::WhisperInvalid { .. } => {
+                codes::LOCAL_AI_MODEL_INVALID
+            }
             Error::IntegrityFailed { .. }
             | Error::Truncated { .. }
             | Error::ModelChanged { .. } => codes::ARCANE_INTEGRITY_FAILED,
@@ -450,6 +462,13 @@ impl Diagnostic for Error {
                 reason,
                 found,
             } => json!({"path": path, "reason": reason, "found": found}),
+            Error::WhisperInvalid { path, error } => {
+                let mut details = error.details();
+                details["path"] = json!(path);
+                details["format"] = json!("whisper");
+                details["reason"] = json!(error.to_string());
+                details
+            }
             Error::IntegrityFailed {
                 subject,
                 expected,

@@ -66,11 +66,13 @@ mod error;
 mod gguf;
 mod hash;
 mod id;
+mod piper;
 mod probe;
 mod progress;
 mod registry;
 mod store;
 mod types;
+mod whisper;
 
 pub use error::{Error, ExtractLimit};
 #[doc(hidden)]
@@ -78,8 +80,18 @@ pub use gguf::write_test_gguf;
 pub use gguf::{quantization_name, read_gguf, GgufInfo};
 pub use hash::{sha256_file, sha256_reader};
 pub use id::{is_valid_id, normalize_sha256, MAX_ID_LEN};
+pub use piper::{
+    piper_config_path, read_piper_config, PiperVoiceInfo, MAX_CONFIG_BYTES, MAX_IDS_PER_PHONEME,
+    MAX_PHONEMES,
+};
 pub use registry::{
     AddModel, AddRuntime, InstallRuntime, LockSettings, Registry, DEFAULT_MAX_EXPANSION_RATIO,
     DEFAULT_MAX_EXTRACTED_BYTES, DEFAULT_VERSION_TIMEOUT, ONNX_ID,
 };
 pub use types::{ArchiveOrigin, Engine, FileStamp, Model, OnnxRuntime, Runtime, Source, Storage};
+pub use whisper::{
+    looks_like_whisper, read_whisper, WhisperError, WhisperInfo, MAX_MEL_FFT, MAX_NAME_BYTES,
+    MAX_TENSORS, MAX_TOKEN_BYTES, WHISPER_MAGIC,
+};
+#[doc(hidden)]
+pub use whisper::{test_whisper_bytes, TINY_EN};

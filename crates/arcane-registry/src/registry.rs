@@ -773,9 +773,13 @@ impl Registry {
                         .map_err(|e| Error::io("resolve the link", &path, e))?,
                     _ => path,
                 };
-                // Refuse a file that is neither GGUF nor ONNX (or a FIFO, socket, device)
-                // before anything else.
-                read_header(&path)?;
+                // Refuse a file that is not GGUF, ONNX or whisper.cpp (or a FIFO, socket, device)
+                // before anything else, and a Piper voice whose configuration is broken.
+                if read_header(&path)?.onnx.is_some() {
+                    if let Some(config) = piper_config(&path) {
+                        crate::read_piper_config(&config)?;
+                    }
+                }
                 Source::File(path)
             }
             Source::Url(url) => {
@@ -851,15 +855,23 @@ impl Registry {
                     });
                 }
             }
-            let (info, onnx) = read_header(&staged).map_err(|error| match error {
+            let header = read_header(&staged).map_err(|error| match error {
                 // Name the source, not the staging file, in the error.
                 Error::ModelInvalid { reason, found, .. } => Error::ModelInvalid {
                     path: PathBuf::from(&label),
                     reason,
                     found,
                 },
+                Error::WhisperInvalid { error, .. } => Error::WhisperInvalid {
+                    path: PathBuf::from(&label),
+                    error,
+                },
                 other => other,
             })?;
+            let piper = match (&source, &header.onnx) {
+                (Source::File(path), Some(_)) => stage_piper_config(path, &staged)?,
+                _ => None,
+            };
             let size = std::fs::metadata(&staged)
                 .map_err(|e| Error::io("inspect", &staged, e))?
                 .len();
@@ -873,8 +885,10 @@ impl Registry {
                 path,
                 size,
                 sha256: actual,
-                gguf: info,
-                onnx,
+                gguf: header.gguf,
+                onnx: header.onnx,
+                whisper: header.whisper,
+                piper,
                 source: label.clone(),
                 storage,
                 added_at: arcane_report::time::now_rfc3339(),
@@ -1310,30 +1324,74 @@ fn make_executable(_path: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-/// A model file's header: GGUF, or else ONNX (a protobuf `ModelProto`, read without
-/// ONNX Runtime); a file that is neither is the GGUF reader's `LOCAL_AI_MODEL_INVALID`.
-fn read_header(
-    path: &Path,
-) -> Result<
-    (
-        Option<crate::GgufInfo>,
-        Option<arcane_onnx::model::OnnxInfo>,
-    ),
-    Error,
-> {
+/// The Piper configuration beside the ONNX graph at `model` (`<model>.json`), if there
+/// is one (a link, a FIFO or anything else there is named by the reader, not skipped).
+fn piper_config(model: &Path) -> Option<PathBuf> {
+    crate::piper_config_path(model).filter(|config| std::fs::symlink_metadata(config).is_ok())
+}
+
+/// Copies the Piper configuration beside `source` (an ONNX graph) next to its staged
+/// copy `staged` and reads it there: `None` when `source` has none. The copy must say
+/// what the source said when it was checked, else the source changed meanwhile.
+fn stage_piper_config(
+    source: &Path,
+    staged: &Path,
+) -> Result<Option<crate::PiperVoiceInfo>, Error> {
+    let (Some(config), Some(staged_config)) =
+        (piper_config(source), crate::piper_config_path(staged))
+    else {
+        return Ok(None);
+    };
+    let checked = crate::read_piper_config(&config)?;
+    std::fs::copy(&config, &staged_config).map_err(|e| Error::io("copy", &config, e))?;
+    let copied = crate::read_piper_config(&staged_config).map_err(|error| match error {
+        Error::ModelInvalid { reason, found, .. } => Error::ModelInvalid {
+            path: config.clone(),
+            reason,
+            found,
+        },
+        other => other,
+    })?;
+    if copied != checked {
+        return Err(Error::SourceChanged { path: config });
+    }
+    Ok(Some(copied))
+}
+
+/// What a model file's header says: exactly one of the three is set.
+#[derive(Default)]
+struct Header {
+    gguf: Option<crate::GgufInfo>,
+    onnx: Option<arcane_onnx::model::OnnxInfo>,
+    whisper: Option<crate::WhisperInfo>,
+}
+
+/// A model file's header: whisper.cpp's ggml (by its magic), GGUF, or else ONNX (a
+/// protobuf `ModelProto`, read without ONNX Runtime); a file that is none of them is
+/// the GGUF reader's `LOCAL_AI_MODEL_INVALID`.
+fn read_header(path: &Path) -> Result<Header, Error> {
+    if crate::looks_like_whisper(path) {
+        return Ok(Header {
+            whisper: Some(crate::read_whisper(path)?),
+            ..Header::default()
+        });
+    }
     match gguf::read_gguf(path) {
         // The chat template is read from the file when asked for (`/api/show`), not
         // recorded: a record holds what it can give back as it was added.
-        Ok(info) => Ok((
-            Some(crate::GgufInfo {
+        Ok(info) => Ok(Header {
+            gguf: Some(crate::GgufInfo {
                 chat_template: None,
                 ..info
             }),
-            None,
-        )),
+            ..Header::default()
+        }),
         Err(Error::ModelInvalid { .. }) if arcane_onnx::model::looks_like_onnx(path) => {
             match arcane_onnx::model::read_onnx(path) {
-                Ok(info) => Ok((None, Some(info))),
+                Ok(info) => Ok(Header {
+                    onnx: Some(info),
+                    ..Header::default()
+                }),
                 Err(error) => Err(Error::ModelInvalid {
                     path: path.to_path_buf(),
                     reason: error.to_string(),

@@ -117,8 +117,8 @@ impl FileStamp {
     }
 }
 
-/// A registered model: a GGUF file (served by llama.cpp) or an ONNX graph (run by the
-/// `onnx` service).
+/// A registered model: a GGUF file (served by llama.cpp), an ONNX graph (run by the
+/// `onnx` service) or a whisper.cpp speech-recognition model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Model {
@@ -136,6 +136,14 @@ pub struct Model {
     /// What its ONNX header says (ONNX models): IR version, opsets, inputs, outputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub onnx: Option<arcane_onnx::model::OnnxInfo>,
+    /// What its whisper.cpp header says (speech-recognition models in whisper.cpp's
+    /// ggml format, `ggml-tiny.en.bin`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub whisper: Option<crate::WhisperInfo>,
+    /// What its Piper configuration says, for an ONNX graph registered with its
+    /// `.onnx.json` beside it (stored beside it too): a Piper voice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub piper: Option<crate::PiperVoiceInfo>,
     /// The path or URL it was added from.
     pub source: String,
     /// How the file was stored.
@@ -149,6 +157,24 @@ pub struct Model {
 }
 
 impl Model {
+    /// What kind of model it is, from the header it was registered with: `gguf` (served
+    /// by llama.cpp), `piper-voice` (an ONNX graph with its Piper configuration),
+    /// `onnx` (run by the `onnx` service), `whisper` (a whisper.cpp speech-recognition
+    /// model) or `unknown`.
+    pub fn kind(&self) -> &'static str {
+        if self.piper.is_some() {
+            "piper-voice"
+        } else if self.gguf.is_some() {
+            "gguf"
+        } else if self.onnx.is_some() {
+            "onnx"
+        } else if self.whisper.is_some() {
+            "whisper"
+        } else {
+            "unknown"
+        }
+    }
+
     /// The model file's name.
     pub fn file_name(&self) -> Option<&str> {
         self.path.file_name().and_then(|n| n.to_str())

@@ -116,7 +116,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
                     model.path.display(),
                     storage(&model),
                 ),
-                &json!({"model": model}),
+                &json!({"model": model, "kind": model.kind()}),
             );
         }
         ModelCommand::List => {
@@ -126,6 +126,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
                 .map(|model| {
                     let mut value = json!(model);
                     value["changed"] = json!(!Registry::model_unchanged(model));
+                    value["kind"] = json!(model.kind());
                     value
                 })
                 .collect();
@@ -159,11 +160,30 @@ fn storage(model: &Model) -> &'static str {
     }
 }
 
-/// `llama, 135M parameters, Q4_1, context 8192`, or for an ONNX model
-/// `ONNX IR 8, opset ai.onnx 16, inputs input, state, sr`.
+/// `llama, 135M parameters, Q4_1, context 8192`, for an ONNX model
+/// `ONNX IR 8, opset ai.onnx 16, inputs input, state, sr`, for a whisper.cpp one
+/// `whisper tiny (English only), 38M parameters, F16, 4+4 layers, 80 mels`, for a
+/// Piper voice `Piper voice, espeak-ng voice en-us, 22050 Hz, …; ONNX IR …`.
 fn describe(model: &Model) -> String {
+    if let (Some(piper), Some(onnx)) = (&model.piper, &model.onnx) {
+        return format!(
+            "Piper voice, espeak-ng voice {}, {} Hz{}, {} phonemes; {}",
+            piper.espeak_voice,
+            piper.sample_rate,
+            piper
+                .quality
+                .as_deref()
+                .map(|q| format!(", {q} quality"))
+                .unwrap_or_default(),
+            piper.phonemes,
+            describe_onnx(onnx)
+        );
+    }
     if let Some(onnx) = &model.onnx {
         return describe_onnx(onnx);
+    }
+    if let Some(whisper) = &model.whisper {
+        return describe_whisper(whisper);
     }
     let Some(info) = &model.gguf else {
         return "unknown format".into();
@@ -183,6 +203,23 @@ fn describe(model: &Model) -> String {
     }
     parts.push(format!("GGUF v{}", info.version));
     parts.join(", ")
+}
+
+fn describe_whisper(info: &arcane_registry::WhisperInfo) -> String {
+    format!(
+        "whisper {} ({}), {} parameters, {}, {}+{} layers, {} mels, whisper.cpp ggml",
+        info.model_type,
+        if info.multilingual {
+            "multilingual"
+        } else {
+            "English only"
+        },
+        parameters(info.parameter_count),
+        info.quantization,
+        info.n_audio_layer,
+        info.n_text_layer,
+        info.n_mels
+    )
 }
 
 fn describe_onnx(info: &arcane_onnx::model::OnnxInfo) -> String {
@@ -233,19 +270,23 @@ fn list_text(models: &[Model], full_digest: bool) -> String {
                 m.id.clone(),
                 human_bytes(m.size),
                 digest,
-                match (&m.gguf, &m.onnx) {
-                    (Some(g), _) => g.architecture.clone().unwrap_or_else(|| "-".into()),
-                    (None, Some(_)) => "onnx".into(),
-                    (None, None) => "-".into(),
+                match (&m.gguf, &m.onnx, &m.whisper) {
+                    (Some(g), _, _) => g.architecture.clone().unwrap_or_else(|| "-".into()),
+                    (None, Some(_), _) if m.piper.is_some() => "piper-voice".into(),
+                    (None, Some(_), _) => "onnx".into(),
+                    (None, None, Some(_)) => "whisper".into(),
+                    (None, None, None) => "-".into(),
                 },
                 m.gguf
                     .as_ref()
                     .and_then(|g| g.parameter_count)
+                    .or(m.whisper.as_ref().map(|w| w.parameter_count))
                     .map(parameters)
                     .unwrap_or_else(|| "-".into()),
                 m.gguf
                     .as_ref()
                     .and_then(|g| g.quantization.clone())
+                    .or(m.whisper.as_ref().map(|w| w.quantization.clone()))
                     .unwrap_or_else(|| "-".into()),
                 m.gguf
                     .as_ref()

@@ -789,3 +789,181 @@ fn every_user_named_file_that_is_a_fifo_is_refused_at_once() {
     let listed = run(ws.arcane().args(["--output", "json", "model", "list"]));
     assert!(json(&listed)["models"].as_array().unwrap().is_empty());
 }
+
+#[test]
+fn the_real_whisper_model_registers_as_whisper_and_its_damaged_copies_are_refused() {
+    let model_file = whisper_model();
+    let ws = TestWorkspace::new();
+    let added = run(ws
+        .arcane()
+        .args(["--output", "json", "model", "add", "tiny-en", "--file"])
+        .arg(&model_file));
+    assert!(added.status.success(), "{}", stderr(&added));
+    assert_eq!(json(&added)["kind"], "whisper", "{}", stdout(&added));
+
+    let listed = run(ws.arcane().args(["model", "list", "--output", "json"]));
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    let models = json(&listed)["models"].clone();
+    assert_eq!(models.as_array().map(Vec::len), Some(1), "{models}");
+    let model = &models[0];
+    assert_eq!(model["id"], "tiny-en");
+    assert_eq!(model["kind"], "whisper");
+    assert_eq!(
+        model["sha256"],
+        sha256sum(&model_file),
+        "digest must equal an independent sha256sum"
+    );
+    assert_eq!(model["size"], std::fs::metadata(&model_file).unwrap().len());
+    assert!(
+        model["gguf"].is_null() && model["onnx"].is_null(),
+        "{model}"
+    );
+    let whisper = &model["whisper"];
+    assert_eq!(whisper["modelType"], "tiny", "{whisper}");
+    assert_eq!(whisper["multilingual"], false);
+    assert_eq!(whisper["nVocab"], 51_864);
+    assert_eq!(whisper["nAudioLayer"], 4);
+    assert_eq!(whisper["nTextLayer"], 4);
+    assert_eq!(whisper["nAudioState"], 384);
+    assert_eq!(whisper["nMels"], 80);
+    assert_eq!(whisper["quantization"], "F16");
+    assert_eq!(whisper["vocabTokens"], 50_257);
+    // 67 encoder and 100 decoder tensors: every weight whisper.cpp loads for tiny.
+    assert_eq!(whisper["tensorCount"], 167);
+    let parameters = whisper["parameterCount"].as_u64().unwrap();
+    assert!(
+        (37_000_000..39_000_000).contains(&parameters),
+        "{parameters}"
+    );
+
+    let human = stdout(&run(ws.arcane().args(["model", "list"])));
+    let row = human
+        .lines()
+        .find(|l| l.starts_with("tiny-en "))
+        .unwrap_or_else(|| panic!("{human}"));
+    assert!(row.contains("whisper") && row.contains("F16"), "{row}");
+    assert!(row.contains("38M"), "{row}");
+
+    // Damaged copies of the real file: cut short, and with a hostile vocabulary size.
+    let bytes = std::fs::read(&model_file).unwrap();
+    let cut = ws.path().join("cut.bin");
+    std::fs::write(&cut, &bytes[..bytes.len() - 1000]).unwrap();
+    let hostile = ws.path().join("hostile.bin");
+    let mut patched = bytes.clone();
+    patched[4..8].copy_from_slice(&i32::MAX.to_le_bytes());
+    std::fs::write(&hostile, &patched).unwrap();
+    drop((bytes, patched));
+    for (id, file, check, field, value) in [
+        (
+            "cut",
+            &cut,
+            "WHISPER_BAD_TENSOR",
+            "tensor",
+            serde_json::json!("decoder.ln.bias"),
+        ),
+        (
+            "hostile",
+            &hostile,
+            "WHISPER_HPARAM_OUT_OF_RANGE",
+            "field",
+            serde_json::json!("n_vocab"),
+        ),
+    ] {
+        let out = run(ws
+            .arcane()
+            .args(["--output", "json", "model", "add", id, "--file"])
+            .arg(file));
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        let error = error_of(&out);
+        assert_eq!(error["code"], "LOCAL_AI_MODEL_INVALID", "{error}");
+        assert_eq!(error["details"]["check"], check, "{error}");
+        assert_eq!(error["details"][field], value, "{error}");
+        assert_eq!(error["details"]["format"], "whisper", "{error}");
+    }
+    let error = error_of(&run(ws
+        .arcane()
+        .args(["--output", "json", "model", "add", "hostile", "--file"])
+        .arg(&hostile)));
+    assert_eq!(error["details"]["value"], i64::from(i32::MAX), "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("n_vocab") && m.contains("2147483647")),
+        "{error}"
+    );
+    let listed = run(ws.arcane().args(["model", "list", "--output", "json"]));
+    assert_eq!(
+        json(&listed)["models"].as_array().map(Vec::len),
+        Some(1),
+        "refused files are never registered"
+    );
+}
+
+#[test]
+fn the_real_piper_voice_registers_with_its_configuration_beside_it() {
+    let voice = piper_voice();
+    let config = PathBuf::from(format!("{}.json", voice.display()));
+    let ws = TestWorkspace::new();
+    let added = run(ws
+        .arcane()
+        .args(["--output", "json", "model", "add", "joe", "--file"])
+        .arg(&voice));
+    assert!(added.status.success(), "{}", stderr(&added));
+    let model = json(&added)["model"].clone();
+    assert_eq!(json(&added)["kind"], "piper-voice", "{model}");
+    assert_eq!(model["sha256"], sha256sum(&voice));
+    assert!(model["onnx"]["irVersion"].is_number(), "{model}");
+    let piper = &model["piper"];
+    assert_eq!(piper["sampleRate"], 22_050, "{piper}");
+    assert_eq!(piper["espeakVoice"], "en-us");
+    assert_eq!(piper["quality"], "medium");
+    assert_eq!(piper["configFile"], "en_US-joe-medium.onnx.json");
+    assert_eq!(piper["configSha256"], sha256sum(&config));
+    assert!(
+        piper["phonemes"].as_u64().is_some_and(|n| n > 100),
+        "{piper}"
+    );
+    // The configuration is stored beside the model, byte for byte.
+    let stored = PathBuf::from(model["path"].as_str().unwrap());
+    let stored_config = stored.with_file_name("en_US-joe-medium.onnx.json");
+    assert_eq!(sha256sum(&stored_config), sha256sum(&config));
+    let human = stdout(&run(ws.arcane().args(["model", "list"])));
+    assert!(
+        human
+            .lines()
+            .any(|l| l.starts_with("joe ") && l.contains("piper-voice")),
+        "{human}"
+    );
+
+    // A copy whose configuration lacks the phoneme map is refused, naming the field.
+    let dir = ws.path().join("broken");
+    std::fs::create_dir(&dir).unwrap();
+    let broken = dir.join("v.onnx");
+    std::fs::hard_link(&voice, &broken)
+        .or_else(|_| std::fs::copy(&voice, &broken).map(drop))
+        .unwrap();
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        dir.join("v.onnx.json"),
+        text.replace("phoneme_id_map", "phoneme_map_gone"),
+    )
+    .unwrap();
+    let out = run(ws
+        .arcane()
+        .args(["--output", "json", "model", "add", "broken", "--file"])
+        .arg(&broken));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let error = error_of(&out);
+    assert_eq!(error["code"], "LOCAL_AI_MODEL_INVALID", "{error}");
+    assert!(
+        error["details"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("phoneme_id_map")),
+        "{error}"
+    );
+
+    // Removing the voice removes its configuration too.
+    let removed = run(ws.arcane().args(["model", "remove", "joe"]));
+    assert!(removed.status.success(), "{}", stderr(&removed));
+    assert!(!stored_config.exists() && !stored.exists());
+}

@@ -81,9 +81,21 @@ pub fn smollm2() -> PathBuf {
     real_part("ARCANE_TEST_MODEL")
 }
 
+/// Whisper tiny.en in whisper.cpp's ggml format, converted by `scripts/provision.sh`
+/// (`ARCANE_WHISPER_MODEL`).
+pub fn whisper_model() -> PathBuf {
+    real_part("ARCANE_WHISPER_MODEL")
+}
+
+/// The `en_US-joe-medium` Piper voice (`.onnx`, its `.onnx.json` beside it),
+/// provisioned by `scripts/provision.sh` (`ARCANE_PIPER_VOICE`).
+pub fn piper_voice() -> PathBuf {
+    real_part("ARCANE_PIPER_VOICE")
+}
+
 fn real_part(var: &str) -> PathBuf {
     let value = std::env::var_os(var).unwrap_or_else(|| {
-        panic!("{var} is not set: run the tests through `./scripts/test.sh` (it provisions llama-server and SmolLM2 and exports {var})")
+        panic!("{var} is not set: run the tests through `./scripts/test.sh` (it provisions llama-server, SmolLM2, the speech models and the other real parts, and exports {var})")
     });
     let path = PathBuf::from(value);
     assert!(
