@@ -421,20 +421,7 @@ say "espeak-ng: $ARCANE_ESPEAK (\"hello world\" is /$(printf '%s' "$ipa" | tr -d
 # installed with apt-get as root (or through passwordless sudo), else refused with
 # the command to run.
 PLAYWRIGHT_VERSION="1.65.2"
-if ! command -v chromium >/dev/null; then
-  apt_install=(apt-get install -y -qq --no-install-recommends chromium)
-  if [ "$(id -u)" = 0 ]; then
-    say "installing Debian's chromium (for the browser tests)"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${apt_install[@]}"; } >&2 \
-      || die "installing chromium with apt-get failed (see the output above)"
-  elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-    say "installing Debian's chromium with sudo (for the browser tests)"
-    { sudo -n apt-get update -qq && sudo -n env DEBIAN_FRONTEND=noninteractive "${apt_install[@]}"; } >&2 \
-      || die "installing chromium with sudo apt-get failed (see the output above)"
-  else
-    die "Chromium is missing and this user cannot install it: run \`apt-get install chromium\` as root, then run again"
-  fi
-fi
+command -v chromium >/dev/null || debian_install "for the browser tests" chromium
 ARCANE_CHROMIUM="$(command -v chromium)"
 BROWSER_VENV="$CACHE/browser-playwright-$PLAYWRIGHT_VERSION"
 if [ ! -e "$BROWSER_VENV/.complete" ]; then
