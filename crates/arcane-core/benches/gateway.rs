@@ -46,23 +46,10 @@ fn spec(workspace: &Path, id: &str, server: &Path, model: &Path) -> ModelSpec {
     config.device = Some("cpu".into());
     config.extra_args = ARGS.map(String::from).to_vec();
     ModelSpec {
-        id: id.into(),
-        aliases: Vec::new(),
-        launcher: SupervisedLauncher::new(workspace, config),
-        device: "cpu".into(),
         keep_alive: KeepAlive::Never,
-        load_on_start: false,
-        external: false,
-        answers_as_id: true,
-        reachable_without_token: false,
-        memory: 0,
-        load_timeout: Duration::from_secs(120),
-        fingerprint: id.into(),
         // Never unloaded for idleness, yet swapped under `max_loaded = 1`.
         pin: Some(false),
-        unlisted: false,
-        upstream_model: None,
-        digest: None,
+        ..ModelSpec::new(id, SupervisedLauncher::new(workspace, config))
     }
 }
 

@@ -41,22 +41,8 @@ fn spec(workspace: &Path, server: &Path, model: &Path) -> ModelSpec {
         .map(String::from)
         .to_vec();
     ModelSpec {
-        id: "smol".into(),
-        aliases: Vec::new(),
-        launcher: SupervisedLauncher::new(workspace, config),
-        device: "cpu".into(),
         keep_alive: KeepAlive::Never,
-        load_on_start: false,
-        external: false,
-        answers_as_id: true,
-        reachable_without_token: false,
-        memory: 0,
-        load_timeout: Duration::from_secs(120),
-        fingerprint: "smol".into(),
-        pin: None,
-        unlisted: false,
-        upstream_model: None,
-        digest: None,
+        ..ModelSpec::new("smol", SupervisedLauncher::new(workspace, config))
     }
 }
 

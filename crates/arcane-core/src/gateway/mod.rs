@@ -116,6 +116,34 @@ pub struct ModelSpec {
 }
 
 impl ModelSpec {
+    /// A model `id` on `launcher` with every other setting at its default: on the
+    /// CPU, `keep_alive` five minutes, loaded on demand, owned, answering with its id,
+    /// behind the token, memory unknown, two minutes to load, its id as fingerprint,
+    /// not pinned, listed, sent under its own name, no digest. Callers set what
+    /// differs with `ModelSpec { field, ..ModelSpec::new(id, launcher) }`, so a new
+    /// setting is added here once.
+    pub fn new(id: impl Into<String>, launcher: Arc<dyn EngineLauncher>) -> Self {
+        let id = id.into();
+        Self {
+            fingerprint: id.clone(),
+            id,
+            aliases: Vec::new(),
+            launcher,
+            device: "cpu".into(),
+            keep_alive: KeepAlive::default(),
+            load_on_start: false,
+            external: false,
+            answers_as_id: true,
+            reachable_without_token: false,
+            memory: 0,
+            load_timeout: Duration::from_secs(120),
+            digest: None,
+            pin: None,
+            unlisted: false,
+            upstream_model: None,
+        }
+    }
+
     /// Why this model is never evicted to make room, or `None` when it may be.
     pub fn pinned(&self) -> Option<Pinned> {
         match self.pin {

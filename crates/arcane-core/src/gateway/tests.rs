@@ -234,22 +234,14 @@ impl Rig {
             });
             launchers.insert(spec.id, Arc::clone(&launcher));
             models.push(ModelSpec {
-                id: spec.id.into(),
-                aliases: Vec::new(),
-                launcher,
-                device: "cpu".into(),
                 keep_alive: spec.keep_alive,
                 load_on_start: spec.load_on_start,
-                external: false,
-                answers_as_id: true,
-                reachable_without_token: false,
                 memory: spec.memory,
                 load_timeout: LOAD_TIMEOUT,
-                fingerprint: spec.id.into(),
                 pin: spec.pin,
                 unlisted: spec.unlisted,
                 upstream_model: spec.upstream_model.map(String::from),
-                digest: None,
+                ..ModelSpec::new(spec.id, launcher)
             });
         }
         let gateway = Gateway::configured(Configuration {
@@ -735,31 +727,21 @@ impl Rig {
         let mut specs = Vec::new();
         for model in self.gateway.models() {
             let replaced = model.spec.id == id;
+            let launcher = if replaced {
+                Arc::clone(&launcher) as Arc<dyn EngineLauncher>
+            } else {
+                Arc::clone(&model.spec.launcher)
+            };
             specs.push(ModelSpec {
-                id: model.spec.id.clone(),
-                aliases: Vec::new(),
-                launcher: if replaced {
-                    Arc::clone(&launcher) as Arc<dyn EngineLauncher>
-                } else {
-                    Arc::clone(&model.spec.launcher)
-                },
-                device: "cpu".into(),
                 keep_alive: model.spec.keep_alive,
-                load_on_start: false,
-                external: false,
-                answers_as_id: true,
-                reachable_without_token: false,
-                memory: 0,
                 load_timeout: LOAD_TIMEOUT,
-                digest: None,
                 fingerprint: if replaced {
                     launched_as.into()
                 } else {
                     model.spec.fingerprint.clone()
                 },
                 pin: model.spec.pin,
-                unlisted: false,
-                upstream_model: None,
+                ..ModelSpec::new(model.spec.id.clone(), launcher)
             });
         }
         let read = Mutex::new(Some(Configuration {
@@ -1073,22 +1055,11 @@ impl Rig {
             .models()
             .iter()
             .map(|model| ModelSpec {
-                id: model.spec.id.clone(),
-                aliases: Vec::new(),
-                launcher: Arc::clone(&model.spec.launcher),
-                device: "cpu".into(),
                 keep_alive: model.spec.keep_alive,
-                load_on_start: false,
-                external: false,
-                answers_as_id: true,
-                reachable_without_token: false,
-                memory: 0,
                 load_timeout: LOAD_TIMEOUT,
                 fingerprint: model.spec.fingerprint.clone(),
                 pin: model.spec.pin,
-                unlisted: false,
-                upstream_model: None,
-                digest: None,
+                ..ModelSpec::new(model.spec.id.clone(), Arc::clone(&model.spec.launcher))
             })
             .collect();
         let read = Mutex::new(Some(Configuration {
