@@ -61,7 +61,17 @@ fn wait_for_host(context: &Context, owner: u32) -> Result<EndpointRecord, CliErr
         match found {
             Ok(record) if owner == 0 || record.pid == owner => return Ok(record),
             _ if Instant::now() >= deadline => return Err(no_endpoint(owner, found.err())),
-            _ => std::thread::sleep(Duration::from_millis(100)),
+            // The host writes `core.json` once it listens: look again shortly, and
+            // let Ctrl-C end the wait at once.
+            _ if context.cancel.wait_timeout(Duration::from_millis(100)) => {
+                return Err(CommandError::new(
+                    codes::ARCANE_CANCELLED,
+                    "cancelled while waiting for the running host's endpoint",
+                    json!({"pid": owner}),
+                )
+                .into())
+            }
+            _ => {}
         }
     }
 }

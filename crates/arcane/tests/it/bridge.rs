@@ -82,18 +82,12 @@ impl Bridge {
 
     /// Waits (bounded) for the bridge to exit; its code and stderr.
     fn exit(&mut self, within: Duration) -> (Option<i32>, String) {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                let mut err = String::new();
-                if let Some(mut stderr) = self.child.stderr.take() {
-                    let _ = stderr.read_to_string(&mut err);
-                }
-                return (status.code(), err);
-            }
-            assert!(Instant::now() < deadline, "the bridge did not exit in time");
-            std::thread::sleep(Duration::from_millis(20));
+        let status = crate::support::wait_for_exit(&mut self.child, within, "the bridge");
+        let mut err = String::new();
+        if let Some(mut stderr) = self.child.stderr.take() {
+            let _ = stderr.read_to_string(&mut err);
         }
+        (status.code(), err)
     }
 }
 

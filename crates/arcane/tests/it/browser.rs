@@ -15,14 +15,6 @@ use serde_json::Value;
 use crate::serve::{host_endpoint, real_socket_args, strs, wait_host_ready, Serve, START};
 use crate::support::TestWorkspace;
 
-/// A part `scripts/provision.sh` provisioned, from the environment.
-fn provisioned(var: &str) -> PathBuf {
-    let value = std::env::var_os(var).unwrap_or_else(|| {
-        panic!("{var} is not set: run the tests through `./scripts/test.sh` (it provisions Chromium and Playwright)")
-    });
-    PathBuf::from(value)
-}
-
 /// A page driver (a Python script under `tests/browser/`) and its lines, as they come.
 pub(crate) struct Driver {
     child: Child,
@@ -39,9 +31,12 @@ impl Driver {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../tests/browser")
             .join(name);
-        let mut child = Command::new(provisioned("ARCANE_BROWSER_PYTHON"))
+        let mut child = Command::new(crate::support::provisioned("ARCANE_BROWSER_PYTHON"))
             .arg(script)
-            .env("ARCANE_CHROMIUM", provisioned("ARCANE_CHROMIUM"))
+            .env(
+                "ARCANE_CHROMIUM",
+                crate::support::provisioned("ARCANE_CHROMIUM"),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::serve::{Serve, START};
 use crate::support::{self, TestWorkspace};
 
 /// A workspace with the real runtime and model registered, an app, and a built bundle
@@ -136,6 +137,17 @@ impl RealBundle {
             dir,
             bundle,
         }
+    }
+
+    /// `launch --state-root STATE` in core mode, its lines as NDJSON (the launcher
+    /// becomes the bundle's `serve`).
+    fn launch_core(&self, state_root: &Path) -> Serve {
+        let mut command = self.launch();
+        command
+            .args(["--output", "ndjson", "launch", "--state-root"])
+            .arg(state_root)
+            .stdin(Stdio::null());
+        Serve::spawn(command)
     }
 
     fn launcher(&self) -> PathBuf {
@@ -626,6 +638,12 @@ impl Drop for GroupGuard {
     }
 }
 
+/// The endpoint record of the host running on `state_root`.
+fn endpoint_of(state_root: &Path) -> Value {
+    let bytes = std::fs::read(state_root.join(".arcane/core.json")).expect("core.json");
+    serde_json::from_slice(&bytes).expect("a JSON endpoint record")
+}
+
 /// One HTTP/1.1 request over loopback; returns (status, body).
 fn http(url: &str, method: &str, path: &str, token: &str, body: &str) -> (u16, String) {
     let address = url.trim_start_matches("http://").trim_end_matches('/');
@@ -642,43 +660,13 @@ fn a_launched_read_only_bundle_answers_a_chat_completion_and_writes_only_its_sta
     set_read_only(&real.bundle, true);
     let before = snapshot(&real.bundle);
     let state_root = real.dir.path().join("state");
-    let mut command = real.launch();
-    command
-        .arg("launch")
-        .arg("--state-root")
-        .arg(&state_root)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(real.dir.path().join("launch.log")).unwrap());
-    std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    let mut guard = GroupGuard(command.spawn().unwrap());
-    let endpoint = state_root.join(".arcane/core.json");
-    let log = || std::fs::read_to_string(real.dir.path().join("launch.log")).unwrap_or_default();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let record: Value = loop {
-        if let Some(record) = std::fs::read(&endpoint)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        {
-            break record;
-        }
-        if let Ok(Some(status)) = guard.0.try_wait() {
-            panic!("launch exited ({status}): {}", log());
-        }
-        assert!(Instant::now() < deadline, "no endpoint file: {}", log());
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let mut host = real.launch_core(&state_root);
+    host.wait_for("local-ai.model.ready", START);
+    let record = endpoint_of(&state_root);
     let url = record["url"].as_str().unwrap();
     let token = record["token"].as_str().unwrap();
     let body = r#"{"messages":[{"role":"user","content":"Say hello."}],"max_tokens":8}"#;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let (status, answer) = loop {
-        let (status, answer) = http(url, "POST", "/v1/chat/completions", token, body);
-        if status != 503 || Instant::now() > deadline {
-            break (status, answer);
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let (status, answer) = http(url, "POST", "/v1/chat/completions", token, body);
     assert_eq!(status, 200, "{answer}");
     let completion: Value =
         serde_json::from_str(answer.trim()).unwrap_or_else(|e| panic!("{e}: {answer}"));
@@ -686,8 +674,8 @@ fn a_launched_read_only_bundle_answers_a_chat_completion_and_writes_only_its_sta
         completion["choices"][0]["message"]["content"].is_string(),
         "{completion:#}"
     );
-    // Stop the Core host (SIGTERM to its group), then compare: nothing was written.
-    drop(guard);
+    // Stop the Core host (SIGTERM, a clean exit), then compare: nothing was written.
+    host.terminate();
     assert_eq!(
         snapshot(&real.bundle),
         before,
@@ -1333,43 +1321,14 @@ fn a_partial_tree_left_by_a_killed_build_is_removed_by_the_next_build() {
 fn a_launched_bundle_serves_its_web_app_which_lists_the_models_and_streams_a_chat() {
     let real = RealBundle::new();
     let state_root = real.dir.path().join("state");
-    let mut command = real.launch();
-    command
-        .arg("launch")
-        .arg("--state-root")
+    let mut host = real.launch_core(&state_root);
+    host.wait_for("local-ai.model.ready", START);
+    let mut open = Command::new(support::arcane_bin());
+    open.arg("--workspace")
         .arg(&state_root)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(real.dir.path().join("launch.log")).unwrap());
-    std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    let _guard = GroupGuard(command.spawn().unwrap());
-    let log = || std::fs::read_to_string(real.dir.path().join("launch.log")).unwrap_or_default();
-    // `arcane --workspace <state root> ARGS`: a client of the launched host.
-    let state = |args: &[&str]| {
-        let mut command = Command::new(support::arcane_bin());
-        command
-            .arg("--workspace")
-            .arg(&state_root)
-            .args(args)
-            .env_remove("ARCANE_WORKSPACE")
-            .env("NO_COLOR", "1");
-        command
-    };
-    // Ready: its one model answers `arcane ps` as ready.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let ps = support::run(&mut state(&["--output", "json", "ps"]));
-        if ps.status.success() && support::json(&ps)["models"][0]["state"] == "ready" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the launched host never got ready: {}",
-            log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let open = support::run(&mut state(&["open", "--app", "--print"]));
+        .args(["open", "--app", "--print"])
+        .env_remove("ARCANE_WORKSPACE");
+    let open = support::run(&mut open);
     assert!(open.status.success(), "{}", support::stderr(&open));
     let result = crate::web::app_in_browser(support::stdout(&open).trim());
     assert_eq!(result["error"], Value::Null, "{result}");
@@ -1390,59 +1349,19 @@ fn a_launched_bundle_serves_its_web_app_which_lists_the_models_and_streams_a_cha
 fn a_second_launch_on_the_same_state_root_joins_the_running_host() {
     let real = RealBundle::new();
     let state_root = real.dir.path().join("state");
-    let start = |log: &str| {
-        let mut command = real.launch();
-        command
-            .args(["--output", "json", "launch", "--state-root"])
-            .arg(&state_root)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(real.dir.path().join(log)).unwrap())
-            .stderr(Stdio::null());
-        std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        GroupGuard(command.spawn().unwrap())
-    };
-    let first = start("first.log");
-    let endpoint = state_root.join(".arcane/core.json");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let record: Value = loop {
-        if let Some(record) = std::fs::read(&endpoint)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        {
-            break record;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the first launch never published its host"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let mut second = start("second.log");
-    let joined = real.dir.path().join("second.log");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let said: Value = loop {
-        let text = std::fs::read_to_string(&joined).unwrap_or_default();
-        if let Ok(value) = serde_json::from_str::<Value>(&text) {
-            break value;
-        }
-        assert!(
-            second.0.try_wait().unwrap().is_none(),
-            "the second launch ended: {text}"
-        );
-        assert!(
-            Instant::now() < deadline,
-            "the second launch said nothing: {text}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let mut first = real.launch_core(&state_root);
+    first.wait_for("local-ai.model.ready", START);
+    let record = endpoint_of(&state_root);
+    let mut second = real.launch_core(&state_root);
+    let said = second.wait_line("the joined line", Duration::from_secs(30), |line| {
+        line["joined"].is_object()
+    });
     assert_eq!(said["joined"]["pid"], record["pid"], "{said}");
     assert!(
-        second.0.try_wait().unwrap().is_none(),
+        crate::serve::alive(second.pid()),
         "it lasts while the host runs"
     );
     // The first (the host) ends: the joined launch ends with it, exit 0.
-    drop(first);
-    let status =
-        support::wait_for_exit(&mut second.0, Duration::from_secs(30), "the joined launch");
-    assert_eq!(status.code(), Some(0));
+    first.terminate();
+    assert_eq!(second.wait_exit(Duration::from_secs(30)), Some(0));
 }

@@ -420,14 +420,6 @@ fn an_owned_engine_on_a_url_answers_401_to_everyone_but_the_core() {
     );
 }
 
-/// The client libraries provisioned by `scripts/provision.sh`.
-fn provisioned(var: &str) -> PathBuf {
-    let value = std::env::var_os(var).unwrap_or_else(|| {
-        panic!("{var} is not set: run the tests through `./scripts/test.sh` (it provisions the official client libraries)")
-    });
-    PathBuf::from(value)
-}
-
 /// Runs one client script; panics with its output unless every check passed.
 fn run_client(mut command: Command, checks: &[&str]) {
     let output = command.output().expect("start the client");
@@ -444,8 +436,8 @@ fn run_client(mut command: Command, checks: &[&str]) {
 
 #[test]
 fn the_official_openai_and_anthropic_clients_work_through_the_front_door() {
-    let python = provisioned("ARCANE_CLIENTS_PYTHON");
-    let node_modules = provisioned("ARCANE_NODE_CLIENTS");
+    let python = crate::support::provisioned("ARCANE_CLIENTS_PYTHON");
+    let node_modules = crate::support::provisioned("ARCANE_NODE_CLIENTS");
     let scripts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients");
 
     // One engine for chat, one configured for embeddings (llama.cpp's `--embeddings`

@@ -26,14 +26,6 @@ model = "smollm2-135m"
 args = ["--embeddings", "--pooling", "mean"]
 "#;
 
-/// The client libraries provisioned by `scripts/provision.sh`.
-fn provisioned(var: &str) -> PathBuf {
-    let value = std::env::var_os(var).unwrap_or_else(|| {
-        panic!("{var} is not set: run the tests through `./scripts/test.sh` (it provisions the official client libraries)")
-    });
-    PathBuf::from(value)
-}
-
 /// Runs one client script; panics with its output unless every check passed.
 fn run_client(mut command: Command, checks: &[&str]) {
     let output = command.output().expect("start the client");
@@ -92,8 +84,8 @@ fn metric(text: &str, name: &str, model: &str) -> f64 {
 
 #[test]
 fn ollamas_clients_and_litellm_work_through_the_front_door_with_the_token() {
-    let python = provisioned("ARCANE_CLIENTS_PYTHON");
-    let node_modules = provisioned("ARCANE_NODE_CLIENTS");
+    let python = crate::support::provisioned("ARCANE_CLIENTS_PYTHON");
+    let node_modules = crate::support::provisioned("ARCANE_NODE_CLIENTS");
     let scripts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients");
     let ws = gateway_workspace(MODELS);
     let mut serve = start(&ws);

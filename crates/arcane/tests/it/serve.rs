@@ -85,10 +85,15 @@ pub(crate) struct Serve {
 
 impl Serve {
     pub(crate) fn start(ws: &TestWorkspace, args: &[&str]) -> Serve {
-        let mut child = ws
-            .arcane()
-            .args(["--output", "ndjson", "serve"])
-            .args(args)
+        let mut command = ws.arcane();
+        command.args(["--output", "ndjson", "serve"]).args(args);
+        Serve::spawn(command)
+    }
+
+    /// Runs `command` (an `arcane … --output ndjson` that becomes a host, such as a
+    /// bundle's `launch`), its stdout lines on the channel.
+    pub(crate) fn spawn(mut command: Command) -> Serve {
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -139,6 +144,16 @@ impl Serve {
     }
 
     pub(crate) fn wait_for(&mut self, kind: &str, limit: Duration) -> Value {
+        self.wait_line(&format!("`{kind}`"), limit, |value| value["type"] == kind)
+    }
+
+    /// Waits for the first new line that passes `pred` (`what` names it).
+    pub(crate) fn wait_line(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
         let deadline = Instant::now() + limit;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -152,24 +167,17 @@ impl Serve {
                         }
                     }
                     self.seen.push(value.clone());
-                    if value["type"] == kind {
+                    if pred(&value) {
                         return value;
                     }
                 }
-                Err(_) => panic!("no `{kind}` line within {limit:?}; saw {:#?}", self.seen),
+                Err(_) => panic!("no {what} line within {limit:?}; saw {:#?}", self.seen),
             }
         }
     }
 
     pub(crate) fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("arcane serve did not exit within {limit:?}");
+        crate::support::wait_for_exit(&mut self.child, limit, "arcane serve").code()
     }
 
     /// Every line printed (after exit).

@@ -141,6 +141,15 @@ pub fn http_exchange(address: &str, request: &str) -> (u16, String) {
     (status, body)
 }
 
+/// A part `scripts/provision.sh` provisioned (a client library, the browser, a
+/// model), from the environment `scripts/test.sh` sets.
+pub fn provisioned(var: &str) -> std::path::PathBuf {
+    let value = std::env::var_os(var).unwrap_or_else(|| {
+        panic!("{var} is not set: run the tests through `./scripts/test.sh` (it provisions what they drive)")
+    });
+    std::path::PathBuf::from(value)
+}
+
 /// Polls `condition` every 20 ms until it holds; panics naming `what` after `within`.
 /// What a test would otherwise `sleep` for, waited on as the state it stands for.
 pub fn wait_until(within: std::time::Duration, what: &str, mut condition: impl FnMut() -> bool) {
@@ -155,23 +164,33 @@ pub fn wait_until(within: std::time::Duration, what: &str, mut condition: impl F
 }
 
 /// Waits up to `within` for `child` to exit and returns its status; panics naming
-/// `what` when it does not (a bounded wait, never a timing assertion).
+/// `what` when it does not (a bounded wait, never a timing assertion). It waits on
+/// the exit itself: a pidfd of the child becomes readable when it ends.
 pub fn wait_for_exit(
     child: &mut std::process::Child,
     within: std::time::Duration,
     what: &str,
 ) -> std::process::ExitStatus {
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().expect("poll the child") {
-            return status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{what} did not exit within {within:?}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    if let Some(status) = child.try_wait().expect("poll the child") {
+        return status;
     }
+    // SAFETY: pidfd_open on our own unreaped child; the descriptor is closed below.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as libc::pid_t, 0) };
+    assert!(fd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
+    let fd = fd as libc::c_int;
+    let mut poll = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let millis = libc::c_int::try_from(within.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one valid pollfd; a signal interrupting it is retried by the caller's
+    // assertion below (the child then simply has not exited).
+    let ready = unsafe { libc::poll(&mut poll, 1, millis) };
+    // SAFETY: `fd` is the pidfd opened above, closed once.
+    unsafe { libc::close(fd) };
+    assert!(ready > 0, "{what} did not exit within {within:?}");
+    child.wait().expect("reap the child")
 }
 
 /// A non-empty environment variable as a path (the provisioned parts of the ONNX tests).

@@ -15,21 +15,16 @@ use serde_json::Value;
 use crate::serve::{real_socket_args, strs, wait_host_ready, Serve, START};
 use crate::support::{json, run, stderr, stdout, TestWorkspace};
 
-/// A part `scripts/provision.sh` provisioned, from the environment.
-fn provisioned(var: &str) -> PathBuf {
-    let value = std::env::var_os(var).unwrap_or_else(|| {
-        panic!("{var} is not set: run the tests through `./scripts/test.sh` (it provisions Chromium and Playwright)")
-    });
-    PathBuf::from(value)
-}
-
 /// Opens `link` (from `arcane open --app --print`) in headless Chromium and lets the
 /// app run (`tests/browser/app_web.py`): what the page showed.
 pub(crate) fn app_in_browser(link: &str) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser/app_web.py");
-    let mut driver = Command::new(provisioned("ARCANE_BROWSER_PYTHON"))
+    let mut driver = Command::new(crate::support::provisioned("ARCANE_BROWSER_PYTHON"))
         .arg(script)
-        .env("ARCANE_CHROMIUM", provisioned("ARCANE_CHROMIUM"))
+        .env(
+            "ARCANE_CHROMIUM",
+            crate::support::provisioned("ARCANE_CHROMIUM"),
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
