@@ -38,26 +38,12 @@ impl Connection {
     /// event of this connection's requests. The channel ends when the host closes.
     pub fn subscribe(&self) -> mpsc::UnboundedReceiver<Arc<str>> {
         let (sender, receiver) = mpsc::unbounded_channel();
-        self.subscribe_with(sender);
-        receiver
-    }
-
-    /// Like [`Connection::subscribe`] with a caller-owned sender (the stdio transport
-    /// writes responses into the same channel, so a stream's chunks always precede
-    /// its response).
-    pub fn subscribe_with(&self, sender: mpsc::UnboundedSender<Arc<str>>) {
         self.subscribe_sink(FrameSink::Unbounded(sender));
-    }
-
-    /// Like [`Connection::subscribe`], but the subscription is dropped (its stream
-    /// ends) when more than `capacity` frames wait unread: for network clients that
-    /// may stop reading.
-    pub fn subscribe_bounded(&self, capacity: usize) -> mpsc::Receiver<Arc<str>> {
-        let (sender, receiver) = mpsc::channel(capacity.max(64));
-        self.subscribe_sink(FrameSink::Bounded(sender));
         receiver
     }
 
+    /// Subscribes `sender` (what [`crate::dispatch::Session::subscribe`] does for a
+    /// transport: stdio's one ordered channel, a network client's bounded one).
     pub(crate) fn subscribe_sink(&self, sender: FrameSink) {
         let inner = &self.host.inner;
         let Ok(mut subscribers) = inner.subscribers.lock() else {

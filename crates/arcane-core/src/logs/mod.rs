@@ -285,26 +285,25 @@ impl EventSink for LogBook {
 
 /// The line an event makes, if it is one (see the module documentation).
 fn line_of(event: &Event) -> Option<(String, LogStream, String)> {
+    let kind = event.kind.as_str();
+    let (stream, line) = match kind {
+        event_types::PROCESS_STDOUT => (LogStream::Stdout, event.data["line"].as_str()?.into()),
+        event_types::PROCESS_STDERR => (LogStream::Stderr, event.data["line"].as_str()?.into()),
+        _ if kind.starts_with("local-ai.")
+            || kind.starts_with("process.")
+            || kind.starts_with("core.http.")
+            || kind == event_types::CORE_ERROR =>
+        {
+            (LogStream::Host, describe(kind, &event.data))
+        }
+        // A snapshot (`localai.state`, `core.state`, …) describes; it is not a line.
+        _ => return None,
+    };
     let model = event.data["model"]
         .as_str()
         .or_else(|| event.data["id"].as_str())
-        .unwrap_or(HOST_SOURCE)
-        .to_string();
-    let kind = event.kind.as_str();
-    let output = match kind {
-        event_types::PROCESS_STDOUT => Some(LogStream::Stdout),
-        event_types::PROCESS_STDERR => Some(LogStream::Stderr),
-        _ => None,
-    };
-    if let Some(stream) = output {
-        let line = event.data["line"].as_str()?.to_string();
-        return Some((model, stream, line));
-    }
-    let happened = kind.starts_with("local-ai.")
-        || kind.starts_with("process.")
-        || kind.starts_with("core.http.")
-        || kind == event_types::CORE_ERROR;
-    happened.then(|| (model, LogStream::Host, describe(kind, &event.data)))
+        .unwrap_or(HOST_SOURCE);
+    Some((model.to_string(), stream, line))
 }
 
 /// `event key=value …`: the event's scalar fields (and an error's message), without
