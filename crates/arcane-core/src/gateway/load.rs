@@ -18,6 +18,12 @@ impl Gateway {
     /// Starts loading `model` unless a load already runs (then returns at once): makes
     /// room on its device first.
     pub(super) async fn load(&self, model: &Arc<Model>, reason: &str) -> Result<(), NoRoute> {
+        // A request may come in before the gateway service started (the listener is up
+        // first): its load waits for the start, so its `loading` event is not emitted
+        // into nothing.
+        if self.started().await.is_none() {
+            return Err(not_ready(&model.spec.id, "the host is shutting down"));
+        }
         let placement = self.placement.lock().await;
         // A model a reload replaced meanwhile is never started (its requests follow its
         // successor); placement decisions and reloads take the same lock.
@@ -50,13 +56,19 @@ impl Gateway {
         Ok(())
     }
 
+    /// The service's context once the host started the gateway; `None` when the host
+    /// shuts down first.
+    async fn started(&self) -> Option<crate::service::ServiceContext> {
+        let mut context = self.context.subscribe();
+        tokio::select! {
+            started = context.wait_for(Option::is_some) => started.ok().and_then(|c| c.clone()),
+            () = self.shutdown.cancelled() => None,
+        }
+    }
+
     /// The load itself: launch, then `ready` (or `failed`).
     pub(super) async fn run_load(self: Arc<Self>, model: Arc<Model>) {
-        let mut started = self.context.subscribe();
-        let Ok(context) = started.wait_for(Option::is_some).await.map(|c| c.clone()) else {
-            return;
-        };
-        let Some(context) = context else {
+        let Some(context) = self.started().await else {
             return;
         };
         let observer = self.observer(&model);

@@ -1111,3 +1111,18 @@ async fn an_unlisted_model_is_routed_but_not_listed_and_upstream_model_renames_b
     let plain = rig.route("shown").await;
     assert_eq!((plain.rename, plain.upstream_model), (None, None));
 }
+
+/// A request that comes in before the host started the gateway service (the
+/// listener is up first) waits for that start, so its load is reported: its
+/// `loading` event is not emitted into nothing.
+#[tokio::test(start_paused = true)]
+async fn a_request_before_the_gateway_started_still_reports_its_load() {
+    let rig = Rig::new(vec![model("a")], max_loaded(1));
+    // No yield since `Rig::new` started the host: the gateway's start has not run.
+    drop(rig.route("a").await);
+    assert_eq!(
+        rig.events("local-ai.model.loading"),
+        [json!({"model": "a", "device": "cpu", "reason": "request"})]
+    );
+    assert_eq!(rig.events("local-ai.model.ready").len(), 1);
+}
