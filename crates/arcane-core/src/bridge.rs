@@ -69,6 +69,27 @@ pub struct RemoteHost {
     shared: Arc<Mutex<Shared>>,
     closed: watch::Receiver<bool>,
     reader: tokio::task::JoinHandle<()>,
+    /// Requests submitted and not yet answered: end of input waits for them.
+    in_flight: watch::Sender<usize>,
+}
+
+/// How long end of input waits for the bridge's cancelled requests to be answered.
+const DRAIN: Duration = Duration::from_secs(30);
+
+/// Counts one request in flight until dropped (answered, or its future dropped).
+struct InFlight(watch::Sender<usize>);
+
+impl InFlight {
+    fn new(count: &watch::Sender<usize>) -> Self {
+        count.send_modify(|n| *n += 1);
+        Self(count.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 impl RemoteHost {
@@ -99,6 +120,7 @@ impl RemoteHost {
             shared,
             closed,
             reader,
+            in_flight: watch::channel(0).0,
         })
     }
 
@@ -258,7 +280,20 @@ impl Dispatch for Arc<RemoteHost> {
                 let frame = json!({"protocol": PROTOCOL, "type": "control", "control": "requests.cancelAll"});
                 let _ = self.post("/v1/control", frame, Deadlines::QUICK).await;
             }
+            // Like a host's drain: what was submitted is answered first (its response
+            // copy still comes down the stream), bounded.
+            let mut in_flight = self.in_flight.subscribe();
+            let mut ended = self.closed.clone();
+            let _ = tokio::time::timeout(DRAIN, async {
+                tokio::select! {
+                    _ = in_flight.wait_for(|n| *n == 0) => {}
+                    _ = ended.wait_for(|ended| *ended) => {}
+                }
+            })
+            .await;
             if let Ok(mut shared) = self.shared.lock() {
+                // Whoever still waits falls back to its POST's answer.
+                shared.pending.clear();
                 shared.sink = None;
             }
             self.reader.abort();
@@ -283,7 +318,9 @@ impl Session for RemoteSession {
         if let Ok(mut shared) = self.0.shared.lock() {
             shared.pending.insert(request.id.clone(), sender);
         }
+        let counted = InFlight::new(&self.0.in_flight);
         Box::pin(async move {
+            let _counted = counted;
             let id = request.id.clone();
             let posted = self.0.post("/v1/rpc", request.to_frame(), RELAYED).await;
             let response = match posted {

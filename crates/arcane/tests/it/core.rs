@@ -813,25 +813,28 @@ fn core_stdio_next_to_a_running_host_joins_it_and_leaves_its_engine_alone() {
     };
     let before = snapshot(&records);
     assert!(!before.is_empty(), "serve keeps an ownership record");
-    let mut stdio = served
-        .workspace
-        .arcane()
-        .args(["core", "--stdio"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = stdio.stdin.take().unwrap();
+    let mut stdio = Guard(
+        served
+            .workspace
+            .arcane()
+            .args(["core", "--stdio"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut reader = StdoutReader::start(&mut stdio);
+    let mut input = stdio.0.stdin.take().unwrap();
     input
         .write_all(&frame(&request("s", "localai.status")))
         .unwrap();
-    // End of input after the one request: the bridge answers it, then ends alone.
+    // End of input once it is answered (end of input cancels request-lifetime work,
+    // as for a host): the bridge then ends alone.
+    reader.wait_responses(&["s"]);
     drop(input);
-    let status = support::wait_for_exit(&mut stdio, Duration::from_secs(30), "core --stdio");
-    let mut out = Vec::new();
-    stdio.stdout.take().unwrap().read_to_end(&mut out).unwrap();
-    assert!(status.success(), "{}", String::from_utf8_lossy(&out));
+    let (code, out, stderr) = finish_reading(stdio, reader);
+    assert_eq!(code, 0, "{stderr}");
     let answers = frames(&out);
     let answer = answers
         .iter()

@@ -183,10 +183,19 @@ pub fn wait_for_exit(
         events: libc::POLLIN,
         revents: 0,
     };
-    let millis = libc::c_int::try_from(within.as_millis()).unwrap_or(libc::c_int::MAX);
-    // SAFETY: one valid pollfd; a signal interrupting it is retried by the caller's
-    // assertion below (the child then simply has not exited).
-    let ready = unsafe { libc::poll(&mut poll, 1, millis) };
+    let deadline = std::time::Instant::now() + within;
+    let ready = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let millis = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one valid pollfd, owned by this frame.
+        let ready = unsafe { libc::poll(&mut poll, 1, millis) };
+        // A signal interrupted the wait: wait again for what is left.
+        let interrupted =
+            ready < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted;
+        if !interrupted {
+            break ready;
+        }
+    };
     // SAFETY: `fd` is the pidfd opened above, closed once.
     unsafe { libc::close(fd) };
     assert!(ready > 0, "{what} did not exit within {within:?}");
