@@ -3,7 +3,7 @@
 //!
 //! | selected | services |
 //! |---|---|
-//! | a server kind (`llama.cpp`, `ollama`) | `execution-devices` (`localai.devices`, `localai.resolveTarget`) and `local-ai` (`localai.*`, `llama.*`, `ollama.*`) |
+//! | a server kind (`llama.cpp`, `ollama`, and Arcane's own `whisper.cpp`, `piper`) | `execution-devices` (`localai.devices`, `localai.resolveTarget`) and `local-ai` (`localai.*`, `llama.*`, `ollama.*`) |
 //! | `llama.cpp` (0.89; later also `onnx`, `stable-diffusion.cpp`) | `model-assets` |
 //! | a worker kind (`onnx`) | `onnx` (`onnx.status`, `onnx.load`, `onnx.run`, `onnx.unload`) |
 //!
@@ -19,7 +19,7 @@ use serde_json::json;
 use crate::error::Error;
 
 /// Runtime ids of the SDK that Arcane does not host yet.
-pub const NOT_YET_SUPPORTED: [&str; 2] = ["whisper.cpp", "stable-diffusion.cpp"];
+pub const NOT_YET_SUPPORTED: [&str; 1] = ["stable-diffusion.cpp"];
 
 /// Parses a runtime id of a selection (the kind's exact id, as in
 /// `arcane-app.json`).
@@ -76,7 +76,7 @@ pub fn plan(selection: &[String]) -> Result<ServicePlan, Error> {
         let engine = parse(id)?;
         match engine.kind().starts() {
             Starts::Worker => plan.onnx = true,
-            Starts::Server { .. } => {
+            Starts::Server { .. } | Starts::Builtin { .. } => {
                 if !plan.engines.contains(&engine) {
                     plan.engines.push(engine);
                 }
@@ -119,17 +119,15 @@ mod tests {
         assert!(!plan.local_ai && !plan.model_assets);
         let plan = super::plan(&ids(&["onnx"])).unwrap();
         assert!(plan.onnx && !plan.local_ai && !plan.model_assets);
+        // Arcane's own engines are supervised like servers, without model assets.
+        let plan = super::plan(&ids(&["whisper.cpp", "piper"])).unwrap();
+        assert!(plan.local_ai && !plan.onnx && !plan.model_assets);
+        assert_eq!(plan.engines, [Engine::Whisper, Engine::Piper]);
     }
 
     #[test]
     fn unsupported_runtimes_are_usage_errors() {
-        for id in [
-            "whisper.cpp",
-            "stable-diffusion.cpp",
-            "mystery",
-            "command",
-            "LLAMA.CPP",
-        ] {
+        for id in ["stable-diffusion.cpp", "mystery", "command", "LLAMA.CPP"] {
             let error = plan(&ids(&["llama.cpp", id])).unwrap_err();
             assert_eq!(error.code(), arcane_report::codes::ARCANE_USAGE, "{id}");
             assert!(error.to_string().contains(id), "{error}");

@@ -76,7 +76,7 @@ pub(crate) fn engine_command(
     let plan = kind.device_plan();
     let device_args = match plan {
         DevicePlan::ArgsAndEnv => device.args.as_slice(),
-        DevicePlan::EnvOnly | DevicePlan::EngineChooses => &[],
+        DevicePlan::EnvOnly | DevicePlan::EngineChooses | DevicePlan::CpuOnly => &[],
     };
     let line = kind.command_line(&Launch {
         listen,
@@ -89,6 +89,7 @@ pub(crate) fn engine_command(
         device_args,
         template: &config.template,
         template_env: &config.template_env,
+        runtime_library: config.runtime_library.as_deref(),
     });
     let args = line.args;
     let mut env = line.env;

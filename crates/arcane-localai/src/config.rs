@@ -83,6 +83,9 @@ pub struct EngineConfig {
     /// Directories the executable loads shared libraries from: first on the engine's
     /// loader search path (the rule is [`arcane_process::loader_path`]).
     pub library_dirs: Vec<PathBuf>,
+    /// The runtime library a builtin engine loads ([`Starts::Builtin`] kinds that run
+    /// on ONNX Runtime: Piper voices), passed on its command line.
+    pub runtime_library: Option<PathBuf>,
     /// The loader search path Arcane was started with (the value of
     /// [`arcane_process::LOADER_PATH_VARIABLE`]), kept after `library_dirs` so the
     /// libraries it points at still resolve. `None` when the caller does not pass it:
@@ -152,6 +155,7 @@ impl EngineConfig {
             extra_args: Vec::new(),
             template: Vec::new(),
             template_env: Default::default(),
+            runtime_library: None,
             health: None,
             executable: None,
             library_dirs: Vec::new(),
@@ -213,7 +217,7 @@ impl EngineConfig {
                 ))
             }
             Starts::Command => Some(self.check_template()?),
-            Starts::Server { .. } => None,
+            Starts::Server { .. } | Starts::Builtin { .. } => None,
         };
         self.check_kind_rules()?;
         self.check_values()?;
@@ -241,8 +245,16 @@ impl EngineConfig {
         let (endpoint, owned) = match template {
             Some(needs) => self.command_address(workspace, needs)?,
             None => {
-                let endpoint = Endpoint::parse(&self.url)?;
-                let owned = self.owned_address(workspace, &endpoint, self.listen_of_kind())?;
+                let listen = self.listen_of_kind();
+                // A kind with no listener url of its own (Arcane's builtin engines) on
+                // the private socket has no url to parse: its errors name the socket.
+                let url = if self.url == NO_URL && listen == OwnedListen::PrivateSocket {
+                    SOCKET_ONLY_URL
+                } else {
+                    &self.url
+                };
+                let endpoint = Endpoint::parse(url)?;
+                let owned = self.owned_address(workspace, &endpoint, listen)?;
                 (endpoint, owned)
             }
         };
@@ -268,7 +280,11 @@ impl EngineConfig {
     /// Whether this configuration may adopt a server that answers at its url: never
     /// for the `command` kind (its port is chosen at each start).
     pub(crate) fn adopts(&self) -> bool {
-        self.adopt_existing && self.engine.kind().starts() != Starts::Command
+        self.adopt_existing
+            && !matches!(
+                self.engine.kind().starts(),
+                Starts::Command | Starts::Builtin { .. }
+            )
     }
 
     /// The readiness path polled: the configured one, else the kind's.
@@ -291,6 +307,21 @@ impl EngineConfig {
                     ),
                     json!({"engine": self.engine, "selection": selection}),
                 ));
+            }
+        }
+        if kind.device_plan() == DevicePlan::CpuOnly {
+            let device = self.device.as_deref().unwrap_or("cpu");
+            let backend_ok = matches!(self.backend, Backend::Auto | Backend::Cpu);
+            if device != "cpu" || !backend_ok {
+                let device = if backend_ok {
+                    device.to_string()
+                } else {
+                    format!("{device} ({})", self.backend)
+                };
+                return Err(Error::TargetUnsupported {
+                    engine: self.engine.to_string(),
+                    device,
+                });
             }
         }
         if !kind.takes_model_file() && (self.model.is_some() || self.alias.is_some()) {
@@ -486,6 +517,10 @@ impl EngineConfig {
 
 /// The url of a kind with no default listener (before a start chooses one).
 const NO_URL: &str = "http://127.0.0.1:0";
+
+/// The endpoint of an engine with no url that listens only on its private socket: never
+/// dialled (an engine on the socket is reached through it, and never adopted).
+const SOCKET_ONLY_URL: &str = "http://127.0.0.1:1";
 
 /// A loopback port nothing listens on now (the kernel's choice). Another process may
 /// take it before the engine binds it; the engine then fails to start with its own

@@ -199,6 +199,15 @@ pub enum Error {
         source: arcane_devices::Error,
     },
 
+    /// A GPU (or other non-CPU) target for a kind that runs on the CPU only.
+    #[error("`{engine}` runs on the CPU only in this build: the execution target `{device}` is refused (use `device = \"cpu\"`)")]
+    TargetUnsupported {
+        /// The engine id.
+        engine: String,
+        /// The target asked for.
+        device: String,
+    },
+
     /// The start was cancelled (Ctrl-C, SIGTERM or the cancellation token).
     #[error("starting `{engine}` was cancelled")]
     Cancelled {
@@ -329,6 +338,7 @@ impl Diagnostic for Error {
             Error::NotReady { .. } => codes::LOCAL_AI_SERVER_FAILED,
             Error::VersionMismatch { .. } => codes::LOCAL_AI_VERSION_MISMATCH,
             Error::Execution { source, .. } => source.code(),
+            Error::TargetUnsupported { .. } => codes::LOCAL_AI_EXECUTION_TARGET_UNSUPPORTED,
             Error::Cancelled { .. } => codes::ARCANE_CANCELLED,
             Error::Io { .. } => codes::ARCANE_IO,
             Error::Lock { source, .. } | Error::RecordsRefused { source, .. } => source.code(),
@@ -420,6 +430,9 @@ impl Diagnostic for Error {
                 observed,
             } => {
                 json!({"engine": engine, "url": url, "requested": requested, "observed": observed})
+            }
+            Error::TargetUnsupported { engine, device } => {
+                json!({"engine": engine, "device": device, "supported": ["cpu"]})
             }
             Error::Execution { engine, source } => {
                 let mut details = source.details();

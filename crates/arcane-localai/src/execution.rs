@@ -41,7 +41,9 @@ pub(crate) async fn resolve(
     let request = ResolveRequest {
         target: config.device.clone(),
         runtime_backend: match (plan, config.device.as_deref()) {
-            (DevicePlan::EnvOnly, Some("cpu") | None) => arcane_devices::Backend::Cpu,
+            (DevicePlan::EnvOnly, Some("cpu") | None) | (DevicePlan::CpuOnly, _) => {
+                arcane_devices::Backend::Cpu
+            }
             (DevicePlan::EnvOnly, Some(_)) => arcane_devices::Backend::Cuda,
             _ => config.runtime_backend,
         },

@@ -175,6 +175,23 @@ impl Model {
         }
     }
 
+    /// The format its header says it is in (`None`: unknown): what decides which engine
+    /// kind serves it ([`arcane_workspace::EngineKind::formats`]).
+    pub fn format(&self) -> Option<arcane_workspace::ModelFormat> {
+        use arcane_workspace::ModelFormat;
+        if self.piper.is_some() {
+            Some(ModelFormat::PiperVoice)
+        } else if self.gguf.is_some() {
+            Some(ModelFormat::Gguf)
+        } else if self.onnx.is_some() {
+            Some(ModelFormat::Onnx)
+        } else if self.whisper.is_some() {
+            Some(ModelFormat::WhisperGgml)
+        } else {
+            None
+        }
+    }
+
     /// The model file's name.
     pub fn file_name(&self) -> Option<&str> {
         self.path.file_name().and_then(|n| n.to_str())

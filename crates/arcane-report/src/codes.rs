@@ -77,6 +77,17 @@ codes! {
     /// `load = "on-start"`, `pin = true`), which are never evicted to make room.
     LOCAL_AI_DEVICE_PINNED,
 
+    // --- speech -----------------------------------------------------------------------
+    /// Uploaded audio is in a format Arcane does not decode (the format is named).
+    AUDIO_UNSUPPORTED,
+    /// Uploaded audio is damaged or holds no samples.
+    AUDIO_INVALID,
+    /// Uploaded audio is larger than the upload bound.
+    AUDIO_TOO_LARGE,
+    /// Uploaded audio is longer than the duration bound.
+    AUDIO_TOO_LONG,
+    /// Text could not be turned into phonemes (espeak-ng failed or is missing).
+    TTS_PHONEMIZER_FAILED,
     // --- Core host and arcane/1 ------------------------------------------------------
     /// A request id is already active on this connection.
     RPC_REQUEST_ID_ACTIVE,

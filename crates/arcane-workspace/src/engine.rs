@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::kinds;
 
 /// An engine kind Arcane can run. Serialized by its id: `"llama.cpp"`, `"ollama"`,
-/// `"onnx"` or `"command"`. Everything about a kind is in its descriptor
+/// `"onnx"`, `"whisper.cpp"`, `"piper"` or `"command"`. Everything about a kind is in its descriptor
 /// ([`Engine::kind`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Engine {
@@ -39,6 +39,12 @@ pub enum Engine {
     /// ONNX Runtime sessions in Arcane's own worker processes.
     #[serde(rename = "onnx")]
     Onnx,
+    /// whisper.cpp speech recognition, served by Arcane's own worker.
+    #[serde(rename = "whisper.cpp")]
+    Whisper,
+    /// Piper voices (text to speech on ONNX Runtime), served by Arcane's own worker.
+    #[serde(rename = "piper")]
+    Piper,
     /// Any OpenAI-compatible server started from a command line the user gives.
     #[serde(rename = "command")]
     Command,
@@ -46,10 +52,12 @@ pub enum Engine {
 
 impl Engine {
     /// Every kind, in the order they are listed to users.
-    pub const ALL: [Engine; 4] = [
+    pub const ALL: [Engine; 6] = [
         Engine::LlamaCpp,
         Engine::Ollama,
         Engine::Onnx,
+        Engine::Whisper,
+        Engine::Piper,
         Engine::Command,
     ];
 
@@ -59,6 +67,8 @@ impl Engine {
             Engine::LlamaCpp => &kinds::llama_cpp::LlamaCpp,
             Engine::Ollama => &kinds::ollama::Ollama,
             Engine::Onnx => &kinds::onnx::Onnx,
+            Engine::Whisper => &kinds::whisper::Whisper,
+            Engine::Piper => &kinds::piper::Piper,
             Engine::Command => &kinds::command::Command,
         }
     }
@@ -137,6 +147,13 @@ pub enum Starts {
     },
     /// Sessions in Arcane's own worker processes (the runtime is a library).
     Worker,
+    /// Arcane's own executable run as this kind's server (`arcane <subcommand>`): an
+    /// HTTP engine on the private socket, supervised like a registered server, with
+    /// nothing to register (`arcane runtime add` refuses it).
+    Builtin {
+        /// The hidden subcommand that serves it (`__whisper-worker`).
+        subcommand: &'static str,
+    },
     /// A server started from the command line the configuration gives.
     Command,
 }
@@ -166,6 +183,9 @@ pub enum DevicePlan {
     EnvOnly,
     /// The engine chooses its own devices; a device or backend selection is refused.
     EngineChooses,
+    /// It runs on the CPU only (built without a GPU backend): every GPU is hidden from
+    /// it and a GPU target is refused, naming the device — never a silent fall-back.
+    CpuOnly,
 }
 
 /// A model file format a kind loads.
@@ -177,6 +197,10 @@ pub enum ModelFormat {
     Onnx,
     /// Ollama's own store (models pulled by Ollama).
     OllamaStore,
+    /// A whisper.cpp speech-recognition model (its ggml format).
+    WhisperGgml,
+    /// A Piper voice: an ONNX graph with its `.onnx.json` beside it.
+    PiperVoice,
     /// Whatever the command's server reads (Arcane passes the file's path).
     Any,
 }
@@ -245,6 +269,8 @@ pub struct Launch<'a> {
     pub template: &'a [String],
     /// The command kind's own environment, placeholders unexpanded.
     pub template_env: &'a BTreeMap<String, String>,
+    /// The runtime library a builtin worker loads (ONNX Runtime, for Piper voices).
+    pub runtime_library: Option<&'a Path>,
 }
 
 /// The first of `args` that is one of `door_args` ([`EngineKind::door_args`]), in any

@@ -25,6 +25,9 @@ fn main() -> ExitCode {
     if let cmd::Command::OnnxWorker(args) = &cli.command {
         return ExitCode::from(cmd::onnx::worker(args));
     }
+    if let cmd::Command::WhisperWorker(args) = &cli.command {
+        return ExitCode::from(cmd::whisper::worker(args));
+    }
     let output = output::Output::new(cli.global.output, cli.global.verbose);
     let context = match config::Context::resolve(&cli.global, output) {
         Ok(context) => context,

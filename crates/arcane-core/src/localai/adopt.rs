@@ -84,7 +84,10 @@ impl Adoption {
 
 /// The engine of a kind the adopter can probe: one that answers HTTP at a url.
 fn engine_of(runtime: Engine) -> Result<Engine, BoxError> {
-    if runtime.kind().starts() == arcane_localai::Starts::Worker {
+    if matches!(
+        runtime.kind().starts(),
+        arcane_localai::Starts::Worker | arcane_localai::Starts::Builtin { .. }
+    ) {
         return Err(Box::new(Error::usage(
             format!("runtime `{runtime}` has no engine to adopt"),
             serde_json::json!({"runtime": runtime.as_str()}),

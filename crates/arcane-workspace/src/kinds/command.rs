@@ -281,6 +281,7 @@ mod tests {
             device_args: &[],
             template: &template,
             template_env: &env,
+            runtime_library: None,
         };
         let line = Command.command_line(&launch);
         assert_eq!(

@@ -12,6 +12,7 @@ pub mod bundle;
 pub mod chat;
 pub mod core;
 pub mod devices;
+pub mod engine_worker;
 pub mod gateway;
 pub mod groups;
 pub mod launch;
@@ -24,6 +25,7 @@ pub mod runtime;
 pub mod serve;
 pub mod status;
 pub mod token;
+pub mod whisper;
 
 /// Every `arcane` command.
 #[derive(Debug, Subcommand)]
@@ -85,6 +87,9 @@ pub enum Command {
     /// The ONNX worker process the Core host starts (internal).
     #[command(name = "__onnx-worker", hide = true)]
     OnnxWorker(onnx::WorkerArgs),
+    /// The speech-to-text worker process the Core host starts (internal).
+    #[command(name = "__whisper-worker", hide = true)]
+    WhisperWorker(whisper::WorkerArgs),
 }
 
 impl Command {
@@ -113,7 +118,8 @@ impl Command {
             | Command::Launch(_)
             | Command::Token(_)
             | Command::Onnx(_)
-            | Command::OnnxWorker(_) => false,
+            | Command::OnnxWorker(_)
+            | Command::WhisperWorker(_) => false,
         }
     }
 }
@@ -143,6 +149,7 @@ pub fn run(context: &Context, command: Command) -> Result<u8, CliError> {
         Command::Launch(args) => launch::run(context, args),
         Command::Onnx(args) => onnx::run(context, args),
         Command::OnnxWorker(args) => Ok(onnx::worker(&args)),
+        Command::WhisperWorker(args) => Ok(whisper::worker(&args)),
     }
 }
 

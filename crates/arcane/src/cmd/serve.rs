@@ -845,6 +845,7 @@ pub(crate) fn table_config(
     let runtime_name = table
         .runtime
         .clone()
+        .or_else(|| served_by(registry, table.model.as_deref()?))
         .unwrap_or_else(|| Engine::LlamaCpp.as_str().to_string());
     let absolute = |p: &Path| {
         if p.is_absolute() {
@@ -861,8 +862,17 @@ pub(crate) fn table_config(
             .map(CliError::from)
             .unwrap_or_else(|| CommandError::usage("unsupported runtime", json!({})).into()));
     }
-    // The registered runtime: by engine name (its default runtime) or by id.
+    // The registered runtime: by engine name (its default runtime) or by id; Arcane's
+    // own engines have none.
     let (engine, registered) = match engine_of(&runtime_name) {
+        Some(engine)
+            if matches!(
+                engine.kind().starts(),
+                arcane_localai::Starts::Builtin { .. }
+            ) =>
+        {
+            (engine, None)
+        }
         Some(engine) => (engine, default_runtime(registry, engine)?),
         None => {
             let runtime = registry.runtime(&runtime_name)?;
@@ -976,8 +986,64 @@ pub(crate) fn table_config(
             .into())
         }
     };
+    if let arcane_localai::Starts::Builtin { .. } = engine.kind().starts() {
+        builtin_engine(registry, &mut config)?;
+    }
     let _ = workspace;
     Ok(config)
+}
+
+/// The engine kind that serves the registered model `model` when no runtime is named:
+/// a whisper.cpp model goes to `whisper.cpp`, a Piper voice to `piper` (from the kind
+/// descriptors' formats); `None` for anything else (the default, llama.cpp, applies).
+fn served_by(registry: &Registry, model: &str) -> Option<String> {
+    let format = registry.model(model).ok()?.format()?;
+    Engine::ALL
+        .into_iter()
+        .find(|engine| {
+            let kind = engine.kind();
+            kind.formats().contains(&format)
+                && matches!(kind.starts(), arcane_localai::Starts::Builtin { .. })
+        })
+        .map(|engine| engine.as_str().to_string())
+}
+
+/// What an engine Arcane runs itself needs: this executable, a model, and for a Piper
+/// voice the registered ONNX Runtime library.
+fn builtin_engine(registry: &Registry, config: &mut EngineConfig) -> Result<(), CliError> {
+    let engine = config.engine;
+    if config.model.is_none() {
+        return Err(CommandError::usage(
+            format!("`{engine}` serves one model file: name it (`model = \"ID\"` or `--model ID`)"),
+            json!({"engine": engine}),
+        )
+        .into());
+    }
+    let executable = std::env::current_exe().map_err(|e| {
+        CommandError::new(
+            codes::ARCANE_IO,
+            format!("cannot find the arcane executable to run `{engine}`: {e}"),
+            json!({"engine": engine}),
+        )
+    })?;
+    config.executable = Some(executable);
+    config.runtime_version = None;
+    if engine
+        .kind()
+        .formats()
+        .contains(&arcane_localai::ModelFormat::PiperVoice)
+    {
+        let runtime = registry.default_onnx_runtime()?.ok_or_else(|| {
+            CommandError::new(
+                codes::ARCANE_PREREQUISITE_MISSING,
+                format!("`{engine}` voices run on ONNX Runtime, and none is registered"),
+                json!({"engine": engine}),
+            )
+            .hint("register it with `arcane runtime add onnx --library PATH` (libonnxruntime.so.<version>)")
+        })?;
+        config.runtime_library = Some(runtime.library);
+    }
+    Ok(())
 }
 
 /// The registered default runtime of `engine`, or `None` when none is registered

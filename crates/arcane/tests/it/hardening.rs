@@ -80,14 +80,18 @@ fn a_fifo_in_place_of_arcane_toml_is_refused() {
     assert!(error.to_string().contains("arcane.toml"), "{error}");
 }
 
-/// Item 16: `serve --runtime whisper.cpp` says the runtime is not supported yet, not
+/// Item 16: `serve --runtime stable-diffusion.cpp` says the runtime is not supported yet, not
 /// to `runtime add` it (which refuses it too).
 #[test]
 fn an_unsupported_runtime_is_named_as_such() {
     let ws = TestWorkspace::new();
-    let out = run(ws
-        .arcane()
-        .args(["--output", "json", "serve", "--runtime", "whisper.cpp"]));
+    let out = run(ws.arcane().args([
+        "--output",
+        "json",
+        "serve",
+        "--runtime",
+        "stable-diffusion.cpp",
+    ]));
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     let error = json(&out)["error"].clone();
     assert!(

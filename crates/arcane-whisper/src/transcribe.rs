@@ -1,0 +1,213 @@
+//! whisper.cpp (through `whisper-rs`, built from its bundled source, CPU only) on
+//! 16 kHz mono samples.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use whisper_rs::{FullParams, SamplingStrategy, WhisperContext, WhisperContextParameters};
+
+use crate::audio::SAMPLE_RATE;
+
+/// Why a transcription failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TranscribeError {
+    /// The model file did not load.
+    #[error("whisper.cpp could not load the model `{path}`: {reason}")]
+    Model {
+        /// The file.
+        path: String,
+        /// whisper.cpp's words.
+        reason: String,
+    },
+    /// A language whisper.cpp does not know.
+    #[error("unknown language `{0}`: give an ISO-639-1 code such as `en`")]
+    Language(String),
+    /// The run was cancelled.
+    #[error("the transcription was cancelled")]
+    Cancelled,
+    /// whisper.cpp failed.
+    #[error("whisper.cpp failed: {0}")]
+    Failed(String),
+}
+
+/// What to do with the audio.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Task {
+    /// Text in the spoken language.
+    #[default]
+    Transcribe,
+    /// English text.
+    Translate,
+}
+
+/// The options of one transcription (OpenAI's fields).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Options {
+    /// Transcribe or translate.
+    #[serde(default)]
+    pub task: Task,
+    /// The spoken language (ISO-639-1); `None` detects it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
+    /// Text that came before (style, spelling of names).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// The sampling temperature (0: greedy, with whisper.cpp's fallback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+}
+
+/// One segment of a transcript.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Segment {
+    /// Its index.
+    pub id: usize,
+    /// Its start, in seconds.
+    pub start: f64,
+    /// Its end, in seconds.
+    pub end: f64,
+    /// Its text, as whisper.cpp wrote it (a leading space included).
+    pub text: String,
+}
+
+/// A transcript.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Transcript {
+    /// The language (ISO-639-1 code) spoken, or the one asked for.
+    pub language: String,
+    /// The audio's duration, in seconds.
+    pub duration: f64,
+    /// The whole text, segments joined and trimmed.
+    pub text: String,
+    /// The segments.
+    pub segments: Vec<Segment>,
+}
+
+/// whisper.cpp's abort callback: whether the run's cancel flag (`data`) is set.
+unsafe extern "C" fn abort_requested(data: *mut std::ffi::c_void) -> bool {
+    // SAFETY: `data` is the `AtomicBool` of an `Arc` that outlives the run (see
+    // `Model::transcribe`).
+    let flag = unsafe { &*(data as *const AtomicBool) };
+    flag.load(Ordering::Relaxed)
+}
+
+/// A loaded model; transcriptions on it each get a fresh whisper.cpp state.
+pub struct Model {
+    context: WhisperContext,
+    threads: i32,
+}
+
+impl Model {
+    /// Loads the ggml model at `path` on the CPU.
+    pub fn load(path: &Path, threads: usize) -> Result<Model, TranscribeError> {
+        // whisper.cpp's log lines go to the `log` facade (nothing listens): stdout
+        // and stderr stay the worker's.
+        whisper_rs::install_logging_hooks();
+        let mut params = WhisperContextParameters::default();
+        params.use_gpu(false);
+        let context =
+            WhisperContext::new_with_params(path, params).map_err(|e| TranscribeError::Model {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            })?;
+        Ok(Model {
+            context,
+            threads: threads.clamp(1, 64) as i32,
+        })
+    }
+
+    /// Whether the model can only transcribe English (`.en` models).
+    pub fn english_only(&self) -> bool {
+        !self.context.is_multilingual()
+    }
+
+    /// Transcribes `samples` (16 kHz mono); `cancel` set stops it
+    /// ([`TranscribeError::Cancelled`]).
+    pub fn transcribe(
+        &self,
+        samples: &[f32],
+        options: &Options,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<Transcript, TranscribeError> {
+        let language = match options.language.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(code) => {
+                let code = code.to_ascii_lowercase();
+                if whisper_rs::get_lang_id(&code).is_none() {
+                    return Err(TranscribeError::Language(code));
+                }
+                Some(code)
+            }
+        };
+        let language = match (language, self.english_only()) {
+            (_, true) => Some("en".to_string()),
+            (language, false) => language,
+        };
+        let mut state = self
+            .context
+            .create_state()
+            .map_err(|e| TranscribeError::Failed(e.to_string()))?;
+        let mut params = FullParams::new(SamplingStrategy::Greedy { best_of: 1 });
+        params.set_n_threads(self.threads);
+        params.set_translate(options.task == Task::Translate);
+        params.set_language(Some(language.as_deref().unwrap_or("auto")));
+        params.set_print_special(false);
+        params.set_print_progress(false);
+        params.set_print_realtime(false);
+        params.set_print_timestamps(false);
+        if let Some(temperature) = options.temperature {
+            params.set_temperature(temperature.clamp(0.0, 1.0));
+        }
+        if let Some(prompt) = options.prompt.as_deref().filter(|p| !p.is_empty()) {
+            params.set_initial_prompt(prompt);
+        }
+        // whisper-rs 0.16's `set_abort_callback_safe` hands whisper.cpp a pointer to
+        // a boxed trait object but reads it back as the closure itself (so the flag it
+        // reads is garbage and runs abort at random): pass the flag's address directly.
+        // SAFETY: `cancel` (an `Arc` held until this function returns) outlives
+        // `state.full`, the only time whisper.cpp calls the callback; the callback
+        // only reads the atomic through a shared reference.
+        unsafe {
+            params.set_abort_callback(Some(abort_requested));
+            params.set_abort_callback_user_data(Arc::as_ptr(&cancel) as *mut std::ffi::c_void);
+        }
+        let ran = state.full(params, samples);
+        if cancel.load(Ordering::Relaxed) {
+            return Err(TranscribeError::Cancelled);
+        }
+        ran.map_err(|e| TranscribeError::Failed(e.to_string()))?;
+        let language = language.unwrap_or_else(|| {
+            whisper_rs::get_lang_str(state.full_lang_id_from_state())
+                .unwrap_or("en")
+                .to_string()
+        });
+        let mut segments = Vec::new();
+        for (id, segment) in state.as_iter().enumerate() {
+            let text = segment
+                .to_str_lossy()
+                .map_err(|e| TranscribeError::Failed(e.to_string()))?
+                .into_owned();
+            segments.push(Segment {
+                id,
+                start: segment.start_timestamp() as f64 / 100.0,
+                end: segment.end_timestamp() as f64 / 100.0,
+                text,
+            });
+        }
+        let text = segments
+            .iter()
+            .map(|s| s.text.trim())
+            .filter(|t| !t.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
+        Ok(Transcript {
+            language,
+            duration: samples.len() as f64 / f64::from(SAMPLE_RATE),
+            text,
+            segments,
+        })
+    }
+}

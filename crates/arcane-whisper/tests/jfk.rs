@@ -1,0 +1,78 @@
+//! whisper.cpp through whisper-rs on the real Whisper tiny.en and `jfk.wav`
+//! (`ARCANE_WHISPER_MODEL`, `ARCANE_SPEECH_WAV`, set by `scripts/test.sh`): the
+//! decoded clip and cancellation.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use arcane_whisper::{Model, Options};
+
+const JFK: &str = "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country.";
+
+// Tests read the provisioned parts' paths from the environment `scripts/test.sh` sets.
+#[allow(clippy::disallowed_methods)]
+fn real(var: &str) -> PathBuf {
+    let value = std::env::var_os(var).unwrap_or_else(|| {
+        panic!("{var} is not set: run the tests through `./scripts/test.sh` (it provisions the speech models and exports {var})")
+    });
+    let path = PathBuf::from(value);
+    assert!(path.is_file(), "{var}={} is not a file", path.display());
+    path
+}
+
+/// Lower case, letters and spaces only: punctuation and capitals are Whisper's
+/// choice, the words are not.
+fn words(text: &str) -> String {
+    text.chars()
+        .filter(|c| c.is_alphanumeric() || c.is_whitespace())
+        .collect::<String>()
+        .to_lowercase()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn tiny_en_transcribes_jfk() {
+    let bytes = std::fs::read(real("ARCANE_SPEECH_WAV")).unwrap();
+    let audio = arcane_whisper::decode(&bytes).unwrap();
+    assert_eq!(audio.format, "wav");
+    assert!(
+        (audio.duration() - 11.0).abs() < 0.1,
+        "{}",
+        audio.duration()
+    );
+    let model = Model::load(&real("ARCANE_WHISPER_MODEL"), 2).unwrap();
+    assert!(model.english_only());
+    let transcript = model
+        .transcribe(
+            &audio.samples,
+            &Options::default(),
+            Arc::new(AtomicBool::new(false)),
+        )
+        .unwrap();
+    assert_eq!(words(&transcript.text), words(JFK), "{transcript:?}");
+    assert_eq!(transcript.language, "en");
+    assert!(!transcript.segments.is_empty());
+    let last = transcript.segments.last().unwrap();
+    assert!(last.end > 8.0 && last.end <= 11.1, "{transcript:?}");
+}
+
+#[test]
+fn a_cancelled_transcription_stops() {
+    let bytes = std::fs::read(real("ARCANE_SPEECH_WAV")).unwrap();
+    let audio = arcane_whisper::decode(&bytes).unwrap();
+    let model = Model::load(&real("ARCANE_WHISPER_MODEL"), 2).unwrap();
+    let error = model
+        .transcribe(
+            &audio.samples,
+            &Options::default(),
+            Arc::new(AtomicBool::new(true)),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(error, arcane_whisper::TranscribeError::Cancelled),
+        "{error}"
+    );
+}

@@ -1,0 +1,147 @@
+//! What Arcane's own engines ([`Starts::Builtin`](crate::Starts::Builtin)) share: the
+//! command line of `arcane <subcommand>` and the arguments that open its door.
+//!
+//! A builtin engine is the `arcane` executable itself, run as an HTTP server for one
+//! model: it listens on the private socket (or, when the user asked for a url, on a
+//! loopback port that demands the key in a file), answers `GET /health` with
+//! `{"status":"ok"}` once its model is loaded, and is supervised, reaped and listed
+//! like any server Arcane starts. Its flags are Arcane's own, so they are written once
+//! here for every builtin kind.
+
+use crate::engine::{CommandLine, Launch, ListenAt};
+
+/// The arguments that decide where a builtin engine listens and how it authenticates:
+/// set by Arcane, refused in a user's `args`.
+pub(crate) const DOOR_ARGS: &[&str] = &["--socket", "--host", "--port", "--api-key-file"];
+
+/// `arcane <subcommand> --socket PATH | --host H --port P [--api-key-file F] --model M
+/// [--library L] [user args…]`.
+pub(crate) fn command_line(subcommand: &str, launch: &Launch<'_>) -> CommandLine {
+    let mut args = vec![subcommand.to_string()];
+    match launch.listen {
+        ListenAt::Socket(socket) => {
+            args.extend(["--socket".to_string(), socket.display().to_string()]);
+        }
+        ListenAt::Tcp { host, port, .. } => args.extend([
+            "--host".to_string(),
+            host.to_string(),
+            "--port".to_string(),
+            port.to_string(),
+        ]),
+    }
+    if let Some(file) = launch.key_file {
+        args.extend(["--api-key-file".to_string(), file.display().to_string()]);
+    }
+    if let Some(model) = launch.model {
+        args.extend(["--model".to_string(), model.display().to_string()]);
+    }
+    if let Some(library) = launch.runtime_library {
+        args.extend(["--library".to_string(), library.display().to_string()]);
+    }
+    args.extend(launch.user_args.iter().cloned());
+    CommandLine {
+        args,
+        env: Default::default(),
+    }
+}
+
+/// Readiness of a builtin engine: `200 {"status":"ok"}`.
+pub(crate) fn classify(status: u16, body: &[u8]) -> crate::Readiness {
+    let ok = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .is_some_and(|json| json["status"] == "ok");
+    if (200..300).contains(&status) && ok {
+        crate::Readiness::Ready { version: None }
+    } else if status == 503 {
+        crate::Readiness::Loading
+    } else {
+        crate::Readiness::Other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use super::*;
+
+    fn launch<'a>(listen: ListenAt<'a>, user_args: &'a [String]) -> Launch<'a> {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        Launch {
+            listen,
+            key_file: None,
+            model: Some(Path::new("/m/ggml-tiny.en.bin")),
+            models_dir: None,
+            alias: Some("whisper-1"),
+            user_args,
+            managed: true,
+            device_args: &[],
+            template: &[],
+            template_env: &EMPTY,
+            runtime_library: None,
+        }
+    }
+
+    #[test]
+    fn the_door_comes_first_and_the_user_args_last() {
+        let user = vec!["--threads".to_string(), "2".to_string()];
+        let line = command_line(
+            "__whisper-worker",
+            &launch(ListenAt::Socket(Path::new("/ws/.arcane/run/w.sock")), &user),
+        );
+        assert_eq!(
+            line.args,
+            [
+                "__whisper-worker",
+                "--socket",
+                "/ws/.arcane/run/w.sock",
+                "--model",
+                "/m/ggml-tiny.en.bin",
+                "--threads",
+                "2"
+            ]
+        );
+        let mut keyed = launch(
+            ListenAt::Tcp {
+                host: "127.0.0.1",
+                port: 9000,
+                origin: "http://127.0.0.1:9000",
+            },
+            &[],
+        );
+        keyed.key_file = Some(Path::new("/ws/.arcane/run/w.key"));
+        keyed.runtime_library = Some(Path::new("/rt/libonnxruntime.so.1.31.1"));
+        let line = command_line("__piper-worker", &keyed);
+        assert_eq!(
+            line.args,
+            [
+                "__piper-worker",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "9000",
+                "--api-key-file",
+                "/ws/.arcane/run/w.key",
+                "--model",
+                "/m/ggml-tiny.en.bin",
+                "--library",
+                "/rt/libonnxruntime.so.1.31.1"
+            ]
+        );
+    }
+
+    #[test]
+    fn only_an_ok_status_is_ready() {
+        assert_eq!(
+            classify(200, br#"{"status":"ok"}"#),
+            crate::Readiness::Ready { version: None }
+        );
+        assert_eq!(classify(200, b"<html>"), crate::Readiness::Other);
+        assert_eq!(
+            classify(503, br#"{"status":"loading"}"#),
+            crate::Readiness::Loading
+        );
+        assert_eq!(classify(404, b""), crate::Readiness::Other);
+    }
+}
