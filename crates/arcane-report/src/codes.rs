@@ -149,6 +149,10 @@ codes! {
     BUNDLE_SETID,
     /// A file or directory of the bundle belongs to a user other than the verifier or root.
     BUNDLE_FOREIGN_OWNER,
+    // --- speech ----------------------------------------------------------------------
+    /// The text-to-speech phonemizer (espeak-ng) is missing, failed, printed something
+    /// unusable or outlived its deadline.
+    TTS_PHONEMIZER_FAILED,
 }
 
 /// The table's constant for `code`, or `None` for a code this build does not know (a
