@@ -24,3 +24,15 @@ pub use config::{MAX_CONFIG_BYTES, MAX_IDS_PER_PHONEME, MAX_PHONEMES};
 pub use error::Error;
 pub use phonemize::{PhonemeIds, Phonemizer, DEFAULT_TIMEOUT};
 pub use voice::{Voice, MAX_SPEED, MAX_TEXT_CHARS, MIN_SPEED, SENTENCE_SILENCE_SECONDS};
+
+#[cfg(test)]
+mod tests {
+    /// The HTTP worker shares one voice and one phonemizer between request threads.
+    #[test]
+    fn voices_and_phonemizers_can_be_shared_between_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<super::Voice>();
+        shared::<super::Phonemizer>();
+        shared::<super::Error>();
+    }
+}

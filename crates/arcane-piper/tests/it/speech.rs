@@ -106,3 +106,36 @@ fn real_time_factor_of_a_twenty_word_sentence() {
     );
     assert!(seconds > 2.0, "{seconds} s for 20 words");
 }
+
+#[test]
+fn many_clauses_keep_their_punctuation_in_order() {
+    // About 4000 characters: 240 clauses phonemized by one espeak-ng run.
+    let text = "One, two; three. ".repeat(235);
+    assert!(text.chars().count() <= arcane_piper::MAX_TEXT_CHARS);
+    let ipa = phonemizer().phonemize("en-us", &text).unwrap();
+    let marks: String = ipa
+        .chars()
+        .filter(|c| matches!(c, ',' | ';' | '.'))
+        .collect();
+    assert_eq!(marks, ",;.".repeat(235));
+    assert_eq!(ipa.matches("wˈʌn").count(), 235, "{ipa}");
+}
+
+#[test]
+fn a_clause_espeak_splits_itself_is_phonemized_whole() {
+    // espeak-ng breaks a clause this long in two, so the lines no longer match the
+    // clauses and each clause is phonemized by its own run.
+    let text = format!("{}, and the end.", "apple ".repeat(200).trim_end());
+    let ipa = phonemizer().phonemize("en-us", &text).unwrap();
+    let (long, rest) = ipa.split_once(", ").expect("the comma is kept");
+    assert_eq!(long.split_whitespace().count(), 200, "{ipa}");
+    assert!(rest.ends_with('.') && rest.contains("ɛnd"), "{rest}");
+}
+
+#[test]
+fn espeak_on_path_is_found_when_there() {
+    if let Some(found) = arcane_piper::Phonemizer::find() {
+        assert!(found.executable().ends_with("espeak-ng"));
+        assert!(found.executable().is_absolute());
+    }
+}
