@@ -46,23 +46,41 @@ pub enum Listen {
 
 /// Set when the request's client went away before its answer was sent.
 #[derive(Debug, Clone, Default)]
-pub struct Cancel(Arc<AtomicBool>);
+pub struct Cancel(Arc<CancelState>);
+
+#[derive(Debug, Default)]
+struct CancelState {
+    flag: Arc<AtomicBool>,
+    fired: tokio::sync::Notify,
+}
 
 impl Cancel {
     /// Whether the client went away.
     pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.0.flag.load(Ordering::Relaxed)
     }
 
     /// The flag itself, for code that polls an `AtomicBool` (whisper.cpp's abort
     /// callback).
     pub fn flag(&self) -> Arc<AtomicBool> {
-        self.0.clone()
+        self.0.flag.clone()
     }
 
     /// Fires it.
     pub fn cancel(&self) {
-        self.0.store(true, Ordering::Relaxed);
+        self.0.flag.store(true, Ordering::Relaxed);
+        self.0.fired.notify_waiters();
+    }
+
+    /// Resolves once it fires.
+    pub async fn cancelled(&self) {
+        loop {
+            let fired = self.0.fired.notified();
+            if self.is_cancelled() {
+                return;
+            }
+            fired.await;
+        }
     }
 }
 

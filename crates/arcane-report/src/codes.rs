@@ -86,7 +86,8 @@ codes! {
     AUDIO_TOO_LARGE,
     /// Uploaded audio is longer than the duration bound.
     AUDIO_TOO_LONG,
-    /// Text could not be turned into phonemes (espeak-ng failed or is missing).
+    /// The text-to-speech phonemizer (espeak-ng) is missing, failed, printed something
+    /// unusable or outlived its deadline.
     TTS_PHONEMIZER_FAILED,
     // --- Core host and arcane/1 ------------------------------------------------------
     /// A request id is already active on this connection.

@@ -28,6 +28,9 @@ fn main() -> ExitCode {
     if let cmd::Command::WhisperWorker(args) = &cli.command {
         return ExitCode::from(cmd::whisper::worker(args));
     }
+    if let cmd::Command::PiperWorker(args) = &cli.command {
+        return ExitCode::from(cmd::piper::worker(args));
+    }
     let output = output::Output::new(cli.global.output, cli.global.verbose);
     let context = match config::Context::resolve(&cli.global, output) {
         Ok(context) => context,

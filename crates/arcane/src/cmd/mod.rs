@@ -21,6 +21,7 @@ pub mod logs;
 pub mod model;
 pub mod onnx;
 pub mod open;
+pub mod piper;
 pub mod runtime;
 pub mod serve;
 pub mod status;
@@ -90,6 +91,9 @@ pub enum Command {
     /// The speech-to-text worker process the Core host starts (internal).
     #[command(name = "__whisper-worker", hide = true)]
     WhisperWorker(whisper::WorkerArgs),
+    /// The text-to-speech worker process the Core host starts (internal).
+    #[command(name = "__piper-worker", hide = true)]
+    PiperWorker(piper::WorkerArgs),
 }
 
 impl Command {
@@ -119,7 +123,8 @@ impl Command {
             | Command::Token(_)
             | Command::Onnx(_)
             | Command::OnnxWorker(_)
-            | Command::WhisperWorker(_) => false,
+            | Command::WhisperWorker(_)
+            | Command::PiperWorker(_) => false,
         }
     }
 }
@@ -150,6 +155,7 @@ pub fn run(context: &Context, command: Command) -> Result<u8, CliError> {
         Command::Onnx(args) => onnx::run(context, args),
         Command::OnnxWorker(args) => Ok(onnx::worker(&args)),
         Command::WhisperWorker(args) => Ok(whisper::worker(&args)),
+        Command::PiperWorker(args) => Ok(piper::worker(&args)),
     }
 }
 
