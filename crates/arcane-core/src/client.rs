@@ -61,18 +61,31 @@ impl CoreClient {
         body: Option<Value>,
         deadlines: Deadlines,
     ) -> Result<hyper::Response<HttpBody>, Error> {
+        let (content_type, body) = match body {
+            Some(body) => (Some("application/json"), Bytes::from(body.to_string())),
+            None => (None, Bytes::new()),
+        };
+        self.send_bytes(method, path, content_type, body, deadlines)
+            .await
+    }
+
+    async fn send_bytes(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+        deadlines: Deadlines,
+    ) -> Result<hyper::Response<HttpBody>, Error> {
         let url = format!("{}{}", self.record.url, path);
         let mut request = Request::builder().method(method).uri(&url).header(
             hyper::header::AUTHORIZATION,
             format!("Bearer {}", self.record.token),
         );
-        if body.is_some() {
-            request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+        if let Some(content_type) = content_type {
+            request = request.header(hyper::header::CONTENT_TYPE, content_type);
         }
-        let body = body
-            .map(|b| full(b.to_string()))
-            .unwrap_or_else(|| full(Bytes::new()));
-        let request = request.body(body).map_err(|e| Error::Http {
+        let request = request.body(full(body)).map_err(|e| Error::Http {
             url: url.clone(),
             source: Box::new(e),
         })?;
@@ -174,7 +187,82 @@ impl CoreClient {
     }
 }
 
+/// One uploaded file and the text fields sent with it (`multipart/form-data`).
+#[derive(Debug, Clone)]
+pub struct Upload {
+    /// The file's name as sent (`jfk.wav`).
+    pub file_name: String,
+    /// Its bytes.
+    pub file: Bytes,
+    /// The other fields, by name.
+    pub fields: Vec<(String, String)>,
+}
+
+impl Upload {
+    /// The body and its `Content-Type`, with a boundary found in no part.
+    fn encode(&self) -> (String, Bytes) {
+        let mut boundary = String::from("arcane-upload");
+        let contains = |needle: &[u8]| {
+            self.file.windows(needle.len()).any(|w| w == needle)
+                || self
+                    .fields
+                    .iter()
+                    .any(|(_, value)| value.as_bytes().windows(needle.len()).any(|w| w == needle))
+        };
+        while contains(boundary.as_bytes()) {
+            boundary.push('x');
+        }
+        let mut body = Vec::with_capacity(self.file.len() + 1024);
+        for (name, value) in &self.fields {
+            body.extend_from_slice(
+                format!(
+                    "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+                )
+                .as_bytes(),
+            );
+        }
+        let file_name = self.file_name.replace(['"', '\r', '\n'], "_");
+        body.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{file_name}\"\r\nContent-Type: application/octet-stream\r\n\r\n").as_bytes(),
+        );
+        body.extend_from_slice(&self.file);
+        body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+        (
+            format!("multipart/form-data; boundary={boundary}"),
+            Bytes::from(body),
+        )
+    }
+}
+
 impl CoreClient {
+    /// `POST path` with an upload (`/v1/audio/transcriptions`): the answer's body, or
+    /// the host's (or engine's) error.
+    pub async fn upload(&self, path: &str, upload: &Upload) -> Result<Bytes, Error> {
+        let url = format!("{}{}", self.record.url, path);
+        let (content_type, body) = upload.encode();
+        let deadlines = self.deadlines.unwrap_or(Deadlines::GENERATION);
+        let response = self
+            .send_bytes(Method::POST, path, Some(&content_type), body, deadlines)
+            .await?;
+        if response.status() != 200 {
+            return Err(refused(response, &url).await);
+        }
+        collect(response, &url, Peer::Host).await
+    }
+
+    /// `POST path` with a JSON body whose answer is bytes (`/v1/audio/speech`).
+    pub async fn post_for_bytes(&self, path: &str, payload: Value) -> Result<Bytes, Error> {
+        let url = format!("{}{}", self.record.url, path);
+        let deadlines = self.deadlines.unwrap_or(Deadlines::GENERATION);
+        let response = self
+            .send(Method::POST, path, Some(payload), deadlines)
+            .await?;
+        if response.status() != 200 {
+            return Err(refused(response, &url).await);
+        }
+        collect(response, &url, Peer::Host).await
+    }
+
     /// `GET /v1/logs` with `query` (`model=…&since=…&follow=1`, already encoded):
     /// calls `on_line` with each log line (`{time, model, stream, line}`) as it
     /// arrives, until the host ends the stream (or, while following, the host closes).

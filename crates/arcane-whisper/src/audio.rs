@@ -34,7 +34,7 @@ pub const MAX_DURATION_SECONDS: f64 = 3600.0;
 pub enum AudioError {
     /// The bytes are in a format Arcane does not decode (or in none it recognises).
     #[error(
-        "cannot decode {format} audio: the formats understood are WAV, FLAC, MP3 and Ogg/Vorbis"
+        "cannot decode the file (format: {format}): the formats understood are WAV, FLAC, MP3 and Ogg/Vorbis"
     )]
     Unsupported {
         /// The format the bytes are in, as far as their first bytes tell.
@@ -117,7 +117,7 @@ pub fn sniff(bytes: &[u8]) -> (&'static str, bool) {
     } else if starts(b"#!AMR") {
         ("AMR", false)
     } else {
-        ("an unknown format", false)
+        ("unknown", false)
     }
 }
 
@@ -398,7 +398,7 @@ mod tests {
         assert!(decode(text)
             .unwrap_err()
             .to_string()
-            .contains("an unknown format"));
+            .contains("format: unknown"));
     }
 
     #[test]

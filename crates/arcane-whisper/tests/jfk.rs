@@ -76,3 +76,34 @@ fn a_cancelled_transcription_stops() {
         "{error}"
     );
 }
+
+fn rms(samples: &[f32]) -> f64 {
+    (samples.iter().map(|s| f64::from(*s).powi(2)).sum::<f64>() / samples.len() as f64).sqrt()
+}
+
+/// The same clip encoded by libsndfile as FLAC, MP3 and Ogg/Vorbis decodes to the same
+/// eleven seconds at about the same loudness as the WAV.
+#[test]
+fn flac_mp3_and_ogg_encodings_of_the_clip_decode_like_the_wav() {
+    let wav = arcane_whisper::decode(&std::fs::read(real("ARCANE_SPEECH_WAV")).unwrap()).unwrap();
+    for (var, format) in [
+        ("ARCANE_SPEECH_FLAC", "flac"),
+        ("ARCANE_SPEECH_MP3", "mp3"),
+        ("ARCANE_SPEECH_OGG", "ogg"),
+    ] {
+        let audio = arcane_whisper::decode(&std::fs::read(real(var)).unwrap()).unwrap();
+        assert_eq!(audio.format, format);
+        assert_eq!(audio.source_rate, 16_000, "{format}");
+        assert!(
+            (audio.duration() - wav.duration()).abs() < 0.15,
+            "{format}: {} s against {} s",
+            audio.duration(),
+            wav.duration()
+        );
+        let ratio = rms(&audio.samples) / rms(&wav.samples);
+        assert!(
+            (0.8..1.25).contains(&ratio),
+            "{format}: loudness ratio {ratio}"
+        );
+    }
+}

@@ -24,6 +24,7 @@ pub mod open;
 pub mod piper;
 pub mod runtime;
 pub mod serve;
+pub mod speech;
 pub mod status;
 pub mod token;
 pub mod whisper;
@@ -49,6 +50,14 @@ pub enum Command {
     Status(status::Args),
     /// Send a prompt to the running Core host and stream the answer.
     Chat(chat::Args),
+    /// Transcribe an audio file with the running host's speech-to-text model.
+    ///
+    /// Example: `arcane transcribe meeting.flac --model whisper-1 --format srt`
+    Transcribe(speech::TranscribeArgs),
+    /// Speak text with the running host's voice model and write the audio to a file.
+    ///
+    /// Example: `arcane speak "Hello there." --model tts-1 --out hello.wav`
+    Speak(speech::SpeakArgs),
     /// List the running host's models (`[[model]]`, or the main job's one model): state,
     /// device, pid, memory, requests in flight, when each unloads, why one failed.
     Ps(gateway::PsArgs),
@@ -110,6 +119,8 @@ impl Command {
             Command::Bundle(args) => matches!(args.command, bundle::BundleCommand::Build(_)),
             Command::Status(_)
             | Command::Chat(_)
+            | Command::Transcribe(_)
+            | Command::Speak(_)
             | Command::Ps(_)
             | Command::Logs(_)
             | Command::Load(_)
@@ -144,6 +155,8 @@ pub fn run(context: &Context, command: Command) -> Result<u8, CliError> {
         Command::Core(args) => core::run(context, args),
         Command::Status(args) => status::run(context, args),
         Command::Chat(args) => chat::run(context, args),
+        Command::Transcribe(args) => speech::transcribe(context, args),
+        Command::Speak(args) => speech::speak(context, args),
         Command::Ps(args) => gateway::ps(context, args),
         Command::Logs(args) => logs::run(context, args),
         Command::Load(args) => gateway::load(context, args, false),
