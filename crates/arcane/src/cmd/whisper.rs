@@ -102,33 +102,53 @@ async fn answer(
             json!({"task": "translate"}),
         ));
     }
-    let _turn = turn.acquire_owned().await.map_err(|_| cancelled())?;
+    let turn = turn.acquire_owned().await.map_err(|_| cancelled())?;
     let cancel: Cancel = request.cancel.clone();
-    let started = Instant::now();
+    // The run holds the turn and logs its own outcome: the request's future is gone
+    // when the client is, the run ends a moment later.
     let run = tokio::task::spawn_blocking(move || {
-        let audio = arcane_whisper::decode(&upload.file).map_err(|e| audio_error(&e))?;
-        let transcript = model
-            .transcribe(&audio.samples, &upload.options, cancel.flag())
-            .map_err(|e| transcribe_error(&e))?;
-        Ok::<_, ApiError>((audio, transcript, upload.format))
+        let _turn = turn;
+        let started = Instant::now();
+        let outcome = transcribe(&model, &upload, cancel);
+        match &outcome {
+            Ok((audio, _)) => eprintln!(
+                "transcribed {:.1} s of {} audio in {:.2} s",
+                audio.duration(),
+                audio.format,
+                started.elapsed().as_secs_f64()
+            ),
+            Err(error) => eprintln!("{}: {}", error.code, error.message),
+        }
+        outcome.map(|(_, transcript)| (transcript, upload.format))
     });
-    let outcome = run.await.map_err(|e| failed(e.to_string()))?;
-    match &outcome {
-        Ok((audio, _, _)) => eprintln!(
-            "transcribed {:.1} s of {} audio in {:.2} s",
-            audio.duration(),
-            audio.format,
-            started.elapsed().as_secs_f64()
-        ),
-        Err(error) => eprintln!("{}: {}", error.code, error.message),
-    }
-    let (_, transcript, format) = outcome?;
+    let (transcript, format) = run.await.map_err(|e| failed(e.to_string()))??;
     let body = format::render(&transcript, task, format);
     Ok(bytes_response(
         StatusCode::OK,
         format.content_type(),
         body.into(),
     ))
+}
+
+/// Decodes and transcribes one upload (on a blocking thread).
+#[allow(clippy::print_stderr)]
+fn transcribe(
+    model: &Model,
+    upload: &arcane_whisper::Upload,
+    cancel: Cancel,
+) -> Result<(arcane_whisper::Audio, arcane_whisper::Transcript), ApiError> {
+    let audio = arcane_whisper::decode(&upload.file).map_err(|e| audio_error(&e))?;
+    eprintln!(
+        "transcribing {:.1} s of {} audio ({} Hz, {} channels)",
+        audio.duration(),
+        audio.format,
+        audio.source_rate,
+        audio.source_channels
+    );
+    let transcript = model
+        .transcribe(&audio.samples, &upload.options, cancel.flag())
+        .map_err(|e| transcribe_error(&e))?;
+    Ok((audio, transcript))
 }
 
 fn request_error(error: &RequestError) -> ApiError {

@@ -24,5 +24,6 @@ mod onnx;
 mod registry;
 mod router;
 mod serve;
+mod speech;
 mod ui;
 mod web;

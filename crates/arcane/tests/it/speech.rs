@@ -1,0 +1,356 @@
+//! Issue 20: speech through the front door with the real models — whisper.cpp (tiny.en,
+//! built into `arcane`) for `/v1/audio/transcriptions` and the `en_US-joe-medium`
+//! Piper voice on ONNX Runtime for `/v1/audio/speech` — beside a llama.cpp chat model
+//! in one gateway, driven by the official `openai` Python client and by `arcane
+//! transcribe`/`arcane speak`; a client that goes away cancels its transcription; a
+//! killed host leaves no worker; a GPU target is refused by name.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::gateway::{gateway_workspace, ps, start};
+use crate::serve::{host_endpoint, signal, wait_gone, START};
+use crate::support::{
+    json, piper_voice, provisioned, run, wait_until, whisper_model, TestWorkspace,
+};
+
+const JFK: &str = "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country.";
+
+/// A gateway with SmolLM2 (`smol`), tiny.en (`whisper-1`) and the Joe voice (`tts-1`),
+/// their runtimes registered.
+fn speech_workspace() -> TestWorkspace {
+    let ws = gateway_workspace(
+        r#"
+[[model]]
+id = "smol"
+model = "smollm2-135m"
+
+[[model]]
+id = "whisper-1"
+model = "tiny-en"
+
+[[model]]
+id = "tts-1"
+model = "joe"
+"#,
+    );
+    let ok = |out: std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    ok(run(ws
+        .arcane()
+        .args(["model", "add", "tiny-en", "--file"])
+        .arg(whisper_model())));
+    ok(run(ws
+        .arcane()
+        .args(["model", "add", "joe", "--file"])
+        .arg(piper_voice())));
+    ok(run(ws
+        .arcane()
+        .args(["runtime", "add", "onnx", "--library"])
+        .arg(provisioned("ARCANE_ONNXRUNTIME"))));
+    ws
+}
+
+fn words(text: &str) -> String {
+    text.chars()
+        .filter(|c| c.is_alphanumeric() || c.is_whitespace())
+        .collect::<String>()
+        .to_lowercase()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The row of `id` in `arcane ps`.
+fn row(ws: &TestWorkspace, id: &str) -> Value {
+    ps(ws)
+        .into_iter()
+        .find(|r| r["id"] == id)
+        .unwrap_or_else(|| panic!("no `{id}` in arcane ps"))
+}
+
+/// The pids of every process `pid` started whose command line has `needle`.
+fn children_with(pid: u32, needle: &str) -> Vec<u32> {
+    crate::front_door::process_tree(pid)
+        .into_iter()
+        .skip(1)
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+        })
+        .collect()
+}
+
+#[test]
+fn the_openai_client_transcribes_and_speaks_beside_chat_and_a_killed_host_leaves_no_worker() {
+    let ws = speech_workspace();
+    let mut serve = start(&ws);
+    let (port, token) = host_endpoint(&ws);
+    let out = tempfile::tempdir().unwrap();
+    let not_audio = out.path().join("notes.txt");
+    std::fs::write(
+        &not_audio,
+        "minutes of the meeting, not a recording of it\n",
+    )
+    .unwrap();
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/openai_audio.py");
+    let mut client = Command::new(provisioned("ARCANE_CLIENTS_PYTHON"));
+    client
+        .arg(script)
+        .env("ARCANE_BASE_URL", format!("http://127.0.0.1:{port}/v1"))
+        .env("ARCANE_TOKEN", &token)
+        .env("ARCANE_CHAT_MODEL", "smol")
+        .env("ARCANE_NOT_AUDIO", &not_audio)
+        .env("ARCANE_OUT", out.path());
+    for var in [
+        "ARCANE_SPEECH_WAV",
+        "ARCANE_SPEECH_FLAC",
+        "ARCANE_SPEECH_MP3",
+    ] {
+        client.env(var, provisioned(var));
+    }
+    let output = client.output().expect("start the openai client");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for check in [
+        "transcriptions json",
+        "transcriptions text",
+        "transcriptions srt",
+        "transcriptions verbose_json",
+        "transcriptions flac",
+        "transcriptions mp3",
+        "a file that is no audio is refused",
+        "speech wav is playable",
+        "round trip word error rate <= 10%",
+        "chat beside speech",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == format!("ok {check}")),
+            "`{check}`:\n{stdout}"
+        );
+    }
+
+    // The CLI goes through the same door: speak, then hear it back.
+    let spoken = out.path().join("hello.flac");
+    let said = run(ws
+        .arcane()
+        .args([
+            "speak",
+            "Ask not what your country can do for you.",
+            "--model",
+            "tts-1",
+            "--out",
+        ])
+        .arg(&spoken));
+    assert!(
+        said.status.success(),
+        "{}",
+        String::from_utf8_lossy(&said.stderr)
+    );
+    assert_eq!(&std::fs::read(&spoken).unwrap()[..4], b"fLaC");
+    let heard = json(&run(ws
+        .arcane()
+        .args(["--output", "json", "transcribe", "--model", "whisper-1"])
+        .arg(&spoken)));
+    assert_eq!(
+        words(heard["text"].as_str().unwrap_or_default()),
+        "ask not what your country can do for you",
+        "{heard}"
+    );
+    let jfk = json(&run(ws
+        .arcane()
+        .args(["--output", "json", "transcribe", "--model", "whisper-1"])
+        .arg(provisioned("ARCANE_SPEECH_OGG"))));
+    assert_eq!(
+        words(jfk["text"].as_str().unwrap_or_default()),
+        words(JFK),
+        "{jfk}"
+    );
+
+    // Each speech model is an engine like any other: listed, owned, on the CPU.
+    for id in ["whisper-1", "tts-1"] {
+        let row = row(&ws, id);
+        assert_eq!(row["state"], "ready", "{row}");
+        assert_eq!(row["device"], "cpu", "{row}");
+        assert_eq!(row["reachableWithoutToken"], false, "{row}");
+    }
+    let workers: Vec<u32> = ["__whisper-worker", "__piper-worker", "llama-server"]
+        .iter()
+        .flat_map(|needle| {
+            let found = children_with(serve.pid(), needle);
+            assert_eq!(found.len(), 1, "{needle}: {found:?}");
+            found
+        })
+        .collect();
+    for (id, pid) in [("whisper-1", workers[0]), ("tts-1", workers[1])] {
+        assert_eq!(row(&ws, id)["pid"], pid, "{id}");
+        // The CPU plan hides every GPU from the worker.
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        assert!(
+            environ
+                .split(|b| *b == 0)
+                .any(|v| v == b"CUDA_VISIBLE_DEVICES="),
+            "{id}: CUDA_VISIBLE_DEVICES is not empty"
+        );
+    }
+    signal(serve.pid(), "KILL");
+    for pid in workers {
+        assert!(
+            wait_gone(pid, Duration::from_secs(10)),
+            "{pid} outlived a killed host"
+        );
+    }
+    drop(serve);
+}
+
+/// The clip `times` times over, as one 16 kHz mono 16-bit WAV.
+fn long_clip(times: usize) -> Vec<u8> {
+    let wav = std::fs::read(provisioned("ARCANE_SPEECH_WAV")).unwrap();
+    let at = wav
+        .windows(4)
+        .position(|w| w == b"data")
+        .expect("a data chunk");
+    let size = u32::from_le_bytes(wav[at + 4..at + 8].try_into().unwrap()) as usize;
+    let samples = &wav[at + 8..(at + 8 + size).min(wav.len())];
+    let data: Vec<u8> = samples.repeat(times);
+    let mut out = Vec::with_capacity(data.len() + 44);
+    out.extend_from_slice(b"RIFF");
+    out.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
+    out.extend_from_slice(b"WAVEfmt ");
+    out.extend_from_slice(&16u32.to_le_bytes());
+    out.extend_from_slice(&1u16.to_le_bytes()); // PCM
+    out.extend_from_slice(&1u16.to_le_bytes()); // mono
+    out.extend_from_slice(&16_000u32.to_le_bytes());
+    out.extend_from_slice(&32_000u32.to_le_bytes());
+    out.extend_from_slice(&2u16.to_le_bytes());
+    out.extend_from_slice(&16u16.to_le_bytes());
+    out.extend_from_slice(b"data");
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    out.extend_from_slice(&data);
+    out
+}
+
+/// The lines `arcane logs whisper-1` has kept.
+fn worker_lines(ws: &TestWorkspace) -> Vec<String> {
+    let kept = json(&run(ws.arcane().args([
+        "--output",
+        "json",
+        "logs",
+        "whisper-1",
+    ])));
+    kept["lines"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|l| l["stream"] == "stderr")
+        .filter_map(|l| l["line"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn a_client_that_goes_away_cancels_its_transcription_and_the_worker_serves_the_next() {
+    let ws = speech_workspace();
+    let mut serve = start(&ws);
+    let (port, token) = host_endpoint(&ws);
+    let clip = long_clip(12);
+    let boundary = "arcane-test-boundary";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"long.wav\"\r\nContent-Type: audio/wav\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(&clip);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\nContent-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    if let Err(error) = stream.write_all(&body) {
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        panic!("the upload was cut short ({error}): {answer}");
+    }
+    wait_until(START, "the worker to start transcribing", || {
+        worker_lines(&ws)
+            .iter()
+            .any(|l| l.starts_with("transcribing 132.0 s"))
+    });
+    drop(stream);
+    wait_until(
+        Duration::from_secs(60),
+        "the transcription to be cancelled",
+        || {
+            worker_lines(&ws)
+                .iter()
+                .any(|l| l.starts_with("ARCANE_CANCELLED"))
+        },
+    );
+    let lines = worker_lines(&ws);
+    assert!(
+        !lines.iter().any(|l| l.starts_with("transcribed 132.0 s")),
+        "the cancelled transcription ran to its end: {lines:?}"
+    );
+    // The worker is free again: the next request is answered.
+    let heard = json(&run(ws
+        .arcane()
+        .args(["--output", "json", "transcribe", "--model", "whisper-1"])
+        .arg(provisioned("ARCANE_SPEECH_WAV"))));
+    assert_eq!(
+        words(heard["text"].as_str().unwrap_or_default()),
+        words(JFK),
+        "{heard}"
+    );
+    serve.terminate();
+}
+
+#[test]
+fn a_speech_model_on_a_gpu_target_is_refused_naming_the_device() {
+    let ws = speech_workspace();
+    let gpu = "GPU-00000000-1111-2222-3333-444444444444";
+    let toml = format!("[[model]]\nid = \"whisper-1\"\nmodel = \"tiny-en\"\ndevice = \"{gpu}\"\n");
+    std::fs::write(ws.path().join("arcane.toml"), toml).unwrap();
+    let mut child = ws
+        .arcane()
+        .args(["--output", "json", "serve"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status =
+        crate::support::wait_for_exit(&mut child, Duration::from_secs(60), "serve to refuse");
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    assert!(!status.success());
+    let error = serde_json::from_str::<Value>(&stdout)
+        .ok()
+        .and_then(|v| v.get("error").cloned())
+        .unwrap_or_else(|| panic!("no error in {stdout}"));
+    assert_eq!(
+        error["code"], "LOCAL_AI_EXECUTION_TARGET_UNSUPPORTED",
+        "{error}"
+    );
+    assert_eq!(error["details"]["device"], gpu, "{error}");
+    assert!(error["message"].as_str().unwrap().contains(gpu), "{error}");
+    assert!(!ws.path().join(".arcane/run/whisper-1.sock").exists());
+}

@@ -1,0 +1,119 @@
+"""The official `openai` Python client's audio API against Arcane's front door: one
+gateway with a chat model, a whisper.cpp model (`whisper-1`) and a Piper voice
+(`tts-1`).
+
+Environment: ARCANE_BASE_URL (ending in /v1), ARCANE_TOKEN, ARCANE_CHAT_MODEL, and the
+clip `jfk.wav` with its encodings: ARCANE_SPEECH_WAV, ARCANE_SPEECH_FLAC,
+ARCANE_SPEECH_MP3; ARCANE_NOT_AUDIO (a file that is no audio); ARCANE_OUT (a directory
+to write the spoken audio to). Exits non-zero with a message on the first failure;
+prints one `ok <check>` line per check.
+"""
+import json
+import os
+import re
+import sys
+import wave
+
+import openai
+
+env = os.environ
+client = openai.OpenAI(base_url=env["ARCANE_BASE_URL"], api_key=env["ARCANE_TOKEN"], max_retries=0, timeout=300)
+JFK = "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."
+# Twenty words, spoken by the voice and heard by the whisper model.
+SENTENCE = "The quick brown fox jumps over the lazy dog while the farmer watches from the porch near his old red barn."
+
+
+def check(name, condition, detail=""):
+    if not condition:
+        sys.exit(f"FAILED {name}: {detail}")
+    print(f"ok {name}", flush=True)
+
+
+def words(text):
+    return re.sub(r"[^a-z0-9 ]", "", text.lower().replace("-", " ")).split()
+
+
+def word_error_rate(reference, heard):
+    ref, hyp = words(reference), words(heard)
+    row = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        previous, row[0] = row[0], i
+        for j, h in enumerate(hyp, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (r != h))
+    return row[len(hyp)] / len(ref)
+
+
+def transcribe(path, **options):
+    with open(path, "rb") as audio:
+        return client.audio.transcriptions.create(model="whisper-1", file=audio, **options)
+
+
+listed = [m.id for m in client.models.list()]
+check("models.list has the chat, speech and voice models",
+      {env["ARCANE_CHAT_MODEL"], "whisper-1", "tts-1"} <= set(listed), listed)
+
+result = transcribe(env["ARCANE_SPEECH_WAV"])
+check("transcriptions json", words(result.text) == words(JFK), result)
+check("transcriptions json is one line", "\n" not in result.text, repr(result.text))
+
+text = transcribe(env["ARCANE_SPEECH_WAV"], response_format="text")
+check("transcriptions text", words(text) == words(JFK), text)
+
+srt = transcribe(env["ARCANE_SPEECH_WAV"], response_format="srt")
+cues = re.findall(r"(\d+)\n(\d\d:\d\d:\d\d,\d\d\d) --> (\d\d:\d\d:\d\d,\d\d\d)\n(.+)\n", srt)
+check("transcriptions srt", cues and cues[0][0] == "1" and words(" ".join(c[3] for c in cues)) == words(JFK), srt)
+
+vtt = transcribe(env["ARCANE_SPEECH_WAV"], response_format="vtt")
+check("transcriptions vtt", vtt.startswith("WEBVTT\n") and re.search(r"\d\d:\d\d:\d\d\.\d\d\d --> ", vtt), vtt)
+
+verbose = transcribe(env["ARCANE_SPEECH_WAV"], response_format="verbose_json",
+                     timestamp_granularities=["segment"])
+segments = verbose.segments or []
+check("transcriptions verbose_json",
+      verbose.language == "english" and abs(verbose.duration - 11.0) < 0.2 and segments
+      and all(s.end >= s.start for s in segments) and segments[-1].end <= 11.1
+      and words(" ".join(s.text for s in segments)) == words(JFK), verbose)
+
+for var, name in (("ARCANE_SPEECH_FLAC", "flac"), ("ARCANE_SPEECH_MP3", "mp3")):
+    result = transcribe(env[var])
+    check(f"transcriptions {name}", words(result.text) == words(JFK), result)
+
+try:
+    transcribe(env["ARCANE_NOT_AUDIO"])
+    check("a file that is no audio is refused", False, "no error")
+except openai.BadRequestError as error:
+    body = error.body if isinstance(error.body, dict) else {}
+    check("a file that is no audio is refused",
+          error.status_code == 400 and body.get("code") == "AUDIO_UNSUPPORTED", error)
+
+try:
+    transcribe(env["ARCANE_SPEECH_WAV"], response_format="mp3")
+    check("an unknown response_format is refused", False, "no error")
+except openai.BadRequestError as error:
+    check("an unknown response_format is refused", "mp3" in str(error), error)
+
+speech = client.audio.speech.create(model="tts-1", voice="alloy", input=SENTENCE, response_format="wav")
+spoken = os.path.join(env["ARCANE_OUT"], "sentence.wav")
+speech.write_to_file(spoken)
+with wave.open(spoken) as played:
+    rate, channels, width, frames = played.getframerate(), played.getnchannels(), played.getsampwidth(), played.getnframes()
+check("speech wav is playable", (rate, channels, width) == (22050, 1, 2) and 2 * rate < frames < 20 * rate,
+      (rate, channels, width, frames))
+
+heard = transcribe(spoken).text
+rate = word_error_rate(SENTENCE, heard)
+print(json.dumps({"spoken": SENTENCE, "heard": heard, "wer": rate}), flush=True)
+check("round trip word error rate <= 10%", rate <= 0.10, f"{rate:.2%}: {heard!r}")
+
+flac = client.audio.speech.create(model="tts-1", voice="alloy", input="Hello there.", response_format="flac")
+check("speech flac", flac.content[:4] == b"fLaC", flac.content[:16])
+
+try:
+    client.audio.speech.create(model="tts-1", voice="alloy", input="Hello.", response_format="mp3")
+    check("speech mp3 is refused", False, "no error")
+except openai.BadRequestError as error:
+    check("speech mp3 is refused", "mp3" in str(error), error)
+
+chat = client.chat.completions.create(model=env["ARCANE_CHAT_MODEL"], max_tokens=8,
+                                      messages=[{"role": "user", "content": "Say hi."}])
+check("chat beside speech", bool(chat.choices[0].message.content), chat)
