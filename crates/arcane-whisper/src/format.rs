@@ -110,17 +110,17 @@ pub fn verbose(transcript: &Transcript, task: Task) -> Value {
         "language": language,
         "duration": transcript.duration,
         "text": transcript.text,
+        // OpenAI's `seek` and `compression_ratio` are not computed by whisper.cpp:
+        // they are left out rather than made up.
         "segments": transcript.segments.iter().map(|s| json!({
             "id": s.id,
-            "seek": 0,
             "start": s.start,
             "end": s.end,
             "text": s.text,
-            "tokens": [],
-            "temperature": 0.0,
-            "avg_logprob": 0.0,
-            "compression_ratio": 0.0,
-            "no_speech_prob": 0.0,
+            "tokens": s.tokens,
+            "temperature": transcript.temperature,
+            "avg_logprob": s.avg_logprob,
+            "no_speech_prob": s.no_speech_prob,
         })).collect::<Vec<_>>(),
     })
 }
@@ -143,18 +143,25 @@ mod tests {
             language: "en".into(),
             duration: 3725.5,
             text: "Hello there. General Kenobi.".into(),
+            temperature: 0.0,
             segments: vec![
                 Segment {
                     id: 0,
                     start: 0.0,
                     end: 1.5,
                     text: " Hello there.".into(),
+                    tokens: vec![2425, 612, 13],
+                    avg_logprob: -0.25,
+                    no_speech_prob: 0.01,
                 },
                 Segment {
                     id: 1,
                     start: 3723.25,
                     end: 3725.5,
                     text: " General Kenobi.".into(),
+                    tokens: vec![3611, 14094, 13],
+                    avg_logprob: -0.5,
+                    no_speech_prob: 0.02,
                 },
             ],
         }
@@ -201,6 +208,12 @@ mod tests {
         assert_eq!(v["duration"], 3725.5);
         assert_eq!(v["segments"][1]["start"], 3723.25);
         assert_eq!(v["segments"][1]["text"], " General Kenobi.");
+        assert_eq!(v["segments"][1]["tokens"], json!([3611, 14094, 13]));
+        assert_eq!(v["segments"][1]["avg_logprob"], -0.5);
+        assert_eq!(v["segments"][0]["no_speech_prob"], 0.01);
+        // Nothing whisper.cpp does not compute is made up.
+        assert!(v["segments"][0].get("compression_ratio").is_none());
+        assert!(v["segments"][0].get("seek").is_none());
     }
 
     #[test]

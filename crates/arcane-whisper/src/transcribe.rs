@@ -71,6 +71,12 @@ pub struct Segment {
     pub end: f64,
     /// Its text, as whisper.cpp wrote it (a leading space included).
     pub text: String,
+    /// The ids of its text tokens (special tokens left out).
+    pub tokens: Vec<i32>,
+    /// The mean log probability of its text tokens (0 when it has none).
+    pub avg_logprob: f64,
+    /// whisper.cpp's probability that it holds no speech.
+    pub no_speech_prob: f64,
 }
 
 /// A transcript.
@@ -82,6 +88,8 @@ pub struct Transcript {
     pub duration: f64,
     /// The whole text, segments joined and trimmed.
     pub text: String,
+    /// The sampling temperature it started from.
+    pub temperature: f64,
     /// The segments.
     pub segments: Vec<Segment>,
 }
@@ -190,11 +198,27 @@ impl Model {
                 .to_str_lossy()
                 .map_err(|e| TranscribeError::Failed(e.to_string()))?
                 .into_owned();
+            let eot = self.context.token_eot();
+            let (mut tokens, mut logprob) = (Vec::new(), 0.0);
+            for token in (0..segment.n_tokens()).filter_map(|i| segment.get_token(i)) {
+                // Ids from end-of-text on are special (timestamps, language, task).
+                if token.token_id() < eot {
+                    tokens.push(token.token_id());
+                    logprob += f64::from(token.token_data().plog);
+                }
+            }
             segments.push(Segment {
                 id,
                 start: segment.start_timestamp() as f64 / 100.0,
                 end: segment.end_timestamp() as f64 / 100.0,
                 text,
+                avg_logprob: if tokens.is_empty() {
+                    0.0
+                } else {
+                    logprob / tokens.len() as f64
+                },
+                tokens,
+                no_speech_prob: f64::from(segment.no_speech_probability()),
             });
         }
         let text = segments
@@ -207,6 +231,7 @@ impl Model {
             language,
             duration: samples.len() as f64 / f64::from(SAMPLE_RATE),
             text,
+            temperature: f64::from(options.temperature.unwrap_or(0.0)),
             segments,
         })
     }

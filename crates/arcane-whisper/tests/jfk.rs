@@ -55,6 +55,15 @@ fn tiny_en_transcribes_jfk() {
     assert_eq!(words(&transcript.text), words(JFK), "{transcript:?}");
     assert_eq!(transcript.language, "en");
     assert!(!transcript.segments.is_empty());
+    // Each segment carries its text tokens and how sure whisper.cpp was of them.
+    for segment in &transcript.segments {
+        assert!(!segment.tokens.is_empty(), "{segment:?}");
+        assert!(
+            segment.avg_logprob < 0.0 && segment.avg_logprob > -2.0,
+            "{segment:?}"
+        );
+        assert!((0.0..=1.0).contains(&segment.no_speech_prob), "{segment:?}");
+    }
     let last = transcript.segments.last().unwrap();
     assert!(last.end > 8.0 && last.end <= 11.1, "{transcript:?}");
 }
