@@ -209,7 +209,7 @@ pub fn build(
     for runtime in &onnx_runtimes {
         onnx_entries.push(plan_onnx_runtime(runtime, &host, &mut plan)?);
     }
-    let model_entries = plan_models(&models, &mut plan);
+    let model_entries = plan_models(&models, &mut plan)?;
     let sizes = check_plan(&plan)?;
     events.emit(Event::new(
         arcane_report::event_types::BUNDLE_BUILD_RESOLVED,
@@ -305,10 +305,31 @@ fn validate(request: &BuildRequest) -> Result<Output, Error> {
     })
 }
 
-/// Places every model under `models/<id>/` and returns their manifest entries.
-fn plan_models(models: &[arcane_registry::Model], plan: &mut Vec<Planned>) -> Vec<ModelEntry> {
+/// Places every model under `models/<id>/` (a Piper voice with its `.onnx.json`) and
+/// returns their manifest entries; a model of a format bundles do not carry (a plain
+/// ONNX graph, which the `onnx` service loads by path) is refused by name.
+fn plan_models(
+    models: &[arcane_registry::Model],
+    plan: &mut Vec<Planned>,
+) -> Result<Vec<ModelEntry>, Error> {
+    use arcane_workspace::ModelFormat;
     let mut model_entries = Vec::new();
     for model in models {
+        let (format, engine) = match model.format() {
+            Some(ModelFormat::Gguf) => ("gguf", "llama.cpp"),
+            Some(ModelFormat::WhisperGgml) => ("whisper-ggml", "whisper.cpp"),
+            Some(ModelFormat::PiperVoice) => ("piper-voice", "piper"),
+            _ => {
+                return Err(Error::input(
+                    format!(
+                        "model `{}` is a `{}` model: bundles carry GGUF, whisper.cpp and Piper voice models",
+                        model.id,
+                        model.kind()
+                    ),
+                    json!({"model": model.id, "kind": model.kind()}),
+                ))
+            }
+        };
         let file_name = model
             .file_name()
             .filter(|n| check_path(n).is_ok())
@@ -320,15 +341,22 @@ fn plan_models(models: &[arcane_registry::Model], plan: &mut Vec<Planned>) -> Ve
             source: model.path.clone(),
             exec: false,
         });
+        if let Some(voice) = &model.piper {
+            plan.push(Planned {
+                destination: format!("{destination}.json"),
+                source: model.path.with_file_name(&voice.config_file),
+                exec: false,
+            });
+        }
         model_entries.push(ModelEntry {
             id: model.id.clone(),
-            engine: "llama.cpp".into(),
+            engine: engine.into(),
             path: destination,
             sha256: model.sha256.clone(),
-            format: "gguf".into(),
+            format: format.into(),
         });
     }
-    model_entries
+    Ok(model_entries)
 }
 
 /// No two planned paths collide; returns the total size of the sources.

@@ -158,6 +158,8 @@ pub struct LaunchModel {
     pub id: String,
     /// The model file.
     pub path: PathBuf,
+    /// The engine kind that serves it (`llama.cpp`, `whisper.cpp`, `piper`).
+    pub engine: String,
 }
 
 /// Everything a launch needs, resolved from the verified bundle and the layers.
@@ -175,6 +177,9 @@ pub struct LaunchContext {
     pub runtime: Option<LaunchRuntime>,
     /// The model to load, if the bundle has one.
     pub model: Option<LaunchModel>,
+    /// Every model of the bundle, the launch model first: all are served, each by its
+    /// engine kind (a chat model, a speech-to-text model, a voice).
+    pub models: Vec<LaunchModel>,
     /// The bundled ONNX Runtime library the Core's `onnx` runtime loads, if any.
     pub onnx_library: Option<PathBuf>,
 }
@@ -246,10 +251,23 @@ pub fn resolve_context(
         executable: bundle.resolve(&r.executable),
         library_dirs: r.library_dirs.iter().map(|d| bundle.resolve(d)).collect(),
     });
-    let model = manifest.launch_model().map(|m| LaunchModel {
+    let resolve = |m: &crate::manifest::ModelEntry| LaunchModel {
         id: m.id.clone(),
         path: bundle.resolve(&m.path),
-    });
+        engine: m.engine.clone(),
+    };
+    let model = manifest.launch_model().map(resolve);
+    let models: Vec<LaunchModel> = model
+        .iter()
+        .cloned()
+        .chain(
+            manifest
+                .models
+                .iter()
+                .filter(|m| model.as_ref().is_none_or(|first| first.id != m.id))
+                .map(resolve),
+        )
+        .collect();
     let onnx_library = manifest
         .launch_onnx_runtime()
         .map(|r| bundle.resolve(&r.library));
@@ -260,6 +278,7 @@ pub fn resolve_context(
         execution_target,
         runtime,
         model,
+        models,
         onnx_library,
     })
 }

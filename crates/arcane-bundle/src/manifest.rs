@@ -154,15 +154,24 @@ pub struct OnnxRuntimeEntry {
 pub struct ModelEntry {
     /// The model's id (a single path segment).
     pub id: String,
-    /// The engine that serves it (`llama.cpp`).
+    /// The engine that serves it (`llama.cpp`, `whisper.cpp`, `piper`: see
+    /// [`MODEL_FORMATS`]).
     pub engine: String,
     /// The model file: `models/<id>/<file>`.
     pub path: String,
     /// Its SHA-256 (equal to its `files[]` entry).
     pub sha256: String,
-    /// Always `gguf` for now.
+    /// `gguf`, `whisper-ggml` or `piper-voice` ([`MODEL_FORMATS`]); a Piper voice's
+    /// configuration is the listed file `<path>.json` beside it.
     pub format: String,
 }
+
+/// The model formats a bundle carries, each with the engine kind that serves it.
+pub const MODEL_FORMATS: &[(&str, &str)] = &[
+    ("gguf", "llama.cpp"),
+    ("whisper-ggml", "whisper.cpp"),
+    ("piper-voice", "piper"),
+];
 
 /// `launch`: the packaged launch defaults.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -559,11 +568,36 @@ impl Manifest {
     /// One model: format, path and the digest `files[]` records for it.
     fn check_model(&self, model: &ModelEntry, failures: &mut Vec<Failure>) {
         let field = format!("models[{}]", model.id);
-        if model.format != "gguf" {
-            failures.push(manifest_invalid(
+        match MODEL_FORMATS
+            .iter()
+            .find(|(format, _)| *format == model.format)
+        {
+            None => failures.push(manifest_invalid(
                 format!("model `{}` has unknown format `{}`", model.id, model.format),
                 json!({"field": "models[].format", "value": model.format}),
-            ));
+            )),
+            Some((_, engine)) if *engine != model.engine => failures.push(manifest_invalid(
+                format!(
+                    "model `{}` of format `{}` is served by `{engine}`, not `{}`",
+                    model.id, model.format, model.engine
+                ),
+                json!({"field": "models[].engine", "value": model.engine, "expected": engine}),
+            )),
+            Some(_) => {}
+        }
+        if model.format == "piper-voice" {
+            let config = format!("{}.json", model.path);
+            if self.file(&config).is_none() {
+                failures.push(Failure::at(
+                    codes::BUNDLE_MODEL_MISSING,
+                    &config,
+                    format!(
+                        "the configuration of voice `{}` is not listed in files[]",
+                        model.id
+                    ),
+                    json!({"model": model.id, "file": config}),
+                ));
+            }
         }
         let area = format!("models/{}/", model.id);
         if let Some(failure) =

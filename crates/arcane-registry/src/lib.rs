@@ -63,6 +63,7 @@
 mod archive;
 mod download;
 mod error;
+mod format;
 mod gguf;
 mod hash;
 mod id;
@@ -75,6 +76,7 @@ mod types;
 mod whisper;
 
 pub use error::{Error, ExtractLimit};
+pub use format::format_of_file;
 #[doc(hidden)]
 pub use gguf::write_test_gguf;
 pub use gguf::{quantization_name, read_gguf, GgufInfo};

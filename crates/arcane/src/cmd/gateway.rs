@@ -70,6 +70,9 @@ pub struct ModelTable {
     pub model: Option<String>,
     /// A registered runtime id (default: the registered llama.cpp).
     pub runtime: Option<String>,
+    /// The engine executable to run instead of the registered runtime's (a bundle's
+    /// own `llama-server`).
+    pub executable: Option<std::path::PathBuf>,
     /// The exact device (default `cpu`).
     pub device: Option<String>,
     /// Engine arguments.
@@ -273,6 +276,7 @@ fn check_command_table(table: &ModelTable) -> Result<(), CliError> {
     let conflicts = [
         ("url", table.url.is_some()),
         ("runtime", table.runtime.is_some()),
+        ("executable", table.executable.is_some()),
         ("args", !table.args.is_empty()),
     ];
     if let Some((field, _)) = conflicts.iter().find(|(_, set)| *set) {
@@ -349,6 +353,7 @@ fn spec(
                     None => table.runtime.clone(),
                 },
                 model: table.model.clone(),
+                executable: table.executable.as_ref().map(|e| base.join(e)),
                 alias: Some(table.id.clone()),
                 device: Some(table.device.clone().unwrap_or_else(|| "cpu".into())),
                 args: table.args.clone(),

@@ -178,11 +178,26 @@ fn serve_command(
             (variable, None) => command.env_remove(variable),
         };
     }
-    if let Some(model) = &launch.model {
-        command.arg("--model").arg(&model.path);
+    // One model is the main job's; several make a gateway of them all (`--model
+    // ID=PATH` each, the launch model first and the default), each served by its
+    // engine kind: a bundle may carry a chat model, a whisper.cpp model and a voice.
+    match launch.models.as_slice() {
+        [] => {}
+        [model] => {
+            command.arg("--model").arg(&model.path);
+        }
+        models => {
+            for model in models {
+                let mut given = std::ffi::OsString::from(format!("{}=", model.id));
+                given.push(&model.path);
+                command.arg("--model").arg(given);
+            }
+        }
     }
     if let Some(library) = &launch.onnx_library {
+        // The `onnx` service's library and the one Piper voices run on.
         command.arg("--onnx-library").arg(library);
+        command.env("ARCANE_ONNXRUNTIME", library);
     }
     if let Some(target) = &launch.execution_target {
         command.arg("--device").arg(target);

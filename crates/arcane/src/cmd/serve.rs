@@ -386,7 +386,7 @@ fn gateway_models(
             )
             .into());
         }
-        let tables = flag_models(args)?;
+        let tables = flag_models(args, &Registry::new(workspace), base)?;
         let devices = file.map(|f| f.devices.clone()).unwrap_or_default();
         let groups = file.map(|f| f.group.clone()).unwrap_or_default();
         return crate::cmd::gateway::models(
@@ -443,7 +443,11 @@ fn configures_an_engine(args: &Args) -> bool {
 }
 
 /// `[[model]]` tables from a repeated `--model`.
-fn flag_models(args: &Args) -> Result<Vec<crate::cmd::gateway::ModelTable>, CliError> {
+fn flag_models(
+    args: &Args,
+    registry: &Registry,
+    base: &Path,
+) -> Result<Vec<crate::cmd::gateway::ModelTable>, CliError> {
     args.model
         .iter()
         .map(|given| {
@@ -462,10 +466,17 @@ fn flag_models(args: &Args) -> Result<Vec<crate::cmd::gateway::ModelTable>, CliE
                     (id, given.clone())
                 }
             };
+            // A speech model goes to its own kind; the runtime flags are the others'.
+            let speech = served_by(registry, &model, base).is_some();
             Ok(crate::cmd::gateway::ModelTable {
                 id,
+                runtime: if speech { None } else { args.runtime.clone() },
+                executable: if speech {
+                    None
+                } else {
+                    args.executable.clone()
+                },
                 model: Some(model),
-                runtime: args.runtime.clone(),
                 device: args.device.clone(),
                 args: args.engine_args.clone(),
                 ..Default::default()
@@ -845,7 +856,7 @@ pub(crate) fn table_config(
     let runtime_name = table
         .runtime
         .clone()
-        .or_else(|| served_by(registry, table.model.as_deref()?))
+        .or_else(|| served_by(registry, table.model.as_deref()?, base))
         .unwrap_or_else(|| Engine::LlamaCpp.as_str().to_string());
     let absolute = |p: &Path| {
         if p.is_absolute() {
@@ -993,11 +1004,15 @@ pub(crate) fn table_config(
     Ok(config)
 }
 
-/// The engine kind that serves the registered model `model` when no runtime is named:
-/// a whisper.cpp model goes to `whisper.cpp`, a Piper voice to `piper` (from the kind
-/// descriptors' formats); `None` for anything else (the default, llama.cpp, applies).
-fn served_by(registry: &Registry, model: &str) -> Option<String> {
-    let format = registry.model(model).ok()?.format()?;
+/// The engine kind that serves `model` (a registered id, else a file) when no runtime
+/// is named: a whisper.cpp model goes to `whisper.cpp`, a Piper voice to `piper` (from
+/// the kind descriptors' formats); `None` for anything else (the default, llama.cpp,
+/// applies).
+pub(crate) fn served_by(registry: &Registry, model: &str, base: &Path) -> Option<String> {
+    let format = match registry.model(model) {
+        Ok(registered) => registered.format()?,
+        Err(_) => arcane_registry::format_of_file(&base.join(model))?,
+    };
     Engine::ALL
         .into_iter()
         .find(|engine| {
@@ -1033,6 +1048,12 @@ fn builtin_engine(registry: &Registry, config: &mut EngineConfig) -> Result<(), 
         .formats()
         .contains(&arcane_localai::ModelFormat::PiperVoice)
     {
+        // `$ARCANE_ONNXRUNTIME` (a bundle's launcher sets it to the bundle's own), else
+        // the registered ONNX Runtime.
+        if let Some(library) = crate::config::onnx_runtime() {
+            config.runtime_library = Some(library);
+            return Ok(());
+        }
         let runtime = registry.default_onnx_runtime()?.ok_or_else(|| {
             CommandError::new(
                 codes::ARCANE_PREREQUISITE_MISSING,

@@ -33,15 +33,21 @@ const SHOW_ENDPOINT: &str = "#!/bin/sh\nprintf 'endpoint=%s\\n' \"$ARCANE_CORE_E
 
 impl RealBundle {
     fn new() -> Self {
-        Self::build(None)
+        Self::build(None, false)
     }
 
     /// [`RealBundle::new`] with ONNX Runtime `library` registered and bundled too.
     fn with_onnx(library: &Path) -> Self {
-        Self::build(Some(library))
+        Self::build(Some(library), false)
     }
 
-    fn build(onnx: Option<&Path>) -> Self {
+    /// [`RealBundle::with_onnx`] with the whisper.cpp model `tiny-en` and the Piper
+    /// voice `joe` bundled beside the chat model.
+    fn with_speech() -> Self {
+        Self::build(Some(&support::provisioned("ARCANE_ONNXRUNTIME")), true)
+    }
+
+    fn build(onnx: Option<&Path>, speech: bool) -> Self {
         let workspace = TestWorkspace::new();
         let dir = tempfile::Builder::new()
             .prefix("arcane-bundle-cli-")
@@ -81,6 +87,27 @@ impl RealBundle {
             support::stderr(&output)
         );
 
+        let mut models = vec!["--model", "smollm2"];
+        if speech {
+            for (id, file) in [
+                ("tiny-en", support::whisper_model()),
+                ("joe", support::piper_voice()),
+            ] {
+                let output = support::run(
+                    workspace
+                        .arcane()
+                        .args(["model", "add", id, "--file"])
+                        .arg(file),
+                );
+                assert!(
+                    output.status.success(),
+                    "model add: {}",
+                    support::stderr(&output)
+                );
+            }
+            models.extend(["--model", "tiny-en", "--model", "joe"]);
+        }
+
         let app = dir.path().join("app");
         std::fs::create_dir_all(app.join("tools")).unwrap();
         std::fs::write(
@@ -116,7 +143,8 @@ impl RealBundle {
                 .args(["--output", "json", "bundle", "build", "--app"])
                 .arg(&app)
                 .args(&runtimes)
-                .args(["--model", "smollm2", "--execution-target", "cpu", "--out"])
+                .args(&models)
+                .args(["--execution-target", "cpu", "--out"])
                 .arg(&out),
         );
         assert!(
@@ -1364,4 +1392,97 @@ fn a_second_launch_on_the_same_state_root_joins_the_running_host() {
     // The first (the host) ends: the joined launch ends with it, exit 0.
     first.terminate();
     assert_eq!(second.wait_exit(Duration::from_secs(30)), Some(0));
+}
+
+#[test]
+fn a_bundle_carries_whisper_models_and_voices_and_its_launcher_serves_them_beside_chat() {
+    let real = RealBundle::with_speech();
+    let manifest = real.manifest();
+    let models: Vec<(String, String, String)> = manifest["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let text = |k: &str| m[k].as_str().unwrap().to_string();
+            (text("id"), text("engine"), text("format"))
+        })
+        .collect();
+    let expected = [
+        ("smollm2", "llama.cpp", "gguf"),
+        ("tiny-en", "whisper.cpp", "whisper-ggml"),
+        ("joe", "piper", "piper-voice"),
+    ]
+    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
+    assert_eq!(models, expected, "{manifest:#}");
+    // The voice's configuration travels with it, verified like every file.
+    let voice = manifest["models"][2]["path"].as_str().unwrap();
+    assert!(
+        manifest["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["path"] == format!("{voice}.json")),
+        "{manifest:#}"
+    );
+    let (code, report) = real.verify_json();
+    assert_eq!(code, 0, "{report:#}");
+    // A voice without its configuration is not a bundle that verifies.
+    let config = real.path(&format!("{voice}.json"));
+    std::fs::rename(&config, config.with_extension("moved")).unwrap();
+    let (code, report) = real.verify_json();
+    assert_ne!(code, 0, "{report:#}");
+    assert!(report.to_string().contains("BUNDLE_MISSING"), "{report:#}");
+    std::fs::rename(config.with_extension("moved"), &config).unwrap();
+
+    let state_root = real.dir.path().join("state");
+    let mut host = real.launch_core(&state_root);
+    host.wait_for("core.listening", START);
+    let arcane = |args: &[&str]| {
+        let mut command = Command::new(support::arcane_bin());
+        command
+            .env_remove("ARCANE_WORKSPACE")
+            .arg("--workspace")
+            .arg(&state_root)
+            .args(args);
+        command
+    };
+    let spoken = real.dir.path().join("spoken.wav");
+    let said = support::run(
+        arcane(&[
+            "speak",
+            "Ask what you can do for your country.",
+            "--model",
+            "joe",
+            "--out",
+        ])
+        .arg(&spoken),
+    );
+    assert!(said.status.success(), "{}", support::stderr(&said));
+    let heard = support::json(&support::run(
+        arcane(&["--output", "json", "transcribe", "--model", "tiny-en"]).arg(&spoken),
+    ));
+    let words: String = heard["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ')
+        .collect();
+    assert_eq!(
+        words.trim(),
+        "ask what you can do for your country",
+        "{heard}"
+    );
+    // The chat model is the default, as before.
+    let record = endpoint_of(&state_root);
+    let body = r#"{"messages":[{"role":"user","content":"Say hello."}],"max_tokens":4}"#;
+    let (status, answer) = http(
+        record["url"].as_str().unwrap(),
+        "POST",
+        "/v1/chat/completions",
+        record["token"].as_str().unwrap(),
+        body,
+    );
+    assert_eq!(status, 200, "{answer}");
+    host.terminate();
 }
