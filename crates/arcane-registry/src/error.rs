@@ -551,6 +551,16 @@ impl Diagnostic for Error {
             Error::RuntimeNotFound { .. } => {
                 vec!["list runtimes with `arcane runtime list`; register one with `arcane runtime add`".into()]
             }
+            Error::UnknownEngine { value } => {
+                let builtin = value.parse::<arcane_workspace::Engine>().is_ok_and(|e| {
+                    matches!(e.kind().starts(), arcane_workspace::Starts::Builtin { .. })
+                });
+                if builtin {
+                    vec![format!("`{value}` runs inside arcane, nothing to register: add its model (`arcane model add ID --file FILE`) and name it in a `[[model]]` table (docs/speech.md)")]
+                } else {
+                    Vec::new()
+                }
+            }
             Error::ModelNotFound { .. } => {
                 vec![
                     "list models with `arcane model list`; register one with `arcane model add`"

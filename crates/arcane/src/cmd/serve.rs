@@ -1217,7 +1217,8 @@ mod tests {
     fn the_documented_gateway_configuration_parses() {
         let text = include_str!("../../../../docs/gateway.toml.example");
         let file: ConfigFile = toml::from_str(text).expect("docs/gateway.toml.example parses");
-        assert_eq!(file.model.len(), 2);
+        let ids: Vec<&str> = file.model.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["smol-a", "smol-embed", "whisper-1", "tts-1"]);
         assert_eq!(file.model[0].aliases, ["fast"]);
         assert_eq!(file.devices["cpu"].max_loaded, Some(2));
         assert!(file.engine.is_empty());
