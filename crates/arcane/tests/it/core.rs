@@ -307,20 +307,19 @@ fn stdio_answers_non_object_json_frames_and_stays_open() {
 
 #[test]
 fn an_unsupported_runtime_selection_is_a_usage_error_before_anything_starts() {
-    for runtime in ["stable-diffusion.cpp"] {
-        let workspace = TestWorkspace::new();
-        let output = support::run(
-            workspace
-                .arcane()
-                .args(["--output", "json", "core", "--stdio", "--runtime", runtime])
-                .stdin(Stdio::null()),
-        );
-        assert_eq!(output.status.code(), Some(2), "{runtime}");
-        let error = &support::json(&output)["error"];
-        assert_eq!(error["code"], "ARCANE_USAGE");
-        assert_eq!(error["details"]["runtime"], runtime);
-        assert!(!workspace.path().join(".arcane/core.json").exists());
-    }
+    let runtime = "stable-diffusion.cpp";
+    let workspace = TestWorkspace::new();
+    let output = support::run(
+        workspace
+            .arcane()
+            .args(["--output", "json", "core", "--stdio", "--runtime", runtime])
+            .stdin(Stdio::null()),
+    );
+    assert_eq!(output.status.code(), Some(2), "{runtime}");
+    let error = &support::json(&output)["error"];
+    assert_eq!(error["code"], "ARCANE_USAGE");
+    assert_eq!(error["details"]["runtime"], runtime);
+    assert!(!workspace.path().join(".arcane/core.json").exists());
 }
 
 #[test]

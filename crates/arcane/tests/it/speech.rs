@@ -93,7 +93,7 @@ fn children_with(pid: u32, needle: &str) -> Vec<u32> {
 #[test]
 fn the_openai_client_transcribes_and_speaks_beside_chat_and_a_killed_host_leaves_no_worker() {
     let ws = speech_workspace();
-    let mut serve = start(&ws);
+    let serve = start(&ws);
     let (port, token) = host_endpoint(&ws);
     let out = tempfile::tempdir().unwrap();
     let not_audio = out.path().join("notes.txt");
