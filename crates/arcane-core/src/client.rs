@@ -238,24 +238,27 @@ impl CoreClient {
     /// `POST path` with an upload (`/v1/audio/transcriptions`): the answer's body, or
     /// the host's (or engine's) error.
     pub async fn upload(&self, path: &str, upload: &Upload) -> Result<Bytes, Error> {
-        let url = format!("{}{}", self.record.url, path);
         let (content_type, body) = upload.encode();
-        let deadlines = self.deadlines.unwrap_or(Deadlines::GENERATION);
-        let response = self
-            .send_bytes(Method::POST, path, Some(&content_type), body, deadlines)
-            .await?;
-        if response.status() != 200 {
-            return Err(refused(response, &url).await);
-        }
-        collect(response, &url, Peer::Host).await
+        self.post_bytes(path, &content_type, body).await
     }
 
     /// `POST path` with a JSON body whose answer is bytes (`/v1/audio/speech`).
     pub async fn post_for_bytes(&self, path: &str, payload: Value) -> Result<Bytes, Error> {
+        let body = Bytes::from(payload.to_string());
+        self.post_bytes(path, "application/json", body).await
+    }
+
+    /// `POST path` with `body`: the whole answer of a 200, else the host's error.
+    async fn post_bytes(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: Bytes,
+    ) -> Result<Bytes, Error> {
         let url = format!("{}{}", self.record.url, path);
         let deadlines = self.deadlines.unwrap_or(Deadlines::GENERATION);
         let response = self
-            .send(Method::POST, path, Some(payload), deadlines)
+            .send_bytes(Method::POST, path, Some(content_type), body, deadlines)
             .await?;
         if response.status() != 200 {
             return Err(refused(response, &url).await);

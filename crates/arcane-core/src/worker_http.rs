@@ -150,6 +150,29 @@ impl ApiError {
         }
     }
 
+    /// A 500 `LOCAL_AI_SERVER_FAILED`: the engine itself failed.
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: arcane_report::codes::LOCAL_AI_SERVER_FAILED,
+            message: message.into(),
+            param: None,
+            details: json!({}),
+        }
+    }
+
+    /// `ARCANE_CANCELLED` with nginx's 499 (client closed request): nobody reads it,
+    /// the client went away, but the worker's log says so.
+    pub fn cancelled(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+            code: arcane_report::codes::ARCANE_CANCELLED,
+            message: message.into(),
+            param: None,
+            details: json!({}),
+        }
+    }
+
     /// The answer.
     pub fn response(&self) -> WorkerResponse {
         let kind = match self.status.as_u16() {

@@ -67,8 +67,8 @@ impl Engine {
             Engine::LlamaCpp => &kinds::llama_cpp::LlamaCpp,
             Engine::Ollama => &kinds::ollama::Ollama,
             Engine::Onnx => &kinds::onnx::Onnx,
-            Engine::Whisper => &kinds::whisper::Whisper,
-            Engine::Piper => &kinds::piper::Piper,
+            Engine::Whisper => &kinds::whisper::WHISPER,
+            Engine::Piper => &kinds::piper::PIPER,
             Engine::Command => &kinds::command::Command,
         }
     }
@@ -426,6 +426,28 @@ mod tests {
     fn only_server_kinds_are_registered_as_executables() {
         let registrable: Vec<Engine> = Engine::registrable().collect();
         assert_eq!(registrable, [Engine::LlamaCpp, Engine::Ollama]);
+    }
+
+    #[test]
+    fn the_speech_kinds_are_arcanes_own_cpu_engines_with_their_audio_routes() {
+        for (engine, subcommand, paths) in [
+            (
+                Engine::Whisper,
+                "__whisper-worker",
+                &["/v1/audio/transcriptions", "/v1/audio/translations"][..],
+            ),
+            (Engine::Piper, "__piper-worker", &["/v1/audio/speech"]),
+        ] {
+            let kind = engine.kind();
+            assert_eq!(kind.starts(), Starts::Builtin { subcommand });
+            assert_eq!(kind.device_plan(), DevicePlan::CpuOnly);
+            assert_eq!(kind.default_listen(), OwnedListen::PrivateSocket);
+            assert_eq!(kind.api_paths(), paths);
+            assert!(kind.takes_model_file());
+        }
+        assert_eq!("whisper".parse::<Engine>().unwrap(), Engine::Whisper);
+        assert_eq!(Engine::Whisper.kind().formats(), [ModelFormat::WhisperGgml]);
+        assert_eq!(Engine::Piper.kind().formats(), [ModelFormat::PiperVoice]);
     }
 
     #[test]

@@ -8,15 +8,87 @@
 //! like any server Arcane starts. Its flags are Arcane's own, so they are written once
 //! here for every builtin kind.
 
-use crate::engine::{CommandLine, Launch, ListenAt};
+use crate::engine::{
+    CommandLine, DevicePlan, EngineKind, Launch, ListenAt, ModelFormat, OwnedListen, Readiness,
+    Starts,
+};
 
 /// The arguments that decide where a builtin engine listens and how it authenticates:
 /// set by Arcane, refused in a user's `args`.
 pub(crate) const DOOR_ARGS: &[&str] = &["--socket", "--host", "--port", "--api-key-file"];
 
+/// A builtin kind: everything but these fields is the same for all of them (the
+/// private socket, a closable door, `{"status":"ok"}` readiness, the CPU, one model
+/// file), so a new one is a constant of this type in its own module.
+#[derive(Debug)]
+pub(crate) struct BuiltinKind {
+    /// The kind's id.
+    pub id: &'static str,
+    /// Its other names.
+    pub aliases: &'static [&'static str],
+    /// The hidden `arcane` subcommand that serves it.
+    pub subcommand: &'static str,
+    /// The model formats it serves.
+    pub formats: &'static [ModelFormat],
+    /// The API paths it answers.
+    pub api_paths: &'static [&'static str],
+}
+
+impl EngineKind for BuiltinKind {
+    fn id(&self) -> &'static str {
+        self.id
+    }
+
+    fn aliases(&self) -> &'static [&'static str] {
+        self.aliases
+    }
+
+    fn starts(&self) -> Starts {
+        Starts::Builtin {
+            subcommand: self.subcommand,
+        }
+    }
+
+    fn default_listen(&self) -> OwnedListen {
+        OwnedListen::PrivateSocket
+    }
+
+    fn can_close_its_door(&self) -> bool {
+        true
+    }
+
+    fn classify(&self, status: u16, body: &[u8]) -> Readiness {
+        classify(status, body)
+    }
+
+    fn door_args(&self) -> &'static [&'static str] {
+        DOOR_ARGS
+    }
+
+    fn device_plan(&self) -> DevicePlan {
+        DevicePlan::CpuOnly
+    }
+
+    fn formats(&self) -> &'static [ModelFormat] {
+        self.formats
+    }
+
+    fn takes_model_file(&self) -> bool {
+        true
+    }
+
+    fn api_paths(&self) -> &'static [&'static str] {
+        self.api_paths
+    }
+
+    fn command_line(&self, launch: &Launch<'_>) -> CommandLine {
+        command_line(self.subcommand, launch)
+    }
+}
+
 /// `arcane <subcommand> --socket PATH | --host H --port P [--api-key-file F] --model M
 /// [--library L] [user args…]`.
-pub(crate) fn command_line(subcommand: &str, launch: &Launch<'_>) -> CommandLine {
+fn command_line(subcommand: &str, launch: &Launch<'_>) -> CommandLine {
     let mut args = vec![subcommand.to_string()];
     match launch.listen {
         ListenAt::Socket(socket) => {
@@ -46,7 +118,7 @@ pub(crate) fn command_line(subcommand: &str, launch: &Launch<'_>) -> CommandLine
 }
 
 /// Readiness of a builtin engine: `200 {"status":"ok"}`.
-pub(crate) fn classify(status: u16, body: &[u8]) -> crate::Readiness {
+fn classify(status: u16, body: &[u8]) -> crate::Readiness {
     let ok = serde_json::from_slice::<serde_json::Value>(body)
         .ok()
         .is_some_and(|json| json["status"] == "ok");

@@ -1,5 +1,6 @@
 //! One module per engine kind, each implementing [`crate::EngineKind`]. A new kind is
-//! a new module here and one row in [`crate::Engine::kind`].
+//! a new module here and one row in [`crate::Engine::kind`]; a kind Arcane serves itself
+//! is a `builtin::BuiltinKind` constant.
 
 mod builtin;
 pub(crate) mod command;

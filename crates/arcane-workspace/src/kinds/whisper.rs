@@ -8,63 +8,14 @@
 //! OpenAI's transcription API itself. It is built without a GPU backend: a GPU target
 //! is refused, never silently run on the CPU.
 
-use crate::engine::{
-    CommandLine, DevicePlan, EngineKind, Launch, ModelFormat, OwnedListen, Readiness, Starts,
-};
-use crate::kinds::builtin;
+use crate::engine::ModelFormat;
+use crate::kinds::builtin::BuiltinKind;
 
 /// The whisper.cpp descriptor.
-#[derive(Debug)]
-pub(crate) struct Whisper;
-
-impl EngineKind for Whisper {
-    fn id(&self) -> &'static str {
-        "whisper.cpp"
-    }
-
-    fn aliases(&self) -> &'static [&'static str] {
-        &["whisper", "whisper-cpp", "whispercpp"]
-    }
-
-    fn starts(&self) -> Starts {
-        Starts::Builtin {
-            subcommand: "__whisper-worker",
-        }
-    }
-
-    fn default_listen(&self) -> OwnedListen {
-        OwnedListen::PrivateSocket
-    }
-
-    fn can_close_its_door(&self) -> bool {
-        true
-    }
-
-    fn classify(&self, status: u16, body: &[u8]) -> Readiness {
-        builtin::classify(status, body)
-    }
-
-    fn door_args(&self) -> &'static [&'static str] {
-        builtin::DOOR_ARGS
-    }
-
-    fn device_plan(&self) -> DevicePlan {
-        DevicePlan::CpuOnly
-    }
-
-    fn formats(&self) -> &'static [ModelFormat] {
-        &[ModelFormat::WhisperGgml]
-    }
-
-    fn takes_model_file(&self) -> bool {
-        true
-    }
-
-    fn api_paths(&self) -> &'static [&'static str] {
-        &["/v1/audio/transcriptions", "/v1/audio/translations"]
-    }
-
-    fn command_line(&self, launch: &Launch<'_>) -> CommandLine {
-        builtin::command_line("__whisper-worker", launch)
-    }
-}
+pub(crate) const WHISPER: BuiltinKind = BuiltinKind {
+    id: "whisper.cpp",
+    aliases: &["whisper", "whisper-cpp", "whispercpp"],
+    subcommand: "__whisper-worker",
+    formats: &[ModelFormat::WhisperGgml],
+    api_paths: &["/v1/audio/transcriptions", "/v1/audio/translations"],
+};

@@ -117,7 +117,7 @@ async fn speak(
         .2
         .acquire()
         .await
-        .map_err(|_| failed("closing".into()))?;
+        .map_err(|_| ApiError::failed("the worker is closing"))?;
     let cancel = arcane_onnx::RunCancel::new();
     // The run's own cancel follows the request's: a client that goes away stops it.
     let watch = {
@@ -142,7 +142,7 @@ async fn speak(
     .await;
     watch.abort();
     let (seconds, body, format) = run
-        .map_err(|e| failed(e.to_string()))?
+        .map_err(|e| ApiError::failed(e.to_string()))?
         .map_err(|e| voice_error(&e))?;
     eprintln!(
         "spoke {seconds:.1} s of audio in {:.2} s ({})",
@@ -232,16 +232,6 @@ fn voice_error(error: &arcane_piper::Error) -> ApiError {
         message: error.to_string(),
         param,
         details: arcane_report::Diagnostic::details(error),
-    }
-}
-
-fn failed(message: String) -> ApiError {
-    ApiError {
-        status: StatusCode::INTERNAL_SERVER_ERROR,
-        code: codes::LOCAL_AI_SERVER_FAILED,
-        message,
-        param: None,
-        details: json!({}),
     }
 }
 

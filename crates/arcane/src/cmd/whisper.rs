@@ -102,7 +102,10 @@ async fn answer(
             json!({"task": "translate"}),
         ));
     }
-    let turn = turn.acquire_owned().await.map_err(|_| cancelled())?;
+    let turn = turn
+        .acquire_owned()
+        .await
+        .map_err(|_| ApiError::failed("the worker is closing"))?;
     let cancel: Cancel = request.cancel.clone();
     // The run holds the turn and logs its own outcome: the request's future is gone
     // when the client is, the run ends a moment later.
@@ -121,7 +124,7 @@ async fn answer(
         }
         outcome.map(|(_, transcript)| (transcript, upload.format))
     });
-    let (transcript, format) = run.await.map_err(|e| failed(e.to_string()))??;
+    let (transcript, format) = run.await.map_err(|e| ApiError::failed(e.to_string()))??;
     let body = format::render(&transcript, task, format);
     Ok(bytes_response(
         StatusCode::OK,
@@ -196,28 +199,11 @@ fn transcribe_error(error: &TranscribeError) -> ApiError {
         TranscribeError::Language(code) => {
             ApiError::usage("language", error.to_string(), json!({"language": code}))
         }
-        TranscribeError::Cancelled => cancelled(),
-        TranscribeError::Model { .. } | TranscribeError::Failed(_) => failed(error.to_string()),
-    }
-}
-
-fn cancelled() -> ApiError {
-    ApiError {
-        // Nobody reads it: the client went away.
-        status: StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
-        code: codes::ARCANE_CANCELLED,
-        message: "the transcription was cancelled: the client went away".into(),
-        param: None,
-        details: json!({}),
-    }
-}
-
-fn failed(message: String) -> ApiError {
-    ApiError {
-        status: StatusCode::INTERNAL_SERVER_ERROR,
-        code: codes::LOCAL_AI_SERVER_FAILED,
-        message,
-        param: None,
-        details: json!({}),
+        TranscribeError::Cancelled => {
+            ApiError::cancelled("the transcription was cancelled: the client went away")
+        }
+        TranscribeError::Model { .. } | TranscribeError::Failed(_) => {
+            ApiError::failed(error.to_string())
+        }
     }
 }
