@@ -92,6 +92,13 @@ try:
 except openai.BadRequestError as error:
     check("an unknown response_format is refused", "mp3" in str(error), error)
 
+try:
+    with open(env["ARCANE_SPEECH_WAV"], "rb") as audio:
+        client.audio.translations.create(model="whisper-1", file=audio)
+    check("an English-only model does not translate", False, "no error")
+except openai.BadRequestError as error:
+    check("an English-only model does not translate", "English only" in str(error), error)
+
 speech = client.audio.speech.create(model="tts-1", voice="alloy", input=SENTENCE, response_format="wav")
 spoken = os.path.join(env["ARCANE_OUT"], "sentence.wav")
 speech.write_to_file(spoken)

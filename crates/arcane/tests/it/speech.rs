@@ -60,7 +60,44 @@ model = "joe"
     ws
 }
 
-fn words(text: &str) -> String {
+/// Twenty words, spoken by the voice and heard by the whisper model: Piper's voices
+/// draw noise at every run, so what comes back is compared by word error rate.
+pub(crate) const SENTENCE: &str = "The quick brown fox jumps over the lazy dog while the farmer watches from the porch near his old red barn.";
+
+/// The word error rate of `heard` against `reference`: word-level edit distance over
+/// the reference's length (case and punctuation ignored).
+pub(crate) fn word_error_rate(reference: &str, heard: &str) -> f64 {
+    let (reference, heard) = (words(reference), words(heard));
+    let (reference, heard): (Vec<&str>, Vec<&str>) = (
+        reference.split(' ').collect(),
+        heard.split(' ').filter(|w| !w.is_empty()).collect(),
+    );
+    let mut row: Vec<usize> = (0..=heard.len()).collect();
+    for (i, r) in reference.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, h) in heard.iter().enumerate() {
+            let substitution = diagonal + usize::from(r != h);
+            diagonal = row[j + 1];
+            row[j + 1] = substitution.min(row[j + 1] + 1).min(row[j] + 1);
+        }
+    }
+    row[heard.len()] as f64 / reference.len() as f64
+}
+
+#[test]
+fn the_word_error_rate_counts_substitutions_insertions_and_deletions() {
+    assert_eq!(word_error_rate("Ask not, what", "ask not what"), 0.0);
+    assert_eq!(word_error_rate("ask not what", "asked not what"), 1.0 / 3.0);
+    assert_eq!(word_error_rate("ask not what", "ask what"), 1.0 / 3.0);
+    assert_eq!(
+        word_error_rate("ask not what", "so ask not what"),
+        1.0 / 3.0
+    );
+    assert_eq!(word_error_rate("ask not", ""), 1.0);
+}
+
+pub(crate) fn words(text: &str) -> String {
     text.chars()
         .filter(|c| c.is_alphanumeric() || c.is_whitespace())
         .collect::<String>()
@@ -136,6 +173,7 @@ fn the_openai_client_transcribes_and_speaks_beside_chat_and_a_killed_host_leaves
         "a file that is no audio is refused",
         "speech wav is playable",
         "round trip word error rate <= 10%",
+        "an English-only model does not translate",
         "chat beside speech",
     ] {
         assert!(
@@ -144,17 +182,51 @@ fn the_openai_client_transcribes_and_speaks_beside_chat_and_a_killed_host_leaves
         );
     }
 
+    // The official npm client too.
+    let mut node = Command::new("node");
+    node.arg(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/openai_audio.cjs"),
+    )
+    .env("NODE_PATH", provisioned("ARCANE_NODE_CLIENTS"))
+    .env("ARCANE_BASE_URL", format!("http://127.0.0.1:{port}/v1"))
+    .env("ARCANE_TOKEN", &token)
+    .env("ARCANE_SPEECH_WAV", provisioned("ARCANE_SPEECH_WAV"))
+    .env("ARCANE_OUT", out.path());
+    let output = node.output().expect("start node");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for check in [
+        "npm transcriptions json",
+        "npm transcriptions verbose_json",
+        "npm speech wav",
+        "npm round trip",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == format!("ok {check}")),
+            "`{check}`:\n{stdout}"
+        );
+    }
+    // The gateway counted them as it counts chat.
+    let (status, metrics) = crate::front_door::call(port, &token, "GET", "/metrics", None);
+    assert_eq!(status, 200);
+    for model in ["whisper-1", "tts-1", "smol"] {
+        let counted = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("arcane_requests_total{{model=\"{model}\"}} ")))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        assert!(counted >= 1, "{model}: {metrics}");
+    }
+
     // The CLI goes through the same door: speak, then hear it back.
     let spoken = out.path().join("hello.flac");
     let said = run(ws
         .arcane()
-        .args([
-            "speak",
-            "Ask not what your country can do for you.",
-            "--model",
-            "tts-1",
-            "--out",
-        ])
+        .args(["speak", SENTENCE, "--model", "tts-1", "--out"])
         .arg(&spoken));
     assert!(
         said.status.success(),
@@ -166,11 +238,8 @@ fn the_openai_client_transcribes_and_speaks_beside_chat_and_a_killed_host_leaves
         .arcane()
         .args(["--output", "json", "transcribe", "--model", "whisper-1"])
         .arg(&spoken)));
-    assert_eq!(
-        words(heard["text"].as_str().unwrap_or_default()),
-        "ask not what your country can do for you",
-        "{heard}"
-    );
+    let rate = word_error_rate(SENTENCE, heard["text"].as_str().unwrap_or_default());
+    assert!(rate <= 0.1, "word error rate {rate}: {heard}");
     let jfk = json(&run(ws
         .arcane()
         .args(["--output", "json", "transcribe", "--model", "whisper-1"])
@@ -353,4 +422,45 @@ fn a_speech_model_on_a_gpu_target_is_refused_naming_the_device() {
     assert_eq!(error["details"]["device"], gpu, "{error}");
     assert!(error["message"].as_str().unwrap().contains(gpu), "{error}");
     assert!(!ws.path().join(".arcane/run/whisper-1.sock").exists());
+}
+
+#[test]
+fn a_worker_orphaned_by_a_killed_host_is_stopped_by_the_next_host() {
+    let ws = speech_workspace();
+    let toml = "[[model]]\nid = \"whisper-1\"\nmodel = \"tiny-en\"\nload = \"on-start\"\n";
+    std::fs::write(ws.path().join("arcane.toml"), toml).unwrap();
+    let mut first = crate::serve::Serve::start(&ws, &["--no-parent-death-signal"]);
+    first.wait_for("local-ai.model.ready", START);
+    let orphan = row(&ws, "whisper-1")["pid"].as_u64().expect("a pid") as u32;
+    signal(first.pid(), "KILL");
+    first.wait_exit(Duration::from_secs(10));
+    // Without the parent-death signal the worker outlives its host: it still answers on
+    // its socket.
+    let socket = ws.path().join(".arcane/run/whisper-1.sock");
+    let mut stream = std::os::unix::net::UnixStream::connect(&socket).expect("the orphan's socket");
+    stream
+        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.contains("ok"),
+        "{answer}"
+    );
+
+    let mut second = crate::serve::Serve::start(&ws, &[]);
+    let stopped = second.wait_for("process.orphan.stopped", START);
+    assert_eq!(stopped["data"]["pid"], orphan, "{stopped}");
+    assert!(
+        wait_gone(orphan, Duration::from_secs(10)),
+        "the orphan {orphan} still runs"
+    );
+    second.wait_for("local-ai.model.ready", START);
+    let pid = row(&ws, "whisper-1")["pid"].as_u64().unwrap() as u32;
+    assert_ne!(pid, orphan, "a new worker replaces the orphan");
+    second.terminate();
+    assert!(
+        wait_gone(pid, Duration::from_secs(10)),
+        "a stopped host left its worker {pid}"
+    );
 }
