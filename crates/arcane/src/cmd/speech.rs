@@ -82,6 +82,20 @@ pub struct SpeakArgs {
     pub timeout: Option<f64>,
 }
 
+/// A spinner with the elapsed time on stderr while the host works (human output on a
+/// terminal only; indicatif draws nothing elsewhere): a long recording takes minutes.
+fn spinner(context: &Context, message: String) -> Option<indicatif::ProgressBar> {
+    if context.output.mode != OutputMode::Human {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new_spinner().with_message(message);
+    if let Some(style) = crate::output::progress_style("{spinner} {msg} {elapsed}") {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(Duration::from_millis(120));
+    Some(bar)
+}
+
 fn client(context: &Context, timeout: Option<f64>) -> Result<CoreClient, CliError> {
     let timeout = crate::cmd::serve::seconds("--timeout", timeout, Duration::from_secs(600))?;
     Ok(CoreClient::from_workspace(&context.workspace)?.with_deadlines(Deadlines::uniform(timeout)))
@@ -128,9 +142,21 @@ pub fn transcribe(context: &Context, args: TranscribeArgs) -> Result<u8, CliErro
     } else {
         "/v1/audio/transcriptions"
     };
+    let waiting = spinner(
+        context,
+        format!(
+            "transcribing {} ({})",
+            args.file.display(),
+            args.model.as_deref().unwrap_or("the default model")
+        ),
+    );
     let body = crate::cmd::core::block_on_client(context, "the transcription", async {
         client.upload(path, &upload).await.map_err(CliError::from)
-    })?;
+    });
+    if let Some(bar) = waiting {
+        bar.finish_and_clear();
+    }
+    let body = body?;
     if human {
         let text = String::from_utf8_lossy(&body);
         let text = match serde_json::from_slice::<Value>(&body) {
@@ -168,12 +194,24 @@ pub fn speak(context: &Context, args: SpeakArgs) -> Result<u8, CliError> {
     if let Some(model) = &args.model {
         payload["model"] = json!(model);
     }
+    let waiting = spinner(
+        context,
+        format!(
+            "speaking {} characters ({})",
+            args.text.chars().count(),
+            args.model.as_deref().unwrap_or("the default model")
+        ),
+    );
     let audio = crate::cmd::core::block_on_client(context, "the speech", async {
         client
             .post_for_bytes("/v1/audio/speech", payload)
             .await
             .map_err(CliError::from)
-    })?;
+    });
+    if let Some(bar) = waiting {
+        bar.finish_and_clear();
+    }
+    let audio = audio?;
     arcane_files::write_atomic(&args.out, &audio, 0o644).map_err(|e| {
         CommandError::new(
             codes::ARCANE_IO,
