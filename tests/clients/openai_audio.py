@@ -74,6 +74,14 @@ check("transcriptions verbose_json",
       and all(s.end >= s.start for s in segments) and segments[-1].end <= 11.1
       and words(" ".join(s.text for s in segments)) == words(JFK), verbose)
 
+timed = transcribe(env["ARCANE_SPEECH_WAV"], response_format="verbose_json",
+                   timestamp_granularities=["word", "segment"])
+timed_words = timed.words or []
+check("transcriptions word timestamps",
+      words(" ".join(w.word for w in timed_words)) == words(JFK)
+      and all(a.start <= b.start for a, b in zip(timed_words, timed_words[1:]))
+      and all(w.start <= w.end <= 11.1 for w in timed_words) and timed.segments, timed)
+
 for var, name in (("ARCANE_SPEECH_FLAC", "flac"), ("ARCANE_SPEECH_MP3", "mp3")):
     result = transcribe(env[var])
     check(f"transcriptions {name}", words(result.text) == words(JFK), result)

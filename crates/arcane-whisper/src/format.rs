@@ -105,7 +105,7 @@ pub fn render(transcript: &Transcript, task: Task, format: ResponseFormat) -> Ve
 /// OpenAI's `verbose_json` object.
 pub fn verbose(transcript: &Transcript, task: Task) -> Value {
     let language = language_name(&transcript.language);
-    json!({
+    let mut verbose = json!({
         "task": match task { Task::Transcribe => "transcribe", Task::Translate => "translate" },
         "language": language,
         "duration": transcript.duration,
@@ -122,7 +122,11 @@ pub fn verbose(transcript: &Transcript, task: Task) -> Value {
             "avg_logprob": s.avg_logprob,
             "no_speech_prob": s.no_speech_prob,
         })).collect::<Vec<_>>(),
-    })
+    });
+    if let Some(words) = &transcript.words {
+        verbose["words"] = json!(words);
+    }
+    verbose
 }
 
 /// OpenAI names the language in `verbose_json` in English words (`"english"`).
@@ -144,6 +148,11 @@ mod tests {
             duration: 3725.5,
             text: "Hello there. General Kenobi.".into(),
             temperature: 0.0,
+            words: Some(vec![crate::transcribe::Word {
+                word: "Hello".into(),
+                start: 0.0,
+                end: 0.5,
+            }]),
             segments: vec![
                 Segment {
                     id: 0,
@@ -214,6 +223,10 @@ mod tests {
         // Nothing whisper.cpp does not compute is made up.
         assert!(v["segments"][0].get("compression_ratio").is_none());
         assert!(v["segments"][0].get("seek").is_none());
+        assert_eq!(
+            v["words"],
+            json!([{"word": "Hello", "start": 0.0, "end": 0.5}])
+        );
     }
 
     #[test]

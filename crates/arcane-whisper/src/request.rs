@@ -137,18 +137,12 @@ pub fn upload<'a>(
     for granularity in &granularities {
         match granularity.as_str() {
             "segment" => {}
-            "word" => {
-                return Err(invalid(
-                    "timestamp_granularities[]",
-                    granularity,
-                    "only `segment` timestamps are given (word timestamps are not supported)",
-                ))
-            }
+            "word" => options.word_timestamps = true,
             other => {
                 return Err(invalid(
                     "timestamp_granularities[]",
                     other,
-                    "`segment` (with `response_format` `verbose_json`)",
+                    "`segment` or `word` (with `response_format` `verbose_json`)",
                 ))
             }
         }
@@ -196,10 +190,12 @@ mod tests {
                 field("response_format", "verbose_json"),
                 field("temperature", "0.2"),
                 field("timestamp_granularities[]", "segment"),
+                field("timestamp_granularities[]", "word"),
             ],
             Task::Transcribe,
         )
         .unwrap();
+        assert!(upload.options.word_timestamps);
         assert_eq!(upload.file, b"RIFF");
         assert_eq!(upload.file_name.as_deref(), Some("a.wav"));
         assert_eq!(upload.options.language.as_deref(), Some("en"));
@@ -219,9 +215,9 @@ mod tests {
             (field("response_format", "mp3"), "response_format", "mp3"),
             (field("temperature", "7"), "temperature", "7"),
             (
-                field("timestamp_granularities[]", "word"),
+                field("timestamp_granularities[]", "char"),
                 "timestamp_granularities[]",
-                "word",
+                "char",
             ),
         ];
         for (bad, name, value) in cases {

@@ -58,6 +58,20 @@ pub struct Options {
     /// The sampling temperature (0: greedy, with whisper.cpp's fallback).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
+    /// Time each word too (whisper.cpp's token timestamps).
+    #[serde(default)]
+    pub word_timestamps: bool,
+}
+
+/// One word and when it was said.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Word {
+    /// The word, without the punctuation around it.
+    pub word: String,
+    /// Its start, in seconds.
+    pub start: f64,
+    /// Its end, in seconds.
+    pub end: f64,
 }
 
 /// One segment of a transcript.
@@ -92,6 +106,8 @@ pub struct Transcript {
     pub temperature: f64,
     /// The segments.
     pub segments: Vec<Segment>,
+    /// Every word with its times, when they were asked for ([`Options::word_timestamps`]).
+    pub words: Option<Vec<Word>>,
 }
 
 /// whisper.cpp's abort callback: whether the run's cancel flag (`data`) is set.
@@ -169,6 +185,7 @@ impl Model {
         if let Some(temperature) = options.temperature {
             params.set_temperature(temperature.clamp(0.0, 1.0));
         }
+        params.set_token_timestamps(options.word_timestamps);
         if let Some(prompt) = options.prompt.as_deref().filter(|p| !p.is_empty()) {
             params.set_initial_prompt(prompt);
         }
@@ -193,6 +210,7 @@ impl Model {
                 .to_string()
         });
         let mut segments = Vec::new();
+        let mut words = WordsBuilder::default();
         for (id, segment) in state.as_iter().enumerate() {
             let text = segment
                 .to_str_lossy()
@@ -204,7 +222,14 @@ impl Model {
                 // Ids from end-of-text on are special (timestamps, language, task).
                 if token.token_id() < eot {
                     tokens.push(token.token_id());
-                    logprob += f64::from(token.token_data().plog);
+                    let data = token.token_data();
+                    logprob += f64::from(data.plog);
+                    if options.word_timestamps {
+                        let text = token
+                            .to_str_lossy()
+                            .map_err(|e| TranscribeError::Failed(e.to_string()))?;
+                        words.push(&text, data.t0 as f64 / 100.0, data.t1 as f64 / 100.0);
+                    }
                 }
             }
             segments.push(Segment {
@@ -232,7 +257,80 @@ impl Model {
             duration: samples.len() as f64 / f64::from(SAMPLE_RATE),
             text,
             temperature: f64::from(options.temperature.unwrap_or(0.0)),
+            words: options.word_timestamps.then(|| words.finish()),
             segments,
         })
+    }
+}
+
+/// Words from whisper.cpp's tokens: a token that starts with a space starts a word,
+/// any other continues the one before (`Americ` + `ans`); punctuation around a word is
+/// not part of it, and a word of punctuation alone is none.
+#[derive(Debug, Default)]
+struct WordsBuilder {
+    words: Vec<Word>,
+    current: Option<Word>,
+}
+
+impl WordsBuilder {
+    fn push(&mut self, text: &str, start: f64, end: f64) {
+        let starts_word = text.starts_with(char::is_whitespace);
+        match &mut self.current {
+            Some(word) if !starts_word => {
+                word.word.push_str(text);
+                word.end = end.max(word.end);
+            }
+            _ => {
+                self.flush();
+                self.current = Some(Word {
+                    word: text.trim_start().to_string(),
+                    start,
+                    end: end.max(start),
+                });
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Some(mut word) = self.current.take() {
+            word.word = word
+                .word
+                .trim_matches(|c: char| !c.is_alphanumeric() && c != '\'')
+                .to_string();
+            if !word.word.is_empty() {
+                self.words.push(word);
+            }
+        }
+    }
+
+    fn finish(mut self) -> Vec<Word> {
+        self.flush();
+        self.words
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_become_words_without_their_punctuation() {
+        let mut words = WordsBuilder::default();
+        for (text, start, end) in [
+            (" And", 0.3, 0.5),
+            (" Americ", 1.0, 1.2),
+            ("ans", 1.2, 1.6),
+            (",", 1.6, 1.6),
+            (" ask", 1.7, 1.9),
+            (" country", 2.0, 2.5),
+            (".", 2.5, 2.5),
+            (" -", 2.6, 2.6),
+        ] {
+            words.push(text, start, end);
+        }
+        let words = words.finish();
+        let texts: Vec<&str> = words.iter().map(|w| w.word.as_str()).collect();
+        assert_eq!(texts, ["And", "Americans", "ask", "country"]);
+        assert_eq!((words[1].start, words[1].end), (1.0, 1.6));
     }
 }

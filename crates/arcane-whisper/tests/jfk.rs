@@ -69,6 +69,42 @@ fn tiny_en_transcribes_jfk() {
 }
 
 #[test]
+fn word_timestamps_time_every_word_in_order() {
+    let bytes = std::fs::read(real("ARCANE_SPEECH_WAV")).unwrap();
+    let audio = arcane_whisper::decode(&bytes).unwrap();
+    let model = Model::load(&real("ARCANE_WHISPER_MODEL"), 2).unwrap();
+    let options = Options {
+        word_timestamps: true,
+        ..Options::default()
+    };
+    let transcript = model
+        .transcribe(&audio.samples, &options, Arc::new(AtomicBool::new(false)))
+        .unwrap();
+    let words = transcript.words.expect("words were asked for");
+    let said: Vec<&str> = words.iter().map(|w| w.word.as_str()).collect();
+    assert_eq!(words_of(&said.join(" ")), words_of(JFK), "{said:?}");
+    for pair in words.windows(2) {
+        assert!(pair[0].start <= pair[1].start, "{pair:?}");
+    }
+    for word in &words {
+        assert!(word.start <= word.end && word.end <= 11.1, "{word:?}");
+    }
+    // "Americans" is said after "fellow" and before "country": times mean something.
+    let at = |w: &str| {
+        words
+            .iter()
+            .find(|x| x.word.eq_ignore_ascii_case(w))
+            .unwrap()
+            .start
+    };
+    assert!(at("fellow") < at("Americans") && at("Americans") < at("country"));
+}
+
+fn words_of(text: &str) -> String {
+    words(text)
+}
+
+#[test]
 fn a_cancelled_transcription_stops() {
     let bytes = std::fs::read(real("ARCANE_SPEECH_WAV")).unwrap();
     let audio = arcane_whisper::decode(&bytes).unwrap();

@@ -168,6 +168,7 @@ fn the_openai_client_transcribes_and_speaks_beside_chat_and_a_killed_host_leaves
         "transcriptions text",
         "transcriptions srt",
         "transcriptions verbose_json",
+        "transcriptions word timestamps",
         "transcriptions flac",
         "transcriptions mp3",
         "a file that is no audio is refused",
