@@ -70,11 +70,17 @@ pub fn build_host(
     gateway: Option<Arc<arcane_core::gateway::Gateway>>,
 ) -> Result<HostParts, CliError> {
     let plan = plan(runtimes)?;
-    let engines = plan
-        .engines
-        .iter()
-        .map(|runtime| launcher(*runtime))
-        .collect::<Result<Vec<_>, _>>()?;
+    // With `[[model]]` tables the gateway serves the engines (and answers `localai.*`
+    // and `llama.*` for them): an app's selection of `llama.cpp` is served by it, not
+    // by a second engine of its own; the selection still decides the other services.
+    let engines = match gateway {
+        Some(_) => Vec::new(),
+        None => plan
+            .engines
+            .iter()
+            .map(|runtime| launcher(*runtime))
+            .collect::<Result<Vec<_>, _>>()?,
+    };
     let mut builder = ServerBuilder::new(AppInfo::default())
         .version(env!("CARGO_PKG_VERSION"))
         .observer(observer)

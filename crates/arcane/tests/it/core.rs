@@ -1368,3 +1368,30 @@ fn a_cut_saved_port_is_rebuilt_not_a_dead_end() {
         std::fs::remove_file(state.join("core-port.json")).unwrap();
     }
 }
+
+/// An app that selects `llama.cpp` (`core --stdio --runtime llama.cpp`, as the SDK's
+/// Core entry does) in a workspace whose `arcane.toml` has `[[model]]` tables gets the
+/// gateway's models as its engines; it used to fail with "a service or method named
+/// `localai.status` is already registered".
+#[test]
+fn a_runtime_selection_in_a_gateway_workspace_is_served_by_the_gateway() {
+    let workspace =
+        crate::gateway::gateway_workspace("[[model]]\nid = \"smol\"\nmodel = \"smollm2-135m\"\n");
+    let mut child = spawn_stdio(&workspace, &["--runtime", "llama.cpp"]);
+    let mut stdin = child.0.stdin.take().unwrap();
+    stdin
+        .write_all(&frame(&request("status", "localai.status")))
+        .unwrap();
+    let mut reader = StdoutReader::start(&mut child);
+    reader.wait_responses(&["status"]);
+    drop(stdin);
+    let (code, stdout, stderr) = finish_reading(child, reader);
+    assert_eq!(code, 0, "{stderr}");
+    let frames = frames(&stdout);
+    let status = frames
+        .iter()
+        .find(|f| f["type"] == "response" && f["id"] == "status")
+        .unwrap_or_else(|| panic!("no status: {frames:?}"));
+    let models = status["result"]["models"].to_string();
+    assert!(models.contains("smol"), "{status}");
+}
