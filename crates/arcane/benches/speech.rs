@@ -102,23 +102,27 @@ impl Host {
             ),
         )
         .unwrap();
-        let child = arcane(&["serve"])
-            .stdout(Stdio::null())
+        // `core.listening` is printed once `core.json` is published: wait for that line.
+        let mut child = arcane(&["--output", "ndjson", "serve"])
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let record = workspace.path().join(".arcane/core.json");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let endpoint: Value = loop {
-            let parsed = std::fs::read(&record)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-            if let Some(endpoint) = parsed.filter(|e| e["token"].is_string()) {
-                break endpoint;
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let (listening, heard) = std::sync::mpsc::channel();
+        // Read every line to the end (a closed pipe would fail the host's output).
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(stdout).map_while(Result::ok) {
+                if line.contains("\"core.listening\"") {
+                    let _ = listening.send(());
+                }
             }
-            assert!(Instant::now() < deadline, "the host did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        });
+        heard
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the host did not listen within a minute");
+        let record = workspace.path().join(".arcane/core.json");
+        let endpoint: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
         let url = endpoint["url"].as_str().unwrap();
         let port = url
             .rsplit(':')
