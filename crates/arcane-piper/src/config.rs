@@ -2,10 +2,11 @@
 //! voice, the phoneme-to-id map), the synthesis defaults (`inference`) and the sample
 //! rate of what comes out.
 //!
-//! The file is untrusted input, read with the same bounds as the registry's reader
-//! (`arcane-registry/src/piper.rs`), which this crate does not depend on: at most
-//! [`MAX_CONFIG_BYTES`], at most [`MAX_PHONEMES`] map entries of at most
-//! [`MAX_IDS_PER_PHONEME`] ids below 65536 each.
+//! The one reader of that file: the registry checks a voice with it when the voice is
+//! added ([`parse_config`]), the worker loads it with it ([`read_config`]). The file is
+//! untrusted input: at most [`MAX_CONFIG_BYTES`], at most [`MAX_PHONEMES`] map entries
+//! of at most [`MAX_IDS_PER_PHONEME`] ids below 65536 each, and the pad, start and end
+//! phonemes Piper's ids need.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -33,19 +34,27 @@ pub(crate) const EOS: char = '$';
 
 /// What the voice's configuration says.
 #[derive(Debug, Clone)]
-pub(crate) struct VoiceConfig {
+pub struct VoiceConfig {
+    /// `audio.sample_rate`, in Hz.
     pub sample_rate: u32,
+    /// `audio.quality` (`low`, `medium`, `high`), when given.
+    pub quality: Option<String>,
+    /// `espeak.voice`: the espeak-ng voice that phonemizes the text.
     pub espeak_voice: String,
+    /// `inference.noise_scale`.
     pub noise_scale: f32,
+    /// `inference.length_scale`.
     pub length_scale: f32,
+    /// `inference.noise_w`.
     pub noise_w: f32,
+    /// `num_speakers` (1 when absent).
     pub num_speakers: u32,
     /// Phoneme (one codepoint) to ids.
     pub phoneme_ids: HashMap<char, Vec<i64>>,
 }
 
 /// The configuration beside `model`: its file name with `.json` appended.
-pub(crate) fn config_path(model: &Path) -> PathBuf {
+pub fn config_path(model: &Path) -> PathBuf {
     let mut name = model.file_name().unwrap_or_default().to_os_string();
     name.push(".json");
     model.with_file_name(name)
@@ -60,8 +69,8 @@ pub(crate) fn is_voice_name(voice: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '+'))
 }
 
-/// Reads and checks the configuration at `path`.
-pub(crate) fn read_config(path: &Path) -> Result<VoiceConfig, Error> {
+/// Reads and checks the configuration at `path` (a regular file).
+pub fn read_config(path: &Path) -> Result<VoiceConfig, Error> {
     let invalid = |reason: String| Error::VoiceInvalid {
         path: path.to_path_buf(),
         reason,
@@ -85,14 +94,20 @@ pub(crate) fn read_config(path: &Path) -> Result<VoiceConfig, Error> {
             path: path.to_path_buf(),
             source: e,
         })?;
+    parse_config(&bytes).map_err(invalid)
+}
+
+/// Checks the configuration's bytes (at most [`MAX_CONFIG_BYTES`] of JSON); the error
+/// names the field at fault and its value.
+pub fn parse_config(bytes: &[u8]) -> Result<VoiceConfig, String> {
     if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(invalid(format!(
+        return Err(format!(
             "a Piper voice configuration is at most {MAX_CONFIG_BYTES} bytes; this one is larger"
-        )));
+        ));
     }
-    let config: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| invalid(format!("it is not a Piper voice configuration (JSON): {e}")))?;
-    parse(&config).map_err(invalid)
+    let config: Value = serde_json::from_slice(bytes)
+        .map_err(|e| format!("it is not a Piper voice configuration (JSON): {e}"))?;
+    parse(&config)
 }
 
 fn parse(config: &Value) -> Result<VoiceConfig, String> {
@@ -190,6 +205,10 @@ fn parse(config: &Value) -> Result<VoiceConfig, String> {
     };
     Ok(VoiceConfig {
         sample_rate,
+        quality: config["audio"]["quality"]
+            .as_str()
+            .filter(|q| q.len() <= 32)
+            .map(str::to_string),
         espeak_voice,
         noise_scale,
         length_scale,

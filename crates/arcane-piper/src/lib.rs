@@ -20,7 +20,10 @@ mod phonemize;
 mod voice;
 
 pub use audio::{encode, to_i16, AudioFormat};
-pub use config::{MAX_CONFIG_BYTES, MAX_IDS_PER_PHONEME, MAX_PHONEMES};
+pub use config::{
+    config_path, parse_config, read_config, VoiceConfig, MAX_CONFIG_BYTES, MAX_IDS_PER_PHONEME,
+    MAX_PHONEMES,
+};
 pub use error::Error;
 pub use phonemize::{PhonemeIds, Phonemizer, DEFAULT_TIMEOUT};
 pub use voice::{Voice, MAX_SPEED, MAX_TEXT_CHARS, MIN_SPEED, SENTENCE_SILENCE_SECONDS};
