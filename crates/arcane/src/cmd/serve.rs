@@ -466,16 +466,14 @@ fn flag_models(
                     (id, given.clone())
                 }
             };
-            // A speech model goes to its own kind; the runtime flags are the others'.
-            let speech = served_by(registry, &model, base).is_some();
+            // A speech model goes to its own kind (named here, so it is not looked up
+            // again); the runtime flags are the others'.
+            let speech = served_by(registry, &model, base);
+            let executable = speech.is_none().then(|| args.executable.clone()).flatten();
             Ok(crate::cmd::gateway::ModelTable {
                 id,
-                runtime: if speech { None } else { args.runtime.clone() },
-                executable: if speech {
-                    None
-                } else {
-                    args.executable.clone()
-                },
+                runtime: speech.or_else(|| args.runtime.clone()),
+                executable,
                 model: Some(model),
                 device: args.device.clone(),
                 args: args.engine_args.clone(),

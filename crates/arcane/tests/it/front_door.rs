@@ -421,7 +421,7 @@ fn an_owned_engine_on_a_url_answers_401_to_everyone_but_the_core() {
 }
 
 /// Runs one client script; panics with its output unless every check passed.
-fn run_client(mut command: Command, checks: &[&str]) {
+pub(crate) fn run_client(mut command: Command, checks: &[&str]) {
     let output = command.output().expect("start the client");
     let out = String::from_utf8_lossy(&output.stdout);
     let err = String::from_utf8_lossy(&output.stderr);

@@ -156,32 +156,23 @@ fn the_openai_client_transcribes_and_speaks_beside_chat_and_a_killed_host_leaves
     ] {
         client.env(var, provisioned(var));
     }
-    let output = client.output().expect("start the openai client");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    crate::front_door::run_client(
+        client,
+        &[
+            "transcriptions json",
+            "transcriptions text",
+            "transcriptions srt",
+            "transcriptions verbose_json",
+            "transcriptions word timestamps",
+            "transcriptions flac",
+            "transcriptions mp3",
+            "a file that is no audio is refused",
+            "speech wav is playable",
+            "round trip word error rate <= 10%",
+            "an English-only model does not translate",
+            "chat beside speech",
+        ],
     );
-    for check in [
-        "transcriptions json",
-        "transcriptions text",
-        "transcriptions srt",
-        "transcriptions verbose_json",
-        "transcriptions word timestamps",
-        "transcriptions flac",
-        "transcriptions mp3",
-        "a file that is no audio is refused",
-        "speech wav is playable",
-        "round trip word error rate <= 10%",
-        "an English-only model does not translate",
-        "chat beside speech",
-    ] {
-        assert!(
-            stdout.lines().any(|l| l == format!("ok {check}")),
-            "`{check}`:\n{stdout}"
-        );
-    }
 
     // The official npm client too.
     let mut node = Command::new("node");
@@ -193,24 +184,15 @@ fn the_openai_client_transcribes_and_speaks_beside_chat_and_a_killed_host_leaves
     .env("ARCANE_TOKEN", &token)
     .env("ARCANE_SPEECH_WAV", provisioned("ARCANE_SPEECH_WAV"))
     .env("ARCANE_OUT", out.path());
-    let output = node.output().expect("start node");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    crate::front_door::run_client(
+        node,
+        &[
+            "npm transcriptions json",
+            "npm transcriptions verbose_json",
+            "npm speech wav",
+            "npm round trip",
+        ],
     );
-    for check in [
-        "npm transcriptions json",
-        "npm transcriptions verbose_json",
-        "npm speech wav",
-        "npm round trip",
-    ] {
-        assert!(
-            stdout.lines().any(|l| l == format!("ok {check}")),
-            "`{check}`:\n{stdout}"
-        );
-    }
     // The gateway counted them as it counts chat.
     let (status, metrics) = crate::front_door::call(port, &token, "GET", "/metrics", None);
     assert_eq!(status, 200);
