@@ -44,6 +44,32 @@ pub enum Listen {
     Tcp(std::net::SocketAddr),
 }
 
+/// A bound [`Listen`].
+#[derive(Debug)]
+pub enum Listener {
+    /// On a Unix socket.
+    Unix(tokio::net::UnixListener),
+    /// On a loopback port.
+    Tcp(tokio::net::TcpListener),
+}
+
+impl Listener {
+    /// Binds `listen` (a socket is made 0600).
+    pub async fn bind(listen: &Listen) -> std::io::Result<Listener> {
+        match listen {
+            Listen::Socket(path) => {
+                let listener = tokio::net::UnixListener::bind(path)?;
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+                Ok(Listener::Unix(listener))
+            }
+            Listen::Tcp(address) => {
+                Ok(Listener::Tcp(tokio::net::TcpListener::bind(address).await?))
+            }
+        }
+    }
+}
+
 /// Set when the request's client went away before its answer was sent.
 #[derive(Debug, Clone, Default)]
 pub struct Cancel(Arc<CancelState>);
@@ -236,7 +262,7 @@ pub async fn form_fields(request: &WorkerRequest) -> Result<Vec<FormField>, ApiE
         )
     })?;
     let body = request.body.clone();
-    let stream = futures_once(body);
+    let stream = futures_util::stream::once(async move { Ok::<_, Infallible>(body) });
     let mut multipart = multer::Multipart::new(stream, boundary);
     let mut fields = Vec::new();
     loop {
@@ -264,23 +290,6 @@ pub async fn form_fields(request: &WorkerRequest) -> Result<Vec<FormField>, ApiE
         });
     }
     Ok(fields)
-}
-
-/// A stream of one chunk: the body read whole.
-fn futures_once(
-    body: Bytes,
-) -> impl futures_core::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
-    struct Once(Option<Bytes>);
-    impl futures_core::Stream for Once {
-        type Item = Result<Bytes, Infallible>;
-        fn poll_next(
-            mut self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Option<Self::Item>> {
-            std::task::Poll::Ready(self.0.take().map(Ok))
-        }
-    }
-    Once(Some(body))
 }
 
 /// A worker's routes and limits.
@@ -338,23 +347,17 @@ impl WorkerServer {
 
     /// Serves until the process ends (the supervisor stops it by signal).
     pub async fn serve(self, listen: Listen) -> std::io::Result<()> {
+        let listener = Listener::bind(&listen).await?;
+        self.serve_on(listener).await
+    }
+
+    /// Serves on a listener already bound (so a caller knows it listens).
+    pub async fn serve_on(self, listener: Listener) -> std::io::Result<()> {
         let server = Arc::new(self);
-        match listen {
-            Listen::Socket(path) => {
-                let listener = tokio::net::UnixListener::bind(&path)?;
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-                loop {
-                    let (stream, _) = listener.accept().await?;
-                    server.clone().connection(stream);
-                }
-            }
-            Listen::Tcp(address) => {
-                let listener = tokio::net::TcpListener::bind(address).await?;
-                loop {
-                    let (stream, _) = listener.accept().await?;
-                    server.clone().connection(stream);
-                }
+        loop {
+            match &listener {
+                Listener::Unix(listener) => server.clone().connection(listener.accept().await?.0),
+                Listener::Tcp(listener) => server.clone().connection(listener.accept().await?.0),
             }
         }
     }
@@ -466,5 +469,129 @@ impl WorkerServer {
             )
             .response()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::UnixStream;
+
+    use super::*;
+
+    /// A server on a socket in `dir` demanding the key `k3y`: `POST /echo` answers the
+    /// body's length, `POST /wait` hands its request's [`Cancel`] to `waiting` and never
+    /// answers.
+    async fn start(dir: &Path) -> (PathBuf, tokio::sync::mpsc::UnboundedReceiver<Cancel>) {
+        let key = dir.join("key");
+        std::fs::write(&key, "k3y\n").unwrap();
+        let (waiting_tx, waiting) = tokio::sync::mpsc::unbounded_channel();
+        let server = WorkerServer::new(16)
+            .route(
+                Method::POST,
+                "/echo",
+                Arc::new(|request: WorkerRequest| {
+                    Box::pin(async move {
+                        json_response(StatusCode::OK, &json!({"bytes": request.body.len()}))
+                    })
+                }),
+            )
+            .route(
+                Method::POST,
+                "/wait",
+                Arc::new(move |request: WorkerRequest| {
+                    let _ = waiting_tx.send(request.cancel.clone());
+                    Box::pin(std::future::pending())
+                }),
+            )
+            .key_file(Some(&key))
+            .unwrap();
+        let socket = dir.join("w.sock");
+        let listener = Listener::bind(&Listen::Socket(socket.clone()))
+            .await
+            .unwrap();
+        tokio::spawn(server.serve_on(listener));
+        (socket, waiting)
+    }
+
+    async fn exchange(socket: &Path, request: &str) -> String {
+        let mut stream = UnixStream::connect(socket).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    fn post(path: &str, key: Option<&str>, body: &str) -> String {
+        let auth = key.map_or(String::new(), |k| format!("Authorization: Bearer {k}\r\n"));
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    #[tokio::test]
+    async fn the_door_demands_the_key_bounds_bodies_and_names_what_it_serves() {
+        let dir = tempfile::tempdir().unwrap();
+        let (socket, _) = start(dir.path()).await;
+        let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // Health needs no key and says only that it is ready.
+        let health = exchange(
+            &socket,
+            "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+        assert!(health.ends_with(r#"{"status":"ok"}"#), "{health}");
+        for key in [None, Some("wrong")] {
+            let refused = exchange(&socket, &post("/echo", key, "hi")).await;
+            assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+            assert!(refused.contains("CORE_UNAUTHORIZED"), "{refused}");
+        }
+        let echoed = exchange(&socket, &post("/echo", Some("k3y"), "hello")).await;
+        assert!(echoed.starts_with("HTTP/1.1 200"), "{echoed}");
+        assert!(echoed.ends_with(r#"{"bytes":5}"#), "{echoed}");
+        // No page of another origin may read an answer.
+        assert!(
+            !echoed.to_ascii_lowercase().contains("access-control"),
+            "{echoed}"
+        );
+        let large = exchange(&socket, &post("/echo", Some("k3y"), &"x".repeat(17))).await;
+        assert!(large.starts_with("HTTP/1.1 413"), "{large}");
+        assert!(large.contains(r#""limit":16"#), "{large}");
+        let unknown = exchange(&socket, &post("/load", Some("k3y"), "")).await;
+        assert!(unknown.starts_with("HTTP/1.1 404"), "{unknown}");
+        assert!(
+            unknown.contains("/echo") && unknown.contains("/wait"),
+            "{unknown}"
+        );
+        let method = exchange(
+            &socket,
+            "GET /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k3y\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(method.starts_with("HTTP/1.1 405"), "{method}");
+    }
+
+    #[tokio::test]
+    async fn a_client_that_goes_away_fires_its_requests_cancel() {
+        let dir = tempfile::tempdir().unwrap();
+        let (socket, mut waiting) = start(dir.path()).await;
+        let mut stream = UnixStream::connect(&socket).await.unwrap();
+        stream
+            .write_all(post("/wait", Some("k3y"), "").as_bytes())
+            .await
+            .unwrap();
+        let cancel = waiting.recv().await.expect("the handler ran");
+        assert!(!cancel.is_cancelled(), "fired while the client waits");
+        drop(stream);
+        tokio::time::timeout(Duration::from_secs(10), cancel.cancelled())
+            .await
+            .expect("the cancel never fired");
+        assert!(cancel.flag().load(Ordering::Relaxed));
     }
 }
