@@ -223,6 +223,15 @@ fn the_openai_client_transcribes_and_speaks_beside_chat_and_a_killed_host_leaves
         .arg(&spoken)));
     let rate = word_error_rate(SENTENCE, heard["text"].as_str().unwrap_or_default());
     assert!(rate <= 0.1, "word error rate {rate}: {heard}");
+    // Human output: the subtitles as they are, one cue per segment.
+    let srt = run(ws
+        .arcane()
+        .args(["transcribe", "--model", "whisper-1", "--format", "srt"])
+        .arg(provisioned("ARCANE_SPEECH_FLAC")));
+    let srt = String::from_utf8_lossy(&srt.stdout).into_owned();
+    assert!(srt.starts_with("1\n00:00:00,000 --> 00:00:"), "{srt}");
+    let cues: Vec<&str> = srt.lines().filter(|l| l.contains(" --> ")).collect();
+    assert!(!cues.is_empty() && srt.contains("\n2\n"), "{srt}");
     let jfk = json(&run(ws
         .arcane()
         .args(["--output", "json", "transcribe", "--model", "whisper-1"])
