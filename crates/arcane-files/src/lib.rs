@@ -51,15 +51,16 @@ pub fn uuid_v4() -> io::Result<String> {
     let mut b: [u8; 16] = secret_bytes()?;
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let h = hex::encode(b);
-    Ok(format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    ))
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(36);
+    for (i, byte) in b.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            text.push('-');
+        }
+        text.push(char::from(HEX[usize::from(byte >> 4)]));
+        text.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    }
+    Ok(text)
 }
 
 /// The chunk size of every streaming read (large enough to keep the hasher busy).
@@ -346,6 +347,25 @@ pub fn sha256_of(reader: &mut dyn Read) -> io::Result<Streamed> {
 #[allow(clippy::disallowed_methods)] // tests make a FIFO with `mkfifo`
 mod tests {
     use super::*;
+
+    #[test]
+    fn uuids_have_the_version_4_form() {
+        for _ in 0..64 {
+            let id = uuid_v4().unwrap();
+            let groups: Vec<&str> = id.split('-').collect();
+            assert_eq!(
+                groups.iter().map(|g| g.len()).collect::<Vec<_>>(),
+                [8, 4, 4, 4, 12],
+                "{id}"
+            );
+            assert!(id
+                .bytes()
+                .all(|b| b == b'-' || b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+            assert_eq!(&groups[2][..1], "4", "{id}");
+            assert!(matches!(&groups[3][..1], "8" | "9" | "a" | "b"), "{id}");
+        }
+        assert_ne!(uuid_v4().unwrap(), uuid_v4().unwrap());
+    }
 
     #[test]
     fn private_dirs_are_0700_whatever_the_umask() {

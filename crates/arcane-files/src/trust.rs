@@ -79,22 +79,34 @@ pub fn current_uid() -> u32 {
 /// Checks that `meta` (of `path`) belongs to this user or root and is not writable by
 /// group or others.
 pub fn check_owner_and_mode(path: &Path, meta: &std::fs::Metadata) -> Result<(), Untrusted> {
-    let refuse = |problem| Untrusted {
-        path: path.to_path_buf(),
-        owner: meta.uid(),
-        mode: meta.mode() & 0o7777,
-        problem,
-    };
-    if meta.uid() != current_uid() && meta.uid() != 0 {
-        return Err(refuse(Problem::OwnedByOther));
+    match problem(meta.uid(), meta.mode()) {
+        None => Ok(()),
+        Some(problem) => Err(Untrusted {
+            path: path.to_path_buf(),
+            owner: meta.uid(),
+            mode: meta.mode() & 0o7777,
+            problem,
+        }),
     }
-    if meta.mode() & 0o002 != 0 {
-        return Err(refuse(Problem::WorldWritable));
+}
+
+/// [`check_owner_and_mode`] for an owner and mode already at hand (a `stat` the caller
+/// made): whether they pass.
+pub fn owner_and_mode_trusted(uid: u32, mode: u32) -> bool {
+    problem(uid, mode).is_none()
+}
+
+/// The one rule: this user's (or root's), and writable by no one else.
+fn problem(uid: u32, mode: u32) -> Option<Problem> {
+    if uid != current_uid() && uid != 0 {
+        Some(Problem::OwnedByOther)
+    } else if mode & 0o002 != 0 {
+        Some(Problem::WorldWritable)
+    } else if mode & 0o020 != 0 {
+        Some(Problem::GroupWritable)
+    } else {
+        None
     }
-    if meta.mode() & 0o020 != 0 {
-        return Err(refuse(Problem::GroupWritable));
-    }
-    Ok(())
 }
 
 /// Checks a program before it runs (or a directory it loads libraries from): see

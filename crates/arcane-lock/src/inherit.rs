@@ -85,6 +85,12 @@ pub fn inherit(value: Option<&str>) {
     let _ = CLAIM.set(claim);
 }
 
+/// Whether this process inherited a lease variable at all (most do not: they skip the
+/// claim check).
+pub(crate) fn claimed() -> bool {
+    CLAIM.get().is_some_and(Option::is_some)
+}
+
 /// The claim for `ws`, if this process inherited one: `Some(Ok)` for a claim on this
 /// workspace, `Some(Err)` for a damaged variable, `None` otherwise.
 pub(crate) fn claim_for(ws: &Workspace) -> Option<Result<&'static Claim, Error>> {

@@ -8,13 +8,12 @@ use arcane_report::{Event, EventSink};
 use serde_json::{json, Value};
 
 use crate::error::{BusyReason, Error};
+use crate::found::{self, read_holder, read_record, remove_stale, RecordBytes};
 use crate::holder::Holder;
-use crate::lease::{
-    lock_sentinel, read_holder, read_record, remove_stale, Locked, RecordBytes, RECORD, STALE,
-    TEMPORARY,
-};
-use crate::recovery::{self, Found, Scope, Verdict};
+use crate::lease::{lock_sentinel, Locked, RECORD, STALE};
+use crate::recovery::Verdict;
 use crate::sys;
+use crate::sys::Stamp;
 use crate::workspace::Workspace;
 
 /// The state of a workspace's lock, as [`status`] sees it.
@@ -83,7 +82,7 @@ pub fn status(workspace: &Path) -> Result<LockStatus, Error> {
     }
     let status = match read_record(&ws, &arcane)? {
         None => LockStatus::Free,
-        Some((found, _)) => match judge(&ws, &found) {
+        Some((found, stamp)) => match judge(&ws, &arcane, &found, &stamp) {
             Verdict::Stale { previous, .. } => LockStatus::Stale { holder: previous },
             Verdict::Busy { reason, holder } => LockStatus::Held { holder, reason },
         },
@@ -94,15 +93,15 @@ pub fn status(workspace: &Path) -> Result<LockStatus, Error> {
     Ok(status)
 }
 
-fn judge(ws: &Workspace, found: &RecordBytes) -> Verdict {
-    let scope = Scope {
-        canonical: &ws.canonical,
-        identity: ws.identity,
-    };
-    match found {
-        RecordBytes::Bytes(bytes) => recovery::judge(Found::Bytes(bytes), &scope),
-        RecordBytes::Oversized => recovery::judge(Found::Oversized, &scope),
-    }
+/// The recovery rule's verdict on a record, with the facts its holder left in the
+/// sentinel.
+fn judge(
+    ws: &Workspace,
+    arcane: &std::os::fd::OwnedFd,
+    found: &RecordBytes,
+    stamp: &Stamp,
+) -> Verdict {
+    found::judge(ws, found, stamp, found::read_facts(arcane).as_deref())
 }
 
 /// What [`recover`] may do beyond removing a provably stale record.
@@ -171,14 +170,14 @@ pub fn recover(
             return Err(Error::busy(&ws.canonical, BusyReason::Locked, holder));
         }
     };
-    // Debris of a crashed holder: only a lock holder writes these names.
-    for name in [TEMPORARY, STALE] {
-        if let Ok(stamp) = sys::stat_at(arcane.as_fd(), name) {
-            if stamp.kind == sys::Kind::Regular {
-                let _ = sys::unlink_at(arcane.as_fd(), name);
-            }
+    // Debris of a crashed holder: only a lock holder writes the aside name; and what
+    // killed writers left.
+    if let Ok(stamp) = sys::stat_at(arcane.as_fd(), STALE) {
+        if stamp.kind == sys::Kind::Regular {
+            let _ = sys::unlink_at(arcane.as_fd(), STALE);
         }
     }
+    crate::debris::sweep(&ws, &arcane);
     let result = recover_locked(&ws, &arcane, options, events);
     let _ = sys::unlock(sentinel.as_fd());
     result
@@ -194,7 +193,7 @@ fn recover_locked(
         return Ok(Recovered::Nothing);
     };
     let busy = |reason, holder| Error::busy(&ws.canonical, reason, holder);
-    let (previous, why) = match judge(ws, &found) {
+    let (previous, why) = match judge(ws, arcane, &found, &stamp) {
         Verdict::Stale { previous, why } => (previous, why),
         Verdict::Busy {
             reason: BusyReason::ForeignHost { hostname },

@@ -5,32 +5,31 @@ use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use arcane_report::{error_json, CancelToken, Event, EventSink};
 use arcane_workspace::layout;
 use serde_json::json;
 
+use crate::attempt::{self, Attempt, HandOff, Won};
 use crate::error::{BusyReason, Error, PolicyReason};
+use crate::found::{self, RecordBytes};
 use crate::holder::{human_duration, Holder};
 use crate::inherit::{self, Claim};
-use crate::record;
-use crate::recovery::{self, Found, Scope, Verdict};
-use crate::registry::{self, Reservation};
-use crate::sys::{self, Kind, Stamp, TryLock};
+use crate::published::{spare_name, Drift, Published, Spare};
+use crate::record::{self, Rendered};
+use crate::registry;
+use crate::registry::Reservation;
+use crate::sys::{self, Kind, TryLock};
+use crate::warm::{self, Handles};
 use crate::workspace::{classify, Workspace};
 
-/// The sentinel that carries the advisory lock; created once, never removed.
+/// The sentinel that carries the advisory lock (and its holder's facts); created once,
+/// never removed.
 pub(crate) const SENTINEL: &CStr = layout::LOCK_SENTINEL_NAME;
 /// The published JSON record.
 pub(crate) const RECORD: &CStr = layout::LOCK_RECORD_NAME;
-/// Arcane's facts about the record's holder.
-pub(crate) const FACTS: &CStr = layout::LOCK_FACTS_NAME;
-/// Where the facts are written before they are renamed into place.
-const FACTS_TEMPORARY: &CStr = c".workspace-operation.lock.arcane.json.tmp";
-/// Where a record is written before it is published (debris is overwritten).
-pub(crate) const TEMPORARY: &CStr = c".workspace-operation.lock.json.tmp";
 /// Where a stale record is moved before it is removed (debris is overwritten).
 pub(crate) const STALE: &CStr = c".workspace-operation.lock.json.stale";
 
@@ -80,7 +79,7 @@ impl AcquireOptions {
         self.wait
     }
 
-    fn cancelled(&self) -> bool {
+    pub(crate) fn cancelled(&self) -> bool {
         self.cancel.as_ref().is_some_and(CancelToken::is_cancelled)
     }
 }
@@ -143,11 +142,11 @@ pub struct WorkspaceLock {
 
 #[derive(Debug)]
 struct Held {
-    arcane: OwnedFd,
-    /// Our descriptor of the sentinel's locked open file description (for an inherited
-    /// lease, a close-on-exec duplicate of the inherited one).
-    sentinel: OwnedFd,
-    record: Stamp,
+    /// The workspace's descriptors, the sentinel's locked (for an inherited lease, a
+    /// close-on-exec duplicate of the inherited one).
+    handles: Handles,
+    /// The record as this lease knows it (renewed while held, for a root lease).
+    record: Arc<Published>,
     reservation: Reservation,
     /// Inherited from an ancestor: never unlock, never remove the record.
     inherited: bool,
@@ -188,34 +187,41 @@ impl WorkspaceLock {
         if options.cancelled() {
             return Err(cancelled());
         }
-        let ws = Workspace::open(workspace)?;
-        if let Some(claim) = inherit::claim_for(&ws) {
-            let lock = adopt(&ws, claim?, options)?;
-            return locked(lock, &ws, None, options, events).map_err(|()| cancelled());
+        if inherit::claimed() {
+            let ws = Workspace::open(workspace)?;
+            if let Some(claim) = inherit::claim_for(&ws) {
+                let lock = adopt(ws, claim?, options)?;
+                return locked(lock, None, options, events).map_err(|()| cancelled());
+            }
         }
         let started = Instant::now();
         let deadline = options.wait.map(|wait| started + wait);
         let mut announced = false;
-        let mut backoff = Backoff::new();
+        let mut backoff = None;
         let mut handed = None;
+        let mut attempt = Attempt::start(workspace, options)?;
         loop {
             if options.cancelled() {
+                attempt.give_back();
                 return Err(cancelled());
             }
-            let busy = match try_once(&ws, options, events, handed.take())? {
-                Ok(lock) => {
+            let busy;
+            (attempt, busy) = match attempt.try_lock(options, events, handed.take())? {
+                Ok(won) => {
                     let waited = announced.then(|| started.elapsed());
-                    return locked(lock, &ws, waited, options, events).map_err(|()| cancelled());
+                    let lock = WorkspaceLock::won(won, options);
+                    return locked(lock, waited, options, events).map_err(|()| cancelled());
                 }
                 Err(busy) => busy,
             };
             let now = Instant::now();
             let Some(deadline) = deadline.filter(|d| now < *d) else {
+                attempt.give_back();
                 return Err(waited_for(busy, options.wait.map(|_| started.elapsed())));
             };
             if !announced {
                 announced = true;
-                announce_wait(&ws, &busy, options, events);
+                announce_wait(attempt.ws(), &busy, options, events);
             }
             if matches!(
                 &busy,
@@ -226,23 +232,49 @@ impl WorkspaceLock {
             ) {
                 // Another Arcane process holds the flock: let the kernel hand it over
                 // the moment it is released, instead of polling.
-                match hand_off(&ws, deadline, options.cancel.as_ref())? {
+                match attempt::hand_off(&attempt, deadline, options.cancel.as_ref())? {
                     HandOff::Locked(fd) => handed = Some(fd),
-                    HandOff::Cancelled => return Err(cancelled()),
+                    HandOff::Cancelled => {
+                        attempt.give_back();
+                        return Err(cancelled());
+                    }
                     HandOff::TimedOut => {}
                 }
                 continue;
             }
             // Busy for a reason the record gives (an SDK holder): poll with back-off.
-            let delay = backoff.next().min(deadline - now);
+            let delay = backoff
+                .get_or_insert_with(Backoff::new)
+                .next()
+                .min(deadline - now);
             match &options.cancel {
                 Some(token) => {
                     if token.wait_timeout(delay) {
+                        attempt.give_back();
                         return Err(cancelled());
                     }
                 }
                 None => std::thread::sleep(delay),
             }
+        }
+    }
+
+    /// The lease a won attempt holds.
+    fn won(won: Won, options: &AcquireOptions) -> WorkspaceLock {
+        WorkspaceLock {
+            workspace: won.handles.ws.canonical.clone(),
+            identity: won.handles.ws.identity,
+            operation: options.operation.clone(),
+            nonce: won.nonce,
+            acquired_at: won.acquired_at,
+            held: Some(Held {
+                handles: won.handles,
+                record: won.record,
+                reservation: won.reservation,
+                inherited: false,
+                shared: AtomicBool::new(false),
+            }),
+            child: Mutex::new(None),
         }
     }
 
@@ -280,10 +312,10 @@ impl WorkspaceLock {
         let held = self.held.as_ref()?;
         held.shared.store(true, Ordering::SeqCst);
         Some(Inheritance {
-            fd: held.sentinel.as_raw_fd(),
+            fd: held.handles.sentinel.as_raw_fd(),
             variable: inherit::LEASE_VARIABLE,
             value: Claim {
-                fd: held.sentinel.as_raw_fd(),
+                fd: held.handles.sentinel.as_raw_fd(),
                 workspace: self.identity,
                 nonce: self.nonce.clone(),
             }
@@ -297,8 +329,9 @@ impl WorkspaceLock {
     }
 
     /// Checks that the lock is still intact: the sentinel we hold is the one at the path
-    /// and our record is still in place, unmodified. `ARCANE_LOCK_COMPROMISED` otherwise
-    /// (lock-spec.md W16); long-running holders call this periodically.
+    /// and our record is still in place, unmodified (its renewals aside).
+    /// `ARCANE_LOCK_COMPROMISED` otherwise (lock-spec.md W16); long-running holders call
+    /// this periodically.
     pub fn check(&self) -> Result<(), Error> {
         let Some(held) = &self.held else {
             return Ok(());
@@ -309,22 +342,12 @@ impl WorkspaceLock {
             operation: self.operation.clone(),
             what,
         };
-        let ours = sys::stat_fd(held.sentinel.as_fd())
-            .map_err(|e| Error::io("inspect the lock sentinel", &path, e))?;
-        match sys::stat_at(held.arcane.as_fd(), SENTINEL) {
-            Ok(at) if at.identity == ours.identity => {}
-            Ok(_) => return Err(compromised("left without its sentinel (replaced)")),
-            Err(_) => return Err(compromised("left without its sentinel (deleted)")),
+        if let Some(what) = held.handles.sentinel_drift()? {
+            return Err(compromised(what));
         }
-        match sys::stat_at(held.arcane.as_fd(), RECORD) {
-            Ok(at) if at.identity != held.record.identity => {
-                Err(compromised("replaced by another file"))
-            }
-            Ok(at) if at.size != held.record.size || at.mtime != held.record.mtime => {
-                Err(compromised("modified"))
-            }
-            Ok(_) => Ok(()),
-            Err(e) if sys::errno(&e) == sys::ENOENT => Err(compromised("deleted")),
+        match held.record.drift() {
+            Ok(Drift::None) => Ok(()),
+            Ok(drift) => Err(compromised(drift.describe())),
             Err(e) => Err(Error::io("inspect the lock record", &path, e)),
         }
     }
@@ -356,51 +379,49 @@ impl WorkspaceLock {
             // The ancestor that took the lock releases it; we only stop using it.
             return Ok(());
         }
-        let path = layout::lock_record(&self.workspace);
-        let compromised = |what| Error::Compromised {
-            path: path.clone(),
-            operation: self.operation.clone(),
-            what,
+        // Our inode is removed even if it was rewritten (which is then reported); a
+        // file that replaced it is someone else's and stays. A process that locks
+        // again and again keeps it as its spare (the `published` module).
+        let path = || layout::lock_record(&self.workspace);
+        let keep = (!held.handles.fresh && !held.shared.load(Ordering::SeqCst))
+            .then(|| sys::own_start_time().and_then(|s| spare_name(held.handles.pid, s)))
+            .flatten();
+        let (result, spare) = match held.record.remove(keep) {
+            Ok((Drift::None, spare)) => (Ok(()), spare),
+            Ok((drift, _)) => (
+                Err(Error::Compromised {
+                    path: path(),
+                    operation: self.operation.clone(),
+                    what: drift.describe(),
+                }),
+                None,
+            ),
+            Err(e) => (Err(Error::io("remove the lock record", path(), e)), None),
         };
-        let result = match sys::stat_at(held.arcane.as_fd(), RECORD) {
-            Err(e) if sys::errno(&e) == sys::ENOENT => Err(compromised("deleted")),
-            Err(e) => Err(Error::io("inspect the lock record", &path, e)),
-            // Someone else's file: never remove it.
-            Ok(at) if at.identity != held.record.identity => {
-                Err(compromised("replaced by another file"))
-            }
-            Ok(at) => {
-                // Our inode: remove it even if it was rewritten, then say so; then our
-                // facts (the record first: it never stands without them).
-                match sys::unlink_at(held.arcane.as_fd(), RECORD) {
-                    Ok(()) => {}
-                    Err(e) if sys::errno(&e) == sys::ENOENT => {}
-                    Err(e) => {
-                        return finish(held, Err(Error::io("remove the lock record", &path, e)))
-                    }
-                }
-                remove_facts(&held.arcane);
-                if at.size != held.record.size || at.mtime != held.record.mtime {
-                    Err(compromised("modified"))
-                } else {
-                    Ok(())
-                }
-            }
-        };
-        finish(held, result)
+        finish(held, result, spare)
     }
 }
 
-/// Unlocks and forgets a released lease, keeping the first error.
-fn finish(held: Held, result: Result<(), Error>) -> Result<(), Error> {
-    // Unlock explicitly (a forked child might share the descriptor), then close; but a
-    // description handed to a child on purpose stays locked until that child is gone.
-    if !held.inherited && !held.shared.load(Ordering::SeqCst) {
-        let _ = sys::unlock(held.sentinel.as_fd());
+/// Unlocks and forgets a released lease, keeping the workspace's handles (and `spare`)
+/// for the next acquisition; returns `result`.
+fn finish(held: Held, result: Result<(), Error>, spare: Option<Spare>) -> Result<(), Error> {
+    let Held {
+        mut handles,
+        record,
+        reservation,
+        inherited,
+        shared,
+    } = held;
+    drop(record);
+    // Unlock explicitly (a forked child might share the descriptor); but a description
+    // handed to a child on purpose stays locked until that child is gone, and is never
+    // used again.
+    if !inherited && !shared.load(Ordering::SeqCst) {
+        let _ = sys::unlock(handles.sentinel.as_fd());
+        handles.spare = spare;
+        warm::keep(handles);
     }
-    drop(held.sentinel);
-    drop(held.arcane);
-    drop(held.reservation);
+    drop(reservation);
     result
 }
 
@@ -550,23 +571,24 @@ pub fn with_workspace_lock<T, E: From<Error>>(
 /// came while it was taken (the lease is given back before any work runs).
 fn locked(
     lock: WorkspaceLock,
-    ws: &Workspace,
     waited: Option<Duration>,
     options: &AcquireOptions,
     events: &dyn EventSink,
 ) -> Result<WorkspaceLock, ()> {
-    events.emit(Event::new(
-        arcane_report::event_types::WORKSPACE_OPERATION_LOCKED,
-        json!({
-            "workspaceRoot": lock.workspace,
-            "operation": lock.operation,
-            "lockPath": ws.arcane_path(RECORD),
-            "nonce": lock.nonce,
-            "pid": sys::own_pid(),
-            "waitedMilliseconds": waited.map(|w| w.as_millis() as u64),
-            "inherited": lock.is_inherited(),
-        }),
-    ));
+    if events.enabled() {
+        events.emit(Event::new(
+            arcane_report::event_types::WORKSPACE_OPERATION_LOCKED,
+            json!({
+                "workspaceRoot": lock.workspace,
+                "operation": lock.operation,
+                "lockPath": layout::lock_record(&lock.workspace),
+                "nonce": lock.nonce,
+                "pid": sys::own_pid(),
+                "waitedMilliseconds": waited.map(|w| w.as_millis() as u64),
+                "inherited": lock.is_inherited(),
+            }),
+        ));
+    }
     if options.cancelled() {
         let _ = lock.release_with_events(events);
         return Err(());
@@ -612,205 +634,10 @@ fn announce_wait(ws: &Workspace, busy: &Error, options: &AcquireOptions, events:
     ));
 }
 
-/// How a kernel hand-off of the flock ended.
-enum HandOff {
-    /// We hold the flock on this descriptor (the caller re-checks the path).
-    Locked(OwnedFd),
-    /// The deadline passed first.
-    TimedOut,
-    /// Cancellation fired first.
-    Cancelled,
-}
-
-/// Waits for the sentinel's flock in the kernel (a blocking `flock(LOCK_EX)` on a fresh
-/// descriptor, on a helper thread) until it is ours, `deadline` passes or `cancel`
-/// fires. The kernel wakes a blocked waiter the moment the holder releases, so a waiter
-/// gets the lock in microseconds instead of at its next poll.
-///
-/// `flock` has no timeout: a helper thread abandoned at the deadline stays blocked until
-/// the holder releases, then drops its descriptor at once (its send fails), which
-/// unlocks it. A timed-out or cancelled wait may therefore leave one blocked thread
-/// behind until then; it holds nothing.
-fn hand_off(
-    ws: &Workspace,
-    deadline: Instant,
-    cancel: Option<&CancelToken>,
-) -> Result<HandOff, Error> {
-    let path = ws.arcane_path(SENTINEL);
-    let Some(arcane) = ws.open_arcane(false)? else {
-        return Ok(HandOff::TimedOut);
-    };
-    let fd = match sys::open_sentinel(arcane.as_fd(), SENTINEL, false) {
-        Ok(fd) => fd,
-        Err(e) => {
-            let kind = sys::stat_at(arcane.as_fd(), SENTINEL).map(|s| s.kind).ok();
-            return Err(classify(&path, e, kind, "open the lock sentinel"));
-        }
-    };
-    let (sender, receiver) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("arcane-lock-wait".into())
-        .spawn(move || {
-            let outcome = sys::lock_exclusive_blocking(fd.as_fd()).map(|()| fd);
-            let _ = sender.send(outcome);
-        })
-        .map_err(|e| Error::io("start a waiter for", &path, e))?;
-    loop {
-        let now = Instant::now();
-        if now >= deadline {
-            return Ok(HandOff::TimedOut);
-        }
-        if cancel.is_some_and(CancelToken::is_cancelled) {
-            return Ok(HandOff::Cancelled);
-        }
-        // Short slices so cancellation is noticed promptly.
-        let slice = (deadline - now).min(Duration::from_millis(50));
-        match receiver.recv_timeout(slice) {
-            Ok(Ok(fd)) => return Ok(HandOff::Locked(fd)),
-            Ok(Err(e)) => return Err(Error::io("lock", &path, e)),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Ok(HandOff::TimedOut),
-        }
-    }
-}
-
-/// One attempt: `Ok(Ok(lock))`, `Ok(Err(busy))` on contention, `Err` on anything else.
-fn try_once(
-    ws: &Workspace,
-    options: &AcquireOptions,
-    events: &dyn EventSink,
-    handed: Option<OwnedFd>,
-) -> Result<Result<WorkspaceLock, Error>, Error> {
-    let busy = |reason, holder| Error::busy(&ws.canonical, reason, holder);
-    let acquired = SystemTime::now();
-    let acquired_at = arcane_report::time::format_rfc3339(acquired);
-    let me = myself(options, &acquired_at);
-    let reservation = match registry::reserve(ws.identity, me.clone()) {
-        Ok(reservation) => reservation,
-        Err(holder) => return Ok(Err(busy(BusyReason::SameProcess, Some(*holder)))),
-    };
-    let Some(arcane) = ws.open_arcane(true)? else {
-        return Err(Error::io(
-            "open",
-            layout::state_dir(&ws.canonical),
-            std::io::Error::from_raw_os_error(sys::ENOENT),
-        ));
-    };
-    let fs = sys::unsupported_filesystem(arcane.as_fd()).map_err(|e| {
-        Error::io(
-            "inspect the filesystem of",
-            layout::state_dir(&ws.canonical),
-            e,
-        )
-    })?;
-    if let Some(filesystem) = fs {
-        return Err(Error::policy(
-            layout::state_dir(&ws.canonical),
-            PolicyReason::UnsupportedFilesystem {
-                filesystem: filesystem.to_string(),
-            },
-            None,
-        ));
-    }
-    // A descriptor the kernel handed over counts only if the path still names it.
-    let handed = handed.filter(|fd| {
-        let ours = sys::stat_fd(fd.as_fd()).map(|s| s.identity).ok();
-        ours.is_some()
-            && sys::stat_at(arcane.as_fd(), SENTINEL)
-                .map(|s| s.identity)
-                .ok()
-                == ours
-    });
-    let sentinel = match handed
-        .map(Locked::Yes)
-        .map_or_else(|| lock_sentinel(ws, &arcane, true), Ok)?
-    {
-        Locked::Yes(fd) => fd,
-        Locked::No => return Ok(Err(busy(BusyReason::Locked, read_holder(&arcane)))),
-        Locked::Missing => unreachable_missing(ws)?,
-    };
-    // We hold the advisory lock: no Arcane process on this kernel holds the workspace.
-    sweep_debris(ws, &arcane);
-    if let Some((found, stamp)) = read_record(ws, &arcane)? {
-        let scope = Scope {
-            canonical: &ws.canonical,
-            identity: ws.identity,
-        };
-        let verdict = match &found {
-            RecordBytes::Bytes(bytes) => recovery::judge(Found::Bytes(bytes), &scope),
-            RecordBytes::Oversized => recovery::judge(Found::Oversized, &scope),
-        };
-        match verdict {
-            Verdict::Busy { reason, holder } => return Ok(Err(busy(reason, holder))),
-            Verdict::Stale { previous, why } => {
-                if let Err(holder) = remove_stale(ws, &arcane, stamp, &previous, why, events)? {
-                    return Ok(Err(busy(BusyReason::RecordAppeared, holder)));
-                }
-            }
-        }
-    }
-    if options.cancelled() {
-        return Err(Error::Cancelled {
-            workspace: ws.canonical.clone(),
-            operation: options.operation.clone(),
-        });
-    }
-    let nonce = record::new_nonce();
-    let bytes = record::render(
-        &options.operation,
-        &nonce,
-        &ws.canonical,
-        acquired,
-        &acquired_at,
-    );
-    // Arcane's facts first, then the record (which is the SDK's document exactly): a
-    // record is never without its facts while its holder lives.
-    write_facts(ws, &arcane, &record::render_facts(&nonce, ws.identity))?;
-    let stamp = match publish(ws, &arcane, &bytes)? {
-        Some(stamp) => stamp,
-        None => return Ok(Err(busy(BusyReason::RecordAppeared, read_holder(&arcane)))),
-    };
-    reservation.update(Holder {
-        nonce: Some(nonce.clone()),
-        ..me
-    });
-    Ok(Ok(WorkspaceLock {
-        workspace: ws.canonical.clone(),
-        identity: ws.identity,
-        operation: options.operation.clone(),
-        nonce,
-        acquired_at,
-        held: Some(Held {
-            arcane,
-            sentinel,
-            record: stamp,
-            reservation,
-            inherited: false,
-            shared: AtomicBool::new(false),
-        }),
-        child: Mutex::new(None),
-    }))
-}
-
-/// This process as a holder of `options.operation`.
-fn myself(options: &AcquireOptions, acquired_at: &str) -> Holder {
-    Holder {
-        pid: Some(i64::from(sys::own_pid())),
-        hostname: Some(sys::hostname().to_string()),
-        command: sys::own_command().map(str::to_string),
-        operation: Some(options.operation.clone()),
-        since: Some(acquired_at.to_string()),
-        advisory_lock: true,
-        alive: Some(true),
-        ..Holder::default()
-    }
-}
-
 /// Takes the lease an ancestor passed down, once `inherit::verify` proves it.
-fn adopt(ws: &Workspace, claim: &Claim, options: &AcquireOptions) -> Result<WorkspaceLock, Error> {
+fn adopt(ws: Workspace, claim: &Claim, options: &AcquireOptions) -> Result<WorkspaceLock, Error> {
     let acquired_at = arcane_report::time::now_rfc3339();
-    let me = myself(options, &acquired_at);
-    let reservation = registry::reserve(ws.identity, me)
+    let reservation = registry::reserve(ws.identity, &options.operation, Some(&acquired_at))
         .map_err(|h| Error::busy(&ws.canonical, BusyReason::SameProcess, Some(*h)))?;
     let Some(arcane) = ws.open_arcane(false)? else {
         return Err(Error::io(
@@ -819,29 +646,32 @@ fn adopt(ws: &Workspace, claim: &Claim, options: &AcquireOptions) -> Result<Work
             std::io::Error::from_raw_os_error(sys::ENOENT),
         ));
     };
-    let record = read_record(ws, &arcane)?;
-    let record_nonce = match &record {
-        Some((RecordBytes::Bytes(bytes), _)) => record::parse(bytes)
-            .ok()
-            .and_then(|parsed| parsed.holder.nonce),
-        _ => None,
-    };
-    inherit::verify(ws, arcane.as_fd(), claim, record_nonce.as_deref())?;
-    let Some((_, stamp)) = record else {
-        unreachable_missing(ws)?
+    let record = found::read_record(&ws, &arcane)?;
+    let record_nonce = record
+        .as_ref()
+        .and_then(|(found, _)| attempt::nonce_of(found));
+    inherit::verify(&ws, arcane.as_fd(), claim, record_nonce.as_deref())?;
+    // A verified claim has a readable record (its nonce matched).
+    let Some((RecordBytes::Bytes(bytes), stamp)) = record else {
+        unreachable_missing(&ws)?
     };
     let sentinel = sys::duplicate(claim.fd)
         .map_err(|e| Error::io("duplicate the inherited lock", ws.arcane_path(SENTINEL), e))?;
+    let handles = Handles::inherited(ws, arcane, sentinel)?;
+    let rendered = Rendered {
+        times: record::locate_times(&bytes),
+        bytes,
+    };
+    let published = Published::new(Arc::clone(&handles.arcane), None, rendered, stamp);
     Ok(WorkspaceLock {
-        workspace: ws.canonical.clone(),
-        identity: ws.identity,
+        workspace: handles.ws.canonical.clone(),
+        identity: handles.ws.identity,
         operation: options.operation.clone(),
         nonce: claim.nonce.clone(),
         acquired_at,
         held: Some(Held {
-            arcane,
-            sentinel,
-            record: stamp,
+            handles,
+            record: Arc::new(published),
             reservation,
             inherited: true,
             shared: AtomicBool::new(false),
@@ -933,286 +763,6 @@ pub(crate) fn lock_sentinel_named(
         operation: String::new(),
         what: "replaced repeatedly while being locked",
     })
-}
-
-/// The bytes of an existing record.
-pub(crate) enum RecordBytes {
-    Bytes(Vec<u8>),
-    Oversized,
-}
-
-/// Reads the record without following links. `None` when there is none. A link,
-/// directory, FIFO or other non-file there is `ARCANE_POLICY_DENIED`.
-pub(crate) fn read_record(
-    ws: &Workspace,
-    arcane: &OwnedFd,
-) -> Result<Option<(RecordBytes, Stamp)>, Error> {
-    let path = ws.arcane_path(RECORD);
-    let fd = match sys::open_read_at(arcane.as_fd(), RECORD) {
-        Ok(fd) => fd,
-        Err(e) if sys::errno(&e) == sys::ENOENT => return Ok(None),
-        Err(e) => {
-            let kind = sys::stat_at(arcane.as_fd(), RECORD).map(|s| s.kind).ok();
-            return Err(classify(&path, e, kind, "read the lock record"));
-        }
-    };
-    let stamp =
-        sys::stat_fd(fd.as_fd()).map_err(|e| Error::io("inspect the lock record", &path, e))?;
-    if stamp.kind != Kind::Regular {
-        return Err(Error::policy(
-            &path,
-            PolicyReason::WrongKind {
-                found: stamp.kind.describe(),
-            },
-            None,
-        ));
-    }
-    let (bytes, oversized) = sys::read_limited(fd.as_fd(), record::MAX_RECORD_BYTES)
-        .map_err(|e| Error::io("read the lock record", &path, e))?;
-    Ok(Some((
-        if oversized {
-            RecordBytes::Oversized
-        } else {
-            RecordBytes::Bytes(record::with_facts(bytes, read_facts(arcane).as_deref()))
-        },
-        stamp,
-    )))
-}
-
-/// How old a temporary file must be before it counts as a killed writer's debris (a
-/// live write takes milliseconds).
-const DEBRIS_AGE: std::time::Duration = std::time::Duration::from_secs(600);
-
-/// Removes what killed writers left in `.arcane`: temporary files of the atomic write
-/// (`.NAME.<16 hex>.tmp`) older than [`DEBRIS_AGE`]. Runs under the sentinel's lock;
-/// regular files only, never through a link (unlinked relative to the directory).
-fn sweep_debris(ws: &Workspace, arcane: &OwnedFd) {
-    let Ok(entries) = std::fs::read_dir(layout::state_dir(&ws.canonical)) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(text) = name.to_str() else {
-            continue;
-        };
-        let random = text
-            .strip_suffix(".tmp")
-            .and_then(|rest| rest.rsplit_once('.'))
-            .map(|(_, random)| random);
-        let debris = text.starts_with('.')
-            && random.is_some_and(|r| r.len() == 16 && r.bytes().all(|b| b.is_ascii_hexdigit()));
-        let old = entry.metadata().is_ok_and(|m| {
-            m.file_type().is_file()
-                && m.modified()
-                    .ok()
-                    .and_then(|t| t.elapsed().ok())
-                    .is_some_and(|age| age >= DEBRIS_AGE)
-        });
-        if debris && old {
-            if let Ok(name) = std::ffi::CString::new(text) {
-                let _ = sys::unlink_at(arcane.as_fd(), &name);
-            }
-        }
-    }
-}
-
-/// Arcane's facts about the holder, beside the record (best effort: `None` when there
-/// are none or they are not a small regular file).
-fn read_facts(arcane: &OwnedFd) -> Option<Vec<u8>> {
-    let fd = sys::open_read_at(arcane.as_fd(), FACTS).ok()?;
-    let stamp = sys::stat_fd(fd.as_fd()).ok()?;
-    if stamp.kind != Kind::Regular {
-        return None;
-    }
-    let (bytes, oversized) = sys::read_limited(fd.as_fd(), record::MAX_RECORD_BYTES).ok()?;
-    (!oversized).then_some(bytes)
-}
-
-/// Writes Arcane's facts about this holder (replacing any left by an earlier one):
-/// under the sentinel's advisory lock, which every Arcane writer holds.
-fn write_facts(ws: &Workspace, arcane: &OwnedFd, bytes: &[u8]) -> Result<(), Error> {
-    let path = ws.arcane_path(FACTS);
-    let _ = sys::unlink_at(arcane.as_fd(), FACTS_TEMPORARY);
-    let fd = sys::create_exclusive_at(arcane.as_fd(), FACTS_TEMPORARY).map_err(|e| {
-        let kind = sys::stat_at(arcane.as_fd(), FACTS_TEMPORARY)
-            .map(|s| s.kind)
-            .ok();
-        classify(&path, e, kind, "write the lock facts")
-    })?;
-    let written = sys::write_all(fd.as_fd(), bytes).and_then(|()| sys::sync(fd.as_fd()));
-    drop(fd);
-    let result = written.and_then(|()| sys::rename_at(arcane.as_fd(), FACTS_TEMPORARY, FACTS));
-    if let Err(e) = result {
-        let _ = sys::unlink_at(arcane.as_fd(), FACTS_TEMPORARY);
-        return Err(Error::io("write the lock facts", &path, e));
-    }
-    Ok(())
-}
-
-/// Removes Arcane's facts about the holder once its record is gone (the record is
-/// removed first, so a record is never left without its facts by Arcane).
-pub(crate) fn remove_facts(arcane: &OwnedFd) {
-    let _ = sys::unlink_at(arcane.as_fd(), FACTS);
-}
-
-/// Best effort: who the record names (for busy messages).
-pub(crate) fn read_holder(arcane: &OwnedFd) -> Option<Holder> {
-    let fd = sys::open_read_at(arcane.as_fd(), RECORD).ok()?;
-    let stamp = sys::stat_fd(fd.as_fd()).ok()?;
-    if stamp.kind != Kind::Regular {
-        return None;
-    }
-    let (bytes, oversized) = sys::read_limited(fd.as_fd(), record::MAX_RECORD_BYTES).ok()?;
-    if oversized {
-        return None;
-    }
-    record::holder_hint(&record::with_facts(bytes, read_facts(arcane).as_deref()))
-}
-
-/// Moves a stale record aside, verifies it is the inode that was judged, reports it and
-/// removes it. `Ok(Err(holder))` when something else had taken its place (restored).
-pub(crate) fn remove_stale(
-    ws: &Workspace,
-    arcane: &OwnedFd,
-    judged: Stamp,
-    previous: &Holder,
-    why: &str,
-    events: &dyn EventSink,
-) -> Result<Result<(), Option<Holder>>, Error> {
-    let path = ws.arcane_path(RECORD);
-    match sys::rename_at(arcane.as_fd(), RECORD, STALE) {
-        Ok(()) => {}
-        // Gone already (an SDK process removed it): nothing to recover.
-        Err(e) if sys::errno(&e) == sys::ENOENT => return Ok(Ok(())),
-        Err(e) => {
-            // Something that is not our debris sits at the aside name (a directory, a
-            // link): name *it*, not the record, so the person knows what to remove.
-            return Err(match sys::stat_at(arcane.as_fd(), STALE) {
-                Ok(stamp) if stamp.kind != Kind::Regular => Error::policy(
-                    ws.arcane_path(STALE),
-                    PolicyReason::InTheWay {
-                        found: stamp.kind.describe(),
-                    },
-                    Some(e),
-                ),
-                _ => Error::io("move the stale lock record aside", &path, e),
-            });
-        }
-    }
-    let moved = sys::stat_at(arcane.as_fd(), STALE)
-        .map_err(|e| Error::io("inspect the stale lock record", &path, e))?;
-    if moved.identity != judged.identity || moved.size != judged.size || moved.mtime != judged.mtime
-    {
-        // Not what we judged: put it back without clobbering anything newer.
-        let holder = read_holder_at(arcane, STALE);
-        let _ = sys::rename_noreplace_at(arcane.as_fd(), STALE, RECORD);
-        return Ok(Err(holder));
-    }
-    events.emit(Event::new(
-        arcane_report::event_types::WORKSPACE_OPERATION_STALE_RECOVERED,
-        json!({
-            "workspaceRoot": ws.canonical,
-            "lockPath": path,
-            "previousOwner": {
-                "pid": previous.pid,
-                "hostname": previous.hostname,
-                "bootId": previous.boot_id,
-                "startTime": previous.start_time,
-                "command": previous.command,
-            },
-            "previousOperation": previous.operation,
-            "previousAcquiredAt": previous.since,
-            "previousAdvisoryLock": previous.advisory_lock,
-            "reason": why,
-        }),
-    ));
-    // The stale holder's facts go with its record (removed under the sentinel's lock,
-    // which no other Arcane writer holds now).
-    remove_facts(arcane);
-    match sys::unlink_at(arcane.as_fd(), STALE) {
-        Ok(()) => Ok(Ok(())),
-        Err(e) if sys::errno(&e) == sys::ENOENT => Ok(Ok(())),
-        Err(e) => Err(Error::io(
-            "remove the stale lock record",
-            ws.arcane_path(STALE),
-            e,
-        )),
-    }
-}
-
-fn read_holder_at(arcane: &OwnedFd, name: &CStr) -> Option<Holder> {
-    let fd = sys::open_read_at(arcane.as_fd(), name).ok()?;
-    let (bytes, _) = sys::read_limited(fd.as_fd(), record::MAX_RECORD_BYTES).ok()?;
-    record::holder_hint(&bytes)
-}
-
-/// Writes the record to the temporary name, fsyncs it and renames it to the record
-/// name only if none exists (`RENAME_NOREPLACE`, or `link`+`unlink`). `Ok(None)` when a
-/// record appeared first (a JavaScript SDK process won the exclusive create).
-///
-/// The directory is not fsynced: after a power cut every holder is gone anyway, and the
-/// file's data is durable before its name appears, so the record is either absent or
-/// complete — never empty or partial (lock-spec.md W4).
-fn publish(ws: &Workspace, arcane: &OwnedFd, bytes: &[u8]) -> Result<Option<Stamp>, Error> {
-    let temporary = ws.arcane_path(TEMPORARY);
-    let refuse = |e| {
-        let kind = sys::stat_at(arcane.as_fd(), TEMPORARY).map(|s| s.kind).ok();
-        classify(&temporary, e, kind, "write the lock record")
-    };
-    let fd = match sys::create_exclusive_at(arcane.as_fd(), TEMPORARY) {
-        Ok(fd) => fd,
-        // Debris of a crashed holder (only a lock holder writes this name): remove a
-        // regular file and retry; refuse anything else (a link, directory, FIFO).
-        Err(e) if sys::errno(&e) == sys::EEXIST => {
-            match sys::stat_at(arcane.as_fd(), TEMPORARY) {
-                Ok(stamp) if stamp.kind == Kind::Regular => {}
-                Ok(stamp) => {
-                    return Err(match stamp.kind {
-                        Kind::Symlink => {
-                            Error::policy(&temporary, PolicyReason::SymbolicLink, None)
-                        }
-                        other => Error::policy(
-                            &temporary,
-                            PolicyReason::WrongKind {
-                                found: other.describe(),
-                            },
-                            None,
-                        ),
-                    })
-                }
-                Err(e) => return Err(refuse(e)),
-            }
-            let _ = sys::unlink_at(arcane.as_fd(), TEMPORARY);
-            sys::create_exclusive_at(arcane.as_fd(), TEMPORARY).map_err(refuse)?
-        }
-        Err(e) => return Err(refuse(e)),
-    };
-    let written = sys::write_all(fd.as_fd(), bytes)
-        .and_then(|()| sys::sync(fd.as_fd()))
-        .and_then(|()| sys::stat_fd(fd.as_fd()));
-    drop(fd);
-    let stamp = match written {
-        Ok(stamp) => stamp,
-        Err(e) => {
-            let _ = sys::unlink_at(arcane.as_fd(), TEMPORARY);
-            return Err(Error::io("write the lock record", &temporary, e));
-        }
-    };
-    match sys::rename_noreplace_at(arcane.as_fd(), TEMPORARY, RECORD) {
-        Ok(()) => Ok(Some(stamp)),
-        Err(e) if sys::errno(&e) == sys::EEXIST => {
-            let _ = sys::unlink_at(arcane.as_fd(), TEMPORARY);
-            Ok(None)
-        }
-        Err(e) => {
-            let _ = sys::unlink_at(arcane.as_fd(), TEMPORARY);
-            Err(Error::io(
-                "publish the lock record",
-                ws.arcane_path(RECORD),
-                e,
-            ))
-        }
-    }
 }
 
 /// Jittered back-off: 1 ms doubling to 8 ms, ±25 % (git's lockfile.c jitters by ±25 %

@@ -14,13 +14,23 @@
 //!   it would let two holders lock two different inodes; tox-dev/filelock#577). A holder
 //!   keeps `flock(LOCK_EX)` on it for the whole lease, so the kernel tells a live holder
 //!   from a dead one, even after `kill -9` or PID reuse. After locking, the holder checks
-//!   that the path still names the inode it locked and retries otherwise.
-//! * `workspace-operation.lock.json` — the **record**, the JavaScript SDK's schema-1
-//!   document plus owner identity (host, boot id, process start time) and the
-//!   workspace's directory identity. Only the flock holder publishes it — written to a
-//!   temporary name, fsynced, then renamed into place with `RENAME_NOREPLACE` — so it is
-//!   still created *exclusively*: an SDK process sees our lock, and we see its lock. The
-//!   holder removes it on release (only if it is still its own inode) *before* unlocking.
+//!   that the path still names the inode it locked and retries otherwise. The holder
+//!   writes Arcane's facts about itself into it (host, boot id, process start time, the
+//!   real acquisition time, the workspace's directory identity), under the record's
+//!   nonce: the `record` module.
+//! * `workspace-operation.lock.json` — the **record**, exactly the JavaScript SDK's
+//!   schema-1 document. It is written and fsynced *before* the lock is tried (as an
+//!   unnamed file, or the process's spare record file), and the flock holder publishes
+//!   it with one exclusive link — so it is still created *exclusively*: an SDK process
+//!   sees our lock, and we see its lock (the `published` module). The holder removes it
+//!   on release (only if it is still its own inode) *before* unlocking, and while it
+//!   holds the lock a background thread keeps its `expiresAt` a short horizon ahead (the
+//!   `renew` module), so an SDK 0.1.1 recovers a killed holder within that horizon.
+//!
+//! A process keeps the descriptors of a workspace it locked (and its spare record file)
+//! for its next acquisition, after proving with a few `stat` calls that the names still
+//! lead to them (the `warm` module); that and writing the record outside the lock keep
+//! an acquisition within twice the cost of the bare system calls any lock file needs.
 //!
 //! When a holder finds a record it did not write, the rule in the `recovery` module
 //! (whose documentation is its specification) decides: a record from an Arcane holder is
@@ -35,9 +45,10 @@
 //!   exclusive publication of the record; within a process by a registry keyed by the
 //!   workspace's `(dev, ino)`.
 //! * **Crash-safe**: a crash at any instant leaves either nothing, a harmless sentinel,
-//!   debris under fixed names that the next holder overwrites, or a complete record
-//!   whose writer no longer holds the flock — which the next acquirer recovers at once,
-//!   emitting `workspace.operation.stale-recovered` with the previous owner.
+//!   debris the sweep removes (the `debris` module: when a holder died, and on a
+//!   process's first acquisition), or a complete record whose writer no longer holds the
+//!   flock — which the next acquirer recovers at once, emitting
+//!   `workspace.operation.stale-recovered` with the previous owner.
 //! * **Symlink-safe**: the workspace must be a physical directory (linked ancestors are
 //!   allowed; the lease binds to the canonical path); `.arcane`, the sentinel and the
 //!   record are opened relative to directory descriptors with `O_NOFOLLOW`, and a link,
@@ -47,7 +58,7 @@
 //!   with `fstatfs`), or when `flock` answers `ENOLCK`/`EOPNOTSUPP`/`ENOSYS`, acquisition
 //!   fails with `ARCANE_POLICY_DENIED` (reason `unsupported-filesystem`) instead of
 //!   running without exclusion, as cargo does.
-//! * **No wall clocks**: `expiresAt` is written for the SDK and never read.
+//! * **No wall clocks**: `expiresAt` is written (and renewed) for the SDK and never read.
 //! * **Holder self-check**: [`WorkspaceLock::check`] verifies that the sentinel and the
 //!   record are still ours (`ARCANE_LOCK_COMPROMISED` otherwise); `arcane lock run` calls
 //!   it every second and stops its command when the lock was taken from under it.
@@ -69,9 +80,17 @@
 //! * `flock` is per open file description: a process that `fork`s *without* `exec` while
 //!   holding the lock shares it with the child (descriptors are `O_CLOEXEC`, so an
 //!   `exec`ed child never inherits it).
-//! * The JavaScript SDK does not recognise our extra fields' prose, so it treats an
-//!   Arcane record as one it cannot judge (busy) and never deletes it; Arcane in turn
-//!   judges SDK records by the SDK's own rule.
+//! * The JavaScript SDK cannot see the advisory lock, so it judges an Arcane record as
+//!   one of its own, by the recorded pid: the SDK 0.89 deletes it as soon as that pid
+//!   is gone, the SDK 0.1.1 once it has also expired, which a live holder never lets
+//!   happen (within 30 seconds of the holder's death). An `arcane lock
+//!   run` killed while the command it started still runs (holding the inherited lock)
+//!   is therefore taken for dead by the SDK; Arcane in turn judges SDK records by the
+//!   SDK's own rule.
+//! * Cached descriptors keep the workspace's filesystem busy (it cannot be unmounted)
+//!   for up to 30 seconds after the last acquisition; a process that locks the same
+//!   workspace repeatedly keeps a spare record file there as long (and a killed one
+//!   leaves it for the next command to sweep).
 //! * [`status`] takes the advisory lock for an instant when it looks free, so an
 //!   acquirer failing fast in that instant reports busy.
 //!
@@ -112,17 +131,23 @@
 //! contending processes): `cargo bench -p arcane-lock --bench lock`.
 #![warn(missing_docs)]
 
+mod attempt;
+mod debris;
 mod error;
+mod found;
 mod holder;
 mod inherit;
 mod inspect;
 mod lease;
 mod owner;
+mod published;
 mod record;
 mod recovery;
 mod registry;
+mod renew;
 mod state;
 mod sys;
+mod warm;
 mod workspace;
 
 pub use error::{BusyReason, Error, PolicyReason};

@@ -57,7 +57,11 @@
 //!    unless the process at that pid started after the record's `acquiredAt` (by more
 //!    than the two seconds of the boot time's rounding): then it cannot have written the
 //!    record, the pid was reused → **stale**; any other answer (`EPERM`: another user's
-//!    process) → **busy** (undeterminable).
+//!    process) → **busy** (undeterminable). "Written" is the later of its `acquiredAt`
+//!    and its modification time: an Arcane record renews its times in place and keeps
+//!    `acquiredAt` six hours before its expiry (the `record` module), so when its facts
+//!    are missing (its sentinel was swapped) only the modification time still says when
+//!    its writer lived.
 //!    Expiry times are ignored (lock-spec.md W3).
 //!
 //! # Replacing a stale record
@@ -72,6 +76,7 @@
 //! holder overwrites; never a stuck workspace.
 
 use std::path::Path;
+use std::time::SystemTime;
 
 use crate::error::BusyReason;
 use crate::holder::Holder;
@@ -114,8 +119,9 @@ pub(crate) struct Scope<'a> {
     pub(crate) identity: Identity,
 }
 
-/// Applies the rule above to a record. The caller holds the advisory lock.
-pub(crate) fn judge(found: Found<'_>, scope: &Scope<'_>) -> Verdict {
+/// Applies the rule above to a record last modified at `written`. The caller holds the
+/// advisory lock.
+pub(crate) fn judge(found: Found<'_>, scope: &Scope<'_>, written: SystemTime) -> Verdict {
     let bytes = match found {
         Found::Bytes(bytes) => bytes,
         Found::Oversized => {
@@ -159,7 +165,7 @@ pub(crate) fn judge(found: Found<'_>, scope: &Scope<'_>) -> Verdict {
                     why: "owner-exited",
                 }
             }
-            Probe::Present if started_after_record(pid, &holder) => {
+            Probe::Present if started_after_record(pid, &holder, written) => {
                 holder.alive = Some(false);
                 Verdict::Stale {
                     previous: holder,
@@ -234,21 +240,19 @@ fn judge_arcane(mut holder: Holder, pid: i32) -> Verdict {
     }
 }
 
-/// Whether the process now at `pid` started after the record was written
-/// (`acquiredAt`), so it cannot be the record's writer. Two seconds of slack cover the
-/// boot time's whole-second rounding.
-fn started_after_record(pid: i32, holder: &Holder) -> bool {
-    let Some(acquired) = holder
+/// Whether the process now at `pid` started after the record was written (the later
+/// of `acquiredAt` and `written`, its modification time), so it cannot be the record's
+/// writer. Two seconds of slack cover the boot time's whole-second rounding.
+fn started_after_record(pid: i32, holder: &Holder, written: SystemTime) -> bool {
+    let acquired = holder
         .since
         .as_deref()
-        .and_then(arcane_report::time::parse_rfc3339)
-    else {
-        return false;
-    };
+        .and_then(arcane_report::time::parse_rfc3339);
+    let written = acquired.map_or(written, |a| a.max(written));
     u32::try_from(pid)
         .ok()
         .and_then(arcane_process::started_at)
-        .is_some_and(|started| started > acquired + std::time::Duration::from_secs(2))
+        .is_some_and(|started| started > written + std::time::Duration::from_secs(2))
 }
 
 fn busy(reason: BusyReason, mut holder: Holder, alive: Option<bool>) -> Verdict {
@@ -267,6 +271,11 @@ fn same_scope(parsed: &Parsed, scope: &Scope<'_>) -> bool {
 #[allow(clippy::disallowed_methods)] // tests start a throwaway process
 mod tests {
     use super::*;
+
+    /// A modification time older than every process, so only `acquiredAt` speaks.
+    fn long_ago() -> SystemTime {
+        SystemTime::UNIX_EPOCH
+    }
 
     fn scope() -> Scope<'static> {
         Scope {
@@ -333,14 +342,14 @@ mod tests {
     #[test]
     fn unreadable_records_are_busy() {
         for bytes in [&b""[..], b"not json", b"{}", b"[]"] {
-            let v = judge(Found::Bytes(bytes), &scope());
+            let v = judge(Found::Bytes(bytes), &scope(), long_ago());
             assert!(
                 matches!(busy_reason(&v), Some(BusyReason::UnreadableRecord { .. })),
                 "{bytes:?}"
             );
         }
         assert!(matches!(
-            busy_reason(&judge(Found::Oversized, &scope())),
+            busy_reason(&judge(Found::Oversized, &scope(), long_ago())),
             Some(BusyReason::UnreadableRecord { .. })
         ));
     }
@@ -350,7 +359,7 @@ mod tests {
         let me = i64::from(sys::own_pid());
         let other = arcane_record(me, sys::hostname(), sys::boot_id(), Some(1), "/elsewhere");
         assert!(matches!(
-            busy_reason(&judge(Found::Bytes(&other), &scope())),
+            busy_reason(&judge(Found::Bytes(&other), &scope(), long_ago())),
             Some(BusyReason::OtherScope { .. })
         ));
         // Same bytes but carrying our directory identity: a moved workspace.
@@ -359,7 +368,7 @@ mod tests {
         moved["owner"]["pid"] = dead_pid().into();
         let moved = serde_json::to_vec(&moved).unwrap();
         assert!(is_stale(
-            &judge(Found::Bytes(&moved), &scope()),
+            &judge(Found::Bytes(&moved), &scope(), long_ago()),
             "owner-exited"
         ));
     }
@@ -368,7 +377,7 @@ mod tests {
     fn an_arcane_record_of_a_dead_owner_is_stale() {
         let bytes = arcane_record(dead_pid(), sys::hostname(), sys::boot_id(), Some(5), "/w");
         assert!(is_stale(
-            &judge(Found::Bytes(&bytes), &scope()),
+            &judge(Found::Bytes(&bytes), &scope(), long_ago()),
             "owner-exited"
         ));
     }
@@ -379,7 +388,7 @@ mod tests {
         let start = sys::own_start_time().unwrap();
         let bytes = arcane_record(me, sys::hostname(), sys::boot_id(), Some(start + 1), "/w");
         assert!(is_stale(
-            &judge(Found::Bytes(&bytes), &scope()),
+            &judge(Found::Bytes(&bytes), &scope(), long_ago()),
             "pid-reused"
         ));
     }
@@ -395,7 +404,7 @@ mod tests {
             "/w",
         );
         assert_eq!(
-            busy_reason(&judge(Found::Bytes(&bytes), &scope())),
+            busy_reason(&judge(Found::Bytes(&bytes), &scope(), long_ago())),
             Some(&BusyReason::OwnerAliveWithoutLock)
         );
     }
@@ -410,7 +419,10 @@ mod tests {
             sys::own_start_time(),
             "/w",
         );
-        assert!(is_stale(&judge(Found::Bytes(&bytes), &scope()), "rebooted"));
+        assert!(is_stale(
+            &judge(Found::Bytes(&bytes), &scope(), long_ago()),
+            "rebooted"
+        ));
     }
 
     #[test]
@@ -422,7 +434,7 @@ mod tests {
             Some(1),
             "/w",
         );
-        let v = judge(Found::Bytes(&bytes), &scope());
+        let v = judge(Found::Bytes(&bytes), &scope(), long_ago());
         assert_eq!(
             busy_reason(&v),
             Some(&BusyReason::ForeignHost {
@@ -435,12 +447,12 @@ mod tests {
     fn sdk_records_follow_the_sdk_rule() {
         let alive = sdk_record(i64::from(sys::own_pid()));
         assert_eq!(
-            busy_reason(&judge(Found::Bytes(&alive), &scope())),
+            busy_reason(&judge(Found::Bytes(&alive), &scope(), long_ago())),
             Some(&BusyReason::OwnerAlive)
         );
         let dead = sdk_record(dead_pid());
         assert!(is_stale(
-            &judge(Found::Bytes(&dead), &scope()),
+            &judge(Found::Bytes(&dead), &scope(), long_ago()),
             "owner-exited"
         ));
     }
@@ -451,16 +463,32 @@ mod tests {
         // the record's acquiredAt, so it cannot be the record's writer.
         let reused = sdk_record_at(i64::from(sys::own_pid()), "2020-01-01T00:00:00.000Z");
         assert!(is_stale(
-            &judge(Found::Bytes(&reused), &scope()),
+            &judge(Found::Bytes(&reused), &scope(), long_ago()),
             "pid-reused"
         ));
+    }
+
+    #[test]
+    fn a_record_modified_after_its_owner_started_is_not_taken_for_pid_reuse() {
+        // An Arcane record without its facts (its sentinel was swapped) looks like an
+        // SDK record whose `acquiredAt` lies six hours back; its live writer started
+        // after that but before it last wrote the record, so it stays busy.
+        let backdated = sdk_record_at(i64::from(sys::own_pid()), "2020-01-01T00:00:00.000Z");
+        assert_eq!(
+            busy_reason(&judge(
+                Found::Bytes(&backdated),
+                &scope(),
+                SystemTime::now()
+            )),
+            Some(&BusyReason::OwnerAlive)
+        );
     }
 
     #[test]
     fn an_sdk_record_whose_owner_cannot_be_probed_is_busy() {
         // pid 1 belongs to root; unprivileged probes get EPERM. As root the probe
         // succeeds, which is busy too.
-        let v = judge(Found::Bytes(&sdk_record(1)), &scope());
+        let v = judge(Found::Bytes(&sdk_record(1)), &scope(), long_ago());
         assert!(matches!(
             busy_reason(&v),
             Some(BusyReason::OwnerUndeterminable | BusyReason::OwnerAlive)

@@ -31,6 +31,7 @@ use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::time::{Duration, SystemTime};
 
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
@@ -72,6 +73,10 @@ pub(crate) struct Stamp {
     pub(crate) size: u64,
     pub(crate) mtime: (i64, u64),
     pub(crate) nlink: u64,
+    /// The owner's user id.
+    pub(crate) uid: u32,
+    /// The permission bits and file type (`st_mode`).
+    pub(crate) mode: u32,
 }
 
 #[allow(clippy::unnecessary_cast)] // field widths differ between architectures
@@ -92,6 +97,8 @@ fn stamp(st: &rustix::fs::Stat) -> Stamp {
         size: st.st_size.max(0) as u64,
         mtime: (st.st_mtime as i64, st.st_mtime_nsec as u64),
         nlink: st.st_nlink as u64,
+        uid: st.st_uid as u32,
+        mode: st.st_mode as u32,
     }
 }
 
@@ -102,6 +109,21 @@ fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> io::Result<T> {
             other => return other.map_err(io::Error::from),
         }
     }
+}
+
+/// The wall-clock time of a `stat` time stamp (`(seconds, nanoseconds)`).
+pub(crate) fn time_of((seconds, nanos): (i64, u64)) -> SystemTime {
+    let offset = Duration::new(seconds.unsigned_abs(), nanos.min(999_999_999) as u32);
+    if seconds >= 0 {
+        SystemTime::UNIX_EPOCH + offset
+    } else {
+        SystemTime::UNIX_EPOCH - offset
+    }
+}
+
+/// How long ago a `stat` time stamp was (`None` when it lies in the future).
+pub(crate) fn age_of(stamp: (i64, u64)) -> Option<Duration> {
+    time_of(stamp).elapsed().ok()
 }
 
 /// The raw errno of an I/O error, or 0.
@@ -274,14 +296,15 @@ pub(crate) fn read_limited(fd: BorrowedFd<'_>, limit: usize) -> io::Result<(Vec<
     }
 }
 
-/// Creates `name` in `dir` for writing (mode 0600); `EEXIST` if anything is there. Never
-/// truncates an existing file, which might be a hard link to a file elsewhere.
+/// Creates `name` in `dir` for reading and writing (mode 0600); `EEXIST` if anything is
+/// there. Never truncates an existing file, which might be a hard link to a file
+/// elsewhere.
 pub(crate) fn create_exclusive_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<OwnedFd> {
     retry(|| {
         rustix::fs::openat(
             dir,
             name,
-            OFlags::WRONLY
+            OFlags::RDWR
                 | OFlags::CREATE
                 | OFlags::EXCL
                 | OFlags::NOFOLLOW
@@ -290,6 +313,99 @@ pub(crate) fn create_exclusive_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Resul
             Mode::from_raw_mode(0o600),
         )
     })
+}
+
+/// Creates an unnamed regular file in `dir` (`O_TMPFILE`, mode 0600) for reading and
+/// writing: it has no name until [`link_at`] gives it one, so a writer killed before
+/// then leaves nothing behind. `Ok(None)` when the filesystem cannot (`EOPNOTSUPP`, or
+/// `EISDIR`/`EINVAL` from kernels and filesystems without it).
+pub(crate) fn create_unnamed_at(dir: BorrowedFd<'_>) -> io::Result<Option<OwnedFd>> {
+    match retry(|| {
+        rustix::fs::openat(
+            dir,
+            c".",
+            OFlags::RDWR | OFlags::TMPFILE | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+    }) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(e) if matches!(errno(&e), libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Gives the unnamed file `fd` (from [`create_unnamed_at`]) the name `name` in `dir`,
+/// failing with `EEXIST` when anything has that name (the link is exclusive).
+///
+/// `linkat(fd, "", AT_EMPTY_PATH)` needs `CAP_DAC_READ_SEARCH` before Linux 6.10; without
+/// it the kernel answers `ENOENT`, and the file is linked through its `/proc/self/fd`
+/// entry instead (which the kernel allows for an `O_TMPFILE` file).
+pub(crate) fn link_at(fd: BorrowedFd<'_>, dir: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static EMPTY_PATH_REFUSED: AtomicBool = AtomicBool::new(false);
+    if !EMPTY_PATH_REFUSED.load(Ordering::Relaxed) {
+        match retry(|| rustix::fs::linkat(fd, c"", dir, name, AtFlags::EMPTY_PATH)) {
+            Err(e) if matches!(errno(&e), libc::ENOENT | libc::EPERM) => {
+                EMPTY_PATH_REFUSED.store(true, Ordering::Relaxed);
+            }
+            other => return other,
+        }
+    }
+    link_through_proc(fd, dir, name)
+}
+
+/// [`link_at`] through the descriptor's `/proc/self/fd` entry.
+fn link_through_proc(fd: BorrowedFd<'_>, dir: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    retry(|| {
+        rustix::fs::linkat(
+            rustix::fs::CWD,
+            proc.as_str(),
+            dir,
+            name,
+            AtFlags::SYMLINK_FOLLOW,
+        )
+    })
+}
+
+/// `ftruncate`: cuts (or extends) the file to `len` bytes.
+pub(crate) fn truncate(fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {
+    retry(|| rustix::fs::ftruncate(fd, len))
+}
+
+/// Writes all of `bytes` at `offset`, without moving the file position.
+pub(crate) fn write_all_at(
+    fd: BorrowedFd<'_>,
+    mut bytes: &[u8],
+    mut offset: u64,
+) -> io::Result<()> {
+    while !bytes.is_empty() {
+        let n = retry(|| rustix::io::pwrite(fd, bytes, offset))?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "write returned 0"));
+        }
+        bytes = &bytes[n..];
+        offset += n as u64;
+    }
+    Ok(())
+}
+
+/// Reads at most `limit` bytes from offset 0 (the flag says whether more were there),
+/// without moving the file position.
+pub(crate) fn read_limited_at(fd: BorrowedFd<'_>, limit: usize) -> io::Result<(Vec<u8>, bool)> {
+    let mut bytes = vec![0u8; limit + 1];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        let n = retry(|| rustix::io::pread(fd, &mut bytes[filled..], filled as u64))?;
+        if n == 0 {
+            break;
+        }
+        filled += n;
+    }
+    let oversized = filled > limit;
+    bytes.truncate(filled.min(limit));
+    Ok((bytes, oversized))
 }
 
 /// Writes all of `bytes`.
@@ -391,9 +507,10 @@ pub(crate) fn hostname() -> &'static str {
     })
 }
 
-/// The real user id.
+/// The real user id, read once (it is informational: the holder's facts).
 pub(crate) fn uid() -> u32 {
-    rustix::process::getuid().as_raw()
+    static UID: OnceLock<u32> = OnceLock::new();
+    *UID.get_or_init(|| rustix::process::getuid().as_raw())
 }
 
 /// A short description of this process's command (`arcane lock`), read once from
@@ -443,6 +560,7 @@ fn describe_command(exe: &str, words: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
 
     fn words(list: &[&str]) -> Vec<String> {
         list.iter().map(|w| w.to_string()).collect()
@@ -476,6 +594,28 @@ mod tests {
         let _ = child.kill();
         let _ = child.wait();
         assert!(theirs.unwrap() >= own_start_time().unwrap());
+    }
+
+    #[test]
+    fn an_unnamed_file_is_linked_exclusively_either_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir_fd = open_directory_nofollow(dir.path()).unwrap();
+        type Link = for<'a, 'b, 'c> fn(BorrowedFd<'a>, BorrowedFd<'b>, &'c CStr) -> io::Result<()>;
+        let ways: [(&CStr, Link); 2] = [(c"direct", link_at), (c"through-proc", link_through_proc)];
+        for (name, link) in ways {
+            let file = create_unnamed_at(dir_fd.as_fd())
+                .unwrap()
+                .expect("tmpfs and ext4 have unnamed files");
+            write_all(file.as_fd(), b"record").unwrap();
+            link(file.as_fd(), dir_fd.as_fd(), name).unwrap();
+            let path = dir.path().join(name.to_str().unwrap());
+            assert_eq!(std::fs::read(&path).unwrap(), b"record");
+            // A second link to the same name is refused, never replaces it.
+            let other = create_unnamed_at(dir_fd.as_fd()).unwrap().unwrap();
+            let err = link(other.as_fd(), dir_fd.as_fd(), name).unwrap_err();
+            assert_eq!(errno(&err), libc::EEXIST);
+            assert_eq!(std::fs::read(&path).unwrap(), b"record");
+        }
     }
 
     #[test]

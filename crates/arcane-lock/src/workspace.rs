@@ -20,6 +20,7 @@ use crate::sys::{self, Identity, Kind};
 pub(crate) const ARCANE_DIR: &CStr = arcane_workspace::layout::STATE_DIR_C;
 
 /// An opened, verified workspace directory.
+#[derive(Debug)]
 pub(crate) struct Workspace {
     /// The canonical path.
     pub(crate) canonical: PathBuf,
@@ -173,7 +174,7 @@ fn refusal(path: &Path, error: std::io::Error, action: &'static str) -> Error {
 
 /// Rebuilds a path from its components so that a trailing `/` or `/.` (which would
 /// make the kernel follow a final symbolic link) disappears.
-fn normalise(path: &Path) -> PathBuf {
+pub(crate) fn normalise(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for component in path.components() {
         match component {

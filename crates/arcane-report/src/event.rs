@@ -43,6 +43,12 @@ impl Event {
 pub trait EventSink: Send + Sync {
     /// Delivers one event.
     fn emit(&self, event: Event);
+
+    /// Whether events are wanted at all: an emitter on a hot path may skip building
+    /// one when not (`false` only for [`NullSink`]).
+    fn enabled(&self) -> bool {
+        true
+    }
 }
 
 impl<F: Fn(Event) + Send + Sync> EventSink for F {
@@ -57,6 +63,10 @@ pub struct NullSink;
 
 impl EventSink for NullSink {
     fn emit(&self, _event: Event) {}
+
+    fn enabled(&self) -> bool {
+        false
+    }
 }
 
 /// A sink that keeps every event in memory, in order; for tests and for replaying.

@@ -11,18 +11,50 @@ pub fn now_rfc3339() -> String {
 }
 
 /// Formats `time` as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC). Times before 1970 clamp to the epoch.
+///
+/// Written digit by digit rather than with `format!`: the workspace lock formats several
+/// of these per acquisition, and the formatting machinery cost more than the lock's own
+/// system calls.
 pub fn format_rfc3339(time: SystemTime) -> String {
     let since = time.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
     let secs = since.as_secs();
     let (year, month, day) = civil_from_days((secs / 86_400) as i64);
     let rem = secs % 86_400;
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60,
-        since.subsec_millis()
-    )
+    let mut text = String::with_capacity(24);
+    // Years past 9999 keep every digit (the text then grows, as `{:04}` did).
+    let year = year.max(0) as u64;
+    push_digits(
+        &mut text,
+        year,
+        (year.checked_ilog10().unwrap_or(0) + 1).max(4),
+    );
+    for (separator, value, width) in [
+        ('-', u64::from(month), 2),
+        ('-', u64::from(day), 2),
+        ('T', rem / 3600, 2),
+        (':', (rem / 60) % 60, 2),
+        (':', rem % 60, 2),
+        ('.', u64::from(since.subsec_millis()), 3),
+    ] {
+        text.push(separator);
+        push_digits(&mut text, value, width);
+    }
+    text.push('Z');
+    text
+}
+
+/// Appends the last `width` (at most 20) decimal digits of `value`, zero-padded.
+fn push_digits(text: &mut String, value: u64, width: u32) {
+    let mut digits = [b'0'; 20];
+    let width = (width as usize).min(digits.len());
+    let mut rest = value;
+    for slot in digits[..width].iter_mut().rev() {
+        *slot = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    for &digit in &digits[..width] {
+        text.push(char::from(digit));
+    }
 }
 
 /// Parses the subset of RFC 3339 that Arcane and the JavaScript SDK write
@@ -113,6 +145,31 @@ mod tests {
             parse_rfc3339("2000-02-29T12:00:00Z"),
             Some(UNIX_EPOCH + Duration::from_secs(951_825_600))
         );
+    }
+
+    #[test]
+    fn the_digit_by_digit_formatting_is_what_format_writes() {
+        // Across leap years, month ends and millisecond edges, up to year 10000.
+        let mut millis: u64 = 0;
+        while millis < 253_402_300_800_000 + 86_400_000 * 400 {
+            let t = UNIX_EPOCH + Duration::from_millis(millis);
+            let since = t.duration_since(UNIX_EPOCH).unwrap();
+            let secs = since.as_secs();
+            let (year, month, day) = civil_from_days((secs / 86_400) as i64);
+            let rem = secs % 86_400;
+            let expected = format!(
+                "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+                rem / 3600,
+                (rem / 60) % 60,
+                rem % 60,
+                since.subsec_millis()
+            );
+            assert_eq!(format_rfc3339(t), expected);
+            if year < 10_000 {
+                assert_eq!(parse_rfc3339(&expected), Some(t), "{expected}");
+            }
+            millis += 86_399_999 * 7 + 1_013;
+        }
     }
 
     #[test]

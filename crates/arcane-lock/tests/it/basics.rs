@@ -28,8 +28,9 @@ fn the_record_exists_while_held_and_is_gone_after_release() {
 }
 
 #[test]
-fn the_record_is_the_sdk_document_and_arcanes_facts_stand_beside_it() {
+fn the_record_is_the_sdk_document_and_arcanes_facts_are_in_the_sentinel() {
     let ws = workspace();
+    let before = std::time::SystemTime::now();
     let lock = WorkspaceLock::acquire(ws.path(), &options("model.add"), &NullSink).unwrap();
     let bytes = std::fs::read(record_path(ws.path())).unwrap();
     assert!(
@@ -49,22 +50,24 @@ fn the_record_is_the_sdk_document_and_arcanes_facts_stand_beside_it() {
     assert!(v["securityBoundary"]
         .as_str()
         .is_some_and(|s| s.contains("JavaScript")));
+    // The SDK's TTL between the two times, and an expiry a short horizon ahead (which
+    // the holder renews), so an SDK 0.1.1 recovers a killed holder within it.
     let acquired = arcane_report::time::parse_rfc3339(v["acquiredAt"].as_str().unwrap()).unwrap();
     let expires = arcane_report::time::parse_rfc3339(v["expiresAt"].as_str().unwrap()).unwrap();
     assert_eq!(
         expires.duration_since(acquired).unwrap(),
         Duration::from_millis(21_600_000)
     );
+    let ahead = expires.duration_since(before).unwrap();
+    assert!(ahead <= Duration::from_secs(31), "{ahead:?}");
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let meta = std::fs::metadata(record_path(ws.path())).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    // Arcane's own facts, under the same nonce.
-    let facts_path = ws
-        .path()
-        .join(".arcane/workspace-operation.lock.arcane.json");
-    let facts: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&facts_path).unwrap()).unwrap();
+    // Arcane's own facts, under the same nonce, in the sentinel the holder locks.
+    let facts = sentinel_facts(ws.path());
     assert_eq!(facts["nonce"], lock.nonce());
+    assert_eq!(facts["acquiredAt"], lock.acquired_at(), "the real time");
+    assert_eq!(facts["owner"]["pid"], std::process::id());
     assert_eq!(facts["owner"]["hostname"], hostname());
     assert_eq!(facts["owner"]["bootId"], boot_id());
     assert_eq!(facts["owner"]["startTime"], start_time(std::process::id()));
@@ -73,9 +76,18 @@ fn the_record_is_the_sdk_document_and_arcanes_facts_stand_beside_it() {
         facts["workspaceIdentity"]["ino"],
         std::fs::metadata(ws.path()).unwrap().ino()
     );
+    // Nothing else was written beside the record (no second file per lease).
+    let mut names: Vec<String> = std::fs::read_dir(ws.path().join(".arcane"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["workspace-operation.lock", "workspace-operation.lock.json"]
+    );
     drop(lock);
     assert!(!record_path(ws.path()).exists(), "drop releases");
-    assert!(!facts_path.exists(), "and removes its facts");
 }
 
 #[test]

@@ -10,5 +10,7 @@ mod basics;
 mod nested;
 mod paths;
 mod processes;
+mod renewal;
 mod stale;
 mod wait;
+mod warm;

@@ -239,19 +239,39 @@ fn a_hard_link_planted_at_the_temporary_name_is_never_written_through() {
 }
 
 #[test]
-fn a_symlink_planted_at_the_temporary_name_is_denied() {
+fn links_planted_at_the_names_the_lock_writes_are_never_followed() {
+    // The fixed temporary name earlier versions used, and this process's spare name
+    // (the record file a process that locks again and again reuses).
     let ws = workspace();
     let outside = workspace();
     std::fs::create_dir(ws.path().join(".arcane")).unwrap();
-    let target = outside.path().join("t");
-    symlink(
-        &target,
-        ws.path().join(".arcane/.workspace-operation.lock.json.tmp"),
-    )
-    .unwrap();
-    let err = acquire(ws.path()).unwrap_err();
-    assert_policy(&err, |r| *r == PolicyReason::SymbolicLink);
-    assert!(!target.exists());
+    let start = start_time(std::process::id());
+    let names = [
+        ".workspace-operation.lock.json.tmp".to_string(),
+        format!(
+            ".workspace-operation.lock.json.spare-{}-{start}",
+            std::process::id()
+        ),
+    ];
+    for (i, name) in names.iter().enumerate() {
+        symlink(
+            outside.path().join(format!("t{i}")),
+            ws.path().join(".arcane").join(name),
+        )
+        .unwrap();
+    }
+    for _ in 0..4 {
+        acquire(ws.path()).unwrap().release().unwrap();
+    }
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        0,
+        "nothing was created through a link"
+    );
+    for name in &names {
+        let meta = std::fs::symlink_metadata(ws.path().join(".arcane").join(name)).unwrap();
+        assert!(meta.file_type().is_symlink(), "{name} was left as it was");
+    }
     assert!(!record_path(ws.path()).exists());
 }
 

@@ -29,6 +29,11 @@ pub fn read_record(ws: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(record_path(ws)).unwrap()).unwrap()
 }
 
+/// The holder's facts Arcane writes into the sentinel (JSON padded with spaces).
+pub fn sentinel_facts(ws: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(ws.join(SENTINEL)).unwrap()).unwrap()
+}
+
 pub fn options(op: &str) -> arcane_lock::AcquireOptions {
     arcane_lock::AcquireOptions::new(op).unwrap()
 }

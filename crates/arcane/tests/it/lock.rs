@@ -1312,12 +1312,9 @@ fn a_directory_at_the_stale_aside_name_is_named_with_a_hint_and_kept() {
     );
 }
 
-/// The SDK's workspace-operation-lock module, version 0.1.1, from the reference seeds
-/// beside the repository, with the 0.89 recovery rule applied by hand (its hunks do
-/// not apply textually): an owner is absent only when `kill(pid, 0)` says `ESRCH`, and
-/// recovery no longer waits for the record's expiry. `None` when the seeds are not
-/// there.
-fn sdk_lock_module() -> Option<String> {
+/// The SDK's workspace-operation-lock module, version 0.1.1, exactly as published,
+/// from the reference seeds beside the repository. `None` when the seeds are not there.
+fn sdk_lock_module_0_1_1() -> Option<String> {
     let seed = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/reference/seeds/arcane-os-0.1.1-workspace-operation-lock.diff");
     let diff = std::fs::read_to_string(seed).ok()?;
@@ -1325,11 +1322,19 @@ fn sdk_lock_module() -> Option<String> {
         .split_once("@@ -0,0 +1,716 @@\n")
         .expect("the module's hunk")
         .1;
-    let mut module: String = hunk
-        .lines()
-        .take_while(|line| line.starts_with('+'))
-        .map(|line| format!("{}\n", &line[1..]))
-        .collect();
+    Some(
+        hunk.lines()
+            .take_while(|line| line.starts_with('+'))
+            .map(|line| format!("{}\n", &line[1..]))
+            .collect(),
+    )
+}
+
+/// The 0.1.1 module with the 0.89 recovery rule applied by hand (its hunks do not apply
+/// textually): an owner is absent only when `kill(pid, 0)` says `ESRCH`, and recovery
+/// no longer waits for the record's expiry. `None` when the seeds are not there.
+fn sdk_lock_module() -> Option<String> {
+    let mut module = sdk_lock_module_0_1_1()?;
     let rules = [
         // Recovery no longer waits for expiry.
         ("        &&expires<=now\n", ""),
@@ -1350,6 +1355,47 @@ fn sdk_lock_module() -> Option<String> {
     Some(module)
 }
 
+/// A JavaScript SDK module in a directory of its own, with a script that takes the lock
+/// once (operation `sdk-test`) and prints `{"result":"done"}` or the error's code.
+struct Sdk {
+    dir: tempfile::TempDir,
+}
+
+impl Sdk {
+    fn new(module: String) -> Sdk {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("workspace-operation-lock.mjs"), module).unwrap();
+        std::fs::write(
+            dir.path().join("run.mjs"),
+            "import {withWorkspaceOperationLock} from './workspace-operation-lock.mjs';\n\
+             try {\n\
+               const result = await withWorkspaceOperationLock({workspaceRoot: process.argv[2], operation: 'sdk-test'}, async () => 'done');\n\
+               console.log(JSON.stringify({result}));\n\
+             } catch (error) {\n\
+               console.log(JSON.stringify({code: error.code ?? null, message: String(error.message)}));\n\
+               process.exitCode = 1;\n\
+             }\n",
+        )
+        .unwrap();
+        Sdk { dir }
+    }
+
+    /// One acquisition by the SDK: its answer.
+    fn acquire(&self, ws: &TestWorkspace) -> serde_json::Value {
+        let out = run(Command::new("node")
+            .arg(self.dir.path().join("run.mjs"))
+            .arg(ws.path()));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .unwrap_or_else(|_| panic!("node: {} {}", stdout(&out), stderr(&out)))
+    }
+}
+
+/// The record's `expiresAt`.
+fn expires_at(ws: &TestWorkspace) -> std::time::SystemTime {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(record(ws)).unwrap()).unwrap();
+    arcane_report::time::parse_rfc3339(v["expiresAt"].as_str().unwrap()).unwrap()
+}
+
 /// Issue 19, item 15: after `kill -9` of `arcane lock run`, the JavaScript SDK (0.1.1
 /// with the 0.89 rule) recovers the dead Arcane holder at once, exactly as one of its
 /// own: the record is the SDK's document (its exact keys, `owner` with only `pid`, its
@@ -1362,29 +1408,9 @@ fn the_sdk_recovers_a_killed_arcane_holder_as_one_of_its_own() {
         return;
     };
     let ws = TestWorkspace::new();
-    let sdk = tempfile::tempdir().unwrap();
-    std::fs::write(sdk.path().join("workspace-operation-lock.mjs"), module).unwrap();
-    std::fs::write(
-        sdk.path().join("run.mjs"),
-        "import {withWorkspaceOperationLock} from './workspace-operation-lock.mjs';\n\
-         try {\n\
-           const result = await withWorkspaceOperationLock({workspaceRoot: process.argv[2], operation: 'sdk-test'}, async () => 'done');\n\
-           console.log(JSON.stringify({result}));\n\
-         } catch (error) {\n\
-           console.log(JSON.stringify({code: error.code ?? null, message: String(error.message)}));\n\
-           process.exitCode = 1;\n\
-         }\n",
-    )
-    .unwrap();
-    let sdk_acquire = || {
-        let out = run(Command::new("node")
-            .arg(sdk.path().join("run.mjs"))
-            .arg(ws.path()));
-        serde_json::from_slice::<serde_json::Value>(&out.stdout)
-            .unwrap_or_else(|_| panic!("node: {} {}", stdout(&out), stderr(&out)))
-    };
+    let sdk = Sdk::new(module);
     // The SDK takes and releases a free lock (the harness works).
-    assert_eq!(sdk_acquire()["result"], "done");
+    assert_eq!(sdk.acquire(&ws)["result"], "done");
 
     let mut holder = ws
         .arcane()
@@ -1403,15 +1429,117 @@ fn the_sdk_recovers_a_killed_arcane_holder_as_one_of_its_own() {
         std::thread::sleep(Duration::from_millis(20));
     }
     // While the holder lives, the SDK is refused.
-    assert_eq!(sdk_acquire()["code"], "ARCANE_WORKSPACE_BUSY");
+    assert_eq!(sdk.acquire(&ws)["code"], "ARCANE_WORKSPACE_BUSY");
     holder.kill().unwrap();
     holder.wait().unwrap();
     // Dead: the SDK recovers it at once and runs its operation.
-    let answer = sdk_acquire();
+    let answer = sdk.acquire(&ws);
     assert_eq!(answer["result"], "done", "{answer}");
     // And Arcane still takes the lock after it (the dead holder's facts are debris).
     let out = run(ws
         .arcane()
         .args(["lock", "run", "--operation", "after", "--", "true"]));
     assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// Issue 31: the SDK's 0.1.1 module exactly as published, whose recovery waits for
+/// `expiresAt` and an absent owner, recovers a killed `arcane lock run` within the
+/// record's short horizon instead of six hours later. While the holder lives, it renews
+/// the expiry in place, so the record never expires under a live holder.
+#[test]
+fn the_sdk_0_1_1_recovers_a_killed_arcane_holder_within_the_horizon() {
+    let Some(module) = sdk_lock_module_0_1_1() else {
+        eprintln!("skipped: the SDK reference seeds are not beside the repository");
+        return;
+    };
+    let ws = TestWorkspace::new();
+    let sdk = Sdk::new(module);
+    assert_eq!(sdk.acquire(&ws)["result"], "done", "the harness works");
+    let mut reaper = Reaper::default();
+    let (arcane_pid, sleep_pid) = start_holder(&ws, "hold", &mut reaper);
+    let first = expires_at(&ws);
+    assert!(
+        first <= std::time::SystemTime::now() + Duration::from_secs(31),
+        "the record expires within the horizon, not in six hours"
+    );
+    assert_eq!(sdk.acquire(&ws)["code"], "ARCANE_WORKSPACE_BUSY");
+    // A live holder renews: the expiry moves on, and the SDK is still refused.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while expires_at(&ws) == first {
+        assert!(Instant::now() < deadline, "the record was never renewed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(expires_at(&ws) > first);
+    assert_eq!(sdk.acquire(&ws)["code"], "ARCANE_WORKSPACE_BUSY");
+    kill9(arcane_pid);
+    for child in &mut reaper.children {
+        let _ = child.wait();
+    }
+    wait_gone(sleep_pid, "the holder's command");
+    let last = expires_at(&ws);
+    assert!(
+        last <= std::time::SystemTime::now() + Duration::from_secs(31),
+        "the dead holder's record expires within the horizon"
+    );
+    // The SDK recovers it once it has expired (and until then says busy).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let answer = loop {
+        let answer = sdk.acquire(&ws);
+        if answer["result"] == "done" {
+            break answer;
+        }
+        assert_eq!(answer["code"], "ARCANE_WORKSPACE_BUSY", "{answer}");
+        assert!(
+            Instant::now() < deadline,
+            "the SDK never recovered: {answer}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(answer["result"], "done");
+    let out = run(ws
+        .arcane()
+        .args(["lock", "run", "--operation", "after", "--", "true"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// Issue 31: an inner `arcane lock run` holding the inherited lease checks the lock
+/// every second while the outer one renews the record's times in place: a renewal is
+/// not taken for tampering, so the inner command runs to its end.
+#[test]
+fn an_inherited_lease_takes_its_ancestors_renewals_for_what_they_are() {
+    let ws = TestWorkspace::new();
+    let arcane = crate::support::arcane_bin();
+    // The innermost command waits (polling, at most a minute) until the record's expiry
+    // has changed twice: the inner holder checked the lock a dozen times in between.
+    let script = "first=$(grep expiresAt \"$1\"); seen=0; n=0; \
+                  while [ $n -lt 600 ]; do now=$(grep expiresAt \"$1\"); \
+                  if [ \"$now\" != \"$first\" ]; then seen=$((seen+1)); first=$now; fi; \
+                  if [ $seen -ge 2 ]; then echo renewed-twice; exit 0; fi; \
+                  n=$((n+1)); sleep 0.1; done; exit 3";
+    let out = run(ws
+        .arcane()
+        .args(["lock", "run", "--operation", "outer", "--"])
+        .arg(&arcane)
+        .arg("--workspace")
+        .arg(ws.path())
+        .args([
+            "lock",
+            "run",
+            "--operation",
+            "inner",
+            "--",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .arg(record(&ws)));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(stdout(&out).contains("renewed-twice"), "{}", stdout(&out));
 }
