@@ -13,7 +13,7 @@ use crate::lease::{RECORD, SENTINEL, STALE};
 use crate::record;
 use crate::recovery::{self, Found, Scope, Verdict};
 use crate::sys::{self, Kind, Stamp};
-use crate::workspace::{classify, Workspace};
+use crate::workspace::{classify, regular_file, Workspace};
 
 /// The bytes of an existing record.
 pub(crate) enum RecordBytes {
@@ -38,17 +38,7 @@ pub(crate) fn read_record(
             return Err(classify(&path, e, kind, "read the lock record"));
         }
     };
-    let stamp =
-        sys::stat_fd(fd.as_fd()).map_err(|e| Error::io("inspect the lock record", &path, e))?;
-    if stamp.kind != Kind::Regular {
-        return Err(Error::policy(
-            &path,
-            PolicyReason::WrongKind {
-                found: stamp.kind.describe(),
-            },
-            None,
-        ));
-    }
+    let stamp = regular_file(fd.as_fd(), &path, "inspect the lock record")?;
     let (bytes, oversized) = sys::read_limited(fd.as_fd(), record::MAX_RECORD_BYTES)
         .map_err(|e| Error::io("read the lock record", &path, e))?;
     let found = if oversized {

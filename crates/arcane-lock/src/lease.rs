@@ -21,9 +21,9 @@ use crate::published::{spare_name, Drift, Published, Spare};
 use crate::record::{self, Rendered};
 use crate::registry;
 use crate::registry::Reservation;
-use crate::sys::{self, Kind, TryLock};
+use crate::sys::{self, TryLock};
 use crate::warm::{self, Handles};
-use crate::workspace::{classify, Workspace};
+use crate::workspace::{classify, regular_file, Workspace};
 
 /// The sentinel that carries the advisory lock (and its holder's facts); created once,
 /// never removed.
@@ -726,17 +726,7 @@ pub(crate) fn lock_sentinel_named(
                 return Err(classify(&path, e, kind, "open the lock sentinel"));
             }
         };
-        let ours = sys::stat_fd(fd.as_fd())
-            .map_err(|e| Error::io("inspect the lock sentinel", &path, e))?;
-        if ours.kind != Kind::Regular {
-            return Err(Error::policy(
-                &path,
-                PolicyReason::WrongKind {
-                    found: ours.kind.describe(),
-                },
-                None,
-            ));
-        }
+        let ours = regular_file(fd.as_fd(), &path, "inspect the lock sentinel")?;
         match sys::try_lock_exclusive(fd.as_fd()).map_err(|e| Error::io("lock", &path, e))? {
             TryLock::Locked => {}
             TryLock::WouldBlock => return Ok(Locked::No),

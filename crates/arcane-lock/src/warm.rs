@@ -22,7 +22,6 @@
 //! for at most [`IDLE`] after their last use: the background thread of the `renew`
 //! module closes them, so a filesystem is not kept busy (unmountable) for long.
 
-use std::ffi::CStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -34,7 +33,7 @@ use crate::error::{Error, PolicyReason};
 use crate::lease::SENTINEL;
 use crate::published::Spare;
 use crate::sys::{self, Identity, Kind};
-use crate::workspace::{classify, normalise, Workspace, ARCANE_DIR};
+use crate::workspace::{classify, normalise, regular_file, Workspace, ARCANE_DIR};
 
 /// How many workspaces' handles are kept.
 const CAPACITY: usize = 8;
@@ -131,23 +130,8 @@ impl Handles {
                 None,
             ));
         }
-        let arcane_identity = sys::stat_fd(arcane.as_fd())
-            .map_err(|e| Error::io("inspect", &state, e))?
-            .identity;
-        let (sentinel, sentinel_identity) = open_sentinel(&ws, &arcane)?;
-        Ok(Handles {
-            scope_json: crate::record::scope_json(&ws.canonical),
-            ws,
-            requested,
-            arcane: Arc::new(arcane),
-            arcane_identity,
-            sentinel,
-            sentinel_identity,
-            pid: sys::own_pid(),
-            last_used: Instant::now(),
-            fresh: true,
-            spare: None,
-        })
+        let sentinel = open_sentinel(&ws, &arcane)?;
+        Handles::assemble(ws, requested, arcane, sentinel, true)
     }
 
     /// The handles of an inherited lease: the workspace as opened, its `.arcane`, and a
@@ -158,24 +142,34 @@ impl Handles {
         arcane: OwnedFd,
         sentinel: OwnedFd,
     ) -> Result<Handles, Error> {
-        let stat = |fd: &OwnedFd, what: &CStr| {
-            sys::stat_fd(fd.as_fd())
-                .map(|s| s.identity)
-                .map_err(|e| Error::io("inspect", ws.arcane_path(what), e))
-        };
-        let arcane_identity = stat(&arcane, c"")?;
-        let sentinel_identity = stat(&sentinel, SENTINEL)?;
+        let identity = sys::stat_fd(sentinel.as_fd())
+            .map_err(|e| Error::io("inspect the lock sentinel", ws.arcane_path(SENTINEL), e))?
+            .identity;
+        let requested = ws.canonical.clone();
+        Handles::assemble(ws, requested, arcane, (sentinel, identity), false)
+    }
+
+    fn assemble(
+        ws: Workspace,
+        requested: PathBuf,
+        arcane: OwnedFd,
+        (sentinel, sentinel_identity): (OwnedFd, Identity),
+        fresh: bool,
+    ) -> Result<Handles, Error> {
+        let arcane_identity = sys::stat_fd(arcane.as_fd())
+            .map_err(|e| Error::io("inspect", layout::state_dir(&ws.canonical), e))?
+            .identity;
         Ok(Handles {
-            requested: ws.canonical.clone(),
             scope_json: crate::record::scope_json(&ws.canonical),
             ws,
+            requested,
             arcane: Arc::new(arcane),
             arcane_identity,
             sentinel,
             sentinel_identity,
             pid: sys::own_pid(),
             last_used: Instant::now(),
-            fresh: false,
+            fresh,
             spare: None,
         })
     }
@@ -243,16 +237,6 @@ fn open_sentinel(ws: &Workspace, arcane: &OwnedFd) -> Result<(OwnedFd, Identity)
         let kind = sys::stat_at(arcane.as_fd(), SENTINEL).map(|s| s.kind).ok();
         classify(&path, e, kind, "open the lock sentinel")
     })?;
-    let stamp =
-        sys::stat_fd(fd.as_fd()).map_err(|e| Error::io("inspect the lock sentinel", &path, e))?;
-    if stamp.kind != Kind::Regular {
-        return Err(Error::policy(
-            &path,
-            PolicyReason::WrongKind {
-                found: stamp.kind.describe(),
-            },
-            None,
-        ));
-    }
+    let stamp = regular_file(fd.as_fd(), &path, "inspect the lock sentinel")?;
     Ok((fd, stamp.identity))
 }

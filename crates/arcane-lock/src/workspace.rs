@@ -162,6 +162,27 @@ pub(crate) fn classify(
     }
 }
 
+/// The `fstat` of `fd`, an opened lock file at `path` (`what` names it for an error),
+/// which must be a regular file: a directory, FIFO or device there is
+/// `ARCANE_POLICY_DENIED` naming what it is.
+pub(crate) fn regular_file(
+    fd: std::os::fd::BorrowedFd<'_>,
+    path: &Path,
+    what: &'static str,
+) -> Result<sys::Stamp, Error> {
+    let stamp = sys::stat_fd(fd).map_err(|e| Error::io(what, path, e))?;
+    if stamp.kind != Kind::Regular {
+        return Err(Error::policy(
+            path,
+            PolicyReason::WrongKind {
+                found: stamp.kind.describe(),
+            },
+            None,
+        ));
+    }
+    Ok(stamp)
+}
+
 fn refusal(path: &Path, error: std::io::Error, action: &'static str) -> Error {
     match sys::errno(&error) {
         sys::ENOENT => Error::policy(path, PolicyReason::Missing, Some(error)),

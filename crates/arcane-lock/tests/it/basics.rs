@@ -77,13 +77,8 @@ fn the_record_is_the_sdk_document_and_arcanes_facts_are_in_the_sentinel() {
         std::fs::metadata(ws.path()).unwrap().ino()
     );
     // Nothing else was written beside the record (no second file per lease).
-    let mut names: Vec<String> = std::fs::read_dir(ws.path().join(".arcane"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
     assert_eq!(
-        names,
+        names_in(&ws.path().join(".arcane")),
         ["workspace-operation.lock", "workspace-operation.lock.json"]
     );
     drop(lock);

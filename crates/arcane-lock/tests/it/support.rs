@@ -29,6 +29,16 @@ pub fn read_record(ws: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(record_path(ws)).unwrap()).unwrap()
 }
 
+/// The names in `dir`, sorted.
+pub fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 /// The holder's facts Arcane writes into the sentinel (JSON padded with spaces).
 pub fn sentinel_facts(ws: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(ws.join(SENTINEL)).unwrap()).unwrap()

@@ -17,15 +17,6 @@ fn lock_once(path: &Path) {
         .unwrap();
 }
 
-fn names_in(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
-
 #[test]
 fn a_workspace_replaced_between_acquisitions_is_opened_afresh() {
     let parent = workspace();

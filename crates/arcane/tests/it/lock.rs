@@ -1390,6 +1390,14 @@ impl Sdk {
     }
 }
 
+/// Arcane takes (and releases) the workspace's lock.
+fn assert_arcane_locks(ws: &TestWorkspace) {
+    let out = run(ws
+        .arcane()
+        .args(["lock", "run", "--operation", "after", "--", "true"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
 /// The record's `expiresAt`.
 fn expires_at(ws: &TestWorkspace) -> std::time::SystemTime {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(record(ws)).unwrap()).unwrap();
@@ -1436,10 +1444,7 @@ fn the_sdk_recovers_a_killed_arcane_holder_as_one_of_its_own() {
     let answer = sdk.acquire(&ws);
     assert_eq!(answer["result"], "done", "{answer}");
     // And Arcane still takes the lock after it (the dead holder's facts are debris).
-    let out = run(ws
-        .arcane()
-        .args(["lock", "run", "--operation", "after", "--", "true"]));
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_arcane_locks(&ws);
 }
 
 /// Issue 31: the SDK's 0.1.1 module exactly as published, whose recovery waits for
@@ -1496,10 +1501,7 @@ fn the_sdk_0_1_1_recovers_a_killed_arcane_holder_within_the_horizon() {
         std::thread::sleep(Duration::from_millis(500));
     };
     assert_eq!(answer["result"], "done");
-    let out = run(ws
-        .arcane()
-        .args(["lock", "run", "--operation", "after", "--", "true"]));
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_arcane_locks(&ws);
 }
 
 /// Issue 31: an inner `arcane lock run` holding the inherited lease checks the lock
