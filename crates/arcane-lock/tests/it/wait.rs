@@ -189,3 +189,44 @@ fn a_foreign_holder_without_a_record_is_busy_without_a_name() {
         "{err}"
     );
 }
+
+/// Issue 31: the record is written before the lock is tried; one that waited for the
+/// lock longer than a second gets fresh times when it is published, so its expiry lies
+/// a horizon after its publication, not after the start of the wait.
+#[test]
+fn a_record_that_waited_for_the_lock_is_published_with_fresh_times() {
+    let ws = workspace();
+    let holder = ForeignHolder::start(ws.path());
+    let sink = Arc::new(Collector::default());
+    let waiter = {
+        let (path, sink) = (ws.path().to_path_buf(), Arc::clone(&sink));
+        std::thread::spawn(move || {
+            WorkspaceLock::acquire(
+                &path,
+                &options("build").wait(Duration::from_secs(60)),
+                &*sink,
+            )
+        })
+    };
+    wait_until("the acquirer waits", || {
+        sink.types()
+            .contains(&"workspace.operation.waiting".to_string())
+    });
+    // The other holder keeps the lock for more than a second after that.
+    let waiting_since = std::time::SystemTime::now();
+    wait_until("a second has passed", || {
+        waiting_since
+            .elapsed()
+            .is_ok_and(|e| e > Duration::from_millis(1100))
+    });
+    let released_at = std::time::SystemTime::now();
+    drop(holder);
+    let lock = waiter.join().unwrap().expect("locked once the holder left");
+    let v = read_record(ws.path());
+    let expires = arcane_report::time::parse_rfc3339(v["expiresAt"].as_str().unwrap()).unwrap();
+    assert!(
+        expires >= released_at + Duration::from_secs(29),
+        "times of the publication, not of the preparation"
+    );
+    lock.release().unwrap();
+}
