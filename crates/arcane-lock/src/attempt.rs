@@ -16,15 +16,15 @@ use std::time::{Duration, Instant};
 use arcane_report::{CancelToken, EventSink};
 
 use crate::debris;
-use crate::error::{BusyReason, Error, PolicyReason};
-use crate::found::{self, RecordBytes};
+use crate::error::{BusyReason, Error};
+use crate::found;
 use crate::holder::Holder;
-use crate::lease::{AcquireOptions, SENTINEL};
+use crate::lease::{replaced_repeatedly, try_flock, AcquireOptions, SENTINEL};
 use crate::published::{Prepared, Published};
 use crate::record::{self, Fields};
 use crate::recovery::Verdict;
 use crate::registry::{self, Reservation};
-use crate::sys::{self, TryLock};
+use crate::sys;
 use crate::warm::{self, Handles};
 use crate::workspace::{classify, Workspace};
 
@@ -154,23 +154,10 @@ impl Attempt {
     /// opened again (lock-spec.md case 55, arti fslock-guard). `false`: another open
     /// file description holds it.
     fn lock(&mut self) -> Result<bool, Error> {
-        let path = |handles: &Handles| handles.ws.arcane_path(SENTINEL);
         for _ in 0..16 {
-            let sentinel = self.handles.sentinel.as_fd();
-            let tried = sys::try_lock_exclusive(sentinel)
-                .map_err(|e| Error::io("lock", path(&self.handles), e))?;
-            match tried {
-                TryLock::Locked => {}
-                TryLock::WouldBlock => return Ok(false),
-                TryLock::Unsupported(e) => {
-                    return Err(Error::policy(
-                        path(&self.handles),
-                        PolicyReason::UnsupportedFilesystem {
-                            filesystem: "flock unsupported".into(),
-                        },
-                        Some(e),
-                    ))
-                }
+            let path = || self.handles.ws.arcane_path(SENTINEL);
+            if !try_flock(self.handles.sentinel.as_fd(), &path)? {
+                return Ok(false);
             }
             if self.handles.sentinel_drift()?.is_none() {
                 return Ok(true);
@@ -178,11 +165,7 @@ impl Attempt {
             let _ = sys::unlock(self.handles.sentinel.as_fd());
             self.handles.reopen_sentinel()?;
         }
-        Err(Error::Compromised {
-            path: path(&self.handles),
-            operation: String::new(),
-            what: "replaced repeatedly while being locked",
-        })
+        Err(replaced_repeatedly(self.ws().arcane_path(SENTINEL)))
     }
 
     /// Publishes the record under the lock, judging (and, when stale, replacing) a
@@ -301,13 +284,5 @@ pub(crate) fn hand_off(
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Ok(HandOff::TimedOut),
         }
-    }
-}
-
-/// Whether `found` is a record whose nonce the claim may check (for inherited leases).
-pub(crate) fn nonce_of(found: &RecordBytes) -> Option<String> {
-    match found {
-        RecordBytes::Bytes(bytes) => record::parse(bytes).ok().and_then(|p| p.holder.nonce),
-        RecordBytes::Oversized => None,
     }
 }

@@ -49,6 +49,14 @@ pub(crate) fn read_record(
     Ok(Some((found, stamp)))
 }
 
+/// The nonce a readable record names (an inherited lease's claim is checked against it).
+pub(crate) fn nonce_of(found: &RecordBytes) -> Option<String> {
+    match found {
+        RecordBytes::Bytes(bytes) => record::parse(bytes).ok().and_then(|p| p.holder.nonce),
+        RecordBytes::Oversized => None,
+    }
+}
+
 /// Applies the recovery rule to a record found with `stamp`, merging the holder's
 /// `facts` (from the sentinel) when they are its own.
 pub(crate) fn judge(

@@ -649,7 +649,7 @@ fn adopt(ws: Workspace, claim: &Claim, options: &AcquireOptions) -> Result<Works
     let record = found::read_record(&ws, &arcane)?;
     let record_nonce = record
         .as_ref()
-        .and_then(|(found, _)| attempt::nonce_of(found));
+        .and_then(|(found, _)| found::nonce_of(found));
     inherit::verify(&ws, arcane.as_fd(), claim, record_nonce.as_deref())?;
     // A verified claim has a readable record (its nonce matched).
     let Some((RecordBytes::Bytes(bytes), stamp)) = record else {
@@ -727,18 +727,8 @@ pub(crate) fn lock_sentinel_named(
             }
         };
         let ours = regular_file(fd.as_fd(), &path, "inspect the lock sentinel")?;
-        match sys::try_lock_exclusive(fd.as_fd()).map_err(|e| Error::io("lock", &path, e))? {
-            TryLock::Locked => {}
-            TryLock::WouldBlock => return Ok(Locked::No),
-            TryLock::Unsupported(e) => {
-                return Err(Error::policy(
-                    &path,
-                    PolicyReason::UnsupportedFilesystem {
-                        filesystem: "flock unsupported".into(),
-                    },
-                    Some(e),
-                ))
-            }
+        if !try_flock(fd.as_fd(), &|| path.clone())? {
+            return Ok(Locked::No);
         }
         match sys::stat_at(arcane.as_fd(), name) {
             Ok(at) if at.identity == ours.identity => return Ok(Locked::Yes(fd)),
@@ -748,11 +738,36 @@ pub(crate) fn lock_sentinel_named(
             Err(e) => return Err(Error::io("inspect the lock sentinel", &path, e)),
         }
     }
-    Err(Error::Compromised {
+    Err(replaced_repeatedly(path))
+}
+
+/// `flock(LOCK_EX | LOCK_NB)` on a sentinel (`path` names it in an error): whether this
+/// descriptor holds the lock now. A filesystem that cannot lock is
+/// `ARCANE_POLICY_DENIED` (reason `unsupported-filesystem`).
+pub(crate) fn try_flock(
+    fd: std::os::fd::BorrowedFd<'_>,
+    path: &dyn Fn() -> PathBuf,
+) -> Result<bool, Error> {
+    match sys::try_lock_exclusive(fd).map_err(|e| Error::io("lock", path(), e))? {
+        TryLock::Locked => Ok(true),
+        TryLock::WouldBlock => Ok(false),
+        TryLock::Unsupported(e) => Err(Error::policy(
+            path(),
+            PolicyReason::UnsupportedFilesystem {
+                filesystem: "flock unsupported".into(),
+            },
+            Some(e),
+        )),
+    }
+}
+
+/// A sentinel swapped under every one of an acquirer's attempts to lock it.
+pub(crate) fn replaced_repeatedly(path: PathBuf) -> Error {
+    Error::Compromised {
         path,
         operation: String::new(),
         what: "replaced repeatedly while being locked",
-    })
+    }
 }
 
 /// Jittered back-off: 1 ms doubling to 8 ms, ±25 % (git's lockfile.c jitters by ±25 %

@@ -217,14 +217,10 @@ impl Handles {
     }
 
     /// Uses `fd`, a descriptor of the sentinel locked elsewhere (a waiter's), instead
-    /// of the current one, if it is the sentinel's inode.
-    pub(crate) fn adopt_sentinel(&mut self, fd: OwnedFd) -> bool {
-        match sys::stat_fd(fd.as_fd()) {
-            Ok(stamp) if stamp.identity == self.sentinel_identity => {
-                self.sentinel = fd;
-                true
-            }
-            _ => false,
+    /// of the current one, if it is the sentinel's inode (else drops it, unlocking it).
+    pub(crate) fn adopt_sentinel(&mut self, fd: OwnedFd) {
+        if sys::stat_fd(fd.as_fd()).is_ok_and(|s| s.identity == self.sentinel_identity) {
+            self.sentinel = fd;
         }
     }
 }
