@@ -1,6 +1,6 @@
 //! The library against the real ONNX Runtime (`ARCANE_ONNXRUNTIME`) and the real
 //! Silero VAD model (`ARCANE_SILERO_VAD`), both provisioned by `scripts/provision.sh`.
-//! Each test is skipped, with a message saying why, when those variables are absent.
+//! A test fails, naming the variable, when one is absent (`scripts/test.sh` sets them).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -9,28 +9,25 @@ use arcane_onnx::model::read_onnx;
 use arcane_onnx::{Dim, Provider, RunCancel, Runtime, Session, SessionOptions, Tensor, TensorData};
 use arcane_report::{codes, Diagnostic};
 
-#[allow(clippy::disallowed_methods, clippy::print_stderr)]
-fn env_path(var: &str) -> Option<PathBuf> {
-    let Some(value) = std::env::var_os(var) else {
-        eprintln!("skipped: {var} is not set (run through scripts/test.sh, which provisions it)");
-        return None;
-    };
-    Some(PathBuf::from(value))
+/// A provisioned part's path, from `var`; fails the test naming it when unset.
+#[allow(clippy::disallowed_methods)]
+fn env_path(var: &str) -> PathBuf {
+    let value = std::env::var_os(var).unwrap_or_else(|| {
+        panic!("{var} is not set: run the tests through `./scripts/test.sh` (it provisions what they drive)")
+    });
+    PathBuf::from(value)
 }
 
-fn runtime() -> Option<&'static Runtime> {
-    static RUNTIME: std::sync::OnceLock<Option<Runtime>> = std::sync::OnceLock::new();
-    RUNTIME
-        .get_or_init(|| {
-            env_path("ARCANE_ONNXRUNTIME")
-                .map(|p| Runtime::load(&p).expect("the provisioned runtime loads"))
-        })
-        .as_ref()
+fn runtime() -> &'static Runtime {
+    static RUNTIME: std::sync::OnceLock<Runtime> = std::sync::OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        Runtime::load(&env_path("ARCANE_ONNXRUNTIME")).expect("the provisioned runtime loads")
+    })
 }
 
 #[test]
 fn the_runtime_reports_its_version_and_the_cpu_provider() {
-    let Some(runtime) = runtime() else { return };
+    let runtime = runtime();
     assert!(runtime.version().starts_with("1."), "{}", runtime.version());
     assert!(
         runtime.has_provider("CPUExecutionProvider"),
@@ -68,10 +65,8 @@ fn a_missing_or_foreign_library_is_a_prerequisite_error_naming_path_and_minimum(
 
 #[test]
 fn silero_is_described_by_its_header_and_by_the_session_alike() {
-    let Some(runtime) = runtime() else { return };
-    let Some(model) = env_path("ARCANE_SILERO_VAD") else {
-        return;
-    };
+    let runtime = runtime();
+    let model = env_path("ARCANE_SILERO_VAD");
     let info = read_onnx(&model).unwrap();
     assert!(info.ir_version >= 7, "{info:?}");
     assert!(

@@ -6,9 +6,9 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use crate::support::{json, run, stderr, stdout, TestWorkspace};
+use crate::support::{json, run, stderr, stdout, wait_for_exit, wait_until, TestWorkspace};
 
 const RECORD: &str = ".arcane/workspace-operation.lock.json";
 const SENTINEL: &str = ".arcane/workspace-operation.lock";
@@ -1313,28 +1313,32 @@ fn a_directory_at_the_stale_aside_name_is_named_with_a_hint_and_kept() {
 }
 
 /// The SDK's workspace-operation-lock module, version 0.1.1, exactly as published,
-/// from the reference seeds beside the repository. `None` when the seeds are not there.
-fn sdk_lock_module_0_1_1() -> Option<String> {
+/// from the reference seeds in `shared/` beside the repository (CI lays them there too);
+/// fails naming the path when they are not there.
+fn sdk_lock_module_0_1_1() -> String {
     let seed = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/reference/seeds/arcane-os-0.1.1-workspace-operation-lock.diff");
-    let diff = std::fs::read_to_string(seed).ok()?;
+    let diff = std::fs::read_to_string(&seed).unwrap_or_else(|e| {
+        panic!(
+            "the SDK reference seed `{}` is not beside the repository: {e}",
+            seed.display()
+        )
+    });
     let hunk = diff
         .split_once("@@ -0,0 +1,716 @@\n")
         .expect("the module's hunk")
         .1;
-    Some(
-        hunk.lines()
-            .take_while(|line| line.starts_with('+'))
-            .map(|line| format!("{}\n", &line[1..]))
-            .collect(),
-    )
+    hunk.lines()
+        .take_while(|line| line.starts_with('+'))
+        .map(|line| format!("{}\n", &line[1..]))
+        .collect()
 }
 
 /// The 0.1.1 module with the 0.89 recovery rule applied by hand (its hunks do not apply
 /// textually): an owner is absent only when `kill(pid, 0)` says `ESRCH`, and recovery
-/// no longer waits for the record's expiry. `None` when the seeds are not there.
-fn sdk_lock_module() -> Option<String> {
-    let mut module = sdk_lock_module_0_1_1()?;
+/// no longer waits for the record's expiry.
+fn sdk_lock_module() -> String {
+    let mut module = sdk_lock_module_0_1_1();
     let rules = [
         // Recovery no longer waits for expiry.
         ("        &&expires<=now\n", ""),
@@ -1352,7 +1356,7 @@ fn sdk_lock_module() -> Option<String> {
         assert!(module.contains(from), "the 0.1.1 module has no `{from}`");
         module = module.replacen(from, to, 1);
     }
-    Some(module)
+    module
 }
 
 /// A JavaScript SDK module in a directory of its own, with a script that takes the lock
@@ -1398,10 +1402,12 @@ fn assert_arcane_locks(ws: &TestWorkspace) {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
-/// The record's `expiresAt`.
-fn expires_at(ws: &TestWorkspace) -> std::time::SystemTime {
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(record(ws)).unwrap()).unwrap();
-    arcane_report::time::parse_rfc3339(v["expiresAt"].as_str().unwrap()).unwrap()
+/// The record's `expiresAt`; `None` while there is no record (or one read in the middle
+/// of a renewal's rewrite).
+fn expires_at(ws: &TestWorkspace) -> Option<std::time::SystemTime> {
+    let bytes = std::fs::read(record(ws)).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    arcane_report::time::parse_rfc3339(v["expiresAt"].as_str()?)
 }
 
 /// Issue 19, item 15: after `kill -9` of `arcane lock run`, the JavaScript SDK (0.1.1
@@ -1411,10 +1417,7 @@ fn expires_at(ws: &TestWorkspace) -> std::time::SystemTime {
 /// `ARCANE_WORKSPACE_BUSY` until an Arcane command recovered the record.
 #[test]
 fn the_sdk_recovers_a_killed_arcane_holder_as_one_of_its_own() {
-    let Some(module) = sdk_lock_module() else {
-        eprintln!("skipped: the SDK reference seeds are not beside the repository");
-        return;
-    };
+    let module = sdk_lock_module();
     let ws = TestWorkspace::new();
     let sdk = Sdk::new(module);
     // The SDK takes and releases a free lock (the harness works).
@@ -1453,54 +1456,43 @@ fn the_sdk_recovers_a_killed_arcane_holder_as_one_of_its_own() {
 /// the expiry in place, so the record never expires under a live holder.
 #[test]
 fn the_sdk_0_1_1_recovers_a_killed_arcane_holder_within_the_horizon() {
-    let Some(module) = sdk_lock_module_0_1_1() else {
-        eprintln!("skipped: the SDK reference seeds are not beside the repository");
-        return;
-    };
+    let module = sdk_lock_module_0_1_1();
     let ws = TestWorkspace::new();
     let sdk = Sdk::new(module);
     assert_eq!(sdk.acquire(&ws)["result"], "done", "the harness works");
     let mut reaper = Reaper::default();
     let (arcane_pid, sleep_pid) = start_holder(&ws, "hold", &mut reaper);
-    let first = expires_at(&ws);
+    let first = expires_at(&ws).expect("the holder's record");
     assert!(
-        first <= std::time::SystemTime::now() + Duration::from_secs(31),
+        first <= SystemTime::now() + Duration::from_secs(31),
         "the record expires within the horizon, not in six hours"
     );
     assert_eq!(sdk.acquire(&ws)["code"], "ARCANE_WORKSPACE_BUSY");
     // A live holder renews: the expiry moves on, and the SDK is still refused.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while expires_at(&ws) == first {
-        assert!(Instant::now() < deadline, "the record was never renewed");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(expires_at(&ws) > first);
+    wait_until(Duration::from_secs(60), "the record's renewal", || {
+        expires_at(&ws).is_some_and(|e| e > first)
+    });
     assert_eq!(sdk.acquire(&ws)["code"], "ARCANE_WORKSPACE_BUSY");
     kill9(arcane_pid);
     for child in &mut reaper.children {
         let _ = child.wait();
     }
     wait_gone(sleep_pid, "the holder's command");
-    let last = expires_at(&ws);
+    let last = expires_at(&ws).expect("the dead holder's record");
     assert!(
-        last <= std::time::SystemTime::now() + Duration::from_secs(31),
+        last <= SystemTime::now() + Duration::from_secs(31),
         "the dead holder's record expires within the horizon"
     );
-    // The SDK recovers it once it has expired (and until then says busy).
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let answer = loop {
-        let answer = sdk.acquire(&ws);
-        if answer["result"] == "done" {
-            break answer;
-        }
-        assert_eq!(answer["code"], "ARCANE_WORKSPACE_BUSY", "{answer}");
-        assert!(
-            Instant::now() < deadline,
-            "the SDK never recovered: {answer}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    };
-    assert_eq!(answer["result"], "done");
+    // Dead but not yet expired (it was renewed a moment ago): the SDK still waits.
+    assert_eq!(sdk.acquire(&ws)["code"], "ARCANE_WORKSPACE_BUSY");
+    // Expired: the SDK recovers it at once.
+    wait_until(
+        Duration::from_secs(60),
+        "the dead holder's record to expire",
+        || SystemTime::now() > last,
+    );
+    let answer = sdk.acquire(&ws);
+    assert_eq!(answer["result"], "done", "{answer}");
     assert_arcane_locks(&ws);
 }
 
@@ -1511,14 +1503,14 @@ fn the_sdk_0_1_1_recovers_a_killed_arcane_holder_within_the_horizon() {
 fn an_inherited_lease_takes_its_ancestors_renewals_for_what_they_are() {
     let ws = TestWorkspace::new();
     let arcane = crate::support::arcane_bin();
-    // The innermost command waits (polling, at most a minute) until the record's expiry
-    // has changed twice: the inner holder checked the lock a dozen times in between.
-    let script = "first=$(grep expiresAt \"$1\"); seen=0; n=0; \
-                  while [ $n -lt 600 ]; do now=$(grep expiresAt \"$1\"); \
-                  if [ \"$now\" != \"$first\" ]; then seen=$((seen+1)); first=$now; fi; \
-                  if [ $seen -ge 2 ]; then echo renewed-twice; exit 0; fi; \
-                  n=$((n+1)); sleep 0.1; done; exit 3";
-    let out = run(ws
+    // The innermost command waits for a line on a FIFO, which the test writes once the
+    // record's expiry has changed twice: the inner holder checked the lock a dozen
+    // times in between.
+    let fifo = ws.path().join("go");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let mut reaper = Reaper::default();
+    let child = ws
         .arcane()
         .args(["lock", "run", "--operation", "outer", "--"])
         .arg(&arcane)
@@ -1532,16 +1524,46 @@ fn an_inherited_lease_takes_its_ancestors_renewals_for_what_they_are() {
             "--",
             "sh",
             "-c",
-            script,
+            "read line < \"$1\"; echo \"$line\"",
             "sh",
         ])
-        .arg(record(&ws)));
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    assert!(stdout(&out).contains("renewed-twice"), "{}", stdout(&out));
+        .arg(&fifo)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    reaper.adopt(child);
+    let mut expiry = None;
+    wait_until(Duration::from_secs(60), "the outer holder's record", || {
+        expiry = expires_at(&ws);
+        expiry.is_some()
+    });
+    for renewal in ["first", "second"] {
+        let before = expiry.expect("read above");
+        wait_until(
+            Duration::from_secs(60),
+            &format!("the {renewal} renewal"),
+            || {
+                expiry = expires_at(&ws).filter(|e| *e > before);
+                expiry.is_some()
+            },
+        );
+    }
+    // Without blocking: a reader is there only if the inner command still runs.
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut go = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .expect("the inner command still runs after two renewals");
+    std::io::Write::write_all(&mut go, b"renewed-twice\n").unwrap();
+    drop(go);
+    let child = reaper.children.last_mut().unwrap();
+    let status = wait_for_exit(child, Duration::from_secs(60), "the outer `lock run`");
+    let mut out = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{out}\n{err}");
+    assert!(out.contains("renewed-twice"), "{out}");
 }

@@ -26,25 +26,13 @@ struct Parts {
     wav: PathBuf,
 }
 
-#[allow(clippy::print_stderr)]
-fn parts() -> Option<Parts> {
-    let get = |name: &str| support::env_path(name);
-    match (
-        get("ARCANE_ONNXRUNTIME"),
-        get("ARCANE_ONNX_PYTHON"),
-        get("ARCANE_SILERO_VAD"),
-        get("ARCANE_SPEECH_WAV"),
-    ) {
-        (Some(library), Some(python), Some(silero), Some(wav)) => Some(Parts {
-            library,
-            python,
-            silero,
-            wav,
-        }),
-        _ => {
-            eprintln!("skipped: ARCANE_ONNXRUNTIME, ARCANE_ONNX_PYTHON, ARCANE_SILERO_VAD and ARCANE_SPEECH_WAV are not all set (scripts/test.sh sets them)");
-            None
-        }
+/// The provisioned parts; a test fails naming the first variable that is not set.
+fn parts() -> Parts {
+    Parts {
+        library: support::provisioned("ARCANE_ONNXRUNTIME"),
+        python: support::provisioned("ARCANE_ONNX_PYTHON"),
+        silero: support::provisioned("ARCANE_SILERO_VAD"),
+        wav: support::provisioned("ARCANE_SPEECH_WAV"),
     }
 }
 
@@ -273,7 +261,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn silero_vad_frame_by_frame_scores_speech_and_silence_as_python_onnxruntime_does() {
-    let Some(parts) = parts() else { return };
+    let parts = parts();
     let reference = python(&parts, SILERO_PYTHON, &[&parts.silero, &parts.wav]);
     let workspace = TestWorkspace::new();
     let mut host = Host::start(&workspace, &parts);
@@ -381,7 +369,7 @@ fn sample(dtype: &str, rows: i64) -> Value {
 
 #[test]
 fn generated_graphs_carry_every_dtype_dynamic_shapes_strings_and_refuse_wrong_inputs() {
-    let Some(parts) = parts() else { return };
+    let parts = parts();
     let dir = tempfile::tempdir().unwrap();
     let graphs = python(&parts, GRAPHS_PYTHON, &[dir.path()]);
     let workspace = TestWorkspace::new();
@@ -527,7 +515,7 @@ fn wait_gone(pid: u32) -> bool {
 
 #[test]
 fn a_killed_worker_fails_only_its_session_and_the_next_load_starts_a_fresh_one() {
-    let Some(parts) = parts() else { return };
+    let parts = parts();
     let dir = tempfile::tempdir().unwrap();
     let graphs = python(&parts, GRAPHS_PYTHON, &[dir.path()]);
     let workspace = TestWorkspace::new();
@@ -588,7 +576,7 @@ fn a_killed_worker_fails_only_its_session_and_the_next_load_starts_a_fresh_one()
 
 #[test]
 fn kill_9_of_the_host_leaves_no_worker() {
-    let Some(parts) = parts() else { return };
+    let parts = parts();
     let workspace = TestWorkspace::new();
     let mut host = Host::start(&workspace, &parts);
     let loaded = host.ok("onnx.load", json!({"model": parts.silero}));
@@ -601,7 +589,7 @@ fn kill_9_of_the_host_leaves_no_worker() {
 
 #[test]
 fn concurrent_runs_on_one_session_and_on_two_sessions_each_get_their_own_answer() {
-    let Some(parts) = parts() else { return };
+    let parts = parts();
     let dir = tempfile::tempdir().unwrap();
     let graphs = python(&parts, GRAPHS_PYTHON, &[dir.path()]);
     let workspace = TestWorkspace::new();
@@ -651,7 +639,7 @@ print(json.dumps({"slow": p}))
 
 #[test]
 fn a_run_is_cancelled_and_the_host_keeps_serving() {
-    let Some(parts) = parts() else { return };
+    let parts = parts();
     let dir = tempfile::tempdir().unwrap();
     let slow = python(&parts, SLOW_PYTHON, &[dir.path()]);
     let graphs = python(&parts, GRAPHS_PYTHON, &[dir.path()]);
@@ -688,7 +676,7 @@ fn a_run_is_cancelled_and_the_host_keeps_serving() {
 
 #[test]
 fn onnx_run_reads_npy_inputs_and_writes_npy_outputs() {
-    let Some(parts) = parts() else { return };
+    let parts = parts();
     let dir = tempfile::tempdir().unwrap();
     let script = r#"
 import json, os, sys
@@ -772,7 +760,7 @@ print(json.dumps({"p": float(p.reshape(-1)[0]), "shape": list(s.shape), "dtype":
 
 #[test]
 fn model_add_records_an_onnx_header_and_sha256_and_onnx_load_takes_the_id() {
-    let Some(parts) = parts() else { return };
+    let parts = parts();
     let workspace = TestWorkspace::new();
     let output = support::run(
         workspace
@@ -882,7 +870,7 @@ impl Drop for WorkerProcess {
 /// and as a burst.
 #[test]
 fn the_worker_cancels_a_run_whose_cancel_came_first_and_answers_every_other_run() {
-    let Some(parts) = parts() else { return };
+    let parts = parts();
     let mut worker = WorkerProcess::start(&parts.library);
     worker.send(
         &json!({"op": "load", "id": 1, "session": "s", "model": parts.silero, "provider": "cpu"}),
@@ -932,7 +920,7 @@ fn the_worker_cancels_a_run_whose_cancel_came_first_and_answers_every_other_run(
 /// `--onnx-library` or `ARCANE_ONNXRUNTIME`, and `runtime remove` forgets it.
 #[test]
 fn runtime_add_onnx_registers_the_library_the_core_finds_and_remove_forgets_it() {
-    let Some(parts) = parts() else { return };
+    let parts = parts();
     let workspace = TestWorkspace::new();
     let arcane = || {
         let mut command = workspace.arcane();
@@ -1040,7 +1028,7 @@ fn runtime_add_onnx_registers_the_library_the_core_finds_and_remove_forgets_it()
 /// naming the device and what is missing; the CPU stays usable.
 #[test]
 fn a_gpu_target_without_the_cuda_provider_is_refused_clearly() {
-    let Some(parts) = parts() else { return };
+    let parts = parts();
     let inventory = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../arcane-devices/tests/fixtures/one-gpu.json");
     let gpu = "nvidia-gpu-3f2a9c1e-0b4d-4e6f-8a9b-0c1d2e3f4a5b";
@@ -1108,7 +1096,7 @@ impl Drop for KillOnDrop {
 /// next host's start, which removes its record.
 #[test]
 fn a_worker_orphaned_by_a_killed_host_is_stopped_by_the_next_host() {
-    let Some(parts) = parts() else { return };
+    let parts = parts();
     let workspace = TestWorkspace::new();
     let mut command = workspace.arcane();
     command
@@ -1148,7 +1136,7 @@ fn a_worker_orphaned_by_a_killed_host_is_stopped_by_the_next_host() {
 
 #[test]
 fn serve_hosts_onnx_sessions_once_an_onnx_runtime_is_registered() {
-    let Some(parts) = parts() else { return };
+    let parts = parts();
     let workspace = TestWorkspace::new();
     let out = support::run(
         workspace
@@ -1224,7 +1212,7 @@ fn worker_records(workspace: &TestWorkspace) -> usize {
 /// workers too, and a later load starts a fresh worker that answers.
 #[test]
 fn workers_whose_last_session_is_unloaded_exit_and_a_later_load_starts_a_fresh_one() {
-    let Some(parts) = parts() else { return };
+    let parts = parts();
     let workspace = TestWorkspace::new();
     let mut host = Host::start(&workspace, &parts);
     let host_pid = host.child.id();
@@ -1286,7 +1274,7 @@ fn workers_whose_last_session_is_unloaded_exit_and_a_later_load_starts_a_fresh_o
 /// (the cap is a field of its options), on the real worker binary and runtime.
 #[test]
 fn a_load_past_the_worker_cap_is_refused_clearly_until_an_unload_makes_room() {
-    let Some(parts) = parts() else { return };
+    let parts = parts();
     let workspace = TestWorkspace::new();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -1373,7 +1361,7 @@ fn a_load_past_the_worker_cap_is_refused_clearly_until_an_unload_makes_room() {
 /// nothing).
 #[test]
 fn a_relative_model_path_is_resolved_against_the_workspace() {
-    let Some(parts) = parts() else { return };
+    let parts = parts();
     let workspace = TestWorkspace::new();
     std::fs::create_dir(workspace.path().join("models")).unwrap();
     let placed = workspace.path().join("models/vad.onnx");
@@ -1430,7 +1418,7 @@ print(json.dumps({"long": p}))
 /// the load's own nor the CPU worker started for the runtime's version).
 #[test]
 fn a_load_cancelled_mid_way_leaves_no_session_and_no_worker() {
-    let Some(parts) = parts() else { return };
+    let parts = parts();
     let dir = tempfile::tempdir().unwrap();
     let long = python(&parts, LONG_PYTHON, &[dir.path()]);
     let workspace = TestWorkspace::new();

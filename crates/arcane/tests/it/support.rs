@@ -202,13 +202,6 @@ pub fn wait_for_exit(
     child.wait().expect("reap the child")
 }
 
-/// A non-empty environment variable as a path (the provisioned parts of the ONNX tests).
-pub fn env_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os(name)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-}
-
 /// What differs from run to run in the CLI's output, replaced by placeholders so the
 /// whole output can be compared with a committed snapshot (`insta`): the paths of the
 /// test's temporary directories, of the binary and of the repository, pids, loopback
