@@ -112,13 +112,16 @@ pub enum Error {
         last_lines: Vec<String>,
     },
 
-    /// A ready owned engine stopped answering its readiness probe (stopped, hung): it
-    /// was stopped so its requests fail at once instead of waiting for it.
-    #[error("`{engine}` stopped answering its readiness probe ({misses} probes over {} s) and was stopped", (interval.as_secs_f64() * f64::from(*misses)))]
+    /// A ready owned engine stopped answering its readiness probe: every process of it
+    /// was stopped (`SIGSTOP`), or probes went unanswered while it used no CPU time
+    /// (hung). It was killed so its requests fail at once instead of waiting for it.
+    #[error("`{engine}` stopped answering its readiness probe ({}) and was killed", unresponsive_reason(*stopped, *misses, *interval))]
     Unresponsive {
         /// The engine id.
         engine: String,
-        /// How many probes in a row went unanswered.
+        /// Whether its processes were stopped (`SIGSTOP`), rather than hung.
+        stopped: bool,
+        /// How many probes in a row went unanswered with no CPU time used.
         misses: u32,
         /// The time between two probes.
         interval: Duration,
@@ -386,12 +389,13 @@ impl Diagnostic for Error {
             }),
             Error::Unresponsive {
                 engine,
+                stopped,
                 misses,
                 interval,
                 last_lines,
             } => json!({
-                "engine": engine, "misses": misses, "intervalMs": interval.as_millis() as u64,
-                "lastLines": last_lines,
+                "engine": engine, "stopped": stopped, "misses": misses,
+                "intervalMs": interval.as_millis() as u64, "lastLines": last_lines,
             }),
             Error::StartupTimeout {
                 engine,
@@ -496,5 +500,17 @@ impl Diagnostic for Error {
             ],
             _ => Vec::new(),
         }
+    }
+}
+
+/// Why an engine was judged unresponsive, for [`Error::Unresponsive`]'s message.
+fn unresponsive_reason(stopped: bool, misses: u32, interval: Duration) -> String {
+    if stopped {
+        "its processes are stopped (SIGSTOP)".into()
+    } else {
+        format!(
+            "{misses} probes {} s apart, with no CPU time used",
+            interval.as_secs_f64()
+        )
     }
 }

@@ -233,10 +233,7 @@ impl<R: OwnershipRecord> RecordStore<R> {
         let stopped = match self.judge(&record) {
             Judgement::OwnerAlive => return None,
             Judgement::Stale(_) => None,
-            Judgement::Orphan => {
-                let claim = record.claim();
-                Some(ownership::stop_orphan(claim.pid, claim.start_time, grace))
-            }
+            Judgement::Orphan => Some(ownership::stop_orphan(&record.claim(), grace)),
         };
         // A record left behind is judged again by the next host.
         let _ = self.remove(key, record.nonce());
@@ -374,6 +371,62 @@ pub(crate) async fn with_lock<T: Send + 'static>(
     .map_err(|e| io_error("lock", Path::new(""))(std::io::Error::other(e)))?
 }
 
+/// Settles every engine record in `workspace`, whatever model id it names: a proven
+/// orphan (and everything it started, see [`ownership::Tree`]) is stopped and
+/// reported as `process.orphan-stopped`; its record and every stale one are removed
+/// (under the workspace lock, and only while unchanged); the records of a live host,
+/// this one included, stay. A host does this when it starts, as it does for ONNX
+/// workers: a model renamed or removed from `arcane.toml` since the last host was
+/// killed leaves nothing running. Returns how many orphans were stopped.
+pub async fn reap_engines(
+    workspace: &Path,
+    grace: Duration,
+    events: Arc<dyn EventSink>,
+) -> Result<usize, Error> {
+    let store = RecordStore::<Record>::new(workspace);
+    if !store.dir().is_dir() {
+        return Ok(0);
+    }
+    check_dir(&store).await?;
+    let me = Owner::current();
+    let judged = store.clone();
+    let settled = tokio::task::spawn_blocking(move || {
+        judged
+            .keys()
+            .into_iter()
+            .filter_map(|key| {
+                let record = judged.read(&key)?;
+                if record.owner == me {
+                    return None;
+                }
+                let step = match judged.judge(&record) {
+                    Judgement::OwnerAlive => return None,
+                    Judgement::Stale(_) => None,
+                    Judgement::Orphan => Some(ownership::stop_orphan(&record.claim(), grace)),
+                };
+                Some((record, step))
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    let stopped = settled.iter().filter(|(_, step)| step.is_some()).count();
+    for (record, step) in &settled {
+        if let Some(step) = step {
+            orphan_event(&*events, record, *step);
+        }
+    }
+    if !settled.is_empty() {
+        with_lock(workspace, "engines", &events, move || {
+            settled
+                .iter()
+                .try_for_each(|(record, _)| store.remove(&record.id, &record.nonce))
+        })
+        .await?;
+    }
+    Ok(stopped)
+}
+
 /// Emits the event that says a proven orphan was stopped.
 pub(crate) fn orphan_event(events: &dyn EventSink, record: &Record, step: StopStep) {
     events.emit(Event::new(
@@ -390,7 +443,11 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    const NONCE: &str = "0123456789abcdef";
+    /// A nonce of this test's own: tests run in parallel, and a process carrying
+    /// another test's nonce would be that test's record's descendant.
+    fn fresh_nonce() -> String {
+        new_nonce().expect("random bytes")
+    }
 
     fn store(workspace: &tempfile::TempDir) -> RecordStore<Record> {
         RecordStore::new(workspace.path())
@@ -446,9 +503,10 @@ mod tests {
 
     #[test]
     fn an_engine_record_roundtrips_in_the_unchanged_format() {
+        let nonce = fresh_nonce();
         let workspace = tempfile::tempdir().unwrap();
         let store = store(&workspace);
-        let written = record("llama.cpp", 4242, NONCE, Owner::current());
+        let written = record("llama.cpp", 4242, &nonce, Owner::current());
         store.write(&written).unwrap();
         assert_eq!(store.read("llama.cpp"), Some(written));
 
@@ -491,23 +549,25 @@ mod tests {
 
     #[test]
     fn remove_leaves_a_record_with_another_nonce() {
+        let nonce = fresh_nonce();
         let workspace = tempfile::tempdir().unwrap();
         let store = store(&workspace);
         store
-            .write(&record("llama.cpp", 4242, NONCE, Owner::current()))
+            .write(&record("llama.cpp", 4242, &nonce, Owner::current()))
             .unwrap();
         store.remove("llama.cpp", "another-nonce").unwrap();
         assert!(store.read("llama.cpp").is_some(), "another's record stays");
-        store.remove("llama.cpp", NONCE).unwrap();
+        store.remove("llama.cpp", &nonce).unwrap();
         assert!(!store.path("llama.cpp").exists(), "its own record goes");
         store.remove_file("llama.cpp").unwrap();
     }
 
     #[test]
     fn a_record_of_another_kind_or_schema_is_neither_read_nor_removed_nor_written() {
+        let nonce = fresh_nonce();
         let workspace = tempfile::tempdir().unwrap();
         let store = store(&workspace);
-        let mut foreign = record("llama.cpp", 4242, NONCE, Owner::current());
+        let mut foreign = record("llama.cpp", 4242, &nonce, Owner::current());
         foreign.kind = "arcane-onnx-worker-ownership".into();
         assert!(store.write(&foreign).is_err(), "a record read would ignore");
 
@@ -515,10 +575,10 @@ mod tests {
         let file = store.path("llama.cpp");
         std::fs::write(&file, serde_json::to_vec(&foreign).unwrap()).unwrap();
         assert_eq!(store.read("llama.cpp"), None);
-        store.remove("llama.cpp", NONCE).unwrap();
+        store.remove("llama.cpp", &nonce).unwrap();
         assert!(file.exists(), "not ours to remove");
 
-        let mut future = record("llama.cpp", 4242, NONCE, Owner::current());
+        let mut future = record("llama.cpp", 4242, &nonce, Owner::current());
         future.schema_version = 2;
         std::fs::write(&file, serde_json::to_vec(&future).unwrap()).unwrap();
         assert_eq!(store.read("llama.cpp"), None);
@@ -526,18 +586,20 @@ mod tests {
 
     #[test]
     fn reaping_removes_stale_records_and_leaves_a_live_owners_alone() {
+        let nonce = fresh_nonce();
         let workspace = tempfile::tempdir().unwrap();
         let store = store(&workspace);
         let gone = gone_owner();
         let stale = Record {
             start_time: gone.start_time,
-            ..record("stale", gone.pid, NONCE, Owner::current())
+            // Its own nonce: a process carrying a record's nonce is its descendant.
+            ..record("stale", gone.pid, &fresh_nonce(), Owner::current())
         };
         store.write(&stale).unwrap();
 
         let mut owner = sleeper("owner");
-        let mut supervised = sleeper(NONCE);
-        let kept = record("kept", supervised.pid(), NONCE, live_owner(&owner));
+        let mut supervised = sleeper(&nonce);
+        let kept = record("kept", supervised.pid(), &nonce, live_owner(&owner));
         store.write(&kept).unwrap();
 
         let reaped = store.reap_orphans(Duration::from_secs(5));
@@ -556,13 +618,14 @@ mod tests {
 
     #[test]
     fn reaping_stops_a_proven_orphan_and_never_signals_a_stranger() {
+        let nonce = fresh_nonce();
         let workspace = tempfile::tempdir().unwrap();
         let store = store(&workspace);
-        let mut orphan = sleeper(NONCE);
-        let lost = record("lost", orphan.pid(), NONCE, gone_owner());
+        let mut orphan = sleeper(&nonce);
+        let lost = record("lost", orphan.pid(), &nonce, gone_owner());
         store.write(&lost).unwrap();
         let mut stranger = sleeper("its-own-nonce");
-        let claimed = record("stranger", stranger.pid(), NONCE, gone_owner());
+        let claimed = record("stranger", stranger.pid(), &nonce, gone_owner());
         store.write(&claimed).unwrap();
 
         let reaped = store.reap_orphans(Duration::from_secs(5));
@@ -582,15 +645,59 @@ mod tests {
         stranger.terminate(Duration::from_secs(5));
     }
 
+    /// Issue 27: an engine a wrapper forked (`sh -c "llama-server …; …"`) outlives the
+    /// wrapper when its host is killed (the parent-death signal is armed on the wrapper
+    /// only, and a fork does not inherit it). The record's pid is gone, but the nonce
+    /// in the engine's environment proves whose it is: it is stopped, and its record
+    /// goes.
+    #[test]
+    #[allow(clippy::disallowed_methods)] // the wrapper must not be our supervised child
+    fn reaping_stops_what_a_gone_wrapper_forked_by_its_nonce() {
+        use std::io::BufRead;
+        let workspace = tempfile::tempdir().unwrap();
+        let store = store(&workspace);
+        let nonce = fresh_nonce();
+        let mut wrapper = std::process::Command::new("/bin/sh")
+            .args(["-c", "sleep 600 & echo $!; read _"])
+            .env(Record::NONCE_VARIABLE, &nonce)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(wrapper.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let engine: u32 = line.trim().parse().unwrap();
+        let engine_born = arcane_process::start_time(engine).expect("the engine runs");
+        let lost = record("wrapped", wrapper.id(), &nonce, gone_owner());
+        store.write(&lost).unwrap();
+        // The wrapper ends (as the parent-death signal ends it); its engine stays.
+        drop(wrapper.stdin.take());
+        wrapper.wait().unwrap();
+        assert_eq!(arcane_process::start_time(engine), Some(engine_born));
+
+        assert_eq!(store.judge(&lost), Judgement::Orphan);
+        let reaped = store.reap_orphans(Duration::from_secs(5));
+        assert_eq!(reaped, vec![(lost, StopStep::Sigterm)]);
+        assert_ne!(
+            arcane_process::start_time(engine),
+            Some(engine_born),
+            "the forked engine was stopped"
+        );
+        assert!(!store.path("wrapped").exists(), "its record goes");
+    }
+
     #[test]
     fn a_records_directory_that_is_a_link_is_refused_and_nothing_is_written_through_it() {
+        let nonce = fresh_nonce();
         let workspace = tempfile::tempdir().unwrap();
         let elsewhere = tempfile::tempdir().unwrap();
         arcane_files::create_private_dirs(&workspace.path().join(".arcane")).unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), workspace.path().join(".arcane/engines"))
             .unwrap();
         let store = store(&workspace);
-        let written = store.write(&record("llama.cpp", 4242, NONCE, Owner::current()));
+        let written = store.write(&record("llama.cpp", 4242, &nonce, Owner::current()));
         assert!(
             matches!(written, Err(Error::RecordsRefused { .. })),
             "{written:?}"

@@ -10,15 +10,8 @@ use std::path::PathBuf;
 /// proc(5)), or `None` when there is no such process, it is a zombie, or `/proc` cannot
 /// be read.
 pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces and parentheses: parse after the
-    // last `)`. `rest` starts at field 3 (state); field 22 is index 19.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    if fields.first() == Some(&"Z") {
-        return None;
-    }
-    fields.get(19)?.parse().ok()
+    let stat = crate::procfs::Stat::of(pid)?;
+    (!stat.is_zombie()).then_some(stat.start_time)
 }
 
 /// The resident memory of `pid` in bytes (`VmRSS` of `/proc/<pid>/status`), or `None`

@@ -39,11 +39,13 @@
 mod identity;
 mod loader;
 pub mod ownership;
+mod procfs;
 mod sockets;
 mod spawn;
 
 pub use identity::{exe, resident_bytes, start_time, started_at, Identity, Liveness};
 pub use loader::{loader_path, LOADER_PATH_VARIABLE};
+pub use procfs::{carriers, group_activity, GroupActivity};
 pub use sockets::tcp_listeners;
 
 /// Variables that carry the Core's credentials: removed from the environment of every

@@ -15,18 +15,28 @@
 //! 4. the recorded owner is gone: a live owner still supervises its child, which is
 //!    then left alone.
 //!
-//! [`stop_orphan`] then signals the orphan's group, re-checking the start time before
-//! every signal.
+//! When 1–3 fail because the recorded process is gone, what it started may still run:
+//! an engine a wrapper forked (`sh -c "llama-server …"`) is not killed by the
+//! parent-death signal, which is armed on the wrapper only. Every process of this user
+//! whose environment holds the recorded nonce (a random value no other process has)
+//! and that started after the recorded one is its descendant; while one runs, the
+//! claim is still an orphan to stop (4 still applies).
+//!
+//! [`stop_orphan`] then signals the whole [`Tree`]: the recorded process's group while
+//! it still leads one, and every nonce carrier by pid, re-checking each start time
+//! before every signal and looking for carriers again before each round.
 
 // Stopping what an earlier Arcane lost is this module's job: it signals a pid or
 // group only after the ownership proof and start time matched (clippy.toml fences
 // `kill`/`killpg` everywhere else).
 #![allow(clippy::disallowed_methods)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+
+use crate::Identity;
 
 /// The Arcane process that started a claimed process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,21 +88,134 @@ pub enum Judgement {
 
 /// Judges `claim` against the live system (see the module doc for the proof).
 pub fn judge(claim: &Claim<'_>) -> Judgement {
-    if crate::start_time(claim.pid) != Some(claim.start_time) {
-        return Judgement::Stale("process-gone");
-    }
-    if crate::exe(claim.pid).as_deref() != Some(claim.exe) {
-        return Judgement::Stale("executable-differs");
-    }
-    let (variable, nonce) = claim.nonce;
-    if environ_has(claim.pid, variable, nonce) == Some(false) {
-        return Judgement::Stale("nonce-differs");
+    if let Err(reason) = prove_leader(claim) {
+        // The leader is gone (or its pid is another process now); what it started may
+        // not be: a process carrying its nonce is its descendant.
+        if Tree::of(claim).carriers().is_empty() {
+            return Judgement::Stale(reason);
+        }
     }
     let owner = claim.owner;
     if owner.pid != std::process::id() && crate::start_time(owner.pid) == Some(owner.start_time) {
         return Judgement::OwnerAlive;
     }
     Judgement::Orphan
+}
+
+/// Whether the claimed pid is still the claimed process: its start time, executable
+/// and (when readable) nonce; else why not.
+fn prove_leader(claim: &Claim<'_>) -> Result<(), &'static str> {
+    if crate::start_time(claim.pid) != Some(claim.start_time) {
+        return Err("process-gone");
+    }
+    if crate::exe(claim.pid).as_deref() != Some(claim.exe) {
+        return Err("executable-differs");
+    }
+    let (variable, nonce) = claim.nonce;
+    if environ_has(claim.pid, variable, nonce) == Some(false) {
+        return Err("nonce-differs");
+    }
+    Ok(())
+}
+
+/// A claimed process and everything it started that still carries its nonce, even
+/// after the claimed process is gone (an engine a wrapper forked): what
+/// [`stop_orphan`] stops. Owned, so it can move to a blocking thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tree {
+    leader: Identity,
+    exe: PathBuf,
+    variable: String,
+    nonce: String,
+}
+
+impl Tree {
+    /// The tree `claim` names.
+    pub fn of(claim: &Claim<'_>) -> Tree {
+        Tree {
+            leader: Identity {
+                pid: claim.pid,
+                start_time: claim.start_time,
+            },
+            exe: claim.exe.to_path_buf(),
+            variable: claim.nonce.0.to_string(),
+            nonce: claim.nonce.1.to_string(),
+        }
+    }
+
+    /// The processes carrying the nonce, born no earlier than the leader.
+    fn carriers(&self) -> Vec<Identity> {
+        crate::carriers(&self.variable, &self.nonce, self.leader.start_time)
+    }
+
+    /// The live members now: the leader while it is still the claimed process (even
+    /// when its environment cannot be read), and every carrier.
+    fn members(&self) -> Vec<Identity> {
+        let mut members = self.carriers();
+        let leader_alive = self.leader.is_alive()
+            && crate::exe(self.leader.pid).as_deref() == Some(self.exe.as_path());
+        if leader_alive && !members.contains(&self.leader) {
+            members.push(self.leader);
+        }
+        members
+    }
+
+    /// Signals every member still alive with its recorded start time: the leader's
+    /// whole group when it leads one (reaching members whose environment was
+    /// cleared), every other member by pid.
+    fn signal(&self, members: &[Identity], sig: libc::c_int) {
+        for member in members {
+            if !member.is_alive() {
+                continue;
+            }
+            let pid = member.pid as libc::pid_t;
+            // SAFETY: plain syscalls. The pid was re-checked against its start time just
+            // above, so it names a member of the tree (the nonce or the claim proved it);
+            // the leader leads its own group (spawned with `setpgid(0, 0)`).
+            unsafe {
+                if *member == self.leader && libc::getpgid(pid) == pid {
+                    libc::killpg(pid, sig);
+                } else {
+                    libc::kill(pid, sig);
+                }
+            }
+        }
+    }
+
+    /// Stops the tree: SIGTERM to every member, SIGKILL to what is left after `grace`
+    /// (members found again before each round: one may have forked meanwhile). It is
+    /// not our child, so liveness is polled through `/proc`. Blocking.
+    pub fn stop(&self, grace: Duration) -> crate::StopStep {
+        let members = self.members();
+        if members.is_empty() {
+            return crate::StopStep::AlreadyExited;
+        }
+        self.signal(&members, libc::SIGTERM);
+        if self.wait_gone(grace, None) {
+            return crate::StopStep::Sigterm;
+        }
+        self.wait_gone(Duration::from_secs(5), Some(libc::SIGKILL));
+        crate::StopStep::Sigkill
+    }
+
+    /// Polls until no member is left or `limit` passed, sending `resend` to whatever
+    /// is found on each round. Returns whether none is left.
+    fn wait_gone(&self, limit: Duration, resend: Option<libc::c_int>) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            let members = self.members();
+            if members.is_empty() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            if let Some(sig) = resend {
+                self.signal(&members, sig);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// Whether `pid`'s environment holds `name=value`; `None` when it cannot be read.
@@ -106,44 +229,7 @@ pub fn environ_has(pid: u32, name: &str, value: &str) -> Option<bool> {
     )
 }
 
-/// Stops a proven orphan (see [`judge`]): SIGTERM to its group, SIGKILL after
-/// `grace`, each sent only while the pid still has `start_time`. It is not our child,
-/// so liveness is polled through `/proc`. Blocking.
-pub fn stop_orphan(pid: u32, start_time: u64, grace: Duration) -> crate::StopStep {
-    let alive = || crate::start_time(pid) == Some(start_time);
-    let signal = |sig: libc::c_int| {
-        if !alive() {
-            return;
-        }
-        // SAFETY: plain syscalls. The pid was re-checked against the recorded start time
-        // just above, so it names the orphan, which leads its own group (spawned with
-        // `setpgid(0, 0)`); if it does not lead a group, only the pid is signalled.
-        unsafe {
-            if libc::getpgid(pid as libc::pid_t) == pid as libc::pid_t {
-                libc::killpg(pid as libc::pid_t, sig);
-            } else {
-                libc::kill(pid as libc::pid_t, sig);
-            }
-        }
-    };
-    let wait_gone = |limit: Duration| {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if !alive() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        !alive()
-    };
-    if !alive() {
-        return crate::StopStep::AlreadyExited;
-    }
-    signal(libc::SIGTERM);
-    if wait_gone(grace) {
-        return crate::StopStep::Sigterm;
-    }
-    signal(libc::SIGKILL);
-    wait_gone(Duration::from_secs(5));
-    crate::StopStep::Sigkill
+/// Stops a proven orphan (see [`judge`]) and everything it started: [`Tree::stop`].
+pub fn stop_orphan(claim: &Claim<'_>, grace: Duration) -> crate::StopStep {
+    Tree::of(claim).stop(grace)
 }

@@ -105,6 +105,10 @@ event_types! {
     LOCAL_AI_SERVER_ERROR = "local-ai.server.error",
     /// An engine entered `stopped`.
     LOCAL_AI_SERVER_STOPPED = "local-ai.server.stopped",
+    /// A ready engine did not answer its readiness probe in time but worked meanwhile
+    /// (its processes used CPU time): load, not a fault; it is not stopped, and the
+    /// next probe waits longer `{id, engine, probeTimeoutMs}`.
+    LOCAL_AI_ENGINE_BUSY = "local-ai.engine.busy",
     /// The model gateway started loading a model `{model, device, reason}` (`reason`:
     /// `request`, `on-start`, `load`).
     LOCAL_AI_MODEL_LOADING = "local-ai.model.loading",

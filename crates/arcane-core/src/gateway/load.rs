@@ -180,7 +180,6 @@ impl Gateway {
             inner.retry_at = Model::backoff(inner.load_failures).map(|d| Instant::now() + d);
             inner.handle.take()
         };
-        model.become_(Phase::Unloaded);
         let label = Metrics::label(&model.spec.id);
         self.metrics.crashes.get_or_create(&label).inc();
         self.metrics.loaded.get_or_create(&label).set(0);
@@ -188,13 +187,22 @@ impl Gateway {
             event_types::LOCAL_AI_MODEL_FAILED,
             json!({"model": model.spec.id, "device": model.spec.device, "reason": "crashed", "error": error, "exit": snapshot.exit}),
         );
+        // Nothing new is routed to the dying engine, and no replacement starts while it
+        // still holds its socket, port and memory: requests wait in `unloading` until
+        // the supervisor has it down (at once after a crash, a kill for an unresponsive
+        // one), then the next one loads it again.
+        model.become_(Phase::Unloading);
         self.changed.notify_waiters();
-        if let Some(handle) = handle {
-            // The supervisor saw the exit; this only reaps its bookkeeping.
-            tokio::spawn(async move {
+        let (gateway, model) = (self.me.clone(), Arc::clone(model));
+        tokio::spawn(async move {
+            if let Some(handle) = handle {
                 let _ = handle.stop().await;
-            });
-        }
+            }
+            model.become_(Phase::Unloaded);
+            if let Some(gateway) = gateway.upgrade() {
+                gateway.changed.notify_waiters();
+            }
+        });
     }
 
     /// An external model that did not answer: released, so the next request adopts

@@ -47,6 +47,7 @@ mod assets;
 mod devices;
 mod engines;
 mod forward;
+mod orphans;
 
 pub(crate) use forward::chat;
 pub(crate) mod status;
@@ -55,6 +56,7 @@ pub use adopt::AdoptLauncher;
 pub use assets::ModelAssetsService;
 pub use devices::DevicesService;
 pub use engines::LocalAiService;
+pub use orphans::EngineRecordsService;
 pub use status::{EngineState, EngineStatus, ExitStatus, LocalAiStatus, ProcessStatus};
 
 /// Starts (or adopts) one engine. Implemented over `arcane-localai`'s supervisor by the

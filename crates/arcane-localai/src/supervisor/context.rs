@@ -194,9 +194,8 @@ impl Context {
             Judgement::OwnerAlive => return Ok(()),
             Judgement::Stale(_) => {}
             Judgement::Orphan => {
-                let step =
-                    process::stop_orphan(record.pid, record.start_time, self.config.stop_grace)
-                        .await;
+                let tree = arcane_process::ownership::Tree::of(&record.claim());
+                let step = process::stop_orphan(tree, self.config.stop_grace).await;
                 records::orphan_event(&*self.events, &record, step);
             }
         }

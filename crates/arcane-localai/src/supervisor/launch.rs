@@ -1,6 +1,7 @@
 //! An engine Arcane starts: resolve its device, spawn it (trusted program, private
 //! listener, ownership record), wait until it is ready, and stop it.
 
+use super::monitor;
 use super::*;
 
 impl Context {
@@ -209,7 +210,11 @@ impl Context {
 
     /// Stops a child whose start failed, removes its record, and returns `error`.
     pub(super) async fn fail_start(&self, mut running: Running, error: Error) -> Error {
-        let (step, exit) = self.terminate(&mut running).await;
+        let (step, exit) = if matches!(error, Error::Unresponsive { .. }) {
+            self.kill(&mut running).await
+        } else {
+            self.terminate(&mut running).await
+        };
         let _ = step;
         self.publisher.update(|s| {
             s.exit = Some(exit);
@@ -219,7 +224,19 @@ impl Context {
         error
     }
 
+    /// Stops the child: SIGTERM to its group, the stop grace, then SIGKILL.
     pub(super) async fn terminate(&self, running: &mut Running) -> (StopStep, ExitInfo) {
+        self.stop_child(running, false).await
+    }
+
+    /// Kills an unresponsive child at once (SIGKILL, no grace): a stopped or hung
+    /// process acts on no SIGTERM, so waiting out the grace only keeps its requests
+    /// waiting.
+    pub(super) async fn kill(&self, running: &mut Running) -> (StopStep, ExitInfo) {
+        self.stop_child(running, true).await
+    }
+
+    async fn stop_child(&self, running: &mut Running, at_once: bool) -> (StopStep, ExitInfo) {
         let pid = running.child.pid;
         if running.child.exit_status().is_none() {
             self.publisher.emit(
@@ -228,15 +245,18 @@ impl Context {
             );
         }
         let publisher = self.publisher.clone();
-        let (step, exit) = running
-            .child
-            .terminate(self.config.stop_grace, move || {
-                publisher.emit(
-                    event_types::PROCESS_CANCELLATION_ESCALATED,
-                    json!({"pid": pid, "signal": "SIGKILL"}),
-                );
-            })
-            .await;
+        let escalated = move || {
+            publisher.emit(
+                event_types::PROCESS_CANCELLATION_ESCALATED,
+                json!({"pid": pid, "signal": "SIGKILL"}),
+            );
+        };
+        let (step, exit) = if at_once {
+            running.child.kill().await
+        } else {
+            let grace = self.config.stop_grace;
+            running.child.terminate(grace, escalated).await
+        };
         self.publisher.emit(
             event_types::PROCESS_EXITED,
             json!({"pid": pid, "code": exit.code, "signal": exit.signal, "stopStep": step}),
@@ -278,6 +298,7 @@ impl Context {
         let mut delay = POLL_FIRST;
         let mut next_probe = started + POLL_FIRST;
         let mut loading = false;
+        let mut next_stopped_check = started + STOPPED_CHECK;
         tokio::pin!(abort);
         loop {
             let stall_deadline = if loading {
@@ -335,7 +356,19 @@ impl Context {
                                 last_lines: running.last_lines(),
                             });
                         }
-                        ProbeOutcome::Refused | ProbeOutcome::NoHttp(_) | ProbeOutcome::Unreachable(_) => {}
+                        ProbeOutcome::Refused | ProbeOutcome::NoHttp(_) | ProbeOutcome::Unreachable(_) => {
+                            // Stopped (`SIGSTOP`) while starting: it cannot become ready,
+                            // so do not wait out the startup timeout for it.
+                            if Instant::now() >= next_stopped_check {
+                                next_stopped_check = Instant::now() + STOPPED_CHECK;
+                                if monitor::activity(running.child.pid).await.all_stopped() {
+                                    return Err(Error::Unresponsive {
+                                        engine, stopped: true, misses: 0,
+                                        interval: STOPPED_CHECK, last_lines: running.last_lines(),
+                                    });
+                                }
+                            }
+                        }
                     }
                     delay = (delay * 2).min(POLL_MAX);
                     next_probe = Instant::now() + delay;
@@ -344,6 +377,9 @@ impl Context {
         }
     }
 }
+
+/// How often a starting engine that does not answer is checked for being stopped.
+const STOPPED_CHECK: Duration = Duration::from_secs(1);
 
 /// The error for an engine that exited before it was ready: a port conflict when its
 /// output says so, else its exit status.

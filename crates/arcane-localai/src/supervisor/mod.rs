@@ -504,13 +504,16 @@ struct Monitor {
     restarts: u32,
 }
 
-/// Probes a ready owned engine's readiness path every `interval` (each probe waiting
-/// at most as long); resolves once `misses` probes in a row went unanswered (no HTTP
-/// answer, or not ready). Never resolves when turned off (`misses` 0).
+/// Probes a ready owned engine's readiness path every `interval`; an unanswered probe
+/// is judged by what the engine's process group did meanwhile ([`monitor::Liveness`]):
+/// resolves once the group is stopped, or `misses` probes in a row went unanswered
+/// while it used no CPU time. Never resolves when turned off (`misses` 0).
 struct Watchdog {
     interval: Duration,
     misses: u32,
     missed: u32,
+    /// The next probe's timeout: the interval, widened after an unanswered probe.
+    timeout: Duration,
     /// When the next probe is due (kept across the monitor's other wake-ups, such as
     /// output lines, so a chatty engine is probed on time too).
     next: Instant,

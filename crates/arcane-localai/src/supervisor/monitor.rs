@@ -9,34 +9,108 @@ impl Watchdog {
             interval: config.watchdog_interval,
             misses: config.watchdog_misses,
             missed: 0,
+            timeout: config.watchdog_interval,
             next: Instant::now() + config.watchdog_interval,
         }
     }
 
-    pub(super) async fn unanswered(&mut self, context: &Context) {
+    /// Probes until the engine is judged unresponsive (see [`Liveness`]); never
+    /// returns while it answers, or works without answering.
+    pub(super) async fn unresponsive(&mut self, context: &Context, group: u32) -> Unresponsive {
         if self.misses == 0 || self.interval.is_zero() {
             return std::future::pending().await;
         }
         loop {
             tokio::time::sleep_until(self.next).await;
-            self.next = Instant::now() + self.interval;
+            let before = activity(group).await;
             let outcome = probe::probe_path(
                 context.engine(),
                 context.config.health_path(),
                 &context.owned().address,
-                self.interval,
+                self.timeout,
             )
             .await;
+            self.next = Instant::now() + self.interval;
             if matches!(outcome, ProbeOutcome::Ready { .. } | ProbeOutcome::Loading) {
                 self.missed = 0;
+                self.timeout = self.interval;
                 continue;
             }
-            self.missed += 1;
-            if self.missed >= self.misses {
-                return;
+            let after = activity(group).await;
+            match Liveness::judge(&before, &after) {
+                Liveness::Stopped => return Unresponsive::Stopped,
+                Liveness::Working => {
+                    // Load, not death: nothing counts against it, and the next probe
+                    // waits longer (a probe that times out still queues in the engine).
+                    self.missed = 0;
+                    self.timeout = (self.timeout * 2).min(self.interval * MAX_WIDENING);
+                    context.publisher.emit(
+                        event_types::LOCAL_AI_ENGINE_BUSY,
+                        json!({"id": context.config.id, "engine": context.engine().as_str(),
+                               "probeTimeoutMs": self.timeout.as_millis() as u64}),
+                    );
+                }
+                Liveness::Idle => {
+                    self.missed += 1;
+                    self.timeout = (self.timeout * 2).min(self.interval * MAX_WIDENING);
+                    if self.missed >= self.misses {
+                        return Unresponsive::Hung;
+                    }
+                }
             }
         }
     }
+}
+
+/// How far an unanswered probe's timeout is widened, in watchdog intervals.
+const MAX_WIDENING: u32 = 4;
+
+/// Why the watchdog gave up on an engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Unresponsive {
+    /// Every process of its group is stopped (`SIGSTOP`): it cannot answer until
+    /// someone sends `SIGCONT`.
+    Stopped,
+    /// Probes went unanswered while its group used no CPU time at all.
+    Hung,
+}
+
+/// What an unanswered probe says about an engine, judged by what its process group
+/// did meanwhile (progress, not probe latency: a busy engine on a loaded machine may
+/// take longer than any probe timeout to answer `/health`, while it streams tokens).
+///
+/// | its group during the probe | verdict | the watchdog |
+/// |---|---|---|
+/// | every process stopped (`SIGSTOP`) | [`Liveness::Stopped`] | unresponsive at once |
+/// | used CPU time | [`Liveness::Working`] | not a miss; the next probe waits longer |
+/// | used none | [`Liveness::Idle`] | a miss; the next probe waits longer |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Liveness {
+    Stopped,
+    Working,
+    Idle,
+}
+
+impl Liveness {
+    pub(super) fn judge(
+        before: &arcane_process::GroupActivity,
+        after: &arcane_process::GroupActivity,
+    ) -> Liveness {
+        if after.all_stopped() {
+            Liveness::Stopped
+        } else if after.worked_since(before) {
+            Liveness::Working
+        } else {
+            Liveness::Idle
+        }
+    }
+}
+
+/// What the engine's process group is doing, read off the async threads.
+pub(super) async fn activity(group: u32) -> arcane_process::GroupActivity {
+    tokio::task::spawn_blocking(move || arcane_process::group_activity(group))
+        .await
+        .unwrap_or_default()
 }
 
 impl Monitor {
@@ -68,19 +142,21 @@ impl Monitor {
                         None => running.output_open = false,
                     }
                 }
-                () = watchdog.unanswered(&self.context) => {
-                    // Stopped answering while ready: stopped like a crash, so requests
-                    // waiting on it fail now and the next one starts it again.
-                    let (_, exit) = self.context.terminate(&mut running).await;
-                    running.drain(&publisher).await;
+                verdict = watchdog.unresponsive(&self.context, running.child.pid) => {
+                    // Said first, so that nothing new is sent to it while it is killed
+                    // (the gateway holds new requests for its replacement); killed at
+                    // once, without the stop grace: it answers no signal it could act on.
                     let error = Error::Unresponsive {
                         engine: self.context.engine().as_str().into(),
-                        misses: watchdog.misses,
+                        stopped: verdict == Unresponsive::Stopped,
+                        misses: watchdog.missed,
                         interval: watchdog.interval,
                         last_lines: running.last_lines(),
                     };
-                    publisher.publish(Change::Failed, |s| {
-                        s.error = Some(error_json(&error));
+                    publisher.publish(Change::Failed, |s| s.error = Some(error_json(&error)));
+                    let (step, exit) = self.context.kill(&mut running).await;
+                    running.drain(&publisher).await;
+                    publisher.update(|s| {
                         s.exit = Some(exit);
                         s.pid = None;
                     });
@@ -91,7 +167,7 @@ impl Monitor {
                             watchdog = Watchdog::new(&self.context.config);
                         }
                         None => {
-                            self.finish(StopStep::Sigkill, Some(exit));
+                            self.finish(step, Some(exit));
                             return;
                         }
                     }

@@ -28,6 +28,11 @@ Faults, chosen with `--fake-mode MODE` (repeatable):
 * `crash-after=SECONDS`: exit with code 7 that long after becoming ready;
   with `--fake-state FILE`, only when FILE does not exist yet (it is then created);
 * `silent`: do not print the listening line (readiness must come from polling).
+* `busy-health=SECONDS`: a chat completion works the CPU for SECONDS, and `/health`
+  waits behind it (as llama-server's health check waits behind its busy HTTP threads
+  on an overloaded machine);
+* `hang-after=SECONDS`: that long after becoming ready, `/health` stops answering
+  (the request is read, never answered) while the process stays idle (a hang).
 """
 
 import json
@@ -110,6 +115,12 @@ def main():
     def is_loading():
         return loading_for is not None and time.monotonic() - started < loading_for
 
+    work = threading.Lock()
+
+    def hung():
+        return ("hang-after" in modes and ready_at[0] is not None
+                and time.monotonic() - ready_at[0] >= float(modes["hang-after"] or 0))
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -138,6 +149,11 @@ def main():
             if self.refused():
                 return
             if self.path in ("/health", "/v1/health"):
+                if hung():
+                    threading.Event().wait()
+                if "busy-health" in modes:
+                    with work:
+                        pass
                 if "http500" in modes:
                     return self.reply(500, {"error": {"code": 500, "message": "internal fake failure"}})
                 if is_loading():
@@ -160,6 +176,11 @@ def main():
             if self.refused():
                 return
             if self.path in ("/v1/chat/completions", "/chat/completions"):
+                if "busy-health" in modes:
+                    with work:
+                        until = time.monotonic() + float(modes["busy-health"] or 1)
+                        while time.monotonic() < until:
+                            sum(range(1000))
                 return self.reply(200, {
                     "object": "chat.completion",
                     "choices": [{"index": 0, "finish_reason": "stop",

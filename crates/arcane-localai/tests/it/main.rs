@@ -12,3 +12,4 @@ mod lifecycle;
 mod ollama;
 mod orphans;
 mod real;
+mod watchdog;

@@ -257,3 +257,10 @@ fn real(var: &str) -> PathBuf {
     assert!(path.is_file(), "{var}={} does not exist", path.display());
     path
 }
+
+/// Sends signal `name` (`STOP`, `KILL`, …) to `pid`.
+pub fn signal(pid: u32, name: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status();
+}

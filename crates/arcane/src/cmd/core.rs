@@ -81,6 +81,7 @@ pub fn build_host(
             .map(|runtime| launcher(*runtime))
             .collect::<Result<Vec<_>, _>>()?,
     };
+    let serves_engines = gateway.is_some() || !engines.is_empty();
     let mut builder = ServerBuilder::new(AppInfo::default())
         .version(env!("CARGO_PKG_VERSION"))
         .observer(observer)
@@ -88,6 +89,13 @@ pub fn build_host(
         .engines(engines)
         .gateway(gateway)
         .devices(LiveDevices::new());
+    if serves_engines {
+        // Every engine record of the workspace, whatever model it names, is settled
+        // when the host starts (an orphan a killed host left is stopped).
+        builder = builder.service(arcane_core::localai::EngineRecordsService::new(
+            &context.workspace,
+        ));
+    }
     if plan.model_assets {
         builder = builder.service(model_assets(&context.workspace));
     }
