@@ -308,14 +308,14 @@ async fn refused(response: hyper::Response<HttpBody>, url: &str) -> Error {
     remote(&value["error"], status)
 }
 
-/// A host's `{code, message, details, hints}` error (HTTP `status`) as
+/// A host's `{code, message, details, causes, hints}` error (HTTP `status`) as
 /// [`Error::Remote`]; what it lacks is said generically.
 pub(crate) fn remote(error: &Value, status: u16) -> Error {
     Error::Remote {
         code: error["code"]
             .as_str()
             .unwrap_or("ARCANE_OPERATION_FAILED")
-            .to_string(),
+            .into(),
         message: error["message"]
             .as_str()
             .map(str::to_string)
@@ -328,5 +328,6 @@ pub(crate) fn remote(error: &Value, status: u16) -> Error {
             .filter_map(Value::as_str)
             .map(str::to_string)
             .collect(),
+        cause: arcane_report::Cause::of_error_json(error).map(Box::new),
     }
 }

@@ -240,17 +240,21 @@ pub enum Error {
 
     /// The Core host answered a client with an error frame. Its code is this error's
     /// code when this build knows it (else `ARCANE_OPERATION_FAILED`, with the sent code
-    /// in the details), and its details and hints are kept.
+    /// in the details), and its details, hints and causes are kept.
     #[error("{message}")]
     Remote {
         /// The code it sent.
-        code: String,
+        code: Box<str>,
         /// Its message.
         message: String,
         /// Its details.
         details: Value,
         /// Its hints.
         hints: Vec<String>,
+        /// Its causes (`causes` on the wire), outermost first: why it failed, down to
+        /// the system's own words (`No space left on device (os error 28)`).
+        #[source]
+        cause: Option<Box<arcane_report::Cause>>,
     },
 
     /// A library the host drives (devices, supervisor, registry) failed; its code,

@@ -53,3 +53,80 @@ pub fn error_json(error: &dyn Diagnostic) -> Value {
     }
     value
 }
+
+/// A cause known only by its text, as [`error_json`] sent it in `causes`: the chain is
+/// rebuilt so that whoever renders the error (the CLI's `caused by:` lines, the next
+/// `error_json`) sees every link again, outermost first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    message: String,
+    next: Option<Box<Cause>>,
+}
+
+impl Cause {
+    /// The chain of `messages`, outermost first; `None` when there are none.
+    pub fn chain<S: Into<String>>(messages: impl IntoIterator<Item = S>) -> Option<Self> {
+        let messages: Vec<String> = messages.into_iter().map(Into::into).collect();
+        messages.into_iter().rev().fold(None, |next, message| {
+            Some(Cause {
+                message,
+                next: next.map(Box::new),
+            })
+        })
+    }
+
+    /// The chain in the `causes` of an error [`error_json`] serialized (`None` when it
+    /// has none).
+    pub fn of_error_json(error: &Value) -> Option<Self> {
+        let causes = error["causes"].as_array().into_iter().flatten();
+        Self::chain(causes.filter_map(Value::as_str))
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.next.as_deref().map(|c| c as _)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Outer(Cause);
+
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("outer")
+        }
+    }
+
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    impl Diagnostic for Outer {
+        fn code(&self) -> &'static str {
+            crate::codes::ARCANE_IO
+        }
+    }
+
+    #[test]
+    fn a_sent_cause_chain_comes_back_whole_and_in_order() {
+        let sent = error_json(&Outer(Cause::chain(["first", "second"]).unwrap()));
+        assert_eq!(sent["causes"], json!(["first", "second"]));
+        let again = error_json(&Outer(Cause::of_error_json(&sent).unwrap()));
+        assert_eq!(again, sent);
+        assert!(Cause::chain(Vec::<String>::new()).is_none());
+        assert!(Cause::of_error_json(&json!({"message": "m"})).is_none());
+    }
+}

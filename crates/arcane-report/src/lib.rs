@@ -34,5 +34,5 @@ pub mod event_types;
 pub mod time;
 
 pub use cancel::{CancelToken, Cancelled};
-pub use diagnostic::{error_json, Diagnostic};
+pub use diagnostic::{error_json, Cause, Diagnostic};
 pub use event::{Collector, Event, EventSink, NullSink};

@@ -67,38 +67,8 @@ impl Diagnostic for Hinted {
     }
 }
 
-/// A cause known only by its text (as `error_json` sent it in `causes`), chained so
-/// the renderer prints one `caused by:` line per link, outermost first.
-#[derive(Debug)]
-pub struct Cause {
-    message: String,
-    next: Option<Box<Cause>>,
-}
-
-impl Cause {
-    /// The chain of `messages`, outermost first; `None` when there are none.
-    pub fn chain<S: Into<String>>(messages: impl IntoIterator<Item = S>) -> Option<Self> {
-        let messages: Vec<String> = messages.into_iter().map(Into::into).collect();
-        messages.into_iter().rev().fold(None, |next, message| {
-            Some(Cause {
-                message,
-                next: next.map(Box::new),
-            })
-        })
-    }
-}
-
-impl std::fmt::Display for Cause {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Cause {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.next.as_deref().map(|c| c as _)
-    }
-}
+/// A cause known only by its text (as `error_json` sent it in `causes`).
+pub use arcane_report::Cause;
 
 /// An error raised by the CLI itself (bad flag combinations, unreadable config files).
 #[derive(Debug, thiserror::Error)]

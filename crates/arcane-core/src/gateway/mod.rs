@@ -427,6 +427,7 @@ fn refused(no_route: NoRoute) -> BoxError {
             .into(),
         details: error["details"].clone(),
         hints: Vec::new(),
+        cause: arcane_report::Cause::of_error_json(error).map(Box::new),
     })
 }
 

@@ -41,6 +41,7 @@ impl Gateway {
                 message: format!("`{}` has {in_flight} request(s) in flight", model.spec.id),
                 details: json!({"model": model.spec.id, "inFlight": in_flight}),
                 hints: vec!["wait for its requests to finish, then unload it".into()],
+                cause: None,
             }));
         }
         self.unload(&model, Reason::Requested, None).await;

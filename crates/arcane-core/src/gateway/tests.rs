@@ -133,6 +133,7 @@ impl EngineLauncher for FakeLauncher {
                     message: format!("`{id}` was launched more than {MAX_LAUNCHES} times"),
                     details: json!({}),
                     hints: Vec::new(),
+                    cause: None,
                 }) as BoxError);
             }
             if let Some(gate) = gate {
@@ -145,6 +146,7 @@ impl EngineLauncher for FakeLauncher {
                     message: message.into(),
                     details: json!({"model": id}),
                     hints: Vec::new(),
+                    cause: None,
                 }) as BoxError),
             }
         })

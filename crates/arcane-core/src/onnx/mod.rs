@@ -298,6 +298,7 @@ impl OnnxService {
             ),
             details: json!({"target": id, "provider": cuda, "available": providers, "library": self.config.library}),
             hints: vec!["register an ONNX Runtime built with CUDA (the `onnxruntime-gpu` wheel's library) with `arcane runtime add onnx --library PATH`, or choose the target `cpu`".into()],
+            cause: None,
         })
     }
 
@@ -424,6 +425,7 @@ impl OnnxService {
                 message: format!("no ONNX session `{session}` is loaded"),
                 details: json!({"session": session}),
                 hints: vec!["load one with `onnx.load`; `onnx.status` lists the sessions".into()],
+                cause: None,
             }) as BoxError
         })?;
         if let Some(error) = &entry.error {
@@ -505,6 +507,7 @@ impl OnnxService {
                 message: format!("no ONNX session `{session}` is loaded"),
                 details: json!({"session": session}),
                 hints: vec![],
+                cause: None,
             }));
         };
         let unloaded = if entry.worker.is_dead() {
@@ -569,6 +572,7 @@ async fn detached(
             message: format!("the ONNX service's task failed: {e}"),
             details: Value::Null,
             hints: vec![],
+            cause: None,
         }))
     })
 }
@@ -597,6 +601,7 @@ fn failed_session(session: &str, error: &str) -> BoxError {
         message: format!("ONNX session `{session}` failed: {error}"),
         details: json!({"session": session, "state": "failed"}),
         hints: vec!["unload it and load the model again: a fresh worker is started".into()],
+        cause: None,
     })
 }
 

@@ -81,6 +81,7 @@ impl Pool {
                 "unload sessions you no longer need with `onnx.unload` (`onnx.status` lists them): a worker whose last session is unloaded stops".into(),
                 "load without `isolated: true` to share the target's worker".into(),
             ],
+            cause: None,
         }))
     }
 

@@ -67,10 +67,11 @@ pub struct Worker {
 
 fn failed(message: String, details: Value) -> BoxError {
     Box::new(Error::Remote {
-        code: codes::LOCAL_AI_SERVER_FAILED.to_string(),
+        code: codes::LOCAL_AI_SERVER_FAILED.into(),
         message,
         details,
         hints: vec![],
+        cause: None,
     })
 }
 
@@ -80,7 +81,7 @@ pub fn remote(error: &Value) -> BoxError {
         code: error["code"]
             .as_str()
             .unwrap_or(codes::ARCANE_OPERATION_FAILED)
-            .to_string(),
+            .into(),
         message: error["message"]
             .as_str()
             .unwrap_or("the ONNX worker failed")
@@ -94,6 +95,7 @@ pub fn remote(error: &Value) -> BoxError {
                     .collect()
             })
             .unwrap_or_default(),
+        cause: arcane_report::Cause::of_error_json(error).map(Box::new),
     })
 }
 

@@ -640,6 +640,79 @@ model = "{model}"
     serve.terminate();
 }
 
+/// A tmpfs of `size` mounted on `dir` while it lives: a disk that can be filled. Needs
+/// root (the tests run as root, in CI too): a test that cannot mount fails, never skips.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &std::path::Path, size: &str) -> Tmpfs {
+        let out = run(Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(dir));
+        assert!(
+            out.status.success(),
+            "cannot mount a tmpfs on {} (this test needs root): {}",
+            dir.display(),
+            crate::support::stderr(&out)
+        );
+        Tmpfs(dir.to_path_buf())
+    }
+
+    /// Writes a file until the disk is full.
+    fn fill(&self) {
+        let mut filler = std::fs::File::create(self.0.join("filler")).unwrap();
+        let chunk = vec![0u8; 64 << 10];
+        loop {
+            match filler.write_all(&chunk) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                Err(e) => panic!("filling the tmpfs: {e}"),
+            }
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // Lazily: whatever still has a file open there does not keep it mounted.
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Issue 27, item 8: `arcane chat` on a full disk shows why the model did not load,
+/// down to the system's words: the host's answer has the whole chain (the lock the
+/// engine's ownership record is written under, and the write that failed), and the
+/// client printed only its first line.
+#[test]
+fn a_chat_on_a_full_disk_shows_the_whole_cause_down_to_the_system_error() {
+    let ws = TestWorkspace::new();
+    let disk = Tmpfs::mount(ws.path(), "2m");
+    let toml = format!(
+        "[[model]]\nid = \"sock\"\ncommand = [\"{}\", \"--host\", \"${{SOCKET}}\", \"-m\", \"{}\", \"-c\", \"512\"]\n",
+        llama_server().display(),
+        smollm2().display()
+    );
+    std::fs::write(ws.path().join("arcane.toml"), toml).unwrap();
+    let mut serve = start(&ws);
+    disk.fill();
+    let out = run(ws.arcane().args(["chat", "--model", "sock", "Say hi."]));
+    assert!(!out.status.success());
+    let said = crate::support::stderr(&out);
+    assert!(
+        said.contains("caused by: ") && said.contains("No space left on device (os error 28)"),
+        "{said}"
+    );
+    serve.terminate();
+    drop(serve);
+    drop(disk);
+}
+
 #[test]
 fn a_memory_budget_evicts_like_max_loaded_and_a_model_too_big_for_it_is_refused_naming_both() {
     let size = std::fs::metadata(smollm2()).unwrap().len();
