@@ -12,6 +12,9 @@
 //! * [`open_regular`]: open a file a user named without ever blocking (a FIFO would
 //!   block a plain open until a writer appears) and refuse anything that is not a
 //!   regular file, naming what it is.
+//! * [`read_regular_unchanged`]: read a small file a user named and refuse it when it
+//!   changed while it was read (a configuration saved during a reload), comparing
+//!   [`FileIdentity`]s taken before and after.
 //!
 //! * [`trust`]: whose files Arcane trusts (owner and mode, `StrictModes`-style).
 //! * [`secret_bytes`], [`secret_hex`], [`uuid_v4`]: the one source of secrets and
@@ -249,6 +252,128 @@ pub fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
 pub fn read_regular_text(path: &Path, limit: u64) -> io::Result<String> {
     String::from_utf8(read_regular(path, limit)?)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "is not UTF-8 text"))
+}
+
+/// What identifies a file's content without reading it: a file with the same device,
+/// inode, size, modification time and change time (both to the nanosecond) has not been
+/// written since. (The change time also moves on a write that resets the modification
+/// time, and on a `chmod` or `chown`.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileIdentity {
+    /// The device.
+    pub dev: u64,
+    /// The inode.
+    pub ino: u64,
+    /// The size in bytes.
+    pub size: u64,
+    /// The modification time: seconds and nanoseconds.
+    pub mtime: (i64, i64),
+    /// The change time: seconds and nanoseconds.
+    pub ctime: (i64, i64),
+}
+
+impl FileIdentity {
+    /// The identity `meta` describes.
+    pub fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// How `now` differs from this identity, in words, or `None` when it does not.
+    pub fn difference(&self, now: &Self) -> Option<&'static str> {
+        if (self.dev, self.ino) != (now.dev, now.ino) {
+            Some("it was replaced by another file")
+        } else if self.size != now.size {
+            Some("its size changed")
+        } else if self.mtime != now.mtime || self.ctime != now.ctime {
+            Some("it was written")
+        } else {
+            None
+        }
+    }
+}
+
+/// Why [`read_regular_unchanged`] returned nothing.
+#[derive(Debug)]
+pub enum UnchangedReadError {
+    /// The file could not be opened or read ([`read_regular`]'s errors).
+    Io(io::Error),
+    /// The file changed while it was read: how, in words (`its size changed`, `it was
+    /// removed`, …). What was read is a mix of two versions, or a version being written.
+    Changed(&'static str),
+}
+
+/// [`read_regular`], refusing a file that changed while it was read: a file an editor
+/// or a script is writing in place (truncate, then write) would otherwise be read half
+/// written, and its valid prefix taken for the whole.
+///
+/// The identity ([`FileIdentity`]) of the open descriptor is taken before the read and
+/// again after it, and the path is looked up again after the read (a file renamed over
+/// it, or its removal, leaves the descriptor unchanged); the bytes read must also be as
+/// many as the file's size. Any difference is [`UnchangedReadError::Changed`].
+///
+/// What this cannot see: a writer that pauses between two writes for the whole read
+/// leaves a consistent prefix on disk, which is read as it is. Writing the file under
+/// another name and renaming it over (as most editors do) never shows a reader a
+/// partial file.
+pub fn read_regular_unchanged(path: &Path, limit: u64) -> Result<Vec<u8>, UnchangedReadError> {
+    read_unchanged(path, limit, || {})
+}
+
+/// [`read_regular_unchanged`], calling `after_read` between the read and the second
+/// look at the file (where a test changes it).
+fn read_unchanged(
+    path: &Path,
+    limit: u64,
+    after_read: impl FnOnce(),
+) -> Result<Vec<u8>, UnchangedReadError> {
+    use std::os::unix::fs::MetadataExt;
+    let file = open_regular(path).map_err(UnchangedReadError::Io)?;
+    let identity = |file: &File| {
+        file.metadata()
+            .map(|meta| FileIdentity::of(&meta))
+            .map_err(UnchangedReadError::Io)
+    };
+    let before = identity(&file)?;
+    let mut bytes = Vec::new();
+    (&file)
+        .take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(UnchangedReadError::Io)?;
+    if bytes.len() as u64 > limit {
+        return Err(UnchangedReadError::Io(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("is larger than {limit} bytes"),
+        )));
+    }
+    after_read();
+    // The path first: a removal or a rename over it also moves the old file's change
+    // time, and the reason given should be the one that happened.
+    match std::fs::metadata(path) {
+        Ok(meta) if (meta.dev(), meta.ino()) == (before.dev, before.ino) => {}
+        Ok(_) => {
+            return Err(UnchangedReadError::Changed(
+                "another file was renamed over it",
+            ))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(UnchangedReadError::Changed("it was removed"))
+        }
+        Err(e) => return Err(UnchangedReadError::Io(e)),
+    }
+    if let Some(how) = before.difference(&identity(&file)?) {
+        return Err(UnchangedReadError::Changed(how));
+    }
+    if bytes.len() as u64 != before.size {
+        return Err(UnchangedReadError::Changed("its size changed"));
+    }
+    Ok(bytes)
 }
 
 /// What [`stream_sha256`] read.
@@ -533,5 +658,92 @@ mod tests {
             },
         );
         assert!(matches!(stopped, Err(StreamError::Stopped)));
+    }
+
+    /// A file and what `read_unchanged` says when `change` runs between the read and
+    /// the second look.
+    fn read_changed_by(change: impl FnOnce(&Path)) -> Result<Vec<u8>, UnchangedReadError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("arcane.toml");
+        std::fs::write(&path, "[[model]]\nid = \"a\"\n").unwrap();
+        read_unchanged(&path, 1 << 20, || change(&path))
+    }
+
+    fn changed(result: Result<Vec<u8>, UnchangedReadError>) -> &'static str {
+        match result {
+            Err(UnchangedReadError::Changed(how)) => how,
+            other => panic!("expected a change, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_unchanged_file_is_read_whole() {
+        let read = read_changed_by(|_| {}).unwrap();
+        assert_eq!(read, b"[[model]]\nid = \"a\"\n");
+    }
+
+    /// Issue 27, item 7: a file written while it is read is refused, whatever the
+    /// write: appended to, truncated, rewritten in place at the same size, renamed
+    /// over, removed.
+    #[test]
+    fn a_file_that_changes_while_it_is_read_is_refused_saying_how() {
+        let append = |path: &Path| {
+            let mut file = File::options().append(true).open(path).unwrap();
+            file.write_all(b"[[model]]\nid = \"b\"\n").unwrap();
+        };
+        assert_eq!(changed(read_changed_by(append)), "its size changed");
+        let truncate = |path: &Path| {
+            File::options()
+                .write(true)
+                .open(path)
+                .unwrap()
+                .set_len(0)
+                .unwrap();
+        };
+        assert_eq!(changed(read_changed_by(truncate)), "its size changed");
+        // Same size, new bytes; its time set apart so the change is certain even
+        // within one tick of the file system's clock.
+        let rewrite = |path: &Path| {
+            let file = File::options().write(true).open(path).unwrap();
+            (&file).write_all(b"[[model]]\nid = \"z\"\n").unwrap();
+            let then = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1);
+            file.set_modified(then).unwrap();
+        };
+        assert_eq!(changed(read_changed_by(rewrite)), "it was written");
+        let rename_over = |path: &Path| {
+            let other = path.with_extension("new");
+            std::fs::write(&other, "[[model]]\nid = \"a\"\n").unwrap();
+            std::fs::rename(&other, path).unwrap();
+        };
+        assert_eq!(
+            changed(read_changed_by(rename_over)),
+            "another file was renamed over it"
+        );
+        let remove = |path: &Path| std::fs::remove_file(path).unwrap();
+        assert_eq!(changed(read_changed_by(remove)), "it was removed");
+    }
+
+    #[test]
+    fn identities_differ_by_what_changed() {
+        let base = FileIdentity {
+            dev: 1,
+            ino: 2,
+            size: 3,
+            mtime: (4, 5),
+            ctime: (6, 7),
+        };
+        assert_eq!(base.difference(&base), None);
+        let moved = |f: fn(&mut FileIdentity)| {
+            let mut now = base;
+            f(&mut now);
+            base.difference(&now)
+        };
+        assert_eq!(
+            moved(|n| n.ino = 9),
+            Some("it was replaced by another file")
+        );
+        assert_eq!(moved(|n| n.size = 9), Some("its size changed"));
+        assert_eq!(moved(|n| n.mtime.1 = 6), Some("it was written"));
+        assert_eq!(moved(|n| n.ctime.1 = 8), Some("it was written"));
     }
 }

@@ -46,6 +46,9 @@ codes! {
     /// The workspace named by `--workspace` or `ARCANE_WORKSPACE` does not exist (a
     /// command that only reads it never creates it). Exits 2, like a usage error.
     ARCANE_WORKSPACE_NOT_FOUND,
+    /// A file changed, was replaced or was removed while it was being read (a
+    /// configuration saved during `arcane reload`): nothing read from it was used.
+    ARCANE_FILE_CHANGED,
 
     // --- local AI --------------------------------------------------------------------
     /// The execution target cannot be honoured by this runtime or backend.

@@ -222,6 +222,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     let allowed_origins = allowed_origins(&args, file.as_ref())?;
     let log_budget = log_budget(file.as_ref())?;
     let web = packaged_web(&args, file.as_ref(), &base)?;
+    let had_file = file.is_some();
     let mut gateway = model_gateway(context, &args, file.as_ref(), &base)?;
     let mut one_model = false;
     let configs = if gateway.is_some() {
@@ -231,7 +232,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         let mut configs = engine_configs(&context.workspace, &args, file, &base)?;
         if !engine_tables && configs.len() == 1 && serves_one_model(&configs[0]) {
             let config = configs.remove(0);
-            gateway = Some(single_gateway(context, &args, config));
+            gateway = Some(single_gateway(context, &args, config, had_file));
             one_model = true;
         }
         configs
@@ -291,18 +292,20 @@ fn serves_one_model(config: &EngineConfig) -> bool {
 }
 
 /// The gateway of one model for the engine the flags (or the embedded default) name;
-/// `arcane reload` derives it again from the same flags and `arcane.toml`.
+/// `arcane reload` derives it again from the same flags and `arcane.toml` (`had_file`:
+/// whether there was one at the start).
 fn single_gateway(
     context: &Context,
     args: &Args,
     config: EngineConfig,
+    had_file: bool,
 ) -> std::sync::Arc<arcane_core::gateway::Gateway> {
     let configuration = crate::cmd::gateway::single(config, &context.workspace);
     let gateway = arcane_core::gateway::Gateway::configured(configuration);
     let (workspace, args) = (context.workspace.clone(), args.clone());
     gateway.set_reloader(std::sync::Arc::new(move || {
         let again = || -> Result<_, CliError> {
-            let (file, base) = load_config(&workspace, &args)?;
+            let (file, base) = reload_config(&workspace, &args, had_file)?;
             if file.as_ref().is_some_and(|f| !f.model.is_empty() || !f.engine.is_empty()) {
                 return Err(CommandError::usage(
                     "`arcane.toml` now has `[[model]]` or `[[engine]]` tables; the running host keeps its one model (restart to change modes)",
@@ -352,8 +355,9 @@ fn model_gateway(
     };
     let gateway = arcane_core::gateway::Gateway::configured(configuration);
     let (workspace, args) = (context.workspace.clone(), args.clone());
+    let had_file = file.is_some();
     gateway.set_reloader(std::sync::Arc::new(move || {
-        let read = load_config(&workspace, &args)
+        let read = reload_config(&workspace, &args, had_file)
             .and_then(|(file, base)| gateway_models(&workspace, &args, file.as_ref(), &base));
         match read {
             Ok(Some(models)) => Ok(models),
@@ -708,20 +712,69 @@ pub fn engine_configs(
 /// Reads `--config FILE`, or `<workspace>/arcane.toml` when present. Returns the file
 /// and the directory relative paths in it resolve against.
 fn load_config(workspace: &Path, args: &Args) -> Result<(Option<ConfigFile>, PathBuf), CliError> {
+    read_config(workspace, args, Reading::Start)
+}
+
+/// When the configuration is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// `arcane serve` starts: no `arcane.toml` means the flags alone (or the embedded
+    /// default).
+    Start,
+    /// `arcane reload` or SIGHUP, on a running host. Stricter, because what is read
+    /// replaces what runs: a file read at the start that is gone now, and a file with
+    /// no settings at all (empty, or only blank lines and comments), are refused and
+    /// the models stay. A reload of such a file can only mean a file being written
+    /// (truncated, not yet filled) or removed by mistake: in a gateway it would remove
+    /// every model, and for the flags' one model it changes nothing.
+    Reload {
+        /// Whether a configuration file was read when the host started.
+        had_file: bool,
+    },
+}
+
+/// The configuration read again by a reload (see [`Reading::Reload`]).
+fn reload_config(
+    workspace: &Path,
+    args: &Args,
+    had_file: bool,
+) -> Result<(Option<ConfigFile>, PathBuf), CliError> {
+    read_config(workspace, args, Reading::Reload { had_file })
+}
+
+/// Reads the configuration file (see [`load_config`] and [`Reading`]). A file that
+/// changes while it is read is refused (`ARCANE_FILE_CHANGED`), never half-used.
+fn read_config(
+    workspace: &Path,
+    args: &Args,
+    reading: Reading,
+) -> Result<(Option<ConfigFile>, PathBuf), CliError> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| workspace.to_path_buf());
+    let default = workspace.join("arcane.toml");
     let path = match &args.config {
         Some(path) => Some(cwd.join(path)),
         None => {
             // Whatever is there is read as the configuration: a FIFO, a device or a
             // directory in its place is refused (as `--config` refuses it), never
             // silently skipped.
-            let default = workspace.join("arcane.toml");
             std::fs::symlink_metadata(&default)
                 .is_ok()
-                .then_some(default)
+                .then_some(default.clone())
         }
     };
     let Some(path) = path else {
+        if reading == (Reading::Reload { had_file: true }) {
+            return Err(CommandError::new(
+                codes::ARCANE_NOT_FOUND,
+                format!(
+                    "`{}` was removed; the running models stay as they are",
+                    default.display()
+                ),
+                json!({"path": default}),
+            )
+            .hint("put the file back and reload again; to stop serving, stop the host")
+            .into());
+        }
         return Ok((None, cwd));
     };
     // The configuration decides what runs, where it listens and what it writes: one
@@ -741,22 +794,20 @@ fn load_config(workspace: &Path, args: &Args) -> Result<(Option<ConfigFile>, Pat
         .hint(untrusted.fix())
         .into());
     }
-    let text = arcane_files::read_regular_text(&path, 1 << 20).map_err(|e| {
-        CommandError::usage(
-            format!("cannot read the configuration file `{}`", path.display()),
-            json!({"path": path}),
-        )
-        .caused_by(e)
-    })?;
-    let invalid = |e: toml::de::Error| {
-        CommandError::usage(
-            format!("`{}` is not a valid Arcane configuration", path.display()),
-            json!({"path": path}),
-        )
-        .caused_by(e)
-        .hint("see `docs/arcane.toml.example` for the format")
-    };
+    let text = read_config_text(&path)?;
+    let invalid = |e: toml::de::Error| invalid_config(&path, &text, e);
     let table: toml::Table = toml::from_str(&text).map_err(invalid)?;
+    if table.is_empty() && matches!(reading, Reading::Reload { .. }) {
+        return Err(CommandError::usage(
+            format!(
+                "`{}` has no settings (it is empty, or only comments); the running models stay as they are",
+                path.display()
+            ),
+            json!({"path": path, "bytes": text.len()}),
+        )
+        .hint("a file still being written reads this way: reload again once it is saved")
+        .into());
+    }
     check_keys(&path, &table)?;
     let file: ConfigFile = toml::from_str(&text).map_err(invalid)?;
     if table.contains_key("engine") && file.engine.is_empty() {
@@ -769,6 +820,81 @@ fn load_config(workspace: &Path, args: &Args) -> Result<(Option<ConfigFile>, Pat
     }
     let base = path.parent().map(Path::to_path_buf).unwrap_or(cwd);
     Ok((Some(file), base))
+}
+
+/// The configuration file's text, read whole and unchanged while it was read.
+fn read_config_text(path: &Path) -> Result<String, CommandError> {
+    let bytes = arcane_files::read_regular_unchanged(path, 1 << 20)
+        .map_err(|e| config_read_error(path, e))?;
+    String::from_utf8(bytes).map_err(|_| {
+        config_read_error(
+            path,
+            arcane_files::UnchangedReadError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "is not UTF-8 text",
+            )),
+        )
+    })
+}
+
+/// Why the configuration file at `path` could not be read: a usage error with the
+/// system's cause, or `ARCANE_FILE_CHANGED` when it changed while it was read.
+fn config_read_error(path: &Path, error: arcane_files::UnchangedReadError) -> CommandError {
+    match error {
+        arcane_files::UnchangedReadError::Io(e) => CommandError::usage(
+            format!("cannot read the configuration file `{}`", path.display()),
+            json!({"path": path}),
+        )
+        .caused_by(e),
+        arcane_files::UnchangedReadError::Changed(how) => CommandError::new(
+            codes::ARCANE_FILE_CHANGED,
+            format!(
+                "the configuration file `{}` changed while it was read ({how}); nothing read from it was used",
+                path.display()
+            ),
+            json!({"path": path, "change": how}),
+        )
+        .hint("read it again once it is saved (`arcane reload`); an editor that writes another file and renames it over never causes this"),
+    }
+}
+
+/// The one form of a configuration that does not parse, at the start and on a reload
+/// alike: the TOML error (which shows the line, the column and the offending text) as
+/// its cause, and the place in `details` (`line` and `column` from 1, and the line's
+/// text as `snippet`) for machines.
+fn invalid_config(path: &Path, text: &str, error: toml::de::Error) -> CommandError {
+    let mut details = json!({"path": path});
+    if let Some(span) = error.span() {
+        let (line, column, snippet) = position(text, span.start);
+        details["line"] = json!(line);
+        details["column"] = json!(column);
+        details["snippet"] = json!(snippet);
+    }
+    CommandError::usage(
+        format!("`{}` is not a valid Arcane configuration", path.display()),
+        details,
+    )
+    .caused_by(error)
+    .hint("see `docs/arcane.toml.example` for the format")
+}
+
+/// The line and column (from 1, the column in characters, as the TOML error counts
+/// them) of byte `offset` in `text`, and that line's text.
+fn position(text: &str, offset: usize) -> (usize, usize, &str) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[line_start..]
+        .find('\n')
+        .map_or(text.len(), |i| line_start + i);
+    (
+        before.matches('\n').count() + 1,
+        before[line_start..].chars().count() + 1,
+        text[line_start..line_end].trim_end_matches('\r'),
+    )
 }
 
 /// Refuses unknown keys at the top level and in every `[[engine]]` table: a typo must
@@ -1152,7 +1278,14 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
             data["error"]["message"].as_str().unwrap_or("?")
         )),
         event_types::LOCAL_AI_MODELS_RELOADED => Some(match data["error"]["message"].as_str() {
-            Some(message) => format!("reload failed, the models stay as they were: {message}"),
+            Some(message) => {
+                let mut line = format!("reload failed, the models stay as they were: {message}");
+                let causes = data["error"]["causes"].as_array().into_iter().flatten();
+                for cause in causes.filter_map(Value::as_str) {
+                    line.push_str(&format!("\n  caused by: {cause}"));
+                }
+                line
+            }
             None => {
                 let names = |key: &str| {
                     let list: Vec<&str> = data[key]
@@ -1220,6 +1353,65 @@ mod tests {
         assert_eq!(file.model[0].aliases, ["fast"]);
         assert_eq!(file.devices["cpu"].max_loaded, Some(2));
         assert!(file.engine.is_empty());
+    }
+
+    /// Issue 27, item 7: a configuration that changed while it was read is its own
+    /// error, naming the file and the change.
+    #[test]
+    fn a_configuration_that_changed_while_it_was_read_has_its_own_code() {
+        let path = Path::new("/w/arcane.toml");
+        let error = config_read_error(
+            path,
+            arcane_files::UnchangedReadError::Changed("its size changed"),
+        );
+        assert_eq!(error.code, codes::ARCANE_FILE_CHANGED);
+        assert_eq!(error.details["path"], "/w/arcane.toml");
+        assert_eq!(error.details["change"], "its size changed");
+        assert!(
+            error.message.contains("`/w/arcane.toml`"),
+            "{}",
+            error.message
+        );
+        let unreadable = config_read_error(
+            path,
+            arcane_files::UnchangedReadError::Io(std::io::ErrorKind::NotFound.into()),
+        );
+        assert_eq!(unreadable.code, codes::ARCANE_USAGE);
+    }
+
+    /// Issue 27, item 7: where a configuration does not parse is in the details, as
+    /// the TOML error's own text says it.
+    #[test]
+    fn a_configuration_that_does_not_parse_names_its_line_column_and_text() {
+        let text = "[[model]]\nid = \"é\"\nmodel = \n";
+        let parsed = toml::from_str::<toml::Table>(text).unwrap_err();
+        let said = parsed.to_string();
+        let error = invalid_config(Path::new("/w/arcane.toml"), text, parsed);
+        let (line, column) = (&error.details["line"], &error.details["column"]);
+        assert_eq!(line, 3, "{said}");
+        assert!(
+            said.contains(&format!("at line {line}, column {column}")),
+            "{said} vs {}",
+            error.details
+        );
+        assert_eq!(error.details["snippet"], "model = ");
+        assert_eq!(position("ab\ncé\nd", 6), (2, 3, "cé"));
+        assert_eq!(position("ab\ncé\nd", 5), (2, 2, "cé"));
+        assert_eq!(position("ab\n", 99), (2, 1, ""));
+    }
+
+    /// A reload that failed on SIGHUP says why in `serve`'s own output too, causes
+    /// included (a TOML error's line and column are in its cause).
+    #[test]
+    fn a_failed_reload_event_shows_its_causes() {
+        let event = Event::new(
+            event_types::LOCAL_AI_MODELS_RELOADED,
+            json!({"error": {"message": "`a.toml` is not a valid Arcane configuration", "causes": ["TOML parse error at line 3, column 9"]}}),
+        );
+        assert_eq!(
+            human_event(&event, 0).as_deref(),
+            Some("reload failed, the models stay as they were: `a.toml` is not a valid Arcane configuration\n  caused by: TOML parse error at line 3, column 9")
+        );
     }
 
     #[test]

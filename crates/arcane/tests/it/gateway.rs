@@ -640,6 +640,91 @@ model = "{model}"
     serve.terminate();
 }
 
+/// Issue 27, item 7: a reload that cannot use the file changes nothing and says why:
+/// a file that does not parse names its line, column and text (as `serve` does), in
+/// the human output and in the JSON error's details; an empty or comment-only file (one
+/// being written) and a removed file are refused, where they used to be read as "no
+/// models"; the models stay until a good file is read.
+#[test]
+fn a_reload_of_a_broken_empty_or_removed_file_says_why_and_keeps_the_models() {
+    const TWO: &str = "[[model]]\nid = \"smol-a\"\nmodel = \"smollm2-135m\"\n\n[[model]]\nid = \"smol-b\"\nmodel = \"smollm2-135m\"\n";
+    let ws = gateway_workspace(TWO);
+    let mut serve = start(&ws);
+    let config = ws.path().join("arcane.toml");
+    let ids = || -> Vec<String> {
+        ps(&ws)
+            .iter()
+            .filter_map(|r| r["id"].as_str().map(str::to_string))
+            .collect()
+    };
+    assert_eq!(ids(), ["smol-a", "smol-b"]);
+    let reload = |json: bool| {
+        let mut command = ws.arcane();
+        if json {
+            command.args(["--output", "json"]);
+        }
+        let out = run(command.arg("reload"));
+        assert!(!out.status.success(), "{}", crate::support::stdout(&out));
+        out
+    };
+
+    // Does not parse: where, in words and in the details.
+    std::fs::write(&config, "[[model]]\nid = \"smol-a\"\nmodel = \n").unwrap();
+    let out = reload(false);
+    assert_eq!(out.status.code(), Some(2));
+    let said = crate::support::stderr(&out);
+    assert!(
+        said.contains("is not a valid Arcane configuration"),
+        "{said}"
+    );
+    assert!(
+        said.contains("caused by: TOML parse error at line 3, column"),
+        "{said}"
+    );
+    assert!(said.contains("3 | model = "), "{said}");
+    let error = crate::support::json(&reload(true))["error"].clone();
+    assert_eq!(error["code"], "ARCANE_USAGE", "{error}");
+    assert_eq!(error["details"]["path"], config.display().to_string());
+    assert_eq!(error["details"]["line"], 3, "{error}");
+    assert_eq!(error["details"]["snippet"], "model = ", "{error}");
+    let column = &error["details"]["column"];
+    assert!(
+        error["causes"][0]
+            .as_str()
+            .is_some_and(|c| c.contains(&format!("line 3, column {column}"))),
+        "{error}"
+    );
+    assert_eq!(ids(), ["smol-a", "smol-b"]);
+
+    // Empty (an editor's truncate before its write), or comments only.
+    for empty in ["", "\n  \n# being saved\n"] {
+        std::fs::write(&config, empty).unwrap();
+        let error = crate::support::json(&reload(true))["error"].clone();
+        assert_eq!(error["code"], "ARCANE_USAGE", "{error}");
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("has no settings")),
+            "{error}"
+        );
+        assert_eq!(ids(), ["smol-a", "smol-b"]);
+    }
+
+    // Removed.
+    std::fs::remove_file(&config).unwrap();
+    let error = crate::support::json(&reload(true))["error"].clone();
+    assert_eq!(error["code"], "ARCANE_NOT_FOUND", "{error}");
+    assert_eq!(error["details"]["path"], config.display().to_string());
+    assert_eq!(ids(), ["smol-a", "smol-b"]);
+
+    // A good file again: read as usual.
+    std::fs::write(&config, TWO.replace("smol-b", "smol-c")).unwrap();
+    let out = run(ws.arcane().args(["--output", "json", "reload"]));
+    assert!(out.status.success(), "{}", crate::support::stderr(&out));
+    assert_eq!(ids(), ["smol-a", "smol-c"]);
+    serve.terminate();
+}
+
 /// A tmpfs of `size` mounted on `dir` while it lives: a disk that can be filled. Needs
 /// root (the tests run as root, in CI too): a test that cannot mount fails, never skips.
 struct Tmpfs(std::path::PathBuf);
