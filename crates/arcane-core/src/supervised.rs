@@ -46,6 +46,26 @@ impl SupervisedLauncher {
     }
 }
 
+/// The socket an engine of `config` listens on whenever Arcane starts it, or `None`
+/// when that is not certain before a start: a kind that may adopt a server at its url,
+/// or one on a port. (The supervisor decides the same way when it starts the engine:
+/// a `command` on `${SOCKET}`; a kind Arcane always starts itself, whose door it can
+/// close, set to the private socket.)
+fn private_socket(workspace: &std::path::Path, config: &EngineConfig) -> Option<PathBuf> {
+    use arcane_localai::{command_template, OwnedListen, Starts};
+    let kind = config.engine.kind();
+    let listen = match kind.starts() {
+        Starts::Command => command_template::needs(&config.template, &config.template_env)
+            .ok()?
+            .listen(),
+        Starts::Builtin { .. } if kind.can_close_its_door() => config.listen,
+        _ if !config.adopt_existing && kind.can_close_its_door() => config.listen,
+        _ => return None,
+    };
+    (listen == OwnedListen::PrivateSocket)
+        .then(|| arcane_workspace::layout::engine_socket(workspace, &config.id))
+}
+
 struct Supervised {
     server: Server,
 }
@@ -70,8 +90,15 @@ impl EngineLauncher for SupervisedLauncher {
         self.config.engine
     }
 
+    /// The configured url, except for an engine that can only ever listen on its
+    /// private socket: that socket (`unix:<path>`, as the supervisor names it once the
+    /// engine runs), so nothing shows the placeholder url of a port not chosen yet
+    /// (`http://127.0.0.1:0`) before the first start.
     fn url(&self) -> String {
-        self.config.url.clone()
+        match private_socket(&self.workspace, &self.config) {
+            Some(socket) => format!("unix:{}", socket.display()),
+            None => self.config.url.clone(),
+        }
     }
 
     fn files(&self) -> (Option<PathBuf>, Option<PathBuf>) {

@@ -277,3 +277,103 @@ fn engine_args_that_would_open_a_door_are_refused_in_every_spelling() {
     // Nothing listens where the refused arguments pointed.
     assert!(std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err());
 }
+
+/// `arcane serve` for a person (human output), its stderr lines on a channel.
+struct HumanServe {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl HumanServe {
+    fn start(ws: &TestWorkspace) -> HumanServe {
+        use std::io::BufRead;
+        let mut child = ws
+            .arcane()
+            .arg("serve")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn arcane serve");
+        let stderr = child.stderr.take().unwrap();
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        HumanServe { child, lines }
+    }
+
+    /// The first line that starts with `prefix` (waiting at most `within`).
+    fn line_starting(&self, prefix: &str, within: Duration) -> String {
+        let deadline = std::time::Instant::now() + within;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("no `{prefix}` line within {within:?}: {seen:#?}"),
+            }
+        }
+    }
+}
+
+impl Drop for HumanServe {
+    fn drop(&mut self) {
+        signal(self.child.id(), "TERM");
+        crate::support::wait_for_exit(&mut self.child, Duration::from_secs(60), "arcane serve");
+    }
+}
+
+/// Issue 27, item 8: a `command` model on `${SOCKET}` is shown at its socket by the
+/// `ready:` line of `arcane serve` and by `arcane status`, loaded or not, never at
+/// the placeholder of a port not chosen (`http://127.0.0.1:0`).
+#[test]
+fn a_socket_command_is_shown_at_its_socket_by_serve_and_status() {
+    let ws = command_workspace(
+        r#"
+[[model]]
+id = "sock"
+command = ["{server}", "--host", "${SOCKET}", "-m", "{model}", "-c", "512"]
+load = "on-start"
+"#,
+    );
+    let socket = format!("unix:{}", ws.path().join(".arcane/run/sock.sock").display());
+    let serve = HumanServe::start(&ws);
+    let ready = serve.line_starting("ready:", Duration::from_secs(60));
+    assert!(
+        ready.contains(&format!("at {socket} ")) && !ready.contains("127.0.0.1:0"),
+        "{ready}"
+    );
+    let status = || {
+        let out = run(ws.arcane().arg("status"));
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = crate::support::stdout(&out);
+        let engine = text
+            .lines()
+            .find(|l| l.starts_with("  engine "))
+            .unwrap_or_else(|| panic!("{text}"))
+            .to_string();
+        assert!(
+            engine.contains(&format!("at {socket} ")) && !text.contains("127.0.0.1:0"),
+            "{text}"
+        );
+        let out = run(ws.arcane().args(["--output", "json", "status"]));
+        let engines = crate::support::json(&out)["engines"].clone();
+        assert_eq!(engines[0]["url"], socket.as_str(), "{engines}");
+    };
+    // Loaded, then unloaded (no engine: the model's table says where it will listen).
+    let out = run(ws.arcane().args(["load", "sock"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    status();
+    let out = run(ws.arcane().args(["unload", "sock"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    status();
+    drop(serve);
+}
