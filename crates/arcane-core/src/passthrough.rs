@@ -36,6 +36,7 @@ use crate::host::{Host, Work};
 use crate::response_lines::{find_usage, rename_model, LineTransformer, Rewrite, Transformed};
 use crate::service::BoxFuture;
 use crate::upstream::{BodyError, Deadlines, EngineAccess, EngineClient, HttpBody};
+use arcane_report::Diagnostic;
 use serde_json::Value;
 
 /// Where the passthrough sends requests.
@@ -278,6 +279,7 @@ where
         Deadlines::GENERATION
     };
     let model_id = model_id_of(&request);
+    let api = StreamApi::of_path(request.uri().path());
     let (request, route) = match route(upstream, request).await {
         Ok(routed) => routed,
         Err(response) => return *response,
@@ -295,7 +297,7 @@ where
             let id = model_id.unwrap_or_default();
             retrieve_model(client, &route.access, &id).await
         }
-        Ok(upstream) => answer(upstream, route, work).await,
+        Ok(upstream) => answer(upstream, route, work, api).await,
         Err(response) => *response,
     }
 }
@@ -395,16 +397,27 @@ pub(crate) async fn exchange(
         if let Some(lease) = route.lease.as_mut() {
             lease.unreachable();
         }
+        let error = engine_error(error);
         let status = StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::BAD_GATEWAY);
-        Box::new(crate::http::error_response(status, &error))
+        Box::new(api_error_response(status, &error))
     })
 }
 
 /// Stage 4: the engine's answer, sent on as it comes, holding `work` and the lease
 /// until its end. With a rename, a whole answer (known length) is renamed at once and
 /// keeps an exact `Content-Length`; a stream is renamed line by line.
-async fn answer(upstream: Response<HttpBody>, mut route: Route, work: Work) -> Response<HttpBody> {
+async fn answer(
+    upstream: Response<HttpBody>,
+    mut route: Route,
+    work: Work,
+    api: StreamApi,
+) -> Response<HttpBody> {
     let (parts, body) = upstream.into_parts();
+    let streamed = parts
+        .headers
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
     if let Some(lease) = route.lease.as_mut() {
         lease.answered(parts.status);
     }
@@ -413,9 +426,12 @@ async fn answer(upstream: Response<HttpBody>, mut route: Route, work: Work) -> R
         let bytes = match body.collect().await {
             Ok(collected) => collected.to_bytes(),
             Err(error) => {
-                let error =
-                    crate::upstream::body_error(error, &route.access.url_of("/"), Peer::Engine);
-                return crate::http::error_response(StatusCode::BAD_GATEWAY, &error);
+                let error = engine_error(crate::upstream::body_error(
+                    error,
+                    &route.access.url_of("/"),
+                    Peer::Engine,
+                ));
+                return api_error_response(StatusCode::BAD_GATEWAY, &error);
             }
         };
         if let (Some(lease), Some(usage)) = (route.lease.as_mut(), find_usage(&bytes)) {
@@ -432,7 +448,8 @@ async fn answer(upstream: Response<HttpBody>, mut route: Route, work: Work) -> R
     } else {
         let lines = (route.rename.is_some() || route.lease.is_some())
             .then(|| Box::new(LineTransformer::new(route.rename.as_deref())) as Box<dyn Rewrite>);
-        WorkBody::new(body, work, route.lease, lines)
+        let url = route.access.url_of("/");
+        WorkBody::new(body, work, route.lease, lines).failing_as(streamed.then_some(api), url)
     };
     respond(parts, body)
 }
@@ -445,12 +462,117 @@ pub(crate) fn answer_rewritten(
     mut route: Route,
     work: Work,
     rewrite: Box<dyn Rewrite>,
+    api: Option<StreamApi>,
 ) -> Response<HttpBody> {
     let (parts, body) = upstream.into_parts();
     if let Some(lease) = route.lease.as_mut() {
         lease.answered(parts.status);
     }
-    respond(parts, WorkBody::new(body, work, route.lease, Some(rewrite)))
+    let url = route.access.url_of("/");
+    let body = WorkBody::new(body, work, route.lease, Some(rewrite)).failing_as(api, url);
+    respond(parts, body)
+}
+
+/// The API whose shape the last frame of a stream takes when the engine's answer was
+/// cut (it crashed, was killed, or stalled): the clients of each API raise the error
+/// such a frame carries, where a stream that just stops reads as a network fault or,
+/// worse, as a complete answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamApi {
+    /// OpenAI's events: `data: {"error": {message, type, param, code, details}}`.
+    OpenAi,
+    /// Anthropic's: `event: error` with `{"type": "error", "error": {type, message}}`.
+    Anthropic,
+    /// Ollama's lines: `{"error": "…"}`.
+    Ollama,
+}
+
+impl StreamApi {
+    /// The API of a front-door path: `/v1/messages` speaks Anthropic's events, every
+    /// other streamed path OpenAI's.
+    pub(crate) fn of_path(path: &str) -> StreamApi {
+        if path.trim_end_matches('/').ends_with("/messages") {
+            StreamApi::Anthropic
+        } else {
+            StreamApi::OpenAi
+        }
+    }
+
+    /// The frame that ends a stream `error` cut.
+    pub(crate) fn error_frame(self, error: &dyn Diagnostic) -> Bytes {
+        let text = match self {
+            StreamApi::OpenAi => format!(
+                "data: {}\n\n",
+                api_error_body(StatusCode::BAD_GATEWAY, error)
+            ),
+            StreamApi::Anthropic => format!(
+                "event: error\ndata: {}\n\n",
+                serde_json::json!({"type": "error", "error": {
+                    "type": "api_error",
+                    "message": error.to_string(),
+                    "code": error.code(),
+                }})
+            ),
+            StreamApi::Ollama => format!(
+                "{}\n",
+                serde_json::json!({"error": error.to_string(), "code": error.code()})
+            ),
+        };
+        Bytes::from(text)
+    }
+}
+
+/// An engine error as the client should read it: a transport failure of an engine that
+/// closed its connection before its answer was complete is [`Error::EngineStopped`].
+pub(crate) fn engine_error(error: Error) -> Error {
+    match error {
+        Error::Http { url, source } if connection_lost(&*source) => {
+            Error::EngineStopped { url, source }
+        }
+        other => other,
+    }
+}
+
+/// Whether `error` (or a cause of it) is a connection closed or reset mid-exchange.
+fn connection_lost(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
+            if hyper.is_incomplete_message() || hyper.is_canceled() {
+                return true;
+            }
+        }
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            if matches!(
+                io.kind(),
+                ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof
+            ) {
+                return true;
+            }
+        }
+        next = error.source();
+    }
+    false
+}
+
+/// `{"error": …}` in OpenAI's shape (`message`, `type`, `param`) with Arcane's stable
+/// `code`, `details` and causes.
+fn api_error_body(status: StatusCode, error: &dyn Diagnostic) -> Value {
+    let mut body = arcane_report::error_json(error);
+    body["type"] = Value::from(match status.as_u16() {
+        401 => "authentication_error",
+        404 => "not_found_error",
+        400..=499 => "invalid_request_error",
+        _ => "server_error",
+    });
+    body["param"] = Value::Null;
+    serde_json::json!({"error": body})
+}
+
+/// An error answer of the front door in OpenAI's shape (see [`api_error_body`]).
+pub(crate) fn api_error_response(status: StatusCode, error: &dyn Diagnostic) -> Response<HttpBody> {
+    crate::http::json_response(status, &api_error_body(status, error))
 }
 
 /// The client's response: the engine's status and headers (hop-by-hop ones dropped)
@@ -638,6 +760,9 @@ struct WorkBody {
     inner: HttpBody,
     cut: Pin<Box<WaitForCancellationFutureOwned>>,
     lines: Option<Box<dyn Rewrite>>,
+    /// The shape of the error frame a stream the engine cut ends with, and the engine's
+    /// url (none: the cut reaches the client as one).
+    failure: Option<(StreamApi, String)>,
     /// The end was seen (and the lease told).
     done: bool,
     _work: Work,
@@ -655,10 +780,28 @@ impl WorkBody {
             inner,
             cut: Box::pin(work.cancelled()),
             lines,
+            failure: None,
             done: false,
             _work: work,
             lease,
         }
+    }
+
+    /// Ends a stream the engine (at `url`) cuts with an error frame in `api`'s shape.
+    fn failing_as(mut self, api: Option<StreamApi>, url: String) -> Self {
+        self.failure = api.map(|api| (api, url));
+        self
+    }
+
+    /// The frame that ends a stream the engine cut with `error`: a line held back is
+    /// dropped (it is incomplete), and the lease is told.
+    fn cut_by_engine(&mut self, (api, url): (StreamApi, String), error: BodyError) -> Bytes {
+        self.done = true;
+        if let Some(lease) = self.lease.as_mut() {
+            lease.finished();
+        }
+        let error = engine_error(crate::upstream::body_error(error, &url, Peer::Engine));
+        api.error_frame(&error)
     }
 
     /// The end of the body: the transformer's held line, and the lease is told.
@@ -709,7 +852,14 @@ impl Body for WorkBody {
                         Poll::Ready(Some(Ok(Frame::data(tail.data))))
                     };
                 }
-                Poll::Ready(Some(Err(error))) => return Poll::Ready(Some(Err(error))),
+                Poll::Ready(Some(Err(error))) => {
+                    return match self.failure.take() {
+                        Some(failure) => {
+                            Poll::Ready(Some(Ok(Frame::data(self.cut_by_engine(failure, error)))))
+                        }
+                        None => Poll::Ready(Some(Err(error))),
+                    };
+                }
                 Poll::Ready(Some(Ok(frame))) => frame,
             };
             let data = match frame.into_data() {

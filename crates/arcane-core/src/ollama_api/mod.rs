@@ -440,8 +440,9 @@ impl Exchange<'_> {
                 )
             }))
         };
-        let mut response = crate::passthrough::answer_rewritten(answer, route, work, rewrite);
         let streams = success && outgoing.stream;
+        let api = streams.then_some(crate::passthrough::StreamApi::Ollama);
+        let mut response = crate::passthrough::answer_rewritten(answer, route, work, rewrite, api);
         response.headers_mut().insert(
             hyper::header::CONTENT_TYPE,
             HeaderValue::from_static(if streams {

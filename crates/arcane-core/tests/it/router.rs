@@ -276,3 +276,54 @@ async fn unknown_paths_aliases_bad_models_and_x_api_key_are_answered_without_rou
     assert!(seen.lock().unwrap().routes.is_empty(), "nothing was routed");
     host.close().await.unwrap();
 }
+
+/// Issue 27, item 5: an engine that dies after it took the request and before it
+/// answered (a crash, `kill -9`; a speech worker killed mid-synthesis) is answered
+/// 502 in OpenAI's error shape (`message`, `type`, `param`, Arcane's `code`), saying
+/// the engine stopped, not only the transport's "connection closed before message
+/// completed". (Every path the front door forwards takes this exchange.)
+#[tokio::test]
+async fn an_engine_that_dies_before_answering_is_a_502_in_openais_shape_saying_so() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut seen = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buffer).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            seen.extend_from_slice(&buffer[..n]);
+        }
+        // Dies with the request read and nothing answered.
+        drop(stream);
+    });
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let upstream = Arc::new(ByModel {
+        url,
+        seen: Arc::clone(&seen),
+    });
+    let (host, address, token) = serve(upstream).await;
+    let body = "{\"model\":\"smol-a\",\"messages\":[]}";
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (status, answer) = exchange(address, request.as_bytes()).await;
+    assert_eq!(status, 502, "{answer}");
+    let error: Value = serde_json::from_str(&answer).unwrap();
+    let error = &error["error"];
+    assert_eq!(error["type"], "server_error", "{error}");
+    assert!(error.get("param").is_some_and(Value::is_null), "{error}");
+    assert_eq!(error["code"], "LOCAL_AI_SERVER_FAILED", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("stopped before its answer was complete"),
+        "{error}"
+    );
+    host.close().await.unwrap();
+}
