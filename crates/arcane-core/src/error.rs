@@ -213,6 +213,17 @@ pub enum Error {
         source: Box<dyn std::error::Error + Send + Sync>,
     },
 
+    /// The engine closed its connection before its answer was complete: it crashed,
+    /// was killed, or was stopped mid-request.
+    #[error("the engine at `{url}` stopped before its answer was complete (it crashed or was stopped; `arcane ps` and `arcane logs` say why)")]
+    EngineStopped {
+        /// The engine's URL.
+        url: String,
+        /// The transport error (`connection closed before message completed`).
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
     /// An engine or the Core host did not answer within a deadline (see
     /// [`Deadlines`](crate::http::Deadlines)).
     #[error("`{url}` did not {} within {}", phase.describe(), seconds(*deadline))]
@@ -376,7 +387,10 @@ impl Error {
             }
             Self::Shutdown { .. } => 500,
             Self::Cancelled { .. } => 499,
-            Self::Http { .. } | Self::Upstream { .. } | Self::Remote { .. } => 502,
+            Self::Http { .. }
+            | Self::EngineStopped { .. }
+            | Self::Upstream { .. }
+            | Self::Remote { .. } => 502,
             Self::Timeout { .. } => 504,
             Self::PortInUse { .. }
             | Self::Io { .. }
@@ -405,6 +419,7 @@ impl Diagnostic for Error {
             Self::NotRunning { .. } => codes::CORE_NOT_RUNNING,
             Self::EngineNotReady { .. } => codes::LOCAL_AI_SERVER_NOT_READY,
             Self::Http { .. } => codes::ARCANE_OPERATION_FAILED,
+            Self::EngineStopped { .. } => codes::LOCAL_AI_SERVER_FAILED,
             Self::Timeout { .. } => codes::CORE_TIMEOUT,
             Self::Upstream { .. } => codes::LOCAL_AI_REQUEST_FAILED,
             Self::Remote { code, .. } => {
@@ -461,7 +476,7 @@ impl Diagnostic for Error {
                 state,
                 retry_after,
             } => json!({"runtime": runtime, "state": state.to_string(), "retryAfter": retry_after}),
-            Self::Http { url, .. } => json!({"url": url}),
+            Self::Http { url, .. } | Self::EngineStopped { url, .. } => json!({"url": url}),
             Self::Timeout {
                 url,
                 phase,

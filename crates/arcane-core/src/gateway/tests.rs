@@ -708,7 +708,14 @@ async fn an_engine_that_dies_leaves_its_model_unloaded_and_the_next_request_relo
         .clone()
         .expect("the launch got an observer");
     observer(&FakeLauncher::snapshot("a", ServerState::Error));
-    assert_eq!(rig.states(), [state("a", "unloaded")]);
+    // Nothing new is routed to the dying engine: `unloading` (requests wait) until its
+    // supervisor has it down, then `unloaded`.
+    assert_eq!(rig.states(), [state("a", "unloading")]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while rig.states() != [state("a", "unloaded")] {
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", rig.states());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert_eq!(rig.row("a")["crashes"], 1);
     drop(rig.route("a").await);
     assert_eq!(rig.log.count("launch a"), 2);

@@ -1,0 +1,277 @@
+//! Overload benchmark (`cargo bench -p arcane-core --bench overload`, with
+//! `LLAMA_SERVER` and `ARCANE_TEST_MODEL` set): the same burst of concurrent streamed
+//! chats against llama-server started by hand on a socket, then against the same
+//! server as a gateway model behind the Core (its readiness watchdog probing it every
+//! 5 s, as in production), each for `ARCANE_BENCH_SECONDS` (default 120) with
+//! `ARCANE_BENCH_CLIENTS` clients (default 32; on 2 cores that keeps every core busy
+//! and the engine's HTTP threads queued). It prints, each way, the requests answered,
+//! the failed ones and p50/p99, and says `met` when Arcane failed no more requests
+//! than the engine alone: an engine that is merely slow must never be taken for a dead
+//! one (the watchdog once killed a busy engine and failed most requests of a burst).
+#![allow(clippy::print_stdout, clippy::disallowed_methods)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arcane_core::gateway::{DeviceLimit, Gateway, KeepAlive, ModelSpec};
+use arcane_core::http::{engine_client, full, Deadlines, EngineAccess, EngineClient, HttpOptions};
+use arcane_core::supervised::SupervisedLauncher;
+use arcane_core::{AppInfo, Host};
+use arcane_localai::{EngineAddress, EngineConfig};
+use http_body_util::BodyExt;
+use serde_json::json;
+
+const ARGS: [&str; 4] = ["--ctx-size", "2048", "--parallel", "4"];
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    if samples.is_empty() {
+        return Duration::ZERO;
+    }
+    samples.sort();
+    samples[((samples.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn setting(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// What one burst did.
+#[derive(Default)]
+struct Burst {
+    answered: Vec<Duration>,
+    failed: usize,
+    first_failure: Option<String>,
+}
+
+impl Burst {
+    fn line(&mut self, name: &str) -> String {
+        let total = self.answered.len() + self.failed;
+        let p50 = percentile(&mut self.answered, 0.50);
+        let p99 = percentile(&mut self.answered, 0.99);
+        format!(
+            "{name:<22} {total:>6} requests, {:>6} failed, p50 {:>8.0} ms, p99 {:>8.0} ms{}",
+            self.failed,
+            ms(p50),
+            ms(p99),
+            self.first_failure
+                .as_ref()
+                .map(|f| format!(" (first failure: {f})"))
+                .unwrap_or_default()
+        )
+    }
+}
+
+/// One streamed chat, read to its end: its time, or why it failed (a status, a
+/// transport error, or an error frame in the stream).
+async fn chat(client: &EngineClient, access: &EngineAccess) -> Result<Duration, String> {
+    let body =
+        json!({"model": "m", "messages": [{"role": "user", "content": "Tell me about the sea."}],
+                      "max_tokens": 24, "stream": true})
+        .to_string();
+    let request = access
+        .request(hyper::Method::POST, "/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(full(body))
+        .map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let response = client
+        .send_to(
+            access,
+            request,
+            Deadlines::GENERATION,
+            arcane_core::Peer::Host,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    let text = String::from_utf8_lossy(&bytes);
+    if !status.is_success() {
+        return Err(format!(
+            "{status}: {}",
+            text.chars().take(160).collect::<String>()
+        ));
+    }
+    if text.contains("\"error\"") || !text.contains("[DONE]") {
+        return Err(format!(
+            "cut: {}",
+            text.chars().take(160).collect::<String>()
+        ));
+    }
+    Ok(started.elapsed())
+}
+
+/// `clients` tasks sending chats to `access` back to back for `seconds`.
+async fn burst(access: EngineAccess, clients: u64, seconds: u64) -> Burst {
+    let client = Arc::new(engine_client());
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let (client, access) = (Arc::clone(&client), access.clone());
+            tokio::spawn(async move {
+                let mut burst = Burst::default();
+                while Instant::now() < until {
+                    match chat(&client, &access).await {
+                        Ok(took) => burst.answered.push(took),
+                        Err(why) => {
+                            burst.failed += 1;
+                            burst.first_failure.get_or_insert(why);
+                        }
+                    }
+                }
+                burst
+            })
+        })
+        .collect();
+    let mut all = Burst::default();
+    for task in tasks {
+        let part = task.await.expect("a client task");
+        all.answered.extend(part.answered);
+        all.failed += part.failed;
+        if all.first_failure.is_none() {
+            all.first_failure = part.first_failure;
+        }
+    }
+    all
+}
+
+/// llama-server started by hand on `socket`, waited for until `/health` answers.
+async fn raw_engine(server: &Path, model: &Path, socket: &Path) -> std::process::Child {
+    let child = std::process::Command::new(server)
+        .arg("--host")
+        .arg(socket)
+        .arg("--model")
+        .arg(model)
+        .args(["--device", "none", "--gpu-layers", "0"])
+        .args(ARGS)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn llama-server");
+    let (client, access) = (engine_client(), unix(socket));
+    loop {
+        let request = access
+            .request(hyper::Method::GET, "/health")
+            .body(full(""))
+            .unwrap();
+        let answer = client
+            .send_to(
+                &access,
+                request,
+                Deadlines::QUICK,
+                arcane_core::Peer::Engine,
+            )
+            .await;
+        if answer.is_ok_and(|r| r.status().is_success()) {
+            return child;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn unix(socket: &Path) -> EngineAccess {
+    EngineAccess {
+        address: EngineAddress::Unix(socket.to_path_buf()),
+        key: None,
+    }
+}
+
+/// The same server as the one model of a gateway behind the Core: its access (the
+/// Core's URL and token) and the host.
+async fn gateway(workspace: &Path, server: &Path, model: &Path) -> (Host, EngineAccess) {
+    let mut config = EngineConfig::new(arcane_localai::Engine::LlamaCpp);
+    config.id = "m".into();
+    config.alias = Some("m".into());
+    config.executable = Some(server.to_path_buf());
+    config.model = Some(model.to_path_buf());
+    config.device = Some("cpu".into());
+    config.extra_args = ARGS.map(String::from).to_vec();
+    let spec = ModelSpec {
+        keep_alive: KeepAlive::Never,
+        load_on_start: true,
+        ..ModelSpec::new("m", SupervisedLauncher::new(workspace, config))
+    };
+    let gateway = Gateway::new(vec![spec], HashMap::<String, DeviceLimit>::new());
+    let host = Host::builder(AppInfo::default())
+        .service(gateway.clone())
+        .unwrap()
+        .build();
+    host.start();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let token = arcane_core::endpoint::new_token().unwrap();
+    tokio::spawn(arcane_core::http::serve(
+        host.clone(),
+        listener,
+        HttpOptions::new(token.clone()).upstream(gateway),
+    ));
+    let mut access = EngineAccess::tcp(&url).unwrap();
+    access.key = Some(arcane_localai::ApiKey::from_secret(&token));
+    (host, access)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let (Some(server), Some(model)) = (
+        std::env::var_os("LLAMA_SERVER").map(PathBuf::from),
+        std::env::var_os("ARCANE_TEST_MODEL").map(PathBuf::from),
+    ) else {
+        println!("overload: skipped (set LLAMA_SERVER and ARCANE_TEST_MODEL)");
+        return;
+    };
+    let seconds = setting("ARCANE_BENCH_SECONDS", 120).min(120);
+    let clients = setting("ARCANE_BENCH_CLIENTS", 32);
+    println!("overload: {clients} clients streaming chats for {seconds} s each way");
+
+    let scratch = tempfile::tempdir().unwrap();
+    let socket = scratch.path().join("raw.sock");
+    let mut raw = raw_engine(&server, &model, &socket).await;
+    let mut direct = burst(unix(&socket), clients, seconds).await;
+    // SAFETY: kill(2) on the pid of a child this benchmark started and has not reaped.
+    unsafe {
+        libc::kill(raw.id() as i32, libc::SIGTERM);
+    }
+    let _ = raw.wait();
+
+    let workspace = tempfile::tempdir().unwrap();
+    let (host, access) = gateway(workspace.path(), &server, &model).await;
+    // Warm: the model loads on start; the first answered chat says it is ready.
+    let client = engine_client();
+    while chat(&client, &access).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut through = burst(access, clients, seconds).await;
+    host.close().await.unwrap();
+
+    println!("{}", direct.line("llama-server directly"));
+    println!("{}", through.line("through Arcane"));
+    let (p99_direct, p99_through) = (
+        percentile(&mut direct.answered, 0.99),
+        percentile(&mut through.answered, 0.99),
+    );
+    println!(
+        "p99 through Arcane / directly: {:.2}x; failed: {} through Arcane vs {} directly: {}",
+        p99_through.as_secs_f64() / p99_direct.as_secs_f64().max(1e-9),
+        through.failed,
+        direct.failed,
+        if through.failed <= direct.failed {
+            "met (no more failures than the engine alone)"
+        } else {
+            "NOT MET"
+        }
+    );
+}
