@@ -13,18 +13,21 @@
 //!    (`--host ${SOCKET} --model ${MODEL}`) vs started by hand (target ratio ≤ 1.05).
 #![allow(clippy::print_stdout, clippy::disallowed_methods)]
 
+mod support;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use arcane_core::gateway::{DeviceLimit, Gateway, KeepAlive, ModelSpec};
-use arcane_core::http::{engine_client, full, Deadlines, EngineAccess, EngineClient, HttpOptions};
+use arcane_core::http::{engine_client, full, Deadlines, EngineAccess, EngineClient};
 use arcane_core::supervised::SupervisedLauncher;
-use arcane_core::{AppInfo, Host};
+use arcane_core::Host;
 use arcane_localai::{EngineAddress, EngineConfig};
 use http_body_util::BodyExt;
 use hyper::body::Body;
 use serde_json::json;
+use support::Raw;
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -97,18 +100,7 @@ async fn gateway_of(specs: Vec<ModelSpec>, max_loaded: Option<usize>) -> (Host, 
             memory: None,
         },
     )]);
-    let gateway = Gateway::new(specs, limits);
-    let host = Host::builder(AppInfo::default())
-        .service(gateway.clone())
-        .unwrap()
-        .build();
-    host.start();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let token = arcane_core::endpoint::new_token().unwrap();
-    let options = HttpOptions::new(token.clone()).upstream(gateway);
-    tokio::spawn(arcane_core::http::serve(host.clone(), listener, options));
-    (host, url, token)
+    support::serve_gateway(Gateway::new(specs, limits)).await
 }
 
 /// Sends a streamed one-token chat naming `model` and returns the time to the first
@@ -147,12 +139,6 @@ async fn first_chunk(client: &EngineClient, access: &EngineAccess, model: &str) 
     first
 }
 
-fn core_access(url: &str, token: &str) -> EngineAccess {
-    let mut access = EngineAccess::tcp(url).unwrap();
-    access.key = Some(arcane_localai::ApiKey::from_secret(token));
-    access
-}
-
 async fn rpc(client: &EngineClient, url: &str, token: &str, method: &str, model: &str) {
     let body = json!({"protocol": "arcane/1", "type": "request", "id": "b", "method": method, "parameters": {"model": model}})
         .to_string();
@@ -170,62 +156,6 @@ async fn rpc(client: &EngineClient, url: &str, token: &str, method: &str, model:
     assert_eq!(value["ok"], true, "{value}");
 }
 
-/// A raw llama-server on `socket`: started, waited for, asked, stopped.
-struct Raw(std::process::Child);
-
-impl Raw {
-    async fn start(server: &Path, model: &Path, socket: &Path) -> Raw {
-        let _ = std::fs::remove_file(socket);
-        let child = std::process::Command::new(server)
-            .arg("--host")
-            .arg(socket)
-            .arg("--model")
-            .arg(model)
-            .args(["--device", "none", "--gpu-layers", "0"])
-            .args(ARGS)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn llama-server");
-        let client = engine_client();
-        let access = EngineAccess {
-            address: EngineAddress::Unix(socket.to_path_buf()),
-            key: None,
-        };
-        loop {
-            let request = access
-                .request(hyper::Method::GET, "/health")
-                .body(full(""))
-                .unwrap();
-            if let Ok(response) = client
-                .send_to(
-                    &access,
-                    request,
-                    Deadlines::QUICK,
-                    arcane_core::Peer::Engine,
-                )
-                .await
-            {
-                if response.status().is_success() {
-                    break;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        Raw(child)
-    }
-
-    /// SIGTERM (as Arcane stops its engines), then the wait.
-    fn stop(mut self) {
-        // SAFETY: kill(2) on the pid of a child this benchmark started and has not
-        // reaped yet.
-        unsafe {
-            libc::kill(self.0.id() as i32, libc::SIGTERM);
-        }
-        let _ = self.0.wait();
-    }
-}
-
 async fn cold(server: &Path, model: &Path, command: bool) {
     let workspace = tempfile::tempdir().unwrap();
     std::fs::create_dir(workspace.path().join(".arcane")).unwrap();
@@ -233,7 +163,7 @@ async fn cold(server: &Path, model: &Path, command: bool) {
     let specs = vec![spec(workspace.path(), "m0", server, model)];
     let (host, url, token) = gateway_of(specs, None).await;
     let client = engine_client();
-    let core = core_access(&url, &token);
+    let core = support::core_access(&url, &token);
     let socket: PathBuf = workspace.path().join("raw.sock");
     let raw_access = EngineAccess {
         address: EngineAddress::Unix(socket.clone()),
@@ -244,7 +174,7 @@ async fn cold(server: &Path, model: &Path, command: bool) {
         through.push(first_chunk(&client, &core, "m0").await);
         rpc(&client, &url, &token, "models.unload", "m0").await;
         let started = Instant::now();
-        let raw = Raw::start(server, model, &socket).await;
+        let raw = Raw::start(server, model, &socket, &ARGS).await;
         let _ = first_chunk(&client, &raw_access, "m0").await;
         by_hand.push(started.elapsed());
         raw.stop();
@@ -281,7 +211,7 @@ async fn warm(server: &Path, model: &Path) {
         key: None,
     };
     // The client kept alive to the Core, as pooling clients are.
-    let core = core_access(&url, &token);
+    let core = support::core_access(&url, &token);
     let stream = core.address.connect().await.unwrap();
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
@@ -338,7 +268,7 @@ async fn swap(server: &Path, model: &Path) {
     std::fs::create_dir(workspace.path().join(".arcane")).unwrap();
     let (host, url, token) = gateway(workspace.path(), &["a", "b"], Some(1), server, model).await;
     let client = engine_client();
-    let core = core_access(&url, &token);
+    let core = support::core_access(&url, &token);
     first_chunk(&client, &core, "a").await;
     let mut swaps = Vec::new();
     for model_id in ["b", "a", "b", "a"] {
@@ -351,12 +281,12 @@ async fn swap(server: &Path, model: &Path) {
         workspace.path().join("ra.sock"),
         workspace.path().join("rb.sock"),
     ];
-    let mut raw = Raw::start(server, model, &sockets[0]).await;
+    let mut raw = Raw::start(server, model, &sockets[0], &ARGS).await;
     let mut raws = Vec::new();
     for index in [1, 0, 1, 0] {
         let started = Instant::now();
         raw.stop();
-        raw = Raw::start(server, model, &sockets[index]).await;
+        raw = Raw::start(server, model, &sockets[index], &ARGS).await;
         let access = EngineAccess {
             address: EngineAddress::Unix(sockets[index].clone()),
             key: None,

@@ -9,14 +9,15 @@
 //!    seeded): the throughput ratio (OpenAI path time / Ollama path time; 1.0 = no cost).
 #![allow(clippy::print_stdout, clippy::disallowed_methods)]
 
+mod support;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use arcane_core::gateway::{DeviceLimit, Gateway, KeepAlive, ModelSpec};
-use arcane_core::http::{engine_client, full, Deadlines, EngineAccess, EngineClient, HttpOptions};
+use arcane_core::http::{engine_client, full, Deadlines, EngineAccess, EngineClient};
 use arcane_core::supervised::SupervisedLauncher;
-use arcane_core::{AppInfo, Host};
 use arcane_localai::EngineConfig;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
@@ -112,21 +113,8 @@ fn main() {
         std::fs::create_dir(workspace.path().join(".arcane")).unwrap();
         let limits = HashMap::from([("cpu".to_string(), DeviceLimit::default())]);
         let gateway = Gateway::new(vec![spec(workspace.path(), &server, &model)], limits);
-        let host = Host::builder(AppInfo::default())
-            .service(gateway.clone())
-            .unwrap()
-            .build();
-        host.start();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let token = arcane_core::endpoint::new_token().unwrap();
-        tokio::spawn(arcane_core::http::serve(
-            host.clone(),
-            listener,
-            HttpOptions::new(token.clone()).upstream(gateway),
-        ));
-        let mut core = EngineAccess::tcp(&url).unwrap();
-        core.key = Some(arcane_localai::ApiKey::from_secret(&token));
+        let (host, url, token) = support::serve_gateway(gateway).await;
+        let core = support::core_access(&url, &token);
         let client = engine_client();
         let messages = json!([{"role": "user", "content": "Name three colours."}]);
 

@@ -16,10 +16,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arcane_core::gateway::{DeviceLimit, Gateway, KeepAlive, ModelSpec};
-use arcane_core::http::{engine_client, full, Deadlines, EngineAccess, EngineClient, HttpOptions};
+use arcane_core::http::{engine_client, full, Deadlines, EngineAccess, EngineClient};
 use arcane_core::supervised::SupervisedLauncher;
-use arcane_core::{AppInfo, Host};
-use arcane_localai::{EngineAddress, EngineConfig};
+use arcane_core::Host;
+use arcane_localai::EngineConfig;
+
+mod support;
 use http_body_util::BodyExt;
 use serde_json::json;
 
@@ -149,47 +151,6 @@ async fn burst(access: EngineAccess, clients: u64, seconds: u64) -> Burst {
     all
 }
 
-/// llama-server started by hand on `socket`, waited for until `/health` answers.
-async fn raw_engine(server: &Path, model: &Path, socket: &Path) -> std::process::Child {
-    let child = std::process::Command::new(server)
-        .arg("--host")
-        .arg(socket)
-        .arg("--model")
-        .arg(model)
-        .args(["--device", "none", "--gpu-layers", "0"])
-        .args(ARGS)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn llama-server");
-    let (client, access) = (engine_client(), unix(socket));
-    loop {
-        let request = access
-            .request(hyper::Method::GET, "/health")
-            .body(full(""))
-            .unwrap();
-        let answer = client
-            .send_to(
-                &access,
-                request,
-                Deadlines::QUICK,
-                arcane_core::Peer::Engine,
-            )
-            .await;
-        if answer.is_ok_and(|r| r.status().is_success()) {
-            return child;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn unix(socket: &Path) -> EngineAccess {
-    EngineAccess {
-        address: EngineAddress::Unix(socket.to_path_buf()),
-        key: None,
-    }
-}
-
 /// The same server as the one model of a gateway behind the Core: its access (the
 /// Core's URL and token) and the host.
 async fn gateway(workspace: &Path, server: &Path, model: &Path) -> (Host, EngineAccess) {
@@ -206,22 +167,8 @@ async fn gateway(workspace: &Path, server: &Path, model: &Path) -> (Host, Engine
         ..ModelSpec::new("m", SupervisedLauncher::new(workspace, config))
     };
     let gateway = Gateway::new(vec![spec], HashMap::<String, DeviceLimit>::new());
-    let host = Host::builder(AppInfo::default())
-        .service(gateway.clone())
-        .unwrap()
-        .build();
-    host.start();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let token = arcane_core::endpoint::new_token().unwrap();
-    tokio::spawn(arcane_core::http::serve(
-        host.clone(),
-        listener,
-        HttpOptions::new(token.clone()).upstream(gateway),
-    ));
-    let mut access = EngineAccess::tcp(&url).unwrap();
-    access.key = Some(arcane_localai::ApiKey::from_secret(&token));
-    (host, access)
+    let (host, url, token) = support::serve_gateway(gateway).await;
+    (host, support::core_access(&url, &token))
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -239,13 +186,9 @@ async fn main() {
 
     let scratch = tempfile::tempdir().unwrap();
     let socket = scratch.path().join("raw.sock");
-    let mut raw = raw_engine(&server, &model, &socket).await;
-    let mut direct = burst(unix(&socket), clients, seconds).await;
-    // SAFETY: kill(2) on the pid of a child this benchmark started and has not reaped.
-    unsafe {
-        libc::kill(raw.id() as i32, libc::SIGTERM);
-    }
-    let _ = raw.wait();
+    let raw = support::Raw::start(&server, &model, &socket, &ARGS).await;
+    let mut direct = burst(support::unix(&socket), clients, seconds).await;
+    raw.stop();
 
     let workspace = tempfile::tempdir().unwrap();
     let (host, access) = gateway(workspace.path(), &server, &model).await;

@@ -17,7 +17,7 @@ use crate::support::{llama_server, run, smollm2, stderr, TestWorkspace};
 /// A workspace with SmolLM2 registered (no runtime: a `command` needs none) and
 /// `toml` as its `arcane.toml`; `{server}` and `{model}` are replaced by the real
 /// llama-server's and the model's paths.
-fn command_workspace(toml: &str) -> TestWorkspace {
+pub(crate) fn command_workspace(toml: &str) -> TestWorkspace {
     let ws = TestWorkspace::new();
     let out = run(ws
         .arcane()

@@ -8,23 +8,23 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use crate::command_kind::command_workspace;
 use crate::front_door::{call, parsed, process_tree};
 use crate::gateway::{ps, row, start};
 use crate::serve::{alive, host_endpoint, signal, wait_gone};
-use crate::support::{llama_server, run, smollm2, stderr, wait_until, TestWorkspace};
+use crate::support::{llama_server, run, wait_until};
 
-/// A `[[model]]` whose command is a shell that forks llama-server (the `; exit` keeps
-/// the shell from replacing itself with it) on its private socket.
+/// A `[[model]]` whose command is a shell that forks llama-server (`{server}`; the
+/// `; exit` keeps the shell from replacing itself with it) on its private socket.
 fn wrapped(id: &str) -> String {
     format!(
         r#"
 [[model]]
 id = "{id}"
-command = ["/bin/sh", "-c", "\"$0\" --host \"$1\" -m \"$2\" -c 512; exit $?", "{server}", "${{SOCKET}}", "${{MODEL}}"]
+command = ["/bin/sh", "-c", "\"$0\" --host \"$1\" -m \"$2\" -c 512; exit $?", "{{server}}", "${{SOCKET}}", "${{MODEL}}"]
 model = "smollm2-135m"
 load = "on-start"
-"#,
-        server = llama_server().display()
+"#
     )
 }
 
@@ -41,13 +41,7 @@ fn llama_servers(pids: &[u32]) -> Vec<u32> {
 
 #[test]
 fn an_engine_a_wrapper_forked_is_stopped_by_the_next_host_even_for_a_removed_model() {
-    let ws = TestWorkspace::new();
-    let out = run(ws
-        .arcane()
-        .args(["model", "add", "smollm2-135m", "--file"])
-        .arg(smollm2()));
-    assert!(out.status.success(), "{}", stderr(&out));
-    std::fs::write(ws.path().join("arcane.toml"), wrapped("old")).unwrap();
+    let ws = command_workspace(&wrapped("old"));
 
     let mut first = start(&ws);
     first.wait_for("local-ai.model.ready", Duration::from_secs(180));
@@ -72,7 +66,8 @@ fn an_engine_a_wrapper_forked_is_stopped_by_the_next_host_even_for_a_removed_mod
     );
 
     // The model is renamed: no load of `old` will ever look at its record again.
-    std::fs::write(ws.path().join("arcane.toml"), wrapped("new")).unwrap();
+    let renamed = wrapped("new").replace("{server}", &llama_server().display().to_string());
+    std::fs::write(ws.path().join("arcane.toml"), renamed).unwrap();
     let mut second = start(&ws);
     let stopped = second.wait_for("process.orphan.stopped", Duration::from_secs(60));
     assert_eq!(stopped["data"]["id"], "old", "{stopped}");
