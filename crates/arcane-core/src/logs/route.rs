@@ -4,9 +4,14 @@
 //!
 //! A followed stream sends an empty line every [`HEARTBEAT`] while nothing happens,
 //! so a client (and its idle deadline) can tell a quiet model from a dead
-//! connection; NDJSON readers skip empty lines. A follower that falls more than the
-//! backlog behind gets a `host` line saying how many lines it missed, not a silent
-//! gap.
+//! connection; NDJSON readers skip empty lines. A follower that falls more than
+//! [`super::FOLLOW_BYTES`] behind gets a `host` line saying how many lines it missed,
+//! not a silent gap.
+//!
+//! Each reader (following or not) is a [`super::Follower`]: a task renders its lines
+//! a [`PIECE_BYTES`] piece at a time into a channel of [`PIECES_QUEUED`] pieces that
+//! the connection drains, so a slow or stalled client holds a few pieces, never a
+//! copy of the book; the task ends, and frees them, when the client goes.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -17,14 +22,21 @@ use http_body_util::BodyExt;
 use hyper::header::HeaderValue;
 use hyper::{Response, StatusCode};
 use serde_json::{json, Value};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 
-use super::{LogBook, LogFilter, LogLine, LogStream, HOST_SOURCE};
+use super::{Follower, LogBook, LogFilter, LogLine, LogStream, HOST_SOURCE};
 use crate::upstream::HttpBody;
 use crate::Host;
 
 /// How often a followed stream says it is alive while nothing happens.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
+
+/// About how many bytes of log lines one piece of a reader's stream carries (at least
+/// one line).
+const PIECE_BYTES: usize = 16 * 1024;
+
+/// How many pieces wait for a reader's connection before its task waits.
+const PIECES_QUEUED: usize = 1;
 
 /// What a request asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,16 +121,7 @@ pub fn answer(
             );
         }
     }
-    let body = if parsed.follow {
-        follow(book, host, parsed.filter)
-    } else {
-        let text: String = book
-            .read(&parsed.filter)
-            .iter()
-            .map(|l| ndjson(l))
-            .collect();
-        crate::upstream::full(text)
-    };
+    let body = stream(book, host, parsed.filter, parsed.follow);
     let mut response = Response::new(body);
     let headers = response.headers_mut();
     headers.insert(
@@ -145,35 +148,54 @@ fn ndjson(line: &LogLine) -> String {
     text
 }
 
-/// The followed stream: the backlog, then each new line that passes `filter`.
-fn follow(book: &Arc<LogBook>, host: &Host, filter: LogFilter) -> HttpBody {
-    let (backlog, mut lines) = book.read_and_follow(&filter);
-    let (sender, receiver) = mpsc::channel::<Bytes>(256);
+/// The kept lines that pass `filter` and, when `follow`, each new one: rendered by a
+/// task, a bounded piece at a time (see the module documentation).
+fn stream(book: &Arc<LogBook>, host: &Host, filter: LogFilter, follow: bool) -> HttpBody {
+    let follower = book.follow(filter, follow);
+    let (sender, receiver) = mpsc::channel::<Bytes>(PIECES_QUEUED);
     let host = host.clone();
     tokio::spawn(async move {
-        let text: String = backlog.iter().map(|l| ndjson(l)).collect();
-        if sender.send(Bytes::from(text)).await.is_err() {
-            return;
-        }
-        let mut heartbeat = tokio::time::interval(HEARTBEAT);
-        heartbeat.tick().await;
-        loop {
-            let piece = tokio::select! {
-                line = lines.recv() => match line {
-                    Ok(line) if filter.accepts(&line) => ndjson(&line),
-                    Ok(_) => continue,
-                    Err(broadcast::error::RecvError::Lagged(missed)) => ndjson(&missed_line(missed)),
-                    Err(broadcast::error::RecvError::Closed) => return,
-                },
-                _ = heartbeat.tick() => "\n".to_string(),
-                _ = host.closed() => return,
-            };
-            if sender.send(Bytes::from(piece)).await.is_err() {
-                return;
-            }
+        tokio::select! {
+            () = pump(follower, &sender) => {}
+            () = host.closed() => {}
         }
     });
     crate::upstream::ChannelBody::new(receiver).boxed()
+}
+
+/// Sends `follower`'s lines to `sender` until it is done or the client goes.
+async fn pump(mut follower: Follower, sender: &mpsc::Sender<Bytes>) {
+    // The first piece goes at once, even empty, so the client sees the answer start.
+    let mut first = true;
+    let mut quiet_since = tokio::time::Instant::now();
+    loop {
+        let batch = follower.next_batch(PIECE_BYTES);
+        let piece = if !batch.is_empty() || first {
+            let mut text = String::new();
+            if batch.missed > 0 {
+                text.push_str(&ndjson(&missed_line(batch.missed)));
+            }
+            for line in &batch.lines {
+                text.push_str(&ndjson(line));
+            }
+            text
+        } else if follower.is_done() {
+            return;
+        } else {
+            tokio::select! {
+                () = follower.changed() => continue,
+                () = tokio::time::sleep_until(quiet_since + HEARTBEAT) => "\n".to_string(),
+                // The client went while nothing happened: end now, not at the next line.
+                () = sender.closed() => return,
+            }
+        };
+        drop(batch);
+        first = false;
+        if sender.send(Bytes::from(piece)).await.is_err() {
+            return;
+        }
+        quiet_since = tokio::time::Instant::now();
+    }
 }
 
 fn missed_line(missed: u64) -> LogLine {

@@ -1,12 +1,15 @@
 //! `arcane logs` and `GET /v1/logs` with the real llama-server and SmolLM2: the
 //! engine's own output and the host's lines are kept per model, a follower sees new
 //! lines as they happen (an unload, then a new engine's start), an unknown model is
-//! an error naming the known ones, and the budget of `log_buffer` holds.
+//! an error naming the known ones, and the budget of `log_buffer` holds. Issue 27,
+//! item 4: whatever an engine prints (one huge line, a million lines), the host's
+//! memory stays within `log_buffer` and a constant.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Stdio};
 use std::sync::mpsc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -136,4 +139,195 @@ fn the_engines_output_and_the_hosts_lines_are_kept_and_followed_per_model() {
     assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
     assert!(stderr(&bad).contains("soon"), "{}", stderr(&bad));
     serve.terminate();
+}
+
+/// An engine for the `command` kind: answers `GET /health` at once, prints `many`
+/// lines, waits for the file `go` beside it, prints one line of `huge` bytes and two
+/// short ones, then only serves.
+const LOUD_ENGINE: &str = r#"
+import os, sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+port, huge, many = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+
+class Health(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'{"status":"ok"}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+server = ThreadingHTTPServer(("127.0.0.1", port), Health)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+out = sys.stdout.buffer
+for n in range(many):
+    out.write(b"line %d of many, about as long as a line an engine prints in its log\n" % n)
+out.write(b"many printed\n")
+out.flush()
+go = os.path.join(os.path.dirname(os.path.abspath(__file__)), "go")
+while not os.path.exists(go):
+    time.sleep(0.05)
+chunk = b"x" * (1 << 20)
+left = huge
+while left > 0:
+    out.write(chunk[: min(left, len(chunk))])
+    left -= len(chunk)
+out.write(b"\nafter the huge line\nall printed\n")
+out.flush()
+threading.Event().wait()
+"#;
+
+/// What the host may hold beyond `log_buffer`: the process itself (a debug build of
+/// `arcane serve` idles at about 24 MiB) and its constant costs (each engine's output
+/// channel, under 1 MiB; the followers' tail, 1 MiB; the allocator's slack). Before
+/// the bound, one 200 MB line took the host past 1 GiB and a million lines past
+/// 130 MiB.
+const HOST_ALLOWANCE: u64 = 64 << 20;
+
+/// The host's peak resident memory (`VmHWM`), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the host runs");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/<pid>/status");
+    kib * 1024
+}
+
+/// The lines `arcane logs loud` shows now.
+fn kept_lines(ws: &TestWorkspace) -> Vec<String> {
+    let out = run(ws.arcane().args(["--output", "json", "logs", "loud"]));
+    if !out.status.success() {
+        return Vec::new();
+    }
+    json(&out)["lines"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l["line"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Polls (every quarter second: each look reads up to `log_buffer`) until `arcane
+/// logs loud` shows `line`, or panics after `within`.
+fn wait_for_kept(ws: &TestWorkspace, line: &str, within: Duration) -> Vec<String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let lines = kept_lines(ws);
+        if lines.iter().any(|l| l == line) {
+            return lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "`{line}` was never kept; the last lines: {:?}",
+            &lines[lines.len().saturating_sub(3)..]
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn r27_an_engine_printing_a_huge_line_and_a_million_lines_keeps_the_host_within_log_buffer() {
+    const HUGE: usize = 200_000_000;
+    const MANY: usize = 1_000_000;
+    const LOG_BUFFER: u64 = 1 << 20;
+    let ws = TestWorkspace::new();
+    let engine = ws.path().join("loud.py");
+    std::fs::write(&engine, LOUD_ENGINE).unwrap();
+    let toml = format!(
+        "log_buffer = \"1MiB\"\n\n[[model]]\nid = \"loud\"\ncommand = [\"python3\", \"{}\", \"${{PORT}}\", \"{HUGE}\", \"{MANY}\"]\nhealth = \"/health\"\n",
+        engine.display()
+    );
+    std::fs::write(ws.path().join("arcane.toml"), toml).unwrap();
+
+    // Under an address-space cap, so that a regression fails this test instead of
+    // taking the machine down (it has no swap).
+    let mut command = ws.arcane();
+    command
+        .arg("serve")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: only async-signal-safe calls (setrlimit) between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let cap = 4 << 30;
+            let limit = libc::rlimit {
+                rlim_cur: cap,
+                rlim_max: cap,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut host = command.spawn().expect("start arcane serve");
+    struct Stop<'a>(&'a mut Child);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let pid = host.id();
+    let _stop = Stop(&mut host);
+    crate::support::wait_until(START, "the host's core.json", || {
+        std::fs::read_to_string(ws.path().join(".arcane/core.json"))
+            .is_ok_and(|t| t.contains("token"))
+    });
+    let load = run(ws.arcane().args(["load", "loud"]));
+    assert!(load.status.success(), "{}", stderr(&load));
+
+    // A million lines: the engine waits for the host instead of the host queueing them.
+    let bound = LOG_BUFFER + HOST_ALLOWANCE;
+    let kept = wait_for_kept(&ws, "many printed", Duration::from_secs(600));
+    let last = format!(
+        "line {} of many, about as long as a line an engine prints in its log",
+        MANY - 1
+    );
+    assert!(kept.contains(&last), "the last of the many lines is kept");
+    let after_many = peak_rss(pid);
+    assert!(
+        after_many <= bound,
+        "{MANY} lines took the host to {} MiB (bound {} MiB)",
+        after_many >> 20,
+        bound >> 20
+    );
+
+    // One line of 200 MB: cut at 64 KiB, read in bounded chunks, and it says so.
+    std::fs::write(ws.path().join("go"), "").unwrap();
+    let kept = wait_for_kept(&ws, "all printed", Duration::from_secs(600));
+    let peak = peak_rss(pid);
+    assert!(
+        peak <= bound,
+        "a {HUGE}-byte line took the host to {} MiB (bound {} MiB)",
+        peak >> 20,
+        bound >> 20
+    );
+    let cap = 64 * 1024;
+    let cut = kept
+        .iter()
+        .find(|l| l.starts_with("xxxx"))
+        .expect("the huge line is kept, cut");
+    let suffix = format!(" … [truncated: {} bytes not kept]", HUGE - cap);
+    assert!(
+        cut.ends_with(&suffix),
+        "{}",
+        &cut[cut.len().saturating_sub(80)..]
+    );
+    assert_eq!(cut.len(), cap + suffix.len());
+    // The lines after it are whole, in order.
+    let position = |text: &str| kept.iter().position(|l| l == text);
+    assert!(position("after the huge line") < position("all printed"));
+    assert_eq!(
+        kept.iter()
+            .position(|l| l.starts_with("xxxx"))
+            .map(|p| p + 1),
+        position("after the huge line")
+    );
 }
