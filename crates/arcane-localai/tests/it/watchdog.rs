@@ -157,7 +157,7 @@ async fn an_engine_stopped_while_loading_fails_its_start_without_the_timeouts() 
         .await
         .expect("the stopped start failed without waiting out its timeouts")
         .unwrap();
-    let error = failed.err().expect("a stopped engine never becomes ready");
+    let error = failed.expect_err("a stopped engine never becomes ready");
     assert!(error.to_string().contains("SIGSTOP"), "{error}");
     assert!(!alive(pid), "killed, not left stopped");
 }
