@@ -7,11 +7,15 @@
 use std::path::PathBuf;
 
 /// A process's start time in clock ticks since boot (`/proc/<pid>/stat` field 22,
-/// proc(5)), or `None` when there is no such process, it is a zombie, or `/proc` cannot
-/// be read.
+/// proc(5)), or `None` when there is no such process, it has exited (a zombie), or
+/// `/proc` cannot be read.
+///
+/// A zombie leader whose other threads still run has not exited yet: its threads
+/// still hold its descriptors (a listening socket keeps accepting), so it still has
+/// its start time. Only once its last thread is gone is it gone.
 pub fn start_time(pid: u32) -> Option<u64> {
     let stat = crate::procfs::Stat::of(pid)?;
-    (!stat.is_zombie()).then_some(stat.start_time)
+    (!stat.is_zombie() || crate::procfs::threads_left(pid)).then_some(stat.start_time)
 }
 
 /// The resident memory of `pid` in bytes (`VmRSS` of `/proc/<pid>/status`), or `None`

@@ -10,7 +10,7 @@
 //! reused pid or a stranger is never signalled:
 //!
 //! 1. the pid is alive with the recorded start time (`/proc/<pid>/stat` field 22);
-//! 2. `/proc/<pid>/exe` is the recorded executable;
+//! 2. `/proc/<pid>/exe` (when readable) is the recorded executable;
 //! 3. its environment (when readable) holds the recorded nonce;
 //! 4. the recorded owner is gone: a live owner still supervises its child, which is
 //!    then left alone.
@@ -31,7 +31,7 @@
 // `kill`/`killpg` everywhere else).
 #![allow(clippy::disallowed_methods)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -108,7 +108,12 @@ fn prove_leader(claim: &Claim<'_>) -> Result<(), &'static str> {
     if crate::start_time(claim.pid) != Some(claim.start_time) {
         return Err("process-gone");
     }
-    if crate::exe(claim.pid).as_deref() != Some(claim.exe) {
+    if !crate::procfs::is_ours(claim.pid) {
+        return Err("another-user");
+    }
+    // Unreadable is not different: a process that is exiting has released its memory,
+    // and with it its `exe` link and environment, while it still holds its descriptors.
+    if crate::exe(claim.pid).is_some_and(|exe| exe != claim.exe) {
         return Err("executable-differs");
     }
     let (variable, nonce) = claim.nonce;
@@ -124,7 +129,6 @@ fn prove_leader(claim: &Claim<'_>) -> Result<(), &'static str> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tree {
     leader: Identity,
-    exe: PathBuf,
     variable: String,
     nonce: String,
 }
@@ -137,7 +141,6 @@ impl Tree {
                 pid: claim.pid,
                 start_time: claim.start_time,
             },
-            exe: claim.exe.to_path_buf(),
             variable: claim.nonce.0.to_string(),
             nonce: claim.nonce.1.to_string(),
         }
@@ -148,13 +151,14 @@ impl Tree {
         crate::carriers(&self.variable, &self.nonce, self.leader.start_time)
     }
 
-    /// The live members now: the leader while it is still the claimed process (even
-    /// when its environment cannot be read), and every carrier.
+    /// The live members now: the leader while its pid has its start time, and every
+    /// carrier. Liveness is the start time alone, never the executable or the
+    /// environment: a process that is exiting has already released its memory (its
+    /// `exe` link and `environ` read as nothing) while its descriptors, a listening
+    /// socket among them, are still open; it is gone only once it is a zombie.
     fn members(&self) -> Vec<Identity> {
         let mut members = self.carriers();
-        let leader_alive = self.leader.is_alive()
-            && crate::exe(self.leader.pid).as_deref() == Some(self.exe.as_path());
-        if leader_alive && !members.contains(&self.leader) {
+        if self.leader.is_alive() && !members.contains(&self.leader) {
             members.push(self.leader);
         }
         members
@@ -183,35 +187,52 @@ impl Tree {
     }
 
     /// Stops the tree: SIGTERM to every member, SIGKILL to what is left after `grace`
-    /// (members found again before each round: one may have forked meanwhile). It is
-    /// not our child, so liveness is polled through `/proc`. Blocking.
+    /// (members looked for again before each round: one may have forked meanwhile).
+    /// It is not our child, so liveness is polled through `/proc`. Blocking.
     pub fn stop(&self, grace: Duration) -> crate::StopStep {
-        let members = self.members();
-        if members.is_empty() {
+        let mut known = Vec::new();
+        if !self.still_running(&mut known) {
             return crate::StopStep::AlreadyExited;
         }
-        self.signal(&members, libc::SIGTERM);
-        if self.wait_gone(grace, None) {
+        self.signal(&known, libc::SIGTERM);
+        if self.wait_gone(&mut known, grace, None) {
             return crate::StopStep::Sigterm;
         }
-        self.wait_gone(Duration::from_secs(5), Some(libc::SIGKILL));
+        self.wait_gone(&mut known, Duration::from_secs(5), Some(libc::SIGKILL));
         crate::StopStep::Sigkill
+    }
+
+    /// Adds the members found now to `known` and keeps those that still run (a carrier
+    /// that is exiting no longer shows its environment, but keeps its start time until
+    /// it is gone); whether any does.
+    fn still_running(&self, known: &mut Vec<Identity>) -> bool {
+        for member in self.members() {
+            if !known.contains(&member) {
+                known.push(member);
+            }
+        }
+        known.retain(Identity::is_alive);
+        !known.is_empty()
     }
 
     /// Polls until no member is left or `limit` passed, sending `resend` to whatever
     /// is found on each round. Returns whether none is left.
-    fn wait_gone(&self, limit: Duration, resend: Option<libc::c_int>) -> bool {
+    fn wait_gone(
+        &self,
+        known: &mut Vec<Identity>,
+        limit: Duration,
+        resend: Option<libc::c_int>,
+    ) -> bool {
         let deadline = Instant::now() + limit;
         loop {
-            let members = self.members();
-            if members.is_empty() {
+            if !self.still_running(known) {
                 return true;
             }
             if Instant::now() >= deadline {
                 return false;
             }
             if let Some(sig) = resend {
-                self.signal(&members, sig);
+                self.signal(known, sig);
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -65,6 +65,14 @@ impl Stat {
     }
 }
 
+/// Whether a process whose leader is a zombie still has other threads running
+/// (`/proc/<pid>/task` lists every thread of the group, the zombie leader included):
+/// it is still exiting, with its descriptors open.
+pub(crate) fn threads_left(pid: u32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .is_ok_and(|tasks| tasks.flatten().nth(1).is_some())
+}
+
 /// Every process visible in `/proc` with its parsed `stat`.
 fn processes() -> impl Iterator<Item = (u32, Stat)> {
     std::fs::read_dir("/proc")
@@ -94,10 +102,28 @@ impl GroupActivity {
         self.members > 0 && self.stopped == self.members
     }
 
-    /// Whether the group used CPU time since `earlier`.
-    pub fn worked_since(&self, earlier: &GroupActivity) -> bool {
-        self.cpu_ticks > earlier.cpu_ticks
+    /// Whether the group did real work since `earlier`, taken `window` before: at
+    /// least 2 % of one CPU over the window, and never less than [`MIN_WORK_TICKS`]
+    /// clock ticks. A sleeping process's housekeeping (a timer wake-up, a thread that
+    /// accepts a connection) costs a tick now and then, and is no sign of work; an
+    /// engine computing for its clients on an overloaded machine still gets far more.
+    pub fn worked_since(&self, earlier: &GroupActivity, window: std::time::Duration) -> bool {
+        let used = self.cpu_ticks.saturating_sub(earlier.cpu_ticks);
+        let share = (window.as_secs_f64() * clock_ticks_per_second() as f64 * 0.02) as u64;
+        used >= share.max(MIN_WORK_TICKS)
     }
+}
+
+/// The fewest clock ticks that count as work (see [`GroupActivity::worked_since`]).
+pub const MIN_WORK_TICKS: u64 = 2;
+
+/// The kernel's clock ticks per second (`sysconf(_SC_CLK_TCK)`, 100 on Linux).
+fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .ok()
+        .filter(|hz| *hz > 0)
+        .unwrap_or(100)
 }
 
 /// What the processes of group `pgid` are doing now (one pass over `/proc`).
@@ -118,11 +144,9 @@ pub fn group_activity(pgid: u32) -> GroupActivity {
 /// users are never read.
 pub fn carriers(name: &str, value: &str, born: u64) -> Vec<Identity> {
     let me = std::process::id();
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
     processes()
         .filter(|(pid, stat)| *pid != me && !stat.is_zombie() && stat.start_time >= born)
-        .filter(|(pid, _)| owner_of(*pid) == Some(uid))
+        .filter(|(pid, _)| is_ours(*pid))
         .filter(|(pid, _)| crate::ownership::environ_has(*pid, name, value) == Some(true))
         .map(|(pid, stat)| Identity {
             pid,
@@ -131,12 +155,13 @@ pub fn carriers(name: &str, value: &str, born: u64) -> Vec<Identity> {
         .collect()
 }
 
-/// The owner of `/proc/<pid>` (the process's real user).
-fn owner_of(pid: u32) -> Option<u32> {
+/// Whether `pid` runs as this process's user (the owner of `/proc/<pid>`, its
+/// effective user).
+pub(crate) fn is_ours(pid: u32) -> bool {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(format!("/proc/{pid}"))
-        .ok()
-        .map(|m| m.uid())
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == uid)
 }
 
 #[cfg(test)]
@@ -167,12 +192,26 @@ mod tests {
         // Burn CPU until the kernel's tick accounting moves (a few ticks at most).
         let mut spin = 0u64;
         let mut after = group_activity(me.pgrp);
-        while !after.worked_since(&before) {
+        while !after.worked_since(&before, std::time::Duration::ZERO) {
             for i in 0..1_000_000u64 {
                 spin = spin.wrapping_add(std::hint::black_box(i));
             }
             after = group_activity(me.pgrp);
         }
-        assert!(after.cpu_ticks > before.cpu_ticks, "{spin}");
+        assert!(
+            after.cpu_ticks >= before.cpu_ticks + MIN_WORK_TICKS,
+            "{spin}"
+        );
+        // A tick is housekeeping, not work; a long window asks for more.
+        let one_tick = GroupActivity {
+            cpu_ticks: before.cpu_ticks + 1,
+            ..before
+        };
+        assert!(!one_tick.worked_since(&before, std::time::Duration::ZERO));
+        let hour = std::time::Duration::from_secs(3600);
+        assert!(
+            !after.worked_since(&before, hour),
+            "2 % of an hour is 72 s of CPU"
+        );
     }
 }

@@ -23,6 +23,7 @@ impl Watchdog {
         loop {
             tokio::time::sleep_until(self.next).await;
             let before = activity(group).await;
+            let probed = Instant::now();
             let outcome = probe::probe_path(
                 context.engine(),
                 context.config.health_path(),
@@ -37,7 +38,7 @@ impl Watchdog {
                 continue;
             }
             let after = activity(group).await;
-            match Liveness::judge(&before, &after) {
+            match Liveness::judge(&before, &after, probed.elapsed()) {
                 Liveness::Stopped => return Unresponsive::Stopped,
                 Liveness::Working => {
                     // Load, not death: nothing counts against it, and the next probe
@@ -82,8 +83,8 @@ pub(super) enum Unresponsive {
 /// | its group during the probe | verdict | the watchdog |
 /// |---|---|---|
 /// | every process stopped (`SIGSTOP`) | [`Liveness::Stopped`] | unresponsive at once |
-/// | used CPU time | [`Liveness::Working`] | not a miss; the next probe waits longer |
-/// | used none | [`Liveness::Idle`] | a miss; the next probe waits longer |
+/// | did work (2 % of a CPU, at least 2 ticks) | [`Liveness::Working`] | not a miss; the next probe waits longer |
+/// | did none | [`Liveness::Idle`] | a miss; the next probe waits longer |
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Liveness {
     Stopped,
@@ -92,13 +93,15 @@ pub(super) enum Liveness {
 }
 
 impl Liveness {
+    /// The verdict on a probe that went unanswered for `window`.
     pub(super) fn judge(
         before: &arcane_process::GroupActivity,
         after: &arcane_process::GroupActivity,
+        window: Duration,
     ) -> Liveness {
         if after.all_stopped() {
             Liveness::Stopped
-        } else if after.worked_since(before) {
+        } else if after.worked_since(before, window) {
             Liveness::Working
         } else {
             Liveness::Idle

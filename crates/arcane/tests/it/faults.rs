@@ -12,7 +12,7 @@ use crate::command_kind::command_workspace;
 use crate::front_door::{call, parsed, process_tree};
 use crate::gateway::{ps, row, start};
 use crate::serve::{alive, host_endpoint, signal, wait_gone};
-use crate::support::{llama_server, run, wait_until};
+use crate::support::{llama_server, run, wait_until, OrphanGuard};
 
 /// A `[[model]]` whose command is a shell that forks llama-server (`{server}`; the
 /// `; exit` keeps the shell from replacing itself with it) on its private socket.
@@ -49,6 +49,7 @@ fn an_engine_a_wrapper_forked_is_stopped_by_the_next_host_even_for_a_removed_mod
     let engines = llama_servers(&process_tree(wrapper));
     assert_eq!(engines.len(), 1, "the wrapper forked one llama-server");
     let engine = engines[0];
+    let _orphan = OrphanGuard(engine);
     assert_ne!(engine, wrapper, "forked, not exec'd");
 
     signal(first.pid(), "KILL");

@@ -1078,18 +1078,6 @@ fn a_gpu_target_without_the_cuda_provider_is_refused_clearly() {
     assert_eq!(loaded["provider"], "cpu");
 }
 
-/// Kills `pid` (SIGKILL) when dropped: an orphan must not outlive a failed test.
-struct KillOnDrop(u32);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if pid_alive(self.0) {
-            // SAFETY: a plain syscall on the pid this test made an orphan of.
-            unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGKILL) };
-        }
-    }
-}
-
 /// Each worker has an ownership record (pid, start time, nonce, owner); a worker that
 /// outlives its host's SIGKILL (parent-death signal off, as if it had not been
 /// delivered, and stuck so it does not exit at the end of its input) is stopped by the
@@ -1106,7 +1094,7 @@ fn a_worker_orphaned_by_a_killed_host_is_stopped_by_the_next_host() {
     let mut host = Host::spawn(command);
     let loaded = host.ok("onnx.load", json!({"model": parts.silero}));
     let pid = loaded["worker"]["pid"].as_u64().unwrap() as u32;
-    let _cleanup = KillOnDrop(pid);
+    let _cleanup = crate::support::OrphanGuard(pid);
     let record_path = workspace
         .path()
         .join(".arcane/onnx-workers")

@@ -341,3 +341,24 @@ pub fn tree(root: &std::path::Path) -> Vec<String> {
     out.sort();
     out
 }
+
+/// Kills `pid` (SIGKILL) when dropped, if it still runs: an orphan a test made (or a
+/// failed test left) must not outlive the test.
+pub struct OrphanGuard(pub u32);
+
+impl Drop for OrphanGuard {
+    fn drop(&mut self) {
+        let running = std::fs::read_to_string(format!("/proc/{}/stat", self.0)).is_ok_and(|stat| {
+            !stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        });
+        if running {
+            // SAFETY: a plain syscall on the pid this test made an orphan of.
+            unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGKILL) };
+        }
+    }
+}
