@@ -39,15 +39,15 @@ pub enum Client<'a> {
     Named(&'a str),
 }
 
-/// Where a session's frames (events, copies of responses) go. A bounded sink that
-/// falls its capacity behind (a client that stopped reading) is dropped, which ends
-/// its stream: memory stays bounded, and the client reconnects to a fresh replay.
+/// Where a session's frames (events, copies of responses) go. A bounded sink whose
+/// client falls its byte budget behind (it stopped reading) is dropped, which ends its
+/// stream: memory stays bounded, and the client reconnects to a fresh replay.
 #[derive(Debug)]
 pub enum FrameSink {
     /// Never drops: the transport drains it as fast as frames come (stdio).
     Unbounded(mpsc::UnboundedSender<Arc<str>>),
-    /// Dropped when full (network clients).
-    Bounded(mpsc::Sender<Arc<str>>),
+    /// Dropped when its budget is spent (network clients).
+    Bounded(BoundedFrames),
 }
 
 impl FrameSink {
@@ -55,9 +55,80 @@ impl FrameSink {
     pub fn send(&self, frame: Arc<str>) -> bool {
         match self {
             Self::Unbounded(sender) => sender.send(frame).is_ok(),
-            Self::Bounded(sender) => sender.try_send(frame).is_ok(),
+            Self::Bounded(sender) => sender.send(frame),
         }
     }
+}
+
+/// A queue of frames bounded in bytes, not frames: frames are shared between every
+/// client (an engine's output line is one frame, up to 64 KiB), so what one slow
+/// client can keep alive is the bytes it has not read. [`frames_within`] makes one.
+#[derive(Debug)]
+pub struct BoundedFrames {
+    sender: mpsc::UnboundedSender<Arc<str>>,
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+    limit: usize,
+}
+
+impl BoundedFrames {
+    /// Queues `frame` unless it would take the queue past its budget (a first frame
+    /// is always taken, however long); `false` when refused or the receiver is gone.
+    fn send(&self, frame: Arc<str>) -> bool {
+        use std::sync::atomic::Ordering;
+        let length = frame.len();
+        let before = self.queued.fetch_add(length, Ordering::AcqRel);
+        if before > 0 && before + length > self.limit {
+            self.queued.fetch_sub(length, Ordering::AcqRel);
+            return false;
+        }
+        self.sender.send(frame).is_ok()
+    }
+}
+
+/// The reading end of a [`BoundedFrames`]: every frame taken gives its bytes back to
+/// the budget.
+#[derive(Debug)]
+pub struct FrameReceiver {
+    receiver: mpsc::UnboundedReceiver<Arc<str>>,
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl FrameReceiver {
+    /// The next frame, as [`mpsc::UnboundedReceiver::poll_recv`].
+    pub fn poll_recv(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Arc<str>>> {
+        self.receiver.poll_recv(cx).map(|frame| self.taken(frame))
+    }
+
+    /// A frame already queued, if any.
+    pub fn try_recv(&mut self) -> Option<Arc<str>> {
+        let frame = self.receiver.try_recv().ok();
+        self.taken(frame)
+    }
+
+    fn taken(&self, frame: Option<Arc<str>>) -> Option<Arc<str>> {
+        if let Some(frame) = &frame {
+            self.queued
+                .fetch_sub(frame.len(), std::sync::atomic::Ordering::AcqRel);
+        }
+        frame
+    }
+}
+
+/// A frame queue that holds at most `limit` bytes not yet read (see [`BoundedFrames`]).
+pub fn frames_within(limit: usize) -> (BoundedFrames, FrameReceiver) {
+    let (sender, receiver) = mpsc::unbounded_channel();
+    let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    (
+        BoundedFrames {
+            sender,
+            queued: Arc::clone(&queued),
+            limit,
+        },
+        FrameReceiver { receiver, queued },
+    )
 }
 
 /// Where a submitted request's response goes.
@@ -151,5 +222,37 @@ impl Session for Connection {
 
     fn deliver(&self, frame: &Value) {
         Connection::deliver(self, frame);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(bytes: usize) -> Arc<str> {
+        Arc::from("x".repeat(bytes))
+    }
+
+    /// A slow client's queue is bounded in bytes: frames past the budget are refused
+    /// (its stream then ends), frames it reads give their bytes back, and a first frame
+    /// longer than the whole budget still goes through.
+    #[test]
+    fn a_bounded_sink_holds_at_most_its_budget_in_bytes() {
+        let (sink, mut receiver) = frames_within(100);
+        let sink = FrameSink::Bounded(sink);
+        assert!(sink.send(frame(60)));
+        assert!(sink.send(frame(40)));
+        assert!(!sink.send(frame(1)), "a byte past the budget is refused");
+        assert_eq!(receiver.try_recv().map(|f| f.len()), Some(60));
+        assert!(sink.send(frame(60)), "what was read is given back");
+        assert_eq!(receiver.try_recv().map(|f| f.len()), Some(40));
+        assert_eq!(receiver.try_recv().map(|f| f.len()), Some(60));
+        assert_eq!(receiver.try_recv(), None);
+        assert!(sink.send(frame(1000)), "an empty queue takes any one frame");
+        assert!(!sink.send(frame(1)));
+        drop(receiver);
+        let (sink, receiver) = frames_within(100);
+        drop(receiver);
+        assert!(!FrameSink::Bounded(sink).send(frame(1)), "nobody reads");
     }
 }

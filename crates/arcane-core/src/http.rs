@@ -65,7 +65,6 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
 
 use crate::dispatch::{self, Client, Dispatch, FrameSink, Session};
 use crate::endpoint::constant_time_eq;
@@ -1076,7 +1075,7 @@ fn logs(shared: &Shared, request: &Request<Incoming>) -> Response<HttpBody> {
 
 /// An SSE body fed by a host subscription; ends when the host closes.
 struct SseBody {
-    receiver: mpsc::Receiver<Arc<str>>,
+    receiver: crate::dispatch::FrameReceiver,
     _session: Arc<dyn Session>,
 }
 
@@ -1094,12 +1093,12 @@ impl Body for SseBody {
                 // Coalesce what is already queued into one write.
                 while text.len() < 64 * 1024 {
                     match self.receiver.try_recv() {
-                        Ok(next) => {
+                        Some(next) => {
                             text.push_str("data: ");
                             text.push_str(&next);
                             text.push_str("\n\n");
                         }
-                        Err(_) => break,
+                        None => break,
                     }
                 }
                 Poll::Ready(Some(Ok(Frame::data(Bytes::from(text)))))
@@ -1117,7 +1116,7 @@ fn events(shared: &Shared, request: &Request<Incoming>) -> Response<HttpBody> {
         Some(name) => Client::Named(name),
         None => Client::Private("sse"),
     });
-    let (sink, receiver) = mpsc::channel(SSE_BACKLOG);
+    let (sink, receiver) = crate::dispatch::frames_within(SSE_BACKLOG_BYTES);
     session.subscribe(FrameSink::Bounded(sink));
     let body = SseBody {
         receiver,
@@ -1136,5 +1135,7 @@ fn events(shared: &Shared, request: &Request<Incoming>) -> Response<HttpBody> {
     response
 }
 
-/// How many frames an SSE client may fall behind before its stream is ended.
-const SSE_BACKLOG: usize = 16 * 1024;
+/// How many bytes of frames an SSE client may fall behind before its stream is ended
+/// (bytes, not frames: one frame may be an engine's 64 KiB output line, so a count of
+/// frames would let one slow client keep a gigabyte alive).
+const SSE_BACKLOG_BYTES: usize = 4 * 1024 * 1024;
