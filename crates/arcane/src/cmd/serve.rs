@@ -206,6 +206,10 @@ pub struct ConfigFile {
     pub log_buffer: Option<toml::Value>,
     /// The application's packaged web (as `--web`), relative to this file.
     pub web: Option<PathBuf>,
+    /// Whether the file has any setting at all (not empty, not only comments): set by
+    /// the reader, never read from the file.
+    #[serde(skip)]
+    pub has_settings: bool,
 }
 
 /// Runs `arcane serve`: validates the engines, then runs the Core host on them until
@@ -222,7 +226,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     let allowed_origins = allowed_origins(&args, file.as_ref())?;
     let log_budget = log_budget(file.as_ref())?;
     let web = packaged_web(&args, file.as_ref(), &base)?;
-    let had_file = file.is_some();
+    let had_file = file.as_ref().is_some_and(|f| f.has_settings);
     let mut gateway = model_gateway(context, &args, file.as_ref(), &base)?;
     let mut one_model = false;
     let configs = if gateway.is_some() {
@@ -355,7 +359,7 @@ fn model_gateway(
     };
     let gateway = arcane_core::gateway::Gateway::configured(configuration);
     let (workspace, args) = (context.workspace.clone(), args.clone());
-    let had_file = file.is_some();
+    let had_file = file.is_some_and(|f| f.has_settings);
     gateway.set_reloader(std::sync::Arc::new(move || {
         let read = reload_config(&workspace, &args, had_file)
             .and_then(|(file, base)| gateway_models(&workspace, &args, file.as_ref(), &base));
@@ -722,13 +726,14 @@ enum Reading {
     /// default).
     Start,
     /// `arcane reload` or SIGHUP, on a running host. Stricter, because what is read
-    /// replaces what runs: a file read at the start that is gone now, and a file with
-    /// no settings at all (empty, or only blank lines and comments), are refused and
-    /// the models stay. A reload of such a file can only mean a file being written
-    /// (truncated, not yet filled) or removed by mistake: in a gateway it would remove
-    /// every model, and for the flags' one model it changes nothing.
+    /// replaces what runs: when the file read at the start had settings, a file that is
+    /// gone now, and one with no settings at all (empty, or only blank lines and
+    /// comments), are refused and the models stay. A reload of such a file can only
+    /// mean a file being written (truncated, not yet filled) or removed by mistake: in
+    /// a gateway it would remove every model. (A file that had no settings at the
+    /// start, and has none now, changes nothing: the reload says so.)
     Reload {
-        /// Whether a configuration file was read when the host started.
+        /// Whether the configuration file read when the host started had settings.
         had_file: bool,
     },
 }
@@ -797,7 +802,7 @@ fn read_config(
     let text = read_config_text(&path)?;
     let invalid = |e: toml::de::Error| invalid_config(&path, &text, e);
     let table: toml::Table = toml::from_str(&text).map_err(invalid)?;
-    if table.is_empty() && matches!(reading, Reading::Reload { .. }) {
+    if table.is_empty() && reading == (Reading::Reload { had_file: true }) {
         return Err(CommandError::usage(
             format!(
                 "`{}` has no settings (it is empty, or only comments); the running models stay as they are",
@@ -809,7 +814,8 @@ fn read_config(
         .into());
     }
     check_keys(&path, &table)?;
-    let file: ConfigFile = toml::from_str(&text).map_err(invalid)?;
+    let mut file: ConfigFile = toml::from_str(&text).map_err(invalid)?;
+    file.has_settings = !table.is_empty();
     if table.contains_key("engine") && file.engine.is_empty() {
         return Err(CommandError::usage(
             format!("`engine` in `{}` lists no engines", path.display()),
