@@ -5,9 +5,14 @@
 //! 5 s, as in production), each for `ARCANE_BENCH_SECONDS` (default 120) with
 //! `ARCANE_BENCH_CLIENTS` clients (default 32; on 2 cores that keeps every core busy
 //! and the engine's HTTP threads queued). It prints, each way, the requests answered,
-//! the failed ones and p50/p99, and says `met` when Arcane failed no more requests
-//! than the engine alone: an engine that is merely slow must never be taken for a dead
-//! one (the watchdog once killed a busy engine and failed most requests of a burst).
+//! the failed ones and p50/p99, how often the watchdog found the engine busy and how
+//! often its engine died, and says `met` when Arcane failed no more requests than the
+//! engine alone: an engine that is merely slow must never be taken for a dead one (the
+//! watchdog once killed a busy engine and failed most requests of a burst).
+//!
+//! `ARCANE_BENCH_PROBE_MS` shortens the watchdog's probe (default 5000): on a machine
+//! where the engine's `/health` stays fast under this burst, a probe of a few tens of
+//! milliseconds puts the watchdog where an overloaded machine puts a 5 s probe.
 #![allow(clippy::print_stdout, clippy::disallowed_methods)]
 
 use std::collections::HashMap;
@@ -153,7 +158,13 @@ async fn burst(access: EngineAccess, clients: u64, seconds: u64) -> Burst {
 
 /// The same server as the one model of a gateway behind the Core: its access (the
 /// Core's URL and token) and the host.
-async fn gateway(workspace: &Path, server: &Path, model: &Path) -> (Host, EngineAccess) {
+async fn gateway(
+    workspace: &Path,
+    server: &Path,
+    model: &Path,
+    probe: Duration,
+    observer: Arc<Counts>,
+) -> (Host, EngineAccess) {
     let mut config = EngineConfig::new(arcane_localai::Engine::LlamaCpp);
     config.id = "m".into();
     config.alias = Some("m".into());
@@ -161,14 +172,33 @@ async fn gateway(workspace: &Path, server: &Path, model: &Path) -> (Host, Engine
     config.model = Some(model.to_path_buf());
     config.device = Some("cpu".into());
     config.extra_args = ARGS.map(String::from).to_vec();
+    config.watchdog_interval = probe;
     let spec = ModelSpec {
         keep_alive: KeepAlive::Never,
         load_on_start: true,
         ..ModelSpec::new("m", SupervisedLauncher::new(workspace, config))
     };
     let gateway = Gateway::new(vec![spec], HashMap::<String, DeviceLimit>::new());
-    let (host, url, token) = support::serve_gateway(gateway).await;
+    let (host, url, token) = support::serve_observed(gateway, Some(observer)).await;
     (host, support::core_access(&url, &token))
+}
+
+/// How often the watchdog judged the engine busy, and how often the engine died.
+#[derive(Default)]
+struct Counts {
+    busy: std::sync::atomic::AtomicUsize,
+    died: std::sync::atomic::AtomicUsize,
+}
+
+impl arcane_report::EventSink for Counts {
+    fn emit(&self, event: arcane_report::Event) {
+        use std::sync::atomic::Ordering;
+        match event.kind.as_str() {
+            "local-ai.engine.busy" => self.busy.fetch_add(1, Ordering::Relaxed),
+            "local-ai.model.failed" => self.died.fetch_add(1, Ordering::Relaxed),
+            _ => 0,
+        };
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -182,7 +212,11 @@ async fn main() {
     };
     let seconds = setting("ARCANE_BENCH_SECONDS", 120).min(120);
     let clients = setting("ARCANE_BENCH_CLIENTS", 32);
-    println!("overload: {clients} clients streaming chats for {seconds} s each way");
+    let probe = Duration::from_millis(setting("ARCANE_BENCH_PROBE_MS", 5000).max(1));
+    println!(
+        "overload: {clients} clients streaming chats for {seconds} s each way (watchdog probe {} ms)",
+        probe.as_millis()
+    );
 
     let scratch = tempfile::tempdir().unwrap();
     let socket = scratch.path().join("raw.sock");
@@ -191,7 +225,8 @@ async fn main() {
     raw.stop();
 
     let workspace = tempfile::tempdir().unwrap();
-    let (host, access) = gateway(workspace.path(), &server, &model).await;
+    let counts = Arc::new(Counts::default());
+    let (host, access) = gateway(workspace.path(), &server, &model, probe, counts.clone()).await;
     // Warm: the model loads on start; the first answered chat says it is ready.
     let client = engine_client();
     while chat(&client, &access).await.is_err() {
@@ -202,6 +237,11 @@ async fn main() {
 
     println!("{}", direct.line("llama-server directly"));
     println!("{}", through.line("through Arcane"));
+    println!(
+        "watchdog: engine judged busy {} times, engine died {} times",
+        counts.busy.load(std::sync::atomic::Ordering::Relaxed),
+        counts.died.load(std::sync::atomic::Ordering::Relaxed)
+    );
     let (p99_direct, p99_through) = (
         percentile(&mut direct.answered, 0.99),
         percentile(&mut through.answered, 0.99),

@@ -79,10 +79,19 @@ pub fn core_access(url: &str, token: &str) -> EngineAccess {
 /// `gateway` as a started host's service behind HTTP on a fresh loopback port: the
 /// host, its URL and its token.
 pub async fn serve_gateway(gateway: Arc<Gateway>) -> (Host, String, String) {
-    let host = Host::builder(AppInfo::default())
-        .service(gateway.clone())
-        .unwrap()
-        .build();
+    serve_observed(gateway, None).await
+}
+
+/// [`serve_gateway`], with `observer` seeing every event the host publishes.
+pub async fn serve_observed(
+    gateway: Arc<Gateway>,
+    observer: Option<Arc<dyn arcane_report::EventSink>>,
+) -> (Host, String, String) {
+    let mut builder = Host::builder(AppInfo::default());
+    if let Some(observer) = observer {
+        builder = builder.observer(observer);
+    }
+    let host = builder.service(gateway.clone()).unwrap().build();
     host.start();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
