@@ -476,19 +476,6 @@ fn generated_graphs_carry_every_dtype_dynamic_shapes_strings_and_refuse_wrong_in
     );
 }
 
-fn pid_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| {
-            !stat
-                .rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-        .unwrap_or(false)
-}
-
 /// The CPU time `pid` has used (user + system, clock ticks; `/proc/<pid>/stat` fields
 /// 14 and 15), or `None` when it cannot be read.
 fn cpu_ticks(pid: u32) -> Option<u64> {
@@ -505,7 +492,7 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
 fn wait_gone(pid: u32) -> bool {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
-        if !pid_alive(pid) {
+        if !crate::support::running(pid) {
             return true;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -581,7 +568,7 @@ fn kill_9_of_the_host_leaves_no_worker() {
     let mut host = Host::start(&workspace, &parts);
     let loaded = host.ok("onnx.load", json!({"model": parts.silero}));
     let pid = loaded["worker"]["pid"].as_u64().unwrap() as u32;
-    assert!(pid_alive(pid));
+    assert!(crate::support::running(pid));
     host.child.kill().unwrap(); // SIGKILL
     let _ = host.child.wait();
     assert!(wait_gone(pid), "worker {pid} outlived its host's SIGKILL");
@@ -1113,7 +1100,10 @@ fn a_worker_orphaned_by_a_killed_host_is_stopped_by_the_next_host() {
     // Not synchronisation: a window in which a worker tied to its host would die (an
     // absence has no event to wait for).
     std::thread::sleep(Duration::from_millis(500));
-    assert!(pid_alive(pid), "the worker should have been orphaned");
+    assert!(
+        crate::support::running(pid),
+        "the worker should have been orphaned"
+    );
     assert!(record_path.exists());
 
     let mut next = Host::start(&workspace, &parts);

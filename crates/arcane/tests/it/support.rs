@@ -348,17 +348,21 @@ pub struct OrphanGuard(pub u32);
 
 impl Drop for OrphanGuard {
     fn drop(&mut self) {
-        let running = std::fs::read_to_string(format!("/proc/{}/stat", self.0)).is_ok_and(|stat| {
-            !stat
-                .rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        });
-        if running {
+        if running(self.0) {
             // SAFETY: a plain syscall on the pid this test made an orphan of.
             unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGKILL) };
         }
     }
+}
+
+/// Whether `pid` runs (exists and is not a zombie).
+pub fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
 }
