@@ -46,42 +46,7 @@ use crate::error::Error;
 use crate::failure::Failure;
 use crate::verify::VerifiedBundle;
 
-/// What identifies one file's exact content without reading it: a file with the same
-/// device, inode, size, mtime and ctime (and one link) has not been written since.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FileIdentity {
-    pub dev: u64,
-    pub ino: u64,
-    pub size: u64,
-    pub mtime: (i64, i64),
-    pub ctime: (i64, i64),
-}
-
-impl FileIdentity {
-    /// The identity of an open file.
-    fn of(metadata: &std::fs::Metadata) -> Self {
-        Self {
-            dev: metadata.dev(),
-            ino: metadata.ino(),
-            size: metadata.len(),
-            mtime: (metadata.mtime(), metadata.mtime_nsec()),
-            ctime: (metadata.ctime(), metadata.ctime_nsec()),
-        }
-    }
-
-    /// Why `now` is not this identity, or `None` when it is.
-    fn difference(&self, now: &Self) -> Option<&'static str> {
-        if (self.dev, self.ino) != (now.dev, now.ino) {
-            Some("it was replaced by another file")
-        } else if self.size != now.size {
-            Some("its size changed")
-        } else if self.mtime != now.mtime || self.ctime != now.ctime {
-            Some("it was written, or its mode or owner changed")
-        } else {
-            None
-        }
-    }
-}
+pub(crate) use arcane_files::FileIdentity;
 
 /// The identities the verifying walk recorded, by bundle-relative path.
 pub(crate) type Identities = HashMap<String, FileIdentity>;

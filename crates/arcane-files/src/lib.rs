@@ -292,7 +292,7 @@ impl FileIdentity {
         } else if self.size != now.size {
             Some("its size changed")
         } else if self.mtime != now.mtime || self.ctime != now.ctime {
-            Some("it was written")
+            Some("it was written, or its mode or owner changed")
         } else {
             None
         }
@@ -709,7 +709,10 @@ mod tests {
             let then = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1);
             file.set_modified(then).unwrap();
         };
-        assert_eq!(changed(read_changed_by(rewrite)), "it was written");
+        assert_eq!(
+            changed(read_changed_by(rewrite)),
+            "it was written, or its mode or owner changed"
+        );
         let rename_over = |path: &Path| {
             let other = path.with_extension("new");
             std::fs::write(&other, "[[model]]\nid = \"a\"\n").unwrap();
@@ -743,7 +746,8 @@ mod tests {
             Some("it was replaced by another file")
         );
         assert_eq!(moved(|n| n.size = 9), Some("its size changed"));
-        assert_eq!(moved(|n| n.mtime.1 = 6), Some("it was written"));
-        assert_eq!(moved(|n| n.ctime.1 = 8), Some("it was written"));
+        let written = Some("it was written, or its mode or owner changed");
+        assert_eq!(moved(|n| n.mtime.1 = 6), written);
+        assert_eq!(moved(|n| n.ctime.1 = 8), written);
     }
 }
