@@ -371,6 +371,12 @@ pub(crate) async fn with_lock<T: Send + 'static>(
     .map_err(|e| io_error("lock", Path::new(""))(std::io::Error::other(e)))?
 }
 
+/// Held while engine records are judged, their orphans stopped and the records
+/// removed: a host's start-up sweep ([`reap_engines`]) and the first load of a model
+/// (the supervisor's check of its own record) would otherwise judge and stop the same
+/// orphan at once, and both report it. The second to come finds it settled.
+pub(crate) static REAPING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Settles every engine record in `workspace`, whatever model id it names: a proven
 /// orphan (and everything it started, see [`ownership::Tree`]) is stopped and
 /// reported as `process.orphan-stopped`; its record and every stale one are removed
@@ -387,6 +393,7 @@ pub async fn reap_engines(
     if !store.dir().is_dir() {
         return Ok(0);
     }
+    let _reaping = REAPING.lock().await;
     check_dir(&store).await?;
     let me = Owner::current();
     let judged = store.clone();

@@ -106,6 +106,50 @@ impl Identity {
     }
 }
 
+/// Blocks until one of `processes` has ended or `until` passes; returns at once when
+/// one already has. A pidfd (pidfd_open(2)) becomes readable when its process has
+/// ended, whoever its parent is, so a process that is not our child is waited for as
+/// an event, not polled. On a kernel without pidfds (before Linux 5.3) it waits a
+/// short while instead, and the caller looks again.
+pub fn wait_for_an_end(processes: &[Identity], until: std::time::Instant) {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let left = until.saturating_duration_since(std::time::Instant::now());
+    let mut pidfds = Vec::with_capacity(processes.len());
+    for process in processes {
+        // SAFETY: a plain syscall; the descriptor it returns is owned just below.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, process.pid as libc::pid_t, 0) };
+        let Ok(fd) = i32::try_from(fd) else { continue };
+        if fd < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+                return; // already gone
+            }
+            continue;
+        }
+        // SAFETY: `fd` was just returned by pidfd_open and is owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // The pid may have ended, and been reused, between the look and the open.
+        if !process.is_alive() {
+            return;
+        }
+        pidfds.push(fd);
+    }
+    if pidfds.is_empty() {
+        std::thread::sleep(left.min(std::time::Duration::from_millis(20)));
+        return;
+    }
+    let mut polled: Vec<libc::pollfd> = pidfds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let timeout = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: `polled` is a valid array of `polled.len()` pollfds over open descriptors.
+    unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, timeout) };
+}
+
 #[cfg(test)]
 #[allow(clippy::disallowed_methods)] // tests start a throwaway process
 mod tests {
@@ -141,5 +185,38 @@ mod tests {
         let gone = Identity { pid, start_time: 1 };
         // The pid may have been reused in between; it can never be our record's process.
         assert_ne!(gone.liveness(), Liveness::Alive);
+    }
+
+    #[test]
+    fn waiting_for_an_end_blocks_until_the_process_ends() {
+        use std::time::{Duration, Instant};
+        let mut child = std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap();
+        let running = Identity::of(child.id()).unwrap();
+        let (done, finished) = std::sync::mpsc::channel();
+        let (told, tid) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            told.send(unsafe { libc::gettid() }).unwrap();
+            wait_for_an_end(&[running], Instant::now() + Duration::from_secs(600));
+            done.send(()).unwrap();
+        });
+        let tid = tid.recv().unwrap();
+        // It blocks in poll(2) on the pidfd (it neither returned nor spins).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let wchan = format!("/proc/self/task/{tid}/wchan");
+        while !std::fs::read_to_string(&wchan).is_ok_and(|w| w.contains("poll")) {
+            assert!(Instant::now() < deadline, "never waited in poll");
+            assert!(finished.try_recv().is_err(), "returned before the end");
+            std::thread::yield_now();
+        }
+        child.kill().unwrap();
+        finished
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the end of the process ends the wait, not its deadline");
+        child.wait().unwrap();
+        assert!(!running.is_alive());
     }
 }

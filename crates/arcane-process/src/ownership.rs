@@ -215,8 +215,9 @@ impl Tree {
         !known.is_empty()
     }
 
-    /// Polls until no member is left or `limit` passed, sending `resend` to whatever
-    /// is found on each round. Returns whether none is left.
+    /// Waits until no member is left or `limit` passed, looking for members again
+    /// whenever one ends and sending `resend` to whatever is found on each round.
+    /// Returns whether none is left.
     fn wait_gone(
         &self,
         known: &mut Vec<Identity>,
@@ -234,7 +235,7 @@ impl Tree {
             if let Some(sig) = resend {
                 self.signal(known, sig);
             }
-            std::thread::sleep(Duration::from_millis(20));
+            crate::wait_for_an_end(known, deadline);
         }
     }
 }

@@ -192,7 +192,12 @@ mod tests {
         // Burn CPU until the kernel's tick accounting moves (a few ticks at most).
         let mut spin = 0u64;
         let mut after = group_activity(me.pgrp);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while !after.worked_since(&before, std::time::Duration::ZERO) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a minute of spinning never showed as CPU time: {before:?} {after:?}"
+            );
             for i in 0..1_000_000u64 {
                 spin = spin.wrapping_add(std::hint::black_box(i));
             }

@@ -185,6 +185,7 @@ impl Context {
 
     /// Stops a proven orphan of an earlier Arcane, removes stale records.
     pub(super) async fn reap_orphan(&self) -> Result<(), Error> {
+        let _reaping = records::REAPING.lock().await;
         let store = self.records();
         records::check_dir(&store).await?;
         let Some(record) = store.read(&self.config.id) else {
