@@ -58,13 +58,17 @@ fn an_engine_a_wrapper_forked_is_stopped_by_the_next_host_even_for_a_removed_mod
         wait_gone(wrapper, Duration::from_secs(10)),
         "the parent-death signal ends the wrapper"
     );
-    // Not synchronisation: the window in which a forked engine tied to the killed host
-    // would die. It does not (the fault this test is about).
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        alive(engine),
-        "the forked engine outlives its killed host until a host stops it"
+    // The forked engine outlives its killed host (the fault this test is about): with
+    // the wrapper gone, it still answers on its socket.
+    let (status, _) = crate::support::http_unix_exchange(
+        &ws.path().join(".arcane/run/old.sock"),
+        "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     );
+    assert_eq!(
+        status, 200,
+        "the forked engine answers after its host was killed"
+    );
+    assert!(alive(engine));
 
     // The model is renamed: no load of `old` will ever look at its record again.
     let renamed = wrapped("new").replace("{server}", &llama_server().display().to_string());

@@ -110,19 +110,33 @@ fn real_part(var: &str) -> PathBuf {
 /// `address` (a loopback `host:port`; anything else panics) and returns the status
 /// and body of the reply.
 pub fn http_exchange(address: &str, request: &str) -> (u16, String) {
-    use std::io::{Read, Write};
     assert!(
         address.starts_with("127.0.0.1:")
             || address.starts_with("[::1]:")
             || address.starts_with("localhost:"),
         "tests talk to loopback only, not `{address}`"
     );
-    let mut stream = std::net::TcpStream::connect(address).expect("connect to the host");
+    let stream = std::net::TcpStream::connect(address).expect("connect to the host");
     stream
         // A generous bound (a completion on a loaded 2-core machine can take a while),
         // never a timing assertion.
         .set_read_timeout(Some(std::time::Duration::from_secs(300)))
         .expect("set a read timeout");
+    exchange(stream, request)
+}
+
+/// [`http_exchange`] over the Unix socket `socket` (an engine's private one).
+pub fn http_unix_exchange(socket: &std::path::Path, request: &str) -> (u16, String) {
+    let stream = std::os::unix::net::UnixStream::connect(socket)
+        .unwrap_or_else(|e| panic!("connect to {}: {e}", socket.display()));
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(300)))
+        .expect("set a read timeout");
+    exchange(stream, request)
+}
+
+/// Sends `request` on `stream` and reads the reply to its end: status and body.
+fn exchange(mut stream: impl std::io::Read + std::io::Write, request: &str) -> (u16, String) {
     stream
         .write_all(request.as_bytes())
         .expect("send the request");
