@@ -47,7 +47,12 @@ impl Follower {
 
     /// Waits (bounded) for a line whose text passes `pred`; returns it.
     fn wait_for(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + START;
+        self.wait_within(START, what, pred)
+    }
+
+    /// [`Follower::wait_for`], for up to `within`.
+    fn wait_within(&self, within: Duration, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
@@ -142,10 +147,10 @@ fn the_engines_output_and_the_hosts_lines_are_kept_and_followed_per_model() {
 }
 
 /// An engine for the `command` kind: answers `GET /health` at once, prints `many`
-/// lines, waits for the file `go` beside it, prints one line of `huge` bytes and two
-/// short ones, then only serves.
+/// lines, waits until the FIFO `go` beside it is opened and closed by a writer, prints
+/// one line of `huge` bytes and two short ones, then only serves.
 const LOUD_ENGINE: &str = r#"
-import os, sys, threading, time
+import os, sys, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 port, huge, many = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
@@ -168,9 +173,8 @@ for n in range(many):
     out.write(b"line %d of many, about as long as a line an engine prints in its log\n" % n)
 out.write(b"many printed\n")
 out.flush()
-go = os.path.join(os.path.dirname(os.path.abspath(__file__)), "go")
-while not os.path.exists(go):
-    time.sleep(0.05)
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "go"), "rb") as go:
+    go.read()
 chunk = b"x" * (1 << 20)
 left = huge
 while left > 0:
@@ -213,22 +217,16 @@ fn kept_lines(ws: &TestWorkspace) -> Vec<String> {
         .collect()
 }
 
-/// Polls (every quarter second: each look reads up to `log_buffer`) until `arcane
-/// logs loud` shows `line`, or panics after `within`.
-fn wait_for_kept(ws: &TestWorkspace, line: &str, within: Duration) -> Vec<String> {
-    let deadline = Instant::now() + within;
-    loop {
-        let lines = kept_lines(ws);
-        if lines.iter().any(|l| l == line) {
-            return lines;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "`{line}` was never kept; the last lines: {:?}",
-            &lines[lines.len().saturating_sub(3)..]
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+/// Waits (up to `within`) until `follower` shows `line`, then returns what `arcane
+/// logs loud` keeps.
+fn wait_for_kept(
+    ws: &TestWorkspace,
+    follower: &Follower,
+    line: &str,
+    within: Duration,
+) -> Vec<String> {
+    follower.wait_within(within, &format!("`{line}`"), |l| text(l) == line);
+    kept_lines(ws)
 }
 
 #[test]
@@ -239,6 +237,10 @@ fn r27_an_engine_printing_a_huge_line_and_a_million_lines_keeps_the_host_within_
     let ws = TestWorkspace::new();
     let engine = ws.path().join("loud.py");
     std::fs::write(&engine, LOUD_ENGINE).unwrap();
+    let go =
+        std::ffi::CString::new(ws.path().join("go").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo on a NUL-terminated path this test owns.
+    assert_eq!(unsafe { libc::mkfifo(go.as_ptr(), 0o600) }, 0, "mkfifo");
     let toml = format!(
         "log_buffer = \"1MiB\"\n\n[[model]]\nid = \"loud\"\ncommand = [\"python3\", \"{}\", \"${{PORT}}\", \"{HUGE}\", \"{MANY}\"]\nhealth = \"/health\"\n",
         engine.display()
@@ -280,12 +282,13 @@ fn r27_an_engine_printing_a_huge_line_and_a_million_lines_keeps_the_host_within_
         std::fs::read_to_string(ws.path().join(".arcane/core.json"))
             .is_ok_and(|t| t.contains("token"))
     });
+    let follower = Follower::start(&ws, &["-f", "loud", "--since", "0s"]);
     let load = run(ws.arcane().args(["load", "loud"]));
     assert!(load.status.success(), "{}", stderr(&load));
 
     // A million lines: the engine waits for the host instead of the host queueing them.
     let bound = LOG_BUFFER + HOST_ALLOWANCE;
-    let kept = wait_for_kept(&ws, "many printed", Duration::from_secs(600));
+    let kept = wait_for_kept(&ws, &follower, "many printed", Duration::from_secs(600));
     let last = format!(
         "line {} of many, about as long as a line an engine prints in its log",
         MANY - 1
@@ -299,9 +302,10 @@ fn r27_an_engine_printing_a_huge_line_and_a_million_lines_keeps_the_host_within_
         bound >> 20
     );
 
-    // One line of 200 MB: cut at 64 KiB, read in bounded chunks, and it says so.
+    // One line of 200 MB: cut at 64 KiB, read in bounded chunks, and it says so. (The
+    // engine waits on the FIFO until this opens and closes it.)
     std::fs::write(ws.path().join("go"), "").unwrap();
-    let kept = wait_for_kept(&ws, "all printed", Duration::from_secs(600));
+    let kept = wait_for_kept(&ws, &follower, "all printed", Duration::from_secs(600));
     let peak = peak_rss(pid);
     assert!(
         peak <= bound,
