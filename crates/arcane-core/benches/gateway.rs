@@ -139,23 +139,6 @@ async fn first_chunk(client: &EngineClient, access: &EngineAccess, model: &str) 
     first
 }
 
-async fn rpc(client: &EngineClient, url: &str, token: &str, method: &str, model: &str) {
-    let body = json!({"protocol": "arcane/1", "type": "request", "id": "b", "method": method, "parameters": {"model": model}})
-        .to_string();
-    let request = hyper::Request::post(format!("{url}/v1/rpc"))
-        .header("authorization", format!("Bearer {token}"))
-        .header("content-type", "application/json")
-        .body(full(body))
-        .unwrap();
-    let response = client
-        .send(request, Deadlines::GENERATION, arcane_core::Peer::Host)
-        .await
-        .unwrap();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    assert_eq!(value["ok"], true, "{value}");
-}
-
 async fn cold(server: &Path, model: &Path, command: bool) {
     let workspace = tempfile::tempdir().unwrap();
     std::fs::create_dir(workspace.path().join(".arcane")).unwrap();
@@ -172,7 +155,7 @@ async fn cold(server: &Path, model: &Path, command: bool) {
     let (mut through, mut by_hand) = (Vec::new(), Vec::new());
     for _ in 0..3 {
         through.push(first_chunk(&client, &core, "m0").await);
-        rpc(&client, &url, &token, "models.unload", "m0").await;
+        support::rpc(&client, &url, &token, "models.unload", "m0").await;
         let started = Instant::now();
         let raw = Raw::start(server, model, &socket, &ARGS).await;
         let _ = first_chunk(&client, &raw_access, "m0").await;
@@ -202,7 +185,7 @@ async fn warm(server: &Path, model: &Path) {
     )
     .await;
     let client = engine_client();
-    rpc(&client, &url, &token, "models.load", "m0").await;
+    support::rpc(&client, &url, &token, "models.load", "m0").await;
     let engine = EngineAccess {
         address: EngineAddress::Unix(arcane_workspace::layout::engine_socket(
             workspace.path(),

@@ -175,11 +175,12 @@ async fn gateway(
     config.watchdog_interval = probe;
     let spec = ModelSpec {
         keep_alive: KeepAlive::Never,
-        load_on_start: true,
         ..ModelSpec::new("m", SupervisedLauncher::new(workspace, config))
     };
     let gateway = Gateway::new(vec![spec], HashMap::<String, DeviceLimit>::new());
     let (host, url, token) = support::serve_observed(gateway, Some(observer)).await;
+    // Warm: `models.load` answers once the model is ready.
+    support::rpc(&engine_client(), &url, &token, "models.load", "m").await;
     (host, support::core_access(&url, &token))
 }
 
@@ -227,11 +228,6 @@ async fn main() {
     let workspace = tempfile::tempdir().unwrap();
     let counts = Arc::new(Counts::default());
     let (host, access) = gateway(workspace.path(), &server, &model, probe, counts.clone()).await;
-    // Warm: the model loads on start; the first answered chat says it is ready.
-    let client = engine_client();
-    while chat(&client, &access).await.is_err() {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     let mut through = burst(access, clients, seconds).await;
     host.close().await.unwrap();
 

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arcane_core::gateway::Gateway;
-use arcane_core::http::{engine_client, full, Deadlines, EngineAccess, HttpOptions};
+use arcane_core::http::{engine_client, full, Deadlines, EngineAccess, EngineClient, HttpOptions};
 use arcane_core::{AppInfo, Host};
 use arcane_localai::EngineAddress;
+use http_body_util::BodyExt;
 
 /// A raw llama-server on a Unix socket: started with `args`, waited for until
 /// `/health` answers, stopped with SIGTERM as Arcane stops its engines.
@@ -30,7 +31,13 @@ impl Raw {
             .spawn()
             .expect("spawn llama-server"));
         let (client, access) = (engine_client(), unix(socket));
+        let deadline = std::time::Instant::now() + Duration::from_secs(300);
         loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "llama-server never answered /health on {}",
+                socket.display()
+            );
             let request = access
                 .request(hyper::Method::GET, "/health")
                 .body(full(""))
@@ -102,4 +109,24 @@ pub async fn serve_observed(
         HttpOptions::new(token.clone()).upstream(gateway),
     ));
     (host, url, token)
+}
+
+/// Calls the gateway's `method` (`models.load`, `models.unload`) on `model` through the
+/// Core's `/v1/rpc`; returns once it answered, and panics unless it succeeded (a load
+/// answers once the model is ready).
+pub async fn rpc(client: &EngineClient, url: &str, token: &str, method: &str, model: &str) {
+    let body = serde_json::json!({"protocol": "arcane/1", "type": "request", "id": "b", "method": method, "parameters": {"model": model}})
+        .to_string();
+    let request = hyper::Request::post(format!("{url}/v1/rpc"))
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(full(body))
+        .unwrap();
+    let response = client
+        .send(request, Deadlines::GENERATION, arcane_core::Peer::Host)
+        .await
+        .unwrap();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(value["ok"], true, "{value}");
 }
