@@ -3,8 +3,6 @@
 //! supervisor needs on a tokio runtime — output lines on a channel and an awaitable
 //! exit.
 //!
-//! [`stop_orphan`] stops a process a previous Arcane provably owned (see `records`).
-//!
 //! # Output is bounded, and the engine waits rather than the host growing
 //!
 //! An engine's output is not Arcane's to trust: one line may be hundreds of megabytes
@@ -427,18 +425,6 @@ impl LineSplitter {
         }
         line
     }
-}
-
-/// Stops a process that a previous Arcane provably owned (`records` checked the
-/// proof), and everything it started: [`arcane_process::ownership::Tree::stop`], off
-/// the async threads.
-pub(crate) async fn stop_orphan(
-    tree: arcane_process::ownership::Tree,
-    grace: Duration,
-) -> StopStep {
-    tokio::task::spawn_blocking(move || tree.stop(grace))
-        .await
-        .unwrap_or(StopStep::Sigkill)
 }
 
 /// The directory the child runs in: the executable's own directory (as the SDK does).

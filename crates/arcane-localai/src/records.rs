@@ -230,14 +230,47 @@ impl<R: OwnershipRecord> RecordStore<R> {
     /// with a stale one's; a record whose owner is alive stays.
     fn reap(&self, key: &str, grace: Duration) -> Option<(R, StopStep)> {
         let record = self.read(key)?;
-        let stopped = match self.judge(&record) {
-            Judgement::OwnerAlive => return None,
-            Judgement::Stale(_) => None,
-            Judgement::Orphan => Some(ownership::stop_orphan(&record.claim(), grace)),
-        };
-        // A record left behind is judged again by the next host.
-        let _ = self.remove(key, record.nonce());
-        stopped.map(|step| (record, step))
+        let settled = self.settle(&record, grace);
+        if settled != Settled::Stays {
+            // A record left behind is judged again by the next host.
+            let _ = self.remove(key, record.nonce());
+        }
+        match settled {
+            Settled::Stopped(step) => Some((record, step)),
+            Settled::Stays | Settled::Stale => None,
+        }
+    }
+
+    /// Judges `record` and stops its orphan (SIGTERM to its tree, SIGKILL after
+    /// `grace`); says whether the record stays or is to go. Blocking: it may wait out
+    /// the grace.
+    pub(crate) fn settle(&self, record: &R, grace: Duration) -> Settled {
+        match self.judge(record) {
+            Judgement::OwnerAlive => Settled::Stays,
+            Judgement::Stale(_) => Settled::Stale,
+            Judgement::Orphan => Settled::Stopped(ownership::stop_orphan(&record.claim(), grace)),
+        }
+    }
+}
+
+/// What [`RecordStore::settle`] did with a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// Its owner lives and supervises its process: the record stays.
+    Stays,
+    /// Its process is gone (or another now): the record is to go.
+    Stale,
+    /// Its orphan was stopped, ending as said: the record is to go.
+    Stopped(StopStep),
+}
+
+impl Settled {
+    /// How the orphan ended, when there was one.
+    pub(crate) fn stopped(self) -> Option<StopStep> {
+        match self {
+            Settled::Stopped(step) => Some(step),
+            Settled::Stays | Settled::Stale => None,
+        }
     }
 }
 
@@ -406,12 +439,10 @@ pub async fn reap_engines(
                 if record.owner == me {
                     return None;
                 }
-                let step = match judged.judge(&record) {
-                    Judgement::OwnerAlive => return None,
-                    Judgement::Stale(_) => None,
-                    Judgement::Orphan => Some(ownership::stop_orphan(&record.claim(), grace)),
-                };
-                Some((record, step))
+                match judged.settle(&record, grace) {
+                    Settled::Stays => None,
+                    settled => Some((record, settled.stopped())),
+                }
             })
             .collect::<Vec<_>>()
     })

@@ -191,12 +191,14 @@ impl Context {
         let Some(record) = store.read(&self.config.id) else {
             return Ok(());
         };
-        match store.judge(&record) {
-            Judgement::OwnerAlive => return Ok(()),
-            Judgement::Stale(_) => {}
-            Judgement::Orphan => {
-                let tree = arcane_process::ownership::Tree::of(&record.claim());
-                let step = process::stop_orphan(tree, self.config.stop_grace).await;
+        let (judged, grace, claimed) = (store.clone(), self.config.stop_grace, record.clone());
+        let settled = tokio::task::spawn_blocking(move || judged.settle(&claimed, grace))
+            .await
+            .unwrap_or(records::Settled::Stays);
+        match settled {
+            records::Settled::Stays => return Ok(()),
+            records::Settled::Stale => {}
+            records::Settled::Stopped(step) => {
                 records::orphan_event(&*self.events, &record, step);
             }
         }

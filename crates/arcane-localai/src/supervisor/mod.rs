@@ -49,7 +49,7 @@ use crate::execution::{self, SharedDeviceSource};
 use crate::listen;
 use crate::probe::{self, decide, Decision, ProbeOutcome};
 use crate::process::{self, Child, ExitInfo, SpawnSpec, StopStep};
-use crate::records::{self, Judgement, OwnershipRecord, Record, RecordStore};
+use crate::records::{self, OwnershipRecord, Record, RecordStore};
 use crate::state::{Change, InvalidTransition, ServerSnapshot};
 use crate::Error;
 
