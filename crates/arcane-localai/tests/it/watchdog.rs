@@ -28,21 +28,42 @@ fn watched(port: u16, modes: &[&str]) -> EngineConfig {
     config
 }
 
-#[tokio::test]
-async fn a_busy_engine_whose_probes_go_unanswered_is_not_stopped_and_finishes_its_work() {
+/// A watched fake engine with `modes`, started and ready: its workspace (kept alive
+/// with it), its events, the server and a guard that kills its pid if a test fails.
+struct Watched {
+    ws: tempfile::TempDir,
+    events: std::sync::Arc<arcane_report::Collector>,
+    server: arcane_localai::OwnedServer,
+    pid: u32,
+    _guard: PidGuard,
+}
+
+async fn start_watched(modes: &[&str]) -> Watched {
     let ws = workspace();
-    let port = free_port();
     let (supervisor, events) = supervisor(ws.path());
-    // Each completion works the CPU for 3 s, and `/health` waits behind it: a dozen
-    // probe timeouts, each of which the old watchdog counted as a miss.
     let server = owned(
         supervisor
-            .start(watched(port, &["busy-health=3"]), CancelToken::new())
+            .start(watched(free_port(), modes), CancelToken::new())
             .await
             .unwrap(),
     );
     let pid = server.pid().unwrap();
-    let socket = engine_socket(ws.path(), "llama.cpp");
+    Watched {
+        ws,
+        events,
+        server,
+        pid,
+        _guard: PidGuard(pid),
+    }
+}
+
+#[tokio::test]
+async fn a_busy_engine_whose_probes_go_unanswered_is_not_stopped_and_finishes_its_work() {
+    // Each completion works the CPU for 3 s, and `/health` waits behind it: a dozen
+    // probe timeouts, each of which the old watchdog counted as a miss.
+    let watched = start_watched(&["busy-health=3"]).await;
+    let (events, server, pid) = (&watched.events, &watched.server, watched.pid);
+    let socket = engine_socket(watched.ws.path(), "llama.cpp");
     let answer = tokio::task::spawn_blocking(move || {
         http_unix(&socket, "POST", "/v1/chat/completions", "{}", None)
     })
@@ -55,7 +76,7 @@ async fn a_busy_engine_whose_probes_go_unanswered_is_not_stopped_and_finishes_it
     assert_eq!(snapshot.state, ServerState::Ready);
     assert_eq!(snapshot.pid, Some(pid), "the same engine, never restarted");
     // The probes did go unanswered, and were judged as load.
-    let busy = events_of(&events, "local-ai.engine.busy");
+    let busy = events_of(events, "local-ai.engine.busy");
     assert!(!busy.is_empty(), "{:?}", events.types());
     assert_eq!(busy[0]["engine"], "llama.cpp");
     // Widened, within its bound (4 intervals).
@@ -65,23 +86,14 @@ async fn a_busy_engine_whose_probes_go_unanswered_is_not_stopped_and_finishes_it
         .max()
         .unwrap();
     assert!((400..=800).contains(&widest), "{busy:?}");
-    assert!(events_of(&events, "local-ai.server.error").is_empty());
+    assert!(events_of(events, "local-ai.server.error").is_empty());
     assert_eq!(server.stop().await.step, StopStep::Sigterm);
 }
 
 #[tokio::test]
 async fn a_stopped_engine_is_found_and_killed_without_waiting_out_the_grace() {
-    let ws = workspace();
-    let port = free_port();
-    let (supervisor, events) = supervisor(ws.path());
-    let server = owned(
-        supervisor
-            .start(watched(port, &[]), CancelToken::new())
-            .await
-            .unwrap(),
-    );
-    let pid = server.pid().unwrap();
-    let _guard = PidGuard(pid);
+    let watched = start_watched(&[]).await;
+    let (events, server, pid) = (&watched.events, &watched.server, watched.pid);
     signal(pid, "STOP");
     // Bounded by a minute, far below the 600 s grace: waiting it out fails here.
     let report = tokio::time::timeout(Duration::from_secs(60), server.wait())
@@ -90,7 +102,7 @@ async fn a_stopped_engine_is_found_and_killed_without_waiting_out_the_grace() {
     assert_eq!(report.step, StopStep::Sigkill);
     assert_eq!(report.exit.and_then(|e| e.signal), Some(libc::SIGKILL));
     assert_eq!(report.snapshot.state, ServerState::Error);
-    let errors = events_of(&events, "local-ai.server.error");
+    let errors = events_of(events, "local-ai.server.error");
     let error = &errors[0]["error"];
     assert_eq!(error["details"]["stopped"], true, "{error}");
     assert!(
@@ -104,22 +116,13 @@ async fn a_stopped_engine_is_found_and_killed_without_waiting_out_the_grace() {
 
 #[tokio::test]
 async fn an_idle_engine_that_stops_answering_is_a_hang_and_is_killed() {
-    let ws = workspace();
-    let port = free_port();
-    let (supervisor, events) = supervisor(ws.path());
-    let server = owned(
-        supervisor
-            .start(watched(port, &["hang-after=0.2"]), CancelToken::new())
-            .await
-            .unwrap(),
-    );
-    let pid = server.pid().unwrap();
-    let _guard = PidGuard(pid);
+    let watched = start_watched(&["hang-after=0.2"]).await;
+    let (events, server) = (&watched.events, &watched.server);
     let report = tokio::time::timeout(Duration::from_secs(60), server.wait())
         .await
         .expect("the hung engine was killed without the stop grace");
     assert_eq!(report.step, StopStep::Sigkill);
-    let error = &events_of(&events, "local-ai.server.error")[0]["error"];
+    let error = &events_of(events, "local-ai.server.error")[0]["error"];
     assert_eq!(error["details"]["stopped"], false, "{error}");
     assert_eq!(error["details"]["misses"], 2, "{error}");
     assert!(
