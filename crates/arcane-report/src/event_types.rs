@@ -114,7 +114,8 @@ event_types! {
     LOCAL_AI_MODEL_LOADING = "local-ai.model.loading",
     /// A model is loaded and answers `{model, device, pid, url}`.
     LOCAL_AI_MODEL_READY = "local-ai.model.ready",
-    /// A model was unloaded `{model, device, reason}` (`keep-alive`, `request`, `shutdown`).
+    /// A model was unloaded `{model, device, reason}` (`keep-alive`, `request`, `shutdown`,
+    /// `group`, or `crashed` once a crashed engine is down and the model may load again).
     LOCAL_AI_MODEL_UNLOADED = "local-ai.model.unloaded",
     /// A model was unloaded to make room on its device `{model, device, for}`.
     LOCAL_AI_MODEL_EVICTED = "local-ai.model.evicted",

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::metrics::Metrics;
 use super::model::{Model, Phase};
+use super::placement::Reason;
 use super::*;
 
 impl Gateway {
@@ -200,6 +201,10 @@ impl Gateway {
             }
             model.become_(Phase::Unloaded);
             if let Some(gateway) = gateway.upgrade() {
+                gateway.emit(
+                    event_types::LOCAL_AI_MODEL_UNLOADED,
+                    json!({"model": model.spec.id, "device": model.spec.device, "reason": Reason::Crashed.name()}),
+                );
                 gateway.changed.notify_waiters();
             }
         });

@@ -28,6 +28,8 @@ pub(super) enum Reason {
     /// Another member of its exclusive group is loading.
     Group,
     Shutdown,
+    /// Its engine died; said once the dying engine is down and a load may start again.
+    Crashed,
 }
 
 impl Reason {
@@ -38,6 +40,7 @@ impl Reason {
             Self::Evicted => "evicted",
             Self::Group => "group",
             Self::Shutdown => "shutdown",
+            Self::Crashed => "crashed",
         }
     }
 }

@@ -546,6 +546,9 @@ model = "smollm2-135m"
     signal(pid, "KILL");
     let failed = serve.wait_for("local-ai.model.failed", Duration::from_secs(60));
     assert_eq!(failed["data"]["reason"], "crashed", "{failed}");
+    // It is `unloading` until the dead engine is down, then `unloaded`, and says so.
+    let unloaded = serve.wait_for("local-ai.model.unloaded", Duration::from_secs(60));
+    assert_eq!(unloaded["data"]["reason"], "crashed", "{unloaded}");
     let crashed = row(&ps(&ws), "smol-a").clone();
     assert_eq!(
         (crashed["state"].clone(), crashed["crashes"].clone()),
