@@ -24,6 +24,12 @@ pub enum Problem {
     GroupWritable,
     /// Everyone may write to it.
     WorldWritable,
+    /// A regular file with more than one hard link: the same file may also sit
+    /// outside the directory checked, where another user put or changes it.
+    HardLinked {
+        /// Its link count.
+        links: u64,
+    },
 }
 
 /// A refusal: what, whose, which mode, and why.
@@ -46,6 +52,9 @@ impl Untrusted {
             Problem::OwnedByOther => format!("is owned by another user (uid {})", self.owner),
             Problem::GroupWritable => "is writable by its group".to_string(),
             Problem::WorldWritable => "is writable by everyone".to_string(),
+            Problem::HardLinked { links } => {
+                format!("has {links} hard links (it may be a file from elsewhere)")
+            }
         };
         format!(
             "`{}` {what} (owner uid {}, mode {:04o})",
@@ -66,6 +75,10 @@ impl Untrusted {
             Problem::GroupWritable | Problem::WorldWritable => {
                 format!("run `chmod go-w '{}'`", self.path.display())
             }
+            Problem::HardLinked { .. } => format!(
+                "replace it with a copy of its own (`cp --remove-destination` from where it came, or remove the other links to `{}`)",
+                self.path.display()
+            ),
         }
     }
 }
@@ -107,6 +120,39 @@ fn problem(uid: u32, mode: u32) -> Option<Problem> {
     } else {
         None
     }
+}
+
+/// Checks an object already open (a file or directory reached by descriptor, walking
+/// down from a trusted directory, so no path can be swapped under the answer), named
+/// `path` in a refusal: its owner and mode as [`check_owner_and_mode`] (a directory
+/// others may write to is acceptable with the sticky bit, as in [`check_path`]), and a
+/// regular file must have a single link: a hard link could be a file from outside
+/// (another user's, or one they may change) that merely appears inside.
+/// `Err` is a failure to `fstat` it.
+pub fn check_opened(
+    path: &Path,
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> std::io::Result<Result<(), Untrusted>> {
+    // A duplicate of the descriptor: `fstat` of the same open object.
+    let meta = std::fs::File::from(fd.try_clone_to_owned()?).metadata()?;
+    let (uid, mode) = (meta.uid(), meta.mode());
+    let untrusted = |problem| Untrusted {
+        path: path.to_path_buf(),
+        owner: uid,
+        mode: mode & 0o7777,
+        problem,
+    };
+    match problem(uid, mode) {
+        None => {}
+        Some(Problem::GroupWritable | Problem::WorldWritable)
+            if meta.is_dir() && mode & 0o1000 != 0 => {}
+        Some(problem) => return Ok(Err(untrusted(problem))),
+    }
+    let links = meta.nlink();
+    if meta.is_file() && links > 1 {
+        return Ok(Err(untrusted(Problem::HardLinked { links })));
+    }
+    Ok(Ok(()))
 }
 
 /// Checks a program before it runs (or a directory it loads libraries from): see
@@ -246,6 +292,45 @@ mod tests {
         chmod(&library, 0o644);
         if current_uid() == 0 && std::os::unix::fs::chown(&library, Some(65534), None).is_ok() {
             let error = check_program(&program, &dirs).unwrap().unwrap_err();
+            assert_eq!(error.problem, Problem::OwnedByOther);
+        }
+    }
+
+    #[test]
+    fn an_opened_file_with_another_link_or_owner_is_refused_and_a_sticky_directory_is_not() {
+        use std::os::fd::AsFd;
+        let dir = tempfile::tempdir().unwrap();
+        chmod(dir.path(), 0o755);
+        let file = dir.path().join("app.js");
+        std::fs::write(&file, b"1").unwrap();
+        chmod(&file, 0o644);
+        let opened = std::fs::File::open(&file).unwrap();
+        assert_eq!(check_opened(&file, opened.as_fd()).unwrap(), Ok(()));
+        std::fs::hard_link(&file, dir.path().join("elsewhere")).unwrap();
+        let error = check_opened(&file, opened.as_fd()).unwrap().unwrap_err();
+        assert_eq!(error.problem, Problem::HardLinked { links: 2 });
+        assert!(
+            error.describe().contains("2 hard links"),
+            "{}",
+            error.describe()
+        );
+        std::fs::remove_file(dir.path().join("elsewhere")).unwrap();
+        chmod(&file, 0o664);
+        let error = check_opened(&file, opened.as_fd()).unwrap().unwrap_err();
+        assert_eq!(error.problem, Problem::GroupWritable);
+        chmod(&file, 0o644);
+
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        chmod(&sub, 0o1777);
+        let opened = std::fs::File::open(&sub).unwrap();
+        assert_eq!(check_opened(&sub, opened.as_fd()).unwrap(), Ok(()));
+        chmod(&sub, 0o777);
+        let error = check_opened(&sub, opened.as_fd()).unwrap().unwrap_err();
+        assert_eq!(error.problem, Problem::WorldWritable);
+        chmod(&sub, 0o755);
+        if current_uid() == 0 && std::os::unix::fs::chown(&sub, Some(65534), None).is_ok() {
+            let error = check_opened(&sub, opened.as_fd()).unwrap().unwrap_err();
             assert_eq!(error.problem, Problem::OwnedByOther);
         }
     }

@@ -18,6 +18,16 @@
 //! Names starting with `.` (`.git`, `.env`) are not served, and a directory is never
 //! listed.
 //!
+//! # Whose files
+//!
+//! Every directory walked through and every file served is checked by its own
+//! descriptor ([`arcane_files::trust::check_opened`]), not only the top directory: it
+//! belongs to this user or root and no one else may write to it (a sticky directory
+//! may be), and a file has a single link (a hard link could be another user's file
+//! from outside the directory). Anything else is refused with 403 and
+//! `ARCANE_POLICY_DENIED`, naming the path inside the web directory; none of its
+//! bytes are served, and no `index.html` stands in for it.
+//!
 //! # What a browser gets
 //!
 //! The MIME type of the extension (`nosniff`), an `ETag` (inode, size, modification
@@ -58,13 +68,17 @@ pub enum WebError {
     /// Another user could change what it serves.
     #[error("the web directory is not safe to serve: {}", .0.describe())]
     Untrusted(arcane_files::trust::Untrusted),
+    /// A file or directory inside it (its path relative to the web directory) that
+    /// another user could have written or changed: refused for one request.
+    #[error("not served from the web directory: {}", .0.describe())]
+    Refused(arcane_files::trust::Untrusted),
 }
 
 impl arcane_report::Diagnostic for WebError {
     fn code(&self) -> &'static str {
         match self {
             Self::Open { .. } => arcane_report::codes::ARCANE_USAGE,
-            Self::Untrusted(_) => arcane_report::codes::ARCANE_POLICY_DENIED,
+            Self::Untrusted(_) | Self::Refused(_) => arcane_report::codes::ARCANE_POLICY_DENIED,
         }
     }
 
@@ -72,6 +86,11 @@ impl arcane_report::Diagnostic for WebError {
         match self {
             Self::Open { path, .. } => serde_json::json!({"path": path}),
             Self::Untrusted(untrusted) => serde_json::json!({"path": untrusted.path}),
+            Self::Refused(untrusted) => serde_json::json!({
+                "path": untrusted.path,
+                "owner": untrusted.owner,
+                "mode": format!("{:04o}", untrusted.mode),
+            }),
         }
     }
 
@@ -82,6 +101,10 @@ impl arcane_report::Diagnostic for WebError {
                     .into(),
             ],
             Self::Untrusted(untrusted) => vec![untrusted.fix()],
+            Self::Refused(untrusted) => vec![format!(
+                "in the web directory, {}; then reload the page",
+                untrusted.fix()
+            )],
         }
     }
 }
@@ -131,38 +154,76 @@ impl WebRoot {
         let Some(parts) = components(path) else {
             return plain(StatusCode::NOT_FOUND, "not found\n");
         };
-        let found = self.find(&parts).or_else(|| {
+        let found = match self.find(&parts) {
             // A single-page app's own route: its `index.html`.
-            let route = parts.last().is_none_or(|name| !name.contains('.'));
-            route
-                .then(|| self.find(&["index.html".to_string()]))
-                .flatten()
-        });
+            Ok(None) if parts.last().is_none_or(|name| !name.contains('.')) => {
+                self.find(&["index.html".to_string()])
+            }
+            other => other,
+        };
         match found {
-            Some((file, name)) => serve_file(file, &name, method, headers),
-            None => plain(StatusCode::NOT_FOUND, "not found\n"),
+            Ok(Some((file, name))) => serve_file(file, &name, method, headers),
+            Ok(None) => plain(StatusCode::NOT_FOUND, "not found\n"),
+            Err(untrusted) => {
+                crate::http::error_response(StatusCode::FORBIDDEN, &WebError::Refused(untrusted))
+            }
         }
     }
 
     /// Walks `parts` from the root with `O_NOFOLLOW`; a directory's `index.html`; only
-    /// a regular file. The open file and its name.
-    fn find(&self, parts: &[String]) -> Option<(OwnedFd, String)> {
+    /// a regular file. The open file and its name; `Ok(None)` when there is none;
+    /// `Err` for the first directory or file on the way that fails the trust rule
+    /// (see the module documentation), named by its path inside the web directory.
+    fn find(
+        &self,
+        parts: &[String],
+    ) -> Result<Option<(OwnedFd, String)>, arcane_files::trust::Untrusted> {
+        let mut inside = PathBuf::new();
+        if !trusted(&self.dir, Path::new("."))? {
+            return Ok(None);
+        }
         let mut current: Option<OwnedFd> = None;
         for (index, part) in parts.iter().enumerate() {
             let dir = current.as_ref().map_or(self.dir.as_fd(), |fd| fd.as_fd());
-            let next = open_beneath(dir, part)?;
+            let Some(next) = open_beneath(dir, part) else {
+                return Ok(None);
+            };
+            inside.push(part);
             let last = index + 1 == parts.len();
-            let kind = rustix::fs::fstat(&next).ok()?.st_mode & libc::S_IFMT;
+            let Some(kind) = kind_of(&next) else {
+                return Ok(None);
+            };
             match (kind, last) {
-                (libc::S_IFDIR, _) => current = Some(next),
-                (libc::S_IFREG, true) => return Some((next, part.clone())),
-                _ => return None,
+                (libc::S_IFDIR, _) if trusted(&next, &inside)? => current = Some(next),
+                (libc::S_IFREG, true) if trusted(&next, &inside)? => {
+                    return Ok(Some((next, part.clone())));
+                }
+                _ => return Ok(None),
             }
         }
         let dir = current.as_ref().map_or(self.dir.as_fd(), |fd| fd.as_fd());
-        let index = open_beneath(dir, "index.html")?;
-        let kind = rustix::fs::fstat(&index).ok()?.st_mode & libc::S_IFMT;
-        (kind == libc::S_IFREG).then(|| (index, "index.html".to_string()))
+        let Some(index) = open_beneath(dir, "index.html") else {
+            return Ok(None);
+        };
+        if kind_of(&index) != Some(libc::S_IFREG) {
+            return Ok(None);
+        }
+        inside.push("index.html");
+        Ok(trusted(&index, &inside)?.then(|| (index, "index.html".to_string())))
+    }
+}
+
+/// The file type bits of an open descriptor.
+fn kind_of(fd: &OwnedFd) -> Option<u32> {
+    Some(rustix::fs::fstat(fd).ok()?.st_mode & libc::S_IFMT)
+}
+
+/// The trust rule for one open directory or file, `inside` the web directory:
+/// whether it could be checked (one that cannot be is not served either).
+fn trusted(fd: &OwnedFd, inside: &Path) -> Result<bool, arcane_files::trust::Untrusted> {
+    match arcane_files::trust::check_opened(inside, fd.as_fd()) {
+        Ok(verdict) => verdict.map(|()| true),
+        Err(_) => Ok(false),
     }
 }
 

@@ -142,3 +142,60 @@ fn a_link_or_a_directory_others_can_change_is_refused() {
     std::fs::set_permissions(&web, std::fs::Permissions::from_mode(0o777)).unwrap();
     assert!(matches!(WebRoot::open(&web), Err(WebError::Untrusted(_))));
 }
+
+/// Issue 28, item 8: below the top directory, a directory others may write to, a
+/// file another user owns or may write to, and a hard link to a file outside are
+/// refused with 403 naming the path inside, and none of their bytes are served.
+#[tokio::test]
+async fn what_another_user_could_write_below_the_top_is_refused_not_served() {
+    let (top, root) = site();
+    let web = root.path().to_path_buf();
+    let mode = |path: &Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    std::fs::create_dir(web.join("open")).unwrap();
+    std::fs::write(web.join("open/planted.js"), "planted").unwrap();
+    mode(&web.join("open"), 0o777);
+    std::fs::write(web.join("shared.js"), "planted").unwrap();
+    mode(&web.join("shared.js"), 0o666);
+    std::fs::hard_link(top.path().join("secret.txt"), web.join("linked.txt")).unwrap();
+    let mut refused = vec![
+        ("/open/planted.js", "open"),
+        ("/open/", "open"),
+        ("/shared.js", "shared.js"),
+        ("/linked.txt", "linked.txt"),
+    ];
+    let running_as_root = arcane_files::trust::current_uid() == 0;
+    if running_as_root {
+        std::fs::create_dir(web.join("theirs")).unwrap();
+        std::fs::write(web.join("theirs/index.html"), "planted").unwrap();
+        std::os::unix::fs::chown(web.join("theirs/index.html"), Some(65534), None).unwrap();
+        std::fs::write(web.join("other.js"), "planted").unwrap();
+        std::os::unix::fs::chown(web.join("other.js"), Some(65534), None).unwrap();
+        refused.extend([("/theirs/", "theirs/index.html"), ("/other.js", "other.js")]);
+    }
+    for (request, inside) in refused {
+        let (status, headers, body) = get(&root, request, &[]).await;
+        assert_eq!(status, 403, "{request}: {body}");
+        assert!(
+            !body.contains("planted") && !body.contains("outside"),
+            "{request}: {body}"
+        );
+        assert_eq!(headers["content-type"], "application/json", "{request}");
+        let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(error["error"]["code"], "ARCANE_POLICY_DENIED", "{body}");
+        assert_eq!(error["error"]["details"]["path"], inside, "{body}");
+        assert!(
+            !body.contains(&top.path().display().to_string()),
+            "names the path inside, not where the directory is: {body}"
+        );
+    }
+    // A sticky directory others may add to is walked; what is ours in it is served.
+    mode(&web.join("open"), 0o1777);
+    let (status, _, body) = get(&root, "/open/planted.js", &[]).await;
+    assert_eq!((status, body.as_str()), (200, "planted"));
+    // Once the top itself becomes writable by others, nothing is served.
+    mode(&web, 0o777);
+    assert_eq!(get(&root, "/app.js", &[]).await.0, 403);
+    assert_eq!(get(&root, "/chat/42", &[]).await.0, 403);
+}

@@ -1,3 +1,169 @@
 //! Issue 28: what another local user can write or reach does not become Arcane's: web
 //! directories, `command` engines' ports, engine libraries, a reload storm, a host
 //! that stops answering.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::serve::{host_endpoint, real_socket_args, strs, wait_host_ready, Serve, START};
+use crate::support::{run, stderr, stdout, TestWorkspace};
+
+/// The other local user: `nobody`.
+const OTHER: u32 = 65534;
+
+/// `program args…` run as the other user (`setpriv`, no supplementary groups).
+fn as_other(program: &str) -> Command {
+    let mut command = Command::new("setpriv");
+    command.args([
+        &format!("--reuid={OTHER}"),
+        &format!("--regid={OTHER}"),
+        "--clear-groups",
+        "--",
+        program,
+    ]);
+    command
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// One raw HTTP/1.1 exchange with the host on loopback `port`: status, headers (as
+/// sent) and body.
+fn exchange(port: u16, request: &str) -> (u16, String, String) {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut reply = Vec::new();
+    let _ = stream.read_to_end(&mut reply);
+    let text = String::from_utf8_lossy(&reply).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
+/// A dashboard session on the running host: the login code of `arcane open --print`
+/// traded at `POST /ui/session` on the link's own host name. The host name (for
+/// `Host`) and the `Cookie` header value.
+fn session_cookie(ws: &TestWorkspace, port: u16) -> (String, String) {
+    let open = run(ws.arcane().args(["open", "--print"]));
+    assert!(open.status.success(), "{}", stderr(&open));
+    let link = stdout(&open).trim().to_string();
+    let (origin, code) = link
+        .split_once("/ui#code=")
+        .map(|(origin, rest)| {
+            let code = rest.split('&').next().unwrap_or_default();
+            (origin.to_string(), code.to_string())
+        })
+        .unwrap_or_else(|| panic!("no login code in {link}"));
+    let authority = origin.trim_start_matches("http://").to_string();
+    let body = serde_json::json!({ "code": code }).to_string();
+    let (status, head, _) = exchange(
+        port,
+        &format!(
+            "POST /ui/session HTTP/1.1\r\nHost: {authority}\r\nOrigin: {origin}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    );
+    assert_eq!(status, 204, "{head}");
+    let cookie = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("set-cookie").then(|| {
+                value
+                    .trim()
+                    .split(';')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+        })
+        .unwrap_or_else(|| panic!("no session cookie in {head}"));
+    (authority, cookie)
+}
+
+/// `GET /ui/app/<path>` with the session (`session_cookie`'s host name and cookie):
+/// status and body.
+fn app_get(port: u16, (authority, cookie): &(String, String), path: &str) -> (u16, String) {
+    let (status, _, body) = exchange(
+        port,
+        &format!(
+            "GET /ui/app/{path} HTTP/1.1\r\nHost: {authority}\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    (status, body)
+}
+
+/// Item 8: files another user writes into a subdirectory of the served web directory
+/// (one they may add to, one of theirs), and a hard link to a file outside it, are
+/// refused with 403 naming the path inside; none of their bytes reach the page; the
+/// app's own files are still served.
+#[test]
+fn what_another_user_writes_below_the_web_directory_is_refused() {
+    let ws = TestWorkspace::new();
+    // The other user may reach the web directory (to write where they are allowed).
+    chmod(ws.path(), 0o755);
+    let web = ws.path().join("web");
+    crate::web::copy_app(&web);
+    let drop = web.join("drop");
+    std::fs::create_dir(&drop).unwrap();
+    chmod(&drop, 0o1777);
+    let theirs = web.join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(OTHER), Some(OTHER)).unwrap();
+    let secret = ws.path().join("outside.txt");
+    std::fs::write(&secret, "outside-secret").unwrap();
+    std::fs::hard_link(&secret, web.join("linked.txt")).unwrap();
+
+    let mut args = real_socket_args();
+    args.extend(["--web".into(), web.display().to_string()]);
+    let mut serve = Serve::start(&ws, &strs(&args));
+    serve.wait_for("local-ai.server.ready", START);
+    wait_host_ready(&ws);
+
+    // After the host started (the top directory passed its check), the other user
+    // writes where they can.
+    for target in [drop.join("evil.js"), theirs.join("index.html")] {
+        let out = run(as_other("sh")
+            .arg("-c")
+            .arg("echo planted-by-other > \"$1\"")
+            .arg("sh")
+            .arg(&target));
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+
+    let (port, _) = host_endpoint(&ws);
+    let session = session_cookie(&ws, port);
+    let (status, body) = app_get(port, &session, "app.js");
+    assert_eq!(status, 200, "the app's own files are served: {body}");
+    for (path, inside) in [
+        ("drop/evil.js", "drop/evil.js"),
+        ("theirs/", "theirs"),
+        ("theirs/index.html", "theirs"),
+        ("linked.txt", "linked.txt"),
+    ] {
+        let (status, body) = app_get(port, &session, path);
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(
+            !body.contains("planted-by-other") && !body.contains("outside-secret"),
+            "{path}: {body}"
+        );
+        let error: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{body}"));
+        assert_eq!(error["error"]["code"], "ARCANE_POLICY_DENIED", "{body}");
+        assert_eq!(error["error"]["details"]["path"], inside, "{body}");
+    }
+    serve.terminate();
+}
+
