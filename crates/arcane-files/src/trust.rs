@@ -190,8 +190,12 @@ pub fn check_path(path: &Path) -> std::io::Result<Result<(), Untrusted>> {
 
 /// Checks everything a program will run or load before it starts: the program
 /// ([`check_path`]), each directory its loader is pointed at (`library_dirs`: a
-/// runtime's own library directories) and every shared library in them (`*.so*`, links
-/// followed). A library directory that does not exist holds nothing to load.
+/// runtime's own library directories), the directories beside it that a loader finds
+/// without being pointed at them ([`beside`]: an `$ORIGIN` run path, as llama.cpp's
+/// release builds carry), and every shared library in them (`*.so*`, links followed).
+/// A library directory that does not exist holds nothing to load. This is the one rule
+/// for every program Arcane starts, however it was named (`runtime add`, `serve
+/// --executable`, a workspace's engine).
 pub fn check_program(
     program: &Path,
     library_dirs: &[PathBuf],
@@ -199,7 +203,8 @@ pub fn check_program(
     if let Err(untrusted) = check_path(program)? {
         return Ok(Err(untrusted));
     }
-    for dir in library_dirs {
+    let beside = beside(program)?;
+    for dir in library_dirs.iter().chain(&beside) {
         match check_library_dir(dir) {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
             other => {
@@ -210,6 +215,16 @@ pub fn check_program(
         }
     }
     Ok(Ok(()))
+}
+
+/// The directories a program's loader may take libraries from without being told:
+/// its real directory and `../lib` beside it (`$ORIGIN`, `$ORIGIN/../lib`).
+pub fn beside(program: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let real = std::fs::canonicalize(program)?;
+    let Some(dir) = real.parent() else {
+        return Ok(Vec::new());
+    };
+    Ok(vec![dir.to_path_buf(), dir.join("..").join("lib")])
 }
 
 /// A library directory and the shared libraries in it (see [`check_program`]).
@@ -293,6 +308,35 @@ mod tests {
         if current_uid() == 0 && std::os::unix::fs::chown(&library, Some(65534), None).is_ok() {
             let error = check_program(&program, &dirs).unwrap().unwrap_err();
             assert_eq!(error.problem, Problem::OwnedByOther);
+        }
+    }
+
+    #[test]
+    fn a_library_beside_the_program_is_checked_though_no_directory_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        chmod(dir.path(), 0o755);
+        for sub in ["bin", "lib"] {
+            std::fs::create_dir(dir.path().join(sub)).unwrap();
+            chmod(&dir.path().join(sub), 0o755);
+        }
+        let program = dir.path().join("bin/llama-server");
+        std::fs::write(&program, b"#!/bin/sh\n").unwrap();
+        chmod(&program, 0o755);
+        for library in ["bin/libllama.so", "lib/libggml.so.0"] {
+            let library = dir.path().join(library);
+            std::fs::write(&library, b"\x7fELF").unwrap();
+            chmod(&library, 0o644);
+        }
+        assert_eq!(check_program(&program, &[]).unwrap(), Ok(()));
+        for library in ["bin/libllama.so", "lib/libggml.so.0"] {
+            let library = dir.path().join(library);
+            chmod(&library, 0o666);
+            let error = check_program(&program, &[]).unwrap().unwrap_err();
+            assert_eq!(
+                error.path.canonicalize().unwrap(),
+                library.canonicalize().unwrap()
+            );
+            chmod(&library, 0o644);
         }
     }
 

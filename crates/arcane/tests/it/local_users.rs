@@ -167,3 +167,50 @@ fn what_another_user_writes_below_the_web_directory_is_refused() {
     serve.terminate();
 }
 
+/// Item 12a: `serve --executable DIR/llama-server` refuses an engine whose library
+/// beside it (found by its `$ORIGIN` run path, no library directory named) another
+/// user owns, as `runtime add` does, naming the library; nothing is started.
+#[test]
+fn serve_refuses_an_executable_whose_library_beside_it_another_user_owns() {
+    let ws = TestWorkspace::new();
+    let real = crate::support::llama_server();
+    let dir = ws.path().join("engine");
+    std::fs::create_dir(&dir).unwrap();
+    chmod(&dir, 0o755);
+    let source = real.parent().expect("the engine's directory");
+    let copied = run(Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", source.display()))
+        .arg(&dir));
+    assert!(copied.status.success(), "{}", stderr(&copied));
+    let library = dir.join("libggml-cpu.so.0.26.0");
+    assert!(library.is_file(), "the copy holds {}", library.display());
+    std::os::unix::fs::chown(&library, Some(OTHER), Some(OTHER)).unwrap();
+    let executable = dir.join(real.file_name().expect("a file name"));
+
+    let model = crate::support::smollm2().display().to_string();
+    let executable = executable.display().to_string();
+    let mut serve = Serve::start(&ws, &["--model", &model, "--executable", &executable]);
+    // Its error line, or (the bug) its engine ready.
+    let error = serve.wait_line("an error or a ready engine", START, |line| {
+        line["type"] == "error" || line["type"] == "local-ai.server.ready"
+    });
+    assert_eq!(error["error"]["code"], "ARCANE_POLICY_DENIED", "{error}");
+    let message = error["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("libggml-cpu.so.0.26.0") && message.contains(&OTHER.to_string()),
+        "names the library and its owner: {error}"
+    );
+    assert_ne!(serve.wait_exit(START), Some(0));
+    let started: Vec<&Value> = serve
+        .seen()
+        .iter()
+        .filter(|line| {
+            line["type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("local-ai.server."))
+                && line["data"]["pid"].is_u64()
+        })
+        .collect();
+    assert!(started.is_empty(), "no engine was started: {started:?}");
+}
