@@ -252,9 +252,14 @@ pub fn read_endpoint(workspace: &Path) -> Result<Option<EndpointRecord>, Error> 
         })
 }
 
-/// Reads the running host's record, failing with [`Error::NotRunning`] when there is
-/// none, the owner lease is free (the host that wrote it is gone) or the recorded pid
-/// is gone.
+/// Reads the running host's record, failing with [`Error::NotRunning`] unless the
+/// process it names provably is the host that owns the workspace now: the owner lease
+/// is held, by the recorded pid (as its holder wrote in the lease's sentinel), that
+/// pid still is the process that took the lease (its start time), and the listening
+/// socket at the recorded address is that process's and no other's. Only then may a
+/// client send it the token: a file left by a dead host, a pid reused by another
+/// user's program, or another program on the port while some other process (an
+/// `arcane core --stdio`) holds the lease, is never believed.
 pub fn running_endpoint(workspace: &Path) -> Result<EndpointRecord, Error> {
     let not_running = |reason: String| Error::NotRunning {
         workspace: workspace.to_path_buf(),
@@ -266,23 +271,63 @@ pub fn running_endpoint(workspace: &Path) -> Result<EndpointRecord, Error> {
             endpoint_path(workspace).display()
         )));
     };
-    let held = arcane_lock::owner_lease_held(workspace, OWNER_ROLE)
+    let holder = arcane_lock::owner_lease_holder(workspace, OWNER_ROLE)
         .map_err(|e| Error::library("cannot check the Core host's owner lease", e))?;
-    if !held {
+    let Some(holder) = holder else {
         return Err(not_running(format!(
             "`{}` was left by a host that is gone (pid {}; nothing holds the owner lease `{}`)",
             endpoint_path(workspace).display(),
             record.pid,
             lock_path(workspace).display()
         )));
+    };
+    if let Some(reason) = not_the_holder(&record, &holder) {
+        return Err(not_running(reason));
     }
-    if arcane_process::start_time(record.pid).is_none() {
+    if !listens_alone(&record) {
         return Err(not_running(format!(
-            "the recorded host (pid {}) is not running",
-            record.pid
+            "the recorded host (pid {}) is not the process listening on {}:{}",
+            record.pid, record.host, record.port
         )));
     }
     Ok(record)
+}
+
+/// Why the lease's `holder` is not the host `record` names (`None` when it is).
+fn not_the_holder(record: &EndpointRecord, holder: &arcane_lock::Holder) -> Option<String> {
+    let holder_pid = holder.pid.and_then(|pid| u32::try_from(pid).ok());
+    if holder_pid != Some(record.pid) {
+        return Some(format!(
+            "the owner lease is held by {}, not by the host `core.json` names (pid {})",
+            holder_pid.map_or(
+                "a process that has not said who it is".into(),
+                |pid| format!("pid {pid}")
+            ),
+            record.pid
+        ));
+    }
+    let now = arcane_process::start_time(record.pid);
+    if now.is_none() || holder.start_time.is_none() || now != holder.start_time {
+        return Some(format!(
+            "the recorded host (pid {}) is not running (that pid is gone or now another process)",
+            record.pid
+        ));
+    }
+    None
+}
+
+/// Whether a connection to the record's address reaches the recorded process only.
+fn listens_alone(record: &EndpointRecord) -> bool {
+    let Ok(ip) = record
+        .host
+        .trim_matches(['[', ']'])
+        .parse::<std::net::IpAddr>()
+    else {
+        return false;
+    };
+    ip.is_loopback()
+        && arcane_process::sole_listener(record.pid, std::net::SocketAddr::new(ip, record.port))
+            .unwrap_or(false)
 }
 
 /// The saved port, if one was saved. A file that holds no valid port (cut short by a
@@ -501,7 +546,31 @@ mod tests {
         ));
         let owner = OwnerLock::acquire(dir.path()).unwrap();
         write_endpoint(dir.path(), &record).unwrap();
+        // Held by this process, which does not listen on the recorded port.
+        assert!(matches!(
+            running_endpoint(dir.path()),
+            Err(Error::NotRunning { .. })
+        ));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let record = EndpointRecord {
+            port: listener.local_addr().unwrap().port(),
+            ..record
+        };
+        write_endpoint(dir.path(), &record).unwrap();
         assert_eq!(running_endpoint(dir.path()).unwrap(), record);
+        // A record naming another pid than the lease's holder is not believed.
+        let other = EndpointRecord {
+            pid: 1,
+            ..record.clone()
+        };
+        write_endpoint(dir.path(), &other).unwrap();
+        match running_endpoint(dir.path()) {
+            Err(Error::NotRunning { reason, .. }) => {
+                assert!(reason.contains("not by the host"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+        write_endpoint(dir.path(), &record).unwrap();
         drop(owner);
         assert!(!endpoint_path(dir.path()).exists());
     }

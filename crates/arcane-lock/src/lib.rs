@@ -157,7 +157,7 @@ pub use inspect::{recover, status, LockStatus, RecoverOptions, Recovered};
 pub use lease::{
     with_workspace_lock, AcquireOptions, Inheritance, Lease, NestedLease, WorkspaceLock,
 };
-pub use owner::{owner_lease_held, OwnerLease};
+pub use owner::{owner_lease_held, owner_lease_holder, OwnerLease};
 pub use state::state_subdir;
 
 // A lease can move to another thread (e.g. `spawn_blocking`) and errors cross threads.

@@ -128,26 +128,49 @@ impl OwnerLease {
 /// Whether some live process owns `role` in `workspace`. `Ok(false)` when the workspace,
 /// its `.arcane` or the sentinel does not exist. Never creates or writes anything.
 pub fn owner_lease_held(workspace: &Path, role: &str) -> Result<bool, Error> {
+    Ok(probe(workspace, role)?.is_some())
+}
+
+/// The live owner of `role` in `workspace`, as it described itself in the sentinel
+/// (`pid`, `start_time`), or `None` when no process owns the role. The description is
+/// only as good as the owner's word: it is written right after the lock is taken, by a
+/// process of the user who owns `.arcane` (0700), so it tells which process holds the
+/// role, not whether that process is alive; a caller that acts on the pid checks its
+/// start time (a dead owner's pid may be reused). A holder that has not written yet is
+/// described by what its predecessor left, or by nothing.
+pub fn owner_lease_holder(workspace: &Path, role: &str) -> Result<Option<Holder>, Error> {
+    Ok(probe(workspace, role)?.map(|(arcane, name)| {
+        read_owner(&arcane, &name).unwrap_or(Holder {
+            advisory_lock: true,
+            alive: Some(true),
+            ..Holder::default()
+        })
+    }))
+}
+
+/// The `.arcane` descriptor and the sentinel's name when `role` is held; never
+/// creates or writes anything.
+fn probe(workspace: &Path, role: &str) -> Result<Option<(OwnedFd, CString)>, Error> {
     let name = sentinel_name(role)?;
     let ws = match Workspace::open(workspace) {
         Ok(ws) => ws,
-        Err(error) if error.is_missing() => return Ok(false),
+        Err(error) if error.is_missing() => return Ok(None),
         Err(error) => return Err(error),
     };
     let Some(arcane) = ws.open_arcane(false)? else {
-        return Ok(false);
+        return Ok(None);
     };
     let fd = match sys::open_read_at(arcane.as_fd(), &name) {
         Ok(fd) => fd,
-        Err(e) if sys::errno(&e) == sys::ENOENT => return Ok(false),
+        Err(e) if sys::errno(&e) == sys::ENOENT => return Ok(None),
         Err(e) => return Err(Error::io("open", ws.arcane_path(&name), e)),
     };
     match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockShared) {
         Ok(()) => {
             let _ = rustix::fs::flock(&fd, FlockOperation::Unlock);
-            Ok(false)
+            Ok(None)
         }
-        Err(rustix::io::Errno::WOULDBLOCK) => Ok(true),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(Some((arcane, name))),
         Err(e) => Err(Error::io("probe", ws.arcane_path(&name), e.into())),
     }
 }

@@ -48,7 +48,7 @@ pub use identity::{
 };
 pub use loader::{loader_path, LOADER_PATH_VARIABLE};
 pub use procfs::{carriers, group_activity, GroupActivity};
-pub use sockets::tcp_listeners;
+pub use sockets::{sole_listener, tcp_listeners};
 
 /// Variables that carry the Core's credentials: removed from the environment of every
 /// engine and worker Arcane starts (an engine has no business with the Core's token).

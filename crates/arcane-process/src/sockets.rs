@@ -30,6 +30,37 @@ pub fn tcp_listeners(pid: u32) -> io::Result<Vec<SocketAddr>> {
     Ok(found)
 }
 
+/// Whether a connection to `address` reaches `pid` and nothing else: at least one
+/// listening socket that accepts it (bound to that address, or to the wildcard of
+/// either family on its port) is `pid`'s, and every such socket is. What a client
+/// checks before it sends a secret to a recorded process's port: a pid reused by
+/// another user's program, or another program on the port, fails it. A process whose
+/// descriptors cannot be read (gone, or another user's) is an error.
+pub fn sole_listener(pid: u32, address: SocketAddr) -> io::Result<bool> {
+    let inodes = socket_inodes(pid)?;
+    let mut ours = false;
+    for (table, v6) in [("/proc/net/tcp", false), ("/proc/net/tcp6", true)] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let Some((local, inode)) = listening(line, v6) else {
+                continue;
+            };
+            let accepts = local.port() == address.port()
+                && (local.ip() == address.ip() || local.ip().is_unspecified());
+            if !accepts {
+                continue;
+            }
+            if !inodes.contains(&inode) {
+                return Ok(false);
+            }
+            ours = true;
+        }
+    }
+    Ok(ours)
+}
+
 /// The socket inodes among `pid`'s open descriptors.
 fn socket_inodes(pid: u32) -> io::Result<HashSet<u64>> {
     let mut inodes = HashSet::new();
@@ -101,6 +132,17 @@ mod tests {
         drop(v4);
         let after = tcp_listeners(std::process::id()).unwrap();
         assert!(!after.iter().any(|a| a.port() == port), "{after:?}");
+    }
+
+    #[test]
+    fn the_sole_listener_is_the_process_that_holds_the_only_socket_on_the_address() {
+        let v4 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = v4.local_addr().unwrap();
+        assert!(sole_listener(std::process::id(), address).unwrap());
+        // Another process (pid 1) does not hold it; nobody listens on a closed port.
+        assert!(matches!(sole_listener(1, address), Ok(false) | Err(_)));
+        drop(v4);
+        assert!(!sole_listener(std::process::id(), address).unwrap());
     }
 
     #[test]

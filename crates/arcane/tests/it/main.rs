@@ -13,6 +13,7 @@ mod bundle;
 mod command_kind;
 mod core;
 mod devices;
+mod doors;
 mod faults;
 mod front_door;
 mod gateway;
