@@ -37,17 +37,20 @@ def main():
         result["models"] = page.inner_text("#models")
         result["answer"] = page.inner_text("#answer")
         result["reads"] = int(page.get_attribute("#answer", "data-reads") or "0")
-        # The same browser's cookies: what the app's own files are served with.
-        asset = page.context.request.get(core + "/ui/app/app.js")
+        # The same browser's cookies: what the app's own files are served with. (The
+        # browser itself goes there: only it resolves the dashboard's `*.localhost`
+        # name, Playwright's own HTTP client does not.)
+        asset = page.goto(core + "/ui/app/app.js")
         result["csp"] = asset.headers.get("content-security-policy")
         browser.close()
         # Without the session: nothing of the app, and /app/ only points to it.
         fresh = playwright.chromium.launch(
             executable_path=os.environ["ARCANE_CHROMIUM"], headless=True, args=FLAGS)
         context = fresh.new_context()
-        response = context.request.get(core + "/ui/app/app.js")
+        response = context.new_page().goto(core + "/ui/app/app.js")
         result["withoutSession"] = {"status": response.status, "text": response.text()}
-        moved = context.request.get(core + "/app/", max_redirects=0)
+        port = core.rsplit(":", 1)[1]
+        moved = context.request.get(f"http://127.0.0.1:{port}/app/", max_redirects=0)
         result["moved"] = {"status": moved.status, "location": moved.headers.get("location")}
         fresh.close()
     print("result " + json.dumps(result), flush=True)

@@ -3,8 +3,9 @@ then try the link again and read the dashboard from a page of another origin.
 
 Protocol with the test that runs it:
 
-1. This script serves a page on a loopback port of its own (the "other origin") and
-   prints `page <port>`.
+1. This script serves a page on a loopback port of its own (the "other origin"),
+   recording the `Cookie` header of every request it receives, and prints
+   `page <port>`.
 2. It reads `link <url> <model> <screenshot-dir>` on stdin (`-` for no screenshot).
 3. It drives the pages, waiting on page states (selectors and conditions, never fixed
    delays), and prints `result <json>` for each step, then `done`. A step that fails
@@ -63,8 +64,12 @@ run();
 """
 
 
+RECEIVED = []  # the `Cookie` header of each request the other port received
+
+
 class Page(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 (the standard library's name)
+        RECEIVED.append(f"{self.path} cookie={self.headers.get('Cookie') or ''}")
         body = FOREIGN.encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/html; charset=utf-8")
@@ -170,6 +175,19 @@ def main():
             other.close()
             return result
 
+        def other_port():
+            # The logged-in browser visits another port's `/ui` paths, by both of the
+            # loopback names: a server there must receive no session cookie.
+            RECEIVED.clear()
+            port = server.server_address[1]
+            visit = context.new_page()
+            for target in (f"http://127.0.0.1:{port}/ui/api/rpc", f"http://localhost:{port}/ui",
+                           f"http://127.0.0.1:{port}/ui/app/"):
+                visit.goto(target)
+                visit.wait_for_selector("body", state="attached", timeout=WAIT)
+            visit.close()
+            return {"cookies": list(RECEIVED)}
+
         def again():
             # A fresh browser profile (no cookie), the same link: refused.
             fresh = browser.new_context()
@@ -196,6 +214,7 @@ def main():
         step("playground", playground)
         step("events-and-logs", events_and_logs)
         step("foreign", foreign)
+        step("other-port", other_port)
         step("again", again)
         step("logout", logout)
         browser.close()

@@ -161,8 +161,10 @@ struct Shared {
     client: EngineClient,
     /// The listener's port (it names the dashboard's session cookie).
     port: u16,
-    /// The listener's url (`http://127.0.0.1:PORT`), for the dashboard's login links.
-    url: String,
+    /// The dashboard's host and port, `<random label>.localhost:PORT`
+    /// ([`crate::ui::dashboard_authority`]): its login links, and the only host name its
+    /// sessions are accepted on.
+    dashboard: String,
     /// The dashboard's login codes and sessions.
     sessions: crate::ui::Sessions,
     /// The token in force and the token file's identity when it was read.
@@ -223,7 +225,15 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
         SocketAddr::V6(v6) => format!("http://[{}]:{port}", v6.ip()),
     };
     hosts.push(url.trim_start_matches("http://").to_string());
-    origins.push(url.clone());
+    origins.push(url);
+    let label = crate::ui::dashboard_label().map_err(|_| Error::Io {
+        operation: "read random bytes for",
+        path: "the dashboard's host name".into(),
+        source: std::io::Error::other("no random bytes"),
+    })?;
+    let dashboard = crate::ui::dashboard_authority(&label, port);
+    hosts.push(dashboard.clone());
+    origins.push(format!("http://{dashboard}"));
     let token_version = options.token_file.as_deref().and_then(file_version);
     let clock = std::sync::Arc::clone(&options.ui_clock);
     let shared = Arc::new(Shared {
@@ -234,7 +244,7 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
         origins,
         client: engine_client(),
         port,
-        url,
+        dashboard,
         sessions: crate::ui::Sessions::new(clock),
     });
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -637,8 +647,19 @@ async fn dashboard(
     connection: &crate::limits::Activity,
 ) -> Response<HttpBody> {
     use crate::ui::{self, UiError};
+    // A session is believed only on the dashboard's own host name, the one its cookie
+    // was set for (see `ui::dashboard_authority`).
+    let own_host = request
+        .headers()
+        .get(hyper::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .is_some_and(|h| h.eq_ignore_ascii_case(&shared.dashboard));
     let session = ui::session_cookie(request.headers(), shared.port)
-        .filter(|s| shared.sessions.check(s, &shared.current_token()).is_ok());
+        .filter(|_| own_host)
+        .and_then(|s| {
+            let scope = shared.sessions.check(&s, &shared.current_token()).ok()?;
+            Some((s, scope))
+        });
     match handler {
         Handler::UiAsset => {
             return match ui::assets::file(request.uri().path()) {
@@ -657,9 +678,12 @@ async fn dashboard(
         return ui_refusal(StatusCode::FORBIDDEN, &error);
     }
     if handler == Handler::UiLogin {
+        if !own_host {
+            return ui_refusal(StatusCode::FORBIDDEN, &UiError::HostRefused);
+        }
         return ui_login(shared, request).await;
     }
-    let Some(session) = session else {
+    let Some((session, scope)) = session else {
         return ui_refusal(StatusCode::UNAUTHORIZED, &UiError::SessionRequired);
     };
     connection.authenticate();
@@ -694,6 +718,7 @@ async fn dashboard(
     };
     parts.uri = uri;
     parts.headers.remove(hyper::header::COOKIE);
+    scope_client(&mut parts, &scope);
     let request = Request::from_parts(parts, body);
     let upstream = shared.options.upstream.as_deref();
     let kinds = upstream.map(|u| u.kinds()).unwrap_or_default();
@@ -705,6 +730,38 @@ async fn dashboard(
         upstream.is_some_and(|u| u.routes_by_model()),
     );
     dispatch(shared, lookup, request, Some(ui::RPC_METHODS)).await
+}
+
+/// Puts the client name a dashboard call gives (`X-Arcane-Client`, `?client=`) in the
+/// session's own space ([`crate::ui::scoped_client`]): a session acts only as itself.
+fn scope_client(parts: &mut hyper::http::request::Parts, scope: &str) {
+    use crate::ui::scoped_client;
+    let named = parts
+        .headers
+        .get("x-arcane-client")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    parts.headers.remove("x-arcane-client");
+    if let Some(value) = named.and_then(|n| HeaderValue::from_str(&scoped_client(scope, &n)).ok()) {
+        parts.headers.insert("x-arcane-client", value);
+    }
+    let Some(query) = parts.uri.query() else {
+        return;
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some(("client", name)) => format!("client={}", scoped_client(scope, name)),
+            _ if pair == "client" => String::new(),
+            _ => pair.to_string(),
+        })
+        .collect();
+    let path = parts.uri.path().to_string();
+    // A query that no longer parses (it cannot: the scope is hex) is dropped whole, so
+    // no unscoped name ever passes.
+    match format!("{path}?{}", query.join("&")).parse() {
+        Ok(uri) => parts.uri = uri,
+        Err(_) => parts.uri = path.parse().unwrap_or_default(),
+    }
 }
 
 /// `GET /ui/app/…`: the application's packaged web ([`crate::web`]) for a session.
@@ -785,7 +842,7 @@ fn issue_code(shared: &Shared) -> Result<Value, crate::ui::UiError> {
     let code = shared.sessions.issue_code()?;
     Ok(json!({
         "code": code,
-        "url": format!("{}/ui#code={code}", shared.url),
+        "url": format!("http://{}/ui#code={code}", shared.dashboard),
         "expiresIn": crate::ui::CODE_LIFETIME.as_secs(),
     }))
 }

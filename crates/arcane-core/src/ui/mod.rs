@@ -157,6 +157,31 @@ pub const RPC_METHODS: &[&str] = &[
 /// issues a login code: `{code, url, expiresIn}`.
 pub const ISSUE_METHOD: &str = "ui.code.issue";
 
+/// A fresh name for the dashboard's host, `arcane-<32 hex digits>`, drawn once per
+/// listener (see [`dashboard_authority`]).
+pub fn dashboard_label() -> Result<String, UiError> {
+    arcane_files::secret_hex(16)
+        .map(|hex| format!("arcane-{hex}"))
+        .map_err(|_| UiError::Random)
+}
+
+/// Where the dashboard lives: `<label>.localhost:<port>`. Browsers resolve every
+/// `*.localhost` name to the loopback address themselves, and keep a cookie to the host
+/// name that set it: a session cookie set here goes to no other host name, so a page
+/// or server on another port of `127.0.0.1` or `localhost` never receives it (cookies
+/// ignore ports, host names they do not). Only the link `arcane open` gives names the
+/// label, so no other local program can make the browser send the cookie to its port.
+pub fn dashboard_authority(label: &str, port: u16) -> String {
+    format!("{label}.localhost:{port}")
+}
+
+/// The client name a dashboard session acts under when it names `name`
+/// (`X-Arcane-Client`, `?client=`): inside the session's own space, so a session can
+/// neither read another client's stream (a bridge's) nor answer in its name.
+pub fn scoped_client(scope: &str, name: &str) -> String {
+    format!("ui-{scope}-{name}")
+}
+
 /// The session cookie's name for the listener on `port` (cookies do not separate
 /// ports, so each host's dashboard has its own).
 pub fn cookie_name(port: u16) -> String {

@@ -69,6 +69,9 @@ pub enum UiError {
     /// The call did not come from the Core's own origin.
     #[error("dashboard calls are accepted only from the dashboard's own origin")]
     OriginRefused,
+    /// A login or a session call on another host name than the dashboard's own.
+    #[error("dashboard sessions live only at the address of the link `arcane open` gives")]
+    HostRefused,
     /// The body of `POST /ui/session` is not `{"code": "…"}`.
     #[error("the login body must be a JSON object with a string `code`")]
     BadLogin,
@@ -96,7 +99,7 @@ impl arcane_report::Diagnostic for UiError {
             Self::CodeInvalid => codes::UI_CODE_INVALID,
             Self::CodeExpired => codes::UI_CODE_EXPIRED,
             Self::SessionRequired => codes::UI_SESSION_REQUIRED,
-            Self::OriginRefused => codes::UI_ORIGIN_REFUSED,
+            Self::OriginRefused | Self::HostRefused => codes::UI_ORIGIN_REFUSED,
             Self::BadLogin => codes::ARCANE_USAGE,
             Self::MethodRefused { .. } => codes::METHOD_NOT_ALLOWED,
             Self::NoEndpoint { .. } => codes::ARCANE_NOT_FOUND,
@@ -114,7 +117,7 @@ impl arcane_report::Diagnostic for UiError {
 
     fn hints(&self) -> Vec<String> {
         match self {
-            Self::CodeInvalid | Self::CodeExpired | Self::SessionRequired => {
+            Self::CodeInvalid | Self::CodeExpired | Self::SessionRequired | Self::HostRefused => {
                 vec!["run `arcane open` for a new one-time link".into()]
             }
             _ => Vec::new(),
@@ -136,6 +139,8 @@ struct Live {
     order: u64,
     /// The bearer token in force at login: the session ends when it changes.
     token: String,
+    /// The session's own space of client names ([`super::scoped_client`]).
+    scope: String,
 }
 
 #[derive(Default)]
@@ -203,6 +208,7 @@ impl Sessions {
         }
         drop(state);
         let session = secret()?;
+        let scope = arcane_files::secret_hex(8).map_err(|_| UiError::Random)?;
         let mut state = self.lock();
         state
             .sessions
@@ -225,14 +231,16 @@ impl Sessions {
                 began: now,
                 order,
                 token: token.to_string(),
+                scope,
             },
         );
         Ok(session)
     }
 
-    /// Whether `session` is live under `token` (the bearer token in force now); a
-    /// session that aged out or began under another token is ended here.
-    pub fn check(&self, session: &str, token: &str) -> Result<(), UiError> {
+    /// Whether `session` is live under `token` (the bearer token in force now): its
+    /// scope of client names when it is; a session that aged out or began under another
+    /// token is ended here.
+    pub fn check(&self, session: &str, token: &str) -> Result<String, UiError> {
         let now = (self.clock)();
         let mut state = self.lock();
         let live = state
@@ -242,7 +250,7 @@ impl Sessions {
         let valid = now.saturating_duration_since(live.began) < SESSION_LIFETIME
             && constant_time_eq(live.token.as_bytes(), token.as_bytes());
         if valid {
-            Ok(())
+            Ok(live.scope.clone())
         } else {
             state.sessions.remove(session);
             Err(UiError::SessionRequired)
@@ -287,7 +295,11 @@ mod tests {
         let code = sessions.issue_code().unwrap();
         assert_eq!(code.len(), 64);
         let session = sessions.redeem(&code, "t").unwrap();
-        assert_eq!(sessions.check(&session, "t"), Ok(()));
+        assert!(sessions.check(&session, "t").is_ok());
+        let other = sessions
+            .redeem(&sessions.issue_code().unwrap(), "t")
+            .unwrap();
+        assert_ne!(sessions.check(&session, "t"), sessions.check(&other, "t"));
         assert_eq!(sessions.redeem(&code, "t"), Err(UiError::CodeInvalid));
 
         let late = sessions.issue_code().unwrap();

@@ -78,6 +78,8 @@ impl Upstream for Nowhere {
 
 struct Dashboard {
     address: SocketAddr,
+    /// The dashboard's host and port (`arcane-….localhost:PORT`), from a login link.
+    authority: String,
     workspace: tempfile::TempDir,
     /// Milliseconds the clock is ahead of its start.
     clock: Arc<AtomicU64>,
@@ -108,13 +110,21 @@ impl Dashboard {
         options.ui_clock =
             Arc::new(move || start + Duration::from_millis(ahead.load(Ordering::SeqCst)));
         tokio::spawn(arcane_core::http::serve(host.clone(), listener, options));
-        Dashboard {
+        let mut dashboard = Dashboard {
             address,
+            authority: address.to_string(),
             workspace,
             clock,
             routed,
             host,
-        }
+        };
+        let (_, url) = dashboard.issue().await;
+        dashboard.authority = url
+            .strip_prefix("http://")
+            .and_then(|rest| rest.split_once("/ui#code="))
+            .map(|(authority, _)| authority.to_string())
+            .unwrap_or_else(|| panic!("a login link: {url}"));
+        dashboard
     }
 
     fn token(&self) -> String {
@@ -122,10 +132,11 @@ impl Dashboard {
     }
 
     fn origin(&self) -> String {
-        format!("http://{}", self.address)
+        format!("http://{}", self.authority)
     }
 
-    /// `method path` with `headers` (each `Name: value`) and `body`.
+    /// `method path` with `headers` (each `Name: value`) and `body`, to the dashboard's
+    /// host name.
     async fn send(
         &self,
         method: &str,
@@ -133,7 +144,20 @@ impl Dashboard {
         headers: &[String],
         body: &str,
     ) -> (u16, String, String) {
-        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.address);
+        self.send_to(&self.authority, method, path, headers, body)
+            .await
+    }
+
+    /// [`Dashboard::send`] with `Host: authority`.
+    async fn send_to(
+        &self,
+        authority: &str,
+        method: &str,
+        path: &str,
+        headers: &[String],
+        body: &str,
+    ) -> (u16, String, String) {
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\n");
         for header in headers {
             head.push_str(header);
             head.push_str("\r\n");
@@ -247,7 +271,7 @@ async fn without_a_session_ui_is_a_login_page_that_reveals_no_model() {
 async fn a_code_logs_in_once_and_a_second_use_is_refused() {
     let dash = Dashboard::start().await;
     let (code, url) = dash.issue().await;
-    assert_eq!(url, format!("http://{}/ui#code={code}", dash.address));
+    assert_eq!(url, format!("http://{}/ui#code={code}", dash.authority));
     let (status, head, _) = dash.redeem(&code).await;
     assert_eq!(status, 204);
     assert!(head.contains("set-cookie: "), "{head}");
@@ -416,5 +440,191 @@ async fn a_rotation_and_a_logout_end_the_session() {
     let third = dash.login().await;
     let (status, _) = dash.ui_rpc("models.list", &[third, own]).await;
     assert_eq!(status, 200);
+    dash.host.close().await.unwrap();
+}
+
+/// Issue 28, item 9: a session lives only on the dashboard's own host name, a random
+/// `arcane-….localhost` that only the login link names. Browsers keep the cookie to
+/// that name, so no server on another port of `127.0.0.1` or `localhost` receives it
+/// (`tests/browser/ui.py` shows that in Chromium); and a login on those names, whose
+/// cookie would go to every one of their ports, is refused without spending the code.
+#[tokio::test]
+async fn sessions_live_only_on_the_dashboards_own_secret_host_name() {
+    let dash = Dashboard::start().await;
+    let port = dash.address.port();
+    let label = dash
+        .authority
+        .strip_suffix(&format!(".localhost:{port}"))
+        .unwrap_or_else(|| panic!("{}", dash.authority))
+        .to_string();
+    let digits = label.strip_prefix("arcane-").unwrap_or_default();
+    assert!(
+        digits.len() == 32 && digits.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{label}"
+    );
+    let other = Dashboard::start().await;
+    assert!(
+        !other.authority.starts_with(&label),
+        "a new name per listener"
+    );
+    other.host.close().await.unwrap();
+
+    let (code, _) = dash.issue().await;
+    let body = json!({ "code": code }).to_string();
+    for authority in [dash.address.to_string(), format!("localhost:{port}")] {
+        let origin = format!("Origin: http://{authority}");
+        let (status, head, reply) = dash
+            .send_to(&authority, "POST", "/ui/session", &[origin], &body)
+            .await;
+        assert_eq!(status, 403, "{authority}: {reply}");
+        assert!(!head.contains("set-cookie"), "{head}");
+        assert!(reply.contains("UI_ORIGIN_REFUSED"), "{reply}");
+        assert!(
+            !reply.contains(&label),
+            "the refusal names no dashboard: {reply}"
+        );
+    }
+    assert_eq!(dash.redeem(&code).await.0, 204, "the code was not spent");
+
+    // A live session's cookie replayed on another host name, with whatever `Origin`
+    // the replaying program likes, opens nothing.
+    let cookie = dash.login().await;
+    let frame =
+        json!({"protocol": "arcane/1", "type": "request", "id": "1", "method": "models.list"})
+            .to_string();
+    for authority in [dash.address.to_string(), format!("localhost:{port}")] {
+        let origin = format!("Origin: http://{authority}");
+        let (status, _, reply) = dash
+            .send_to(
+                &authority,
+                "POST",
+                "/ui/api/rpc",
+                &[cookie.clone(), origin],
+                &frame,
+            )
+            .await;
+        assert_eq!(status, 401, "{authority}: {reply}");
+        assert!(!reply.contains(SECRET_MODEL), "{reply}");
+        let (_, _, page) = dash
+            .send_to(&authority, "GET", "/ui", std::slice::from_ref(&cookie), "")
+            .await;
+        assert!(page.contains("data-page=\"login\""), "{page}");
+    }
+    let own = format!("Origin: {}", dash.origin());
+    let (status, reply) = dash.ui_rpc("models.list", &[cookie, own]).await;
+    assert_eq!(status, 200, "{reply}");
+    dash.host.close().await.unwrap();
+}
+
+/// An SSE stream of `path` with `headers`, positioned after the head.
+async fn open_stream(
+    dash: &Dashboard,
+    path: &str,
+    headers: &[String],
+) -> tokio::io::BufReader<tokio::net::TcpStream> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(dash.address).await.unwrap();
+    let mut head = format!("GET {path} HTTP/1.1\r\nHost: {}\r\n", dash.authority);
+    for header in headers {
+        head.push_str(header);
+        head.push_str("\r\n");
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut reader = tokio::io::BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).await.unwrap();
+    assert!(line.contains(" 200 "), "{path}: {line}");
+    loop {
+        line.clear();
+        reader.read_line(&mut line).await.unwrap();
+        if line == "\r\n" {
+            return reader;
+        }
+    }
+}
+
+/// The ids of the `response` frames of `reader` up to the one answering `last`.
+async fn responses_until(
+    reader: &mut tokio::io::BufReader<tokio::net::TcpStream>,
+    last: &str,
+) -> Vec<String> {
+    use tokio::io::AsyncBufReadExt;
+    let mut ids = Vec::new();
+    let mut line = String::new();
+    while ids.last().map(String::as_str) != Some(last) {
+        line.clear();
+        let read = tokio::time::timeout(Duration::from_secs(30), reader.read_line(&mut line))
+            .await
+            .unwrap_or_else(|_| panic!("no answer to {last} in time; saw {ids:?}"))
+            .unwrap();
+        assert!(read > 0, "the stream ended; saw {ids:?}");
+        let Some(data) = line.trim().strip_prefix("data: ") else {
+            continue;
+        };
+        let frame: Value = serde_json::from_str(data).unwrap();
+        if frame["type"] == "response" {
+            ids.push(frame["id"].as_str().unwrap_or_default().to_string());
+        }
+    }
+    ids
+}
+
+/// Issue 28, item 7: a dashboard (or packaged-web) session that names another client
+/// (a bridge) in `?client=` or `X-Arcane-Client` acts in its own space: it neither
+/// reads that client's stream nor gets its own calls counted as that client's.
+#[tokio::test]
+async fn a_session_acts_only_as_itself_never_as_another_client() {
+    let dash = Dashboard::start().await;
+    let cookie = dash.login().await;
+    let own = format!("Origin: {}", dash.origin());
+    let bearer = format!("Authorization: Bearer {}", dash.token());
+    let victim = "bridge-4242-0badcafe";
+    let mut bridge = open_stream(
+        &dash,
+        &format!("/v1/events?client={victim}"),
+        std::slice::from_ref(&bearer),
+    )
+    .await;
+    let mut spy = open_stream(
+        &dash,
+        &format!("/ui/api/events?client={victim}"),
+        &[cookie.clone(), "Sec-Fetch-Site: same-origin".into()],
+    )
+    .await;
+    let ping = |id: &str| {
+        json!({"protocol": "arcane/1", "type": "request", "id": id, "method": "system.ping"})
+            .to_string()
+    };
+    let client = format!("X-Arcane-Client: {victim}");
+    let (status, _, body) = dash
+        .send(
+            "POST",
+            "/v1/rpc",
+            &[bearer.clone(), client.clone()],
+            &ping("bridge-1"),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = dash
+        .send(
+            "POST",
+            "/ui/api/rpc",
+            &[cookie.clone(), own.clone(), client.clone()],
+            &ping("session-1"),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = dash
+        .send("POST", "/v1/rpc", &[bearer, client], &ping("bridge-2"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // The session's stream carries its own answer, never the bridge's.
+    assert_eq!(responses_until(&mut spy, "session-1").await, ["session-1"]);
+    // The bridge's stream carries its own answers, never the session's.
+    assert_eq!(
+        responses_until(&mut bridge, "bridge-2").await,
+        ["bridge-1", "bridge-2"]
+    );
     dash.host.close().await.unwrap();
 }

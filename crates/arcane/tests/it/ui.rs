@@ -33,14 +33,17 @@ fn the_dashboard_logs_in_once_by_its_link_and_drives_the_real_model() {
         .expect("a model id")
         .to_string();
 
-    // The link: the listener's own origin, a code in the fragment, never the token.
+    // The link: the listener's port under the dashboard's own secret host name (a
+    // random `arcane-….localhost`), a code in the fragment, never the token.
     let open = crate::support::run(ws.arcane().args(["open", "--print"]));
     assert!(open.status.success(), "{open:?}");
     let url = crate::support::stdout(&open).trim().to_string();
-    let prefix = format!("http://127.0.0.1:{port}/ui#code=");
-    let code = url
-        .strip_prefix(&prefix)
-        .unwrap_or_else(|| panic!("{url} starts with {prefix}"));
+    let suffix = format!(".localhost:{port}/ui#code=");
+    let (origin, code) = url
+        .split_once(&suffix)
+        .unwrap_or_else(|| panic!("{url} names `….localhost:{port}`"));
+    let origin = format!("{origin}.localhost:{port}");
+    assert!(origin.starts_with("http://arcane-"), "{url}");
     assert_eq!(code.len(), 64, "{url}");
     assert!(!url.contains(&token), "the token is not in the link");
 
@@ -68,11 +71,7 @@ fn the_dashboard_logs_in_once_by_its_link_and_drives_the_real_model() {
 
     // Logged in; the code is gone from the address bar; the cookie is the dashboard's.
     let login = &steps["login"];
-    assert_eq!(
-        login["href"],
-        format!("http://127.0.0.1:{port}/ui"),
-        "{login}"
-    );
+    assert_eq!(login["href"], format!("{origin}/ui"), "{login}");
     let cookies = login["cookies"].as_array().expect("cookies");
     assert_eq!(cookies.len(), 1, "{login}");
     assert_eq!(cookies[0]["name"], format!("arcane_ui_{port}"), "{login}");
@@ -147,6 +146,18 @@ fn the_dashboard_logs_in_once_by_its_link_and_drives_the_real_model() {
     let body = again["body"].as_str().unwrap_or_default();
     assert!(body.contains("cannot log in"), "{again}");
     assert!(!body.contains(&model), "{again}");
+
+    // Issue 28, item 9: the browser sends the session cookie to no server on another
+    // port, whether it is reached as `127.0.0.1` or `localhost`, on `/ui` paths too.
+    let other = &steps["other-port"];
+    let received = other["cookies"].as_array().expect("the requests it received");
+    assert!(received.len() >= 2, "{other}");
+    for cookie in received {
+        assert!(
+            !cookie.as_str().unwrap_or_default().contains("arcane_ui_"),
+            "another port received the session: {other}"
+        );
+    }
 
     // Logout: the login page again.
     assert_eq!(steps["logout"]["page"], "login", "{:?}", steps["logout"]);
