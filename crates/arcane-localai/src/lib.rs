@@ -83,6 +83,7 @@ pub use config::{Engine, EngineConfig, OwnedListen, RestartPolicy};
 pub use endpoint::{ApiKey, ConnectFailure, Endpoint, EngineAddress, EngineStream};
 pub use error::Error;
 pub use execution::SharedDeviceSource;
+pub use listen::private_run_dir;
 pub use process::{ExitInfo, StopStep};
 pub use state::{
     is_valid_transition, transition, Change, InvalidTransition, ServerSnapshot, ServerState,

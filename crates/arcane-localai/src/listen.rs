@@ -73,8 +73,9 @@ pub(crate) fn key_file(workspace: &Path, id: &str, owned: &Owned) -> Option<Path
 
 /// `.arcane/run`: a physical directory (created 0700 by the lock crate's one rule for
 /// state subdirectories), owned by this user, with its mode narrowed to 0700 if it was
-/// wider.
-fn private_run_dir(workspace: &Path) -> Result<PathBuf, Error> {
+/// wider: where a secret may sit as a file that only this user can open (an engine's
+/// socket and key, `arcane open`'s login page).
+pub fn private_run_dir(workspace: &Path) -> Result<PathBuf, Error> {
     let name = arcane_workspace::layout::RUN_DIR_NAME;
     let dir =
         arcane_lock::state_subdir(workspace, name).map_err(|source| Error::RunDirRefused {

@@ -3,12 +3,21 @@
 //! token in any URL.
 //!
 //! The command (which may read the token) asks the host for a one-time login code
-//! (`ui.code.issue`) and opens `http://127.0.0.1:PORT/ui#code=…`: the code is in the
-//! fragment, which the browser never sends to a server; the page trades it for a
-//! session cookie and removes it from the address bar. A code is good once, for 60
-//! seconds (see `arcane_core::ui::session`).
+//! (`ui.code.issue`) and a link `http://arcane-<random>.localhost:PORT/ui#code=…`: the
+//! code is in the fragment, which the browser never sends to a server; the page trades
+//! it for a session cookie and removes it from the address bar. A code is good once,
+//! for 60 seconds (see `arcane_core::ui::session`).
+//!
+//! # Never on a command line
+//!
+//! Every local user can read every process's arguments (`/proc/PID/cmdline`), so the
+//! link is not handed to the opener: it goes into a small page in the workspace's
+//! private run directory (`.arcane/run/open-<random>.html`, mode 0600 in a 0700
+//! directory of this user), and the opener gets that page's `file://` path, which holds
+//! no secret. The page sends the browser on to the link. Pages older than a code's
+//! lifetime are removed by the next `arcane open`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use arcane_core::client::CoreClient;
 use serde_json::json;
@@ -57,7 +66,11 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     } else {
         crate::config::search_path("xdg-open")
     };
-    let opened = opener.is_some_and(|opener| open_with(&opener, &url));
+    let page = match opener {
+        Some(opener) => open_with(&opener, &context.workspace, &url)?,
+        None => None,
+    };
+    let opened = page.is_some();
     let human = if opened {
         let what = if args.app {
             "the application"
@@ -70,22 +83,116 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     };
     context.output.result(
         &human,
-        &json!({ "url": url, "expiresIn": expires, "opened": opened }),
+        &json!({ "url": url, "expiresIn": expires, "opened": opened, "page": page }),
     );
     Ok(0)
 }
 
-/// Hands `url` to the desktop's opener; `true` when it accepted it.
-fn open_with(opener: &Path, url: &str) -> bool {
+/// The prefix and suffix of the login pages in the run directory.
+const PAGE_PREFIX: &str = "open-";
+const PAGE_SUFFIX: &str = ".html";
+
+/// Writes `url` into a private login page and hands the page's path to `opener`:
+/// the page, or `None` when the opener refused it (then the page is removed).
+fn open_with(opener: &Path, workspace: &Path, url: &str) -> Result<Option<PathBuf>, CliError> {
+    let run = arcane_localai::private_run_dir(workspace)?;
+    remove_old_pages(&run);
+    let name = format!(
+        "{PAGE_PREFIX}{}{PAGE_SUFFIX}",
+        arcane_files::secret_hex(8).map_err(|source| io_error(
+            "read random bytes for",
+            &run,
+            source
+        ))?
+    );
+    let page = run.join(name);
+    arcane_files::write_atomic(&page, login_page(url).as_bytes(), 0o600)
+        .map_err(|source| io_error("write", &page, source))?;
+    if run_opener(opener, &file_url(&page)) {
+        Ok(Some(page))
+    } else {
+        let _ = std::fs::remove_file(&page);
+        Ok(None)
+    }
+}
+
+/// Hands `target` (a `file://` URL, no secret) to the desktop's opener; `true` when it
+/// accepted it.
+fn run_opener(opener: &Path, target: &str) -> bool {
     // The browser the opener starts belongs to the user's session, not to Arcane: it
     // must outlive this command, so it is not started through `arcane_process::spawn`
     // (whose children die with their parent).
     #[allow(clippy::disallowed_methods)]
     let status = std::process::Command::new(opener)
-        .arg(url)
+        .arg(target)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status();
     status.is_ok_and(|s| s.success())
+}
+
+/// A page that sends the browser on to `url` at once (and offers it as a link).
+fn login_page(url: &str) -> String {
+    let url = url
+        .replace('&', "&amp;")
+        .replace('"', "&quot;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n\
+         <meta name=\"referrer\" content=\"no-referrer\">\n\
+         <meta http-equiv=\"refresh\" content=\"0;url={url}\">\n\
+         <title>Arcane: opening</title></head>\n\
+         <body><p>Opening <a href=\"{url}\">Arcane</a> (a one-time link, good for 60 seconds).</p></body></html>\n"
+    )
+}
+
+/// `file://` and `path`, percent-encoded where a URL needs it.
+fn file_url(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut url = String::from("file://");
+    for &byte in path.as_os_str().as_bytes() {
+        if byte.is_ascii_alphanumeric() || b"/-._~".contains(&byte) {
+            url.push(char::from(byte));
+        } else {
+            url.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    url
+}
+
+/// Removes the login pages of earlier runs whose code has expired (regular files of
+/// this command's naming only; nothing else in the directory is touched).
+fn remove_old_pages(run: &Path) {
+    let Ok(entries) = std::fs::read_dir(run) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with(PAGE_PREFIX) && name.ends_with(PAGE_SUFFIX)) {
+            continue;
+        }
+        let expired = entry.metadata().is_ok_and(|meta| {
+            meta.file_type().is_file()
+                && meta
+                    .modified()
+                    .ok()
+                    .and_then(|at| at.elapsed().ok())
+                    .is_some_and(|age| age > arcane_core::ui::CODE_LIFETIME)
+        });
+        if expired {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+fn io_error(operation: &str, path: &Path, source: std::io::Error) -> CliError {
+    CommandError::new(
+        arcane_report::codes::ARCANE_IO,
+        format!("cannot {operation} `{}`: {source}", path.display()),
+        json!({ "path": path }),
+    )
+    .into()
 }
