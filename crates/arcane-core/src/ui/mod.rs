@@ -33,6 +33,14 @@
 //! browsers from even sending it there. A dashboard call is forwarded with its cookie
 //! removed, so an engine never sees it.
 //!
+//! **Own host name** ([`dashboard_authority`]): the dashboard lives at a random
+//! `arcane-<hex>.localhost` name drawn per listener; the session cookie is believed
+//! only on requests to that name, and a login on another name is refused. Cookies
+//! ignore ports but not host names, so a server on another port of `127.0.0.1` or
+//! `localhost` never receives the cookie, and only the login link names the label. A
+//! session acts only as itself: a client name it gives is put in its own space
+//! ([`scoped_client`]).
+//!
 //! **Own origin** ([`same_origin`]) means: the `Origin` header, when sent, is the
 //! listener's own origin (not one of the user's `allowed_origins`: those pages get the
 //! API with the token, never the dashboard's session), and `Sec-Fetch-Site`, when sent,

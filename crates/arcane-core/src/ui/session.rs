@@ -6,7 +6,8 @@
 //! The bearer token must never appear in a URL: URLs end up in the browser's history,
 //! in a `Referer`, in server and proxy logs, in a screenshot of the address bar. So
 //! `arcane open` (which holds the token) asks the running host for a **login code**
-//! (`ui.code.issue`, with the token) and opens `http://127.0.0.1:PORT/ui#code=…`. The
+//! (`ui.code.issue`, with the token) and opens `http://arcane-<hex>.localhost:PORT/ui#code=…`
+//! (see [`super::dashboard_authority`] for the host name). The
 //! code sits in the **fragment**, which a browser never sends to a server (not in the
 //! request line, not in a `Referer`); the page's script reads it, removes it from the
 //! address bar and the history entry (`history.replaceState`), and trades it for a
