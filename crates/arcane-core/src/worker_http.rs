@@ -250,8 +250,12 @@ pub struct FormField {
     pub data: Bytes,
 }
 
+/// The most parts a `multipart/form-data` body may have (OpenAI's transcription has
+/// eight fields; a body of a million empty parts is refused rather than listed).
+pub const MAX_FORM_FIELDS: usize = 64;
+
 /// The parts of a `multipart/form-data` body (what OpenAI's audio uploads are), or a
-/// 400 naming what is wrong with it.
+/// 400 naming what is wrong with it (at most [`MAX_FORM_FIELDS`] parts).
 pub async fn form_fields(request: &WorkerRequest) -> Result<Vec<FormField>, ApiError> {
     let content_type = request.content_type().unwrap_or("");
     let boundary = multer::parse_boundary(content_type).map_err(|_| {
@@ -274,6 +278,16 @@ pub async fn form_fields(request: &WorkerRequest) -> Result<Vec<FormField>, ApiE
             )
         })?;
         let Some(field) = field else { break };
+        if fields.len() == MAX_FORM_FIELDS {
+            return Err(ApiError {
+                param: None,
+                ..ApiError::usage(
+                    "file",
+                    format!("the multipart body has more than {MAX_FORM_FIELDS} fields"),
+                    json!({"limit": MAX_FORM_FIELDS}),
+                )
+            });
+        }
         let name = field.name().unwrap_or("").to_string();
         let file_name = field.file_name().map(str::to_string);
         let data = field.bytes().await.map_err(|e| {

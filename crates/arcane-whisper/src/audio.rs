@@ -1,18 +1,28 @@
 //! Uploaded audio to what Whisper reads: 16 kHz mono `f32` samples.
 //!
-//! WAV (any rate, any channel count, integer or float samples), FLAC, MP3 and
-//! Ogg/Vorbis are decoded by `symphonia`; channels are averaged to mono and the result
-//! is resampled to 16 kHz by `rubato`'s band-limited FFT resampler. The container is
-//! recognised by its first bytes, so a file whose format is not one of these is
-//! refused naming the format it is (MP4/M4A, WebM, …) rather than a decoder's error.
-//! Uploads are bounded in size ([`MAX_UPLOAD_BYTES`]) and in duration
-//! ([`MAX_DURATION_SECONDS`]); the duration is checked while decoding, so a long file
-//! is refused before it is held whole.
+//! WAV (integer or float samples), FLAC, MP3 and Ogg/Vorbis are decoded by
+//! `symphonia`; channels are averaged to mono and the result is resampled to 16 kHz by
+//! `rubato`'s band-limited FFT resampler, packet by packet as it is decoded. The
+//! container is recognised by its first bytes, so a file whose format is not one of
+//! these is refused naming the format it is (MP4/M4A, WebM, …) rather than a decoder's
+//! error.
+//!
+//! A hostile file decides nothing about memory: the upload is bounded in size
+//! ([`MAX_UPLOAD_BYTES`]); its sample rate must lie in [`MIN_SAMPLE_RATE`]..=
+//! [`MAX_SAMPLE_RATE`] and its channels be at most [`MAX_CHANNELS`], both checked from
+//! the header before a decoder or resampler exists (a resampler's FFT is as long as the
+//! rate's ratio to 16 kHz); the *decoded* duration is counted packet by packet and
+//! bounded by [`MAX_DURATION_SECONDS`], so a small FLAC of silence that expands to days
+//! is refused after one hour of it; only the 16 kHz result is held (at most
+//! `MAX_DURATION_SECONDS × 16000` samples, 230 MB). A sample that is not finite (a
+//! float WAV of NaN or infinity) is refused. Decoding and resampling look at a cancel
+//! flag between packets, so a client that goes away stops them.
 
 use std::io::Cursor;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rubato::audioadapter_buffers::direct::InterleavedSlice;
-use rubato::{Fft, FixedSync, Resampler};
+use rubato::{Fft, FixedSync, Indexing, Resampler};
 use symphonia::core::codecs::audio::AudioDecoderOptions;
 use symphonia::core::errors::Error as SymphoniaError;
 use symphonia::core::formats::probe::Hint;
@@ -26,8 +36,17 @@ pub const SAMPLE_RATE: u32 = 16_000;
 /// The largest upload accepted (OpenAI's bound: 25 MiB).
 pub const MAX_UPLOAD_BYTES: usize = 25 * 1024 * 1024;
 
-/// The longest audio accepted, in seconds (one hour).
+/// The longest audio accepted, in seconds (one hour), counted on the decoded samples.
 pub const MAX_DURATION_SECONDS: f64 = 3600.0;
+
+/// The lowest sample rate accepted (telephone audio).
+pub const MIN_SAMPLE_RATE: u32 = 8_000;
+
+/// The highest sample rate accepted (studio audio).
+pub const MAX_SAMPLE_RATE: u32 = 192_000;
+
+/// The most channels accepted (7.1 surround).
+pub const MAX_CHANNELS: usize = 8;
 
 /// Why audio could not be used.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -68,6 +87,37 @@ pub enum AudioError {
         /// The bound.
         limit: f64,
     },
+    /// A sample rate outside [`MIN_SAMPLE_RATE`]..=[`MAX_SAMPLE_RATE`].
+    #[error("the {format} audio says its sample rate is {rate} Hz; rates from {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz are accepted")]
+    BadRate {
+        /// The format.
+        format: String,
+        /// The rate it declares.
+        rate: u32,
+    },
+    /// More channels than [`MAX_CHANNELS`].
+    #[error("the {format} audio has {channels} channels; at most {MAX_CHANNELS} are accepted")]
+    TooManyChannels {
+        /// The format.
+        format: String,
+        /// The channels it declares.
+        channels: usize,
+    },
+    /// A sample that is NaN or infinite.
+    #[error(
+        "the {format} audio holds a sample that is not a finite number ({value}) at {seconds:.3} s"
+    )]
+    NotFinite {
+        /// The format.
+        format: String,
+        /// The sample (`NaN`, `inf`, `-inf`).
+        value: String,
+        /// Where it is, in seconds from the start.
+        seconds: f64,
+    },
+    /// The cancel flag was set.
+    #[error("the decoding was cancelled")]
+    Cancelled,
 }
 
 /// Decoded audio, ready for Whisper.
@@ -147,6 +197,16 @@ pub fn decode(bytes: &[u8]) -> Result<Audio, AudioError> {
 
 /// Decodes `bytes` to 16 kHz mono within `limits`.
 pub fn decode_with(bytes: &[u8], limits: &Limits) -> Result<Audio, AudioError> {
+    decode_cancellable(bytes, limits, &AtomicBool::new(false))
+}
+
+/// Decodes `bytes` to 16 kHz mono within `limits`, stopping with
+/// [`AudioError::Cancelled`] once `cancel` is set (looked at between packets).
+pub fn decode_cancellable(
+    bytes: &[u8],
+    limits: &Limits,
+    cancel: &AtomicBool,
+) -> Result<Audio, AudioError> {
     if bytes.len() > limits.max_bytes {
         return Err(AudioError::TooLarge {
             size: bytes.len(),
@@ -159,116 +219,346 @@ pub fn decode_with(bytes: &[u8], limits: &Limits) -> Result<Audio, AudioError> {
             format: format.to_string(),
         });
     }
-    let damaged = |reason: String| AudioError::Damaged {
+    let mut source = Source::open(bytes, format)?;
+    let mut decoding = Decoding::new(format, limits);
+    while let Some(packet) = source.next(decoding.started())? {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(AudioError::Cancelled);
+        }
+        decoding.push(&packet)?;
+    }
+    decoding.finish()
+}
+
+/// An opened container and the decoder of its audio track, its rate and channels
+/// checked.
+struct Source {
+    format: &'static str,
+    reader: Box<dyn symphonia::core::formats::FormatReader>,
+    decoder: Box<dyn symphonia::core::codecs::audio::AudioDecoder>,
+    track_id: u32,
+}
+
+/// The interleaved samples of one decoded packet, with their rate and channels.
+struct Packet {
+    samples: Vec<f32>,
+    rate: u32,
+    channels: usize,
+}
+
+impl Source {
+    fn open(bytes: &[u8], format: &'static str) -> Result<Source, AudioError> {
+        let mut hint = Hint::new();
+        hint.with_extension(format);
+        let stream =
+            MediaSourceStream::new(Box::new(Cursor::new(bytes.to_vec())), Default::default());
+        let reader = symphonia::default::get_probe()
+            .probe(
+                &hint,
+                stream,
+                FormatOptions::default(),
+                MetadataOptions::default(),
+            )
+            .map_err(|e| match e {
+                SymphoniaError::Unsupported(_) => AudioError::Unsupported {
+                    format: format.to_string(),
+                },
+                e => damaged(format, e.to_string()),
+            })?;
+        let empty = || AudioError::Empty {
+            format: format.to_string(),
+        };
+        let track = reader.default_track(TrackType::Audio).ok_or_else(empty)?;
+        let track_id = track.id;
+        let params = track
+            .codec_params
+            .as_ref()
+            .and_then(|p| p.audio())
+            .ok_or_else(empty)?
+            .clone();
+        if let Some(rate) = params.sample_rate {
+            check_rate(format, rate)?;
+        }
+        if let Some(channels) = &params.channels {
+            check_channels(format, channels.count())?;
+        }
+        let decoder = symphonia::default::get_codecs()
+            .make_audio_decoder(&params, &AudioDecoderOptions::default())
+            .map_err(|_| AudioError::Unsupported {
+                format: format!("{format} (its codec)"),
+            })?;
+        Ok(Source {
+            format,
+            reader,
+            decoder,
+            track_id,
+        })
+    }
+
+    /// The next packet of the track, decoded; `None` at the end. `started`: samples
+    /// came before, so a truncated last packet ends the stream, as players treat it.
+    fn next(&mut self, started: bool) -> Result<Option<Packet>, AudioError> {
+        loop {
+            let packet = match self.reader.next_packet() {
+                Ok(Some(packet)) => packet,
+                Ok(None) => return Ok(None),
+                Err(SymphoniaError::IoError(_)) if started => return Ok(None),
+                Err(e) => return Err(damaged(self.format, e.to_string())),
+            };
+            if packet.track_id != self.track_id {
+                continue;
+            }
+            let decoded = match self.decoder.decode(&packet) {
+                Ok(decoded) => decoded,
+                // One bad packet is skipped, as players do.
+                Err(SymphoniaError::DecodeError(_)) => continue,
+                Err(e) => return Err(damaged(self.format, e.to_string())),
+            };
+            let spec = decoded.spec();
+            let (rate, channels) = (spec.rate(), spec.channels().count().max(1));
+            check_rate(self.format, rate)?;
+            check_channels(self.format, channels)?;
+            let mut samples = vec![0.0; decoded.samples_interleaved()];
+            decoded.copy_to_slice_interleaved(&mut samples);
+            return Ok(Some(Packet {
+                samples,
+                rate,
+                channels,
+            }));
+        }
+    }
+}
+
+fn damaged(format: &str, reason: String) -> AudioError {
+    AudioError::Damaged {
         format: format.to_string(),
         reason,
-    };
-    let mut hint = Hint::new();
-    hint.with_extension(format);
-    let source = MediaSourceStream::new(Box::new(Cursor::new(bytes.to_vec())), Default::default());
-    let mut reader = symphonia::default::get_probe()
-        .probe(
-            &hint,
-            source,
-            FormatOptions::default(),
-            MetadataOptions::default(),
-        )
-        .map_err(|e| match e {
-            SymphoniaError::Unsupported(_) => AudioError::Unsupported {
-                format: format.to_string(),
-            },
-            e => damaged(e.to_string()),
-        })?;
-    let track = reader
-        .default_track(TrackType::Audio)
-        .ok_or_else(|| AudioError::Empty {
-            format: format.to_string(),
-        })?;
-    let track_id = track.id;
-    let params = track
-        .codec_params
-        .as_ref()
-        .and_then(|p| p.audio())
-        .ok_or_else(|| AudioError::Empty {
-            format: format.to_string(),
-        })?
-        .clone();
-    let mut decoder = symphonia::default::get_codecs()
-        .make_audio_decoder(&params, &AudioDecoderOptions::default())
-        .map_err(|_| AudioError::Unsupported {
-            format: format!("{format} (its codec)"),
-        })?;
+    }
+}
 
-    let mut mono: Vec<f32> = Vec::new();
-    let mut rate = params.sample_rate.unwrap_or(0);
-    let mut channels = 0usize;
-    let mut interleaved: Vec<f32> = Vec::new();
-    loop {
-        let packet = match reader.next_packet() {
-            Ok(Some(packet)) => packet,
-            Ok(None) => break,
-            // A truncated last packet ends the stream, as players treat it.
-            Err(SymphoniaError::IoError(_)) if !mono.is_empty() => break,
-            Err(e) => return Err(damaged(e.to_string())),
-        };
-        if packet.track_id != track_id {
-            continue;
+/// Refuses a rate outside [`MIN_SAMPLE_RATE`]..=[`MAX_SAMPLE_RATE`].
+fn check_rate(format: &str, rate: u32) -> Result<(), AudioError> {
+    if (MIN_SAMPLE_RATE..=MAX_SAMPLE_RATE).contains(&rate) {
+        Ok(())
+    } else {
+        Err(AudioError::BadRate {
+            format: format.to_string(),
+            rate,
+        })
+    }
+}
+
+/// Refuses more than [`MAX_CHANNELS`] channels.
+fn check_channels(format: &str, channels: usize) -> Result<(), AudioError> {
+    if channels <= MAX_CHANNELS {
+        Ok(())
+    } else {
+        Err(AudioError::TooManyChannels {
+            format: format.to_string(),
+            channels,
+        })
+    }
+}
+
+/// Decoded packets mixed to mono, counted against the duration bound and resampled as
+/// they come.
+struct Decoding {
+    format: &'static str,
+    max_seconds: f64,
+    frames: u64,
+    rate: u32,
+    channels: usize,
+    mono: Vec<f32>,
+    resampling: Option<Resampling>,
+}
+
+impl Decoding {
+    fn new(format: &'static str, limits: &Limits) -> Decoding {
+        Decoding {
+            format,
+            max_seconds: limits.max_seconds,
+            frames: 0,
+            rate: 0,
+            channels: 0,
+            mono: Vec::new(),
+            resampling: None,
         }
-        let decoded = match decoder.decode(&packet) {
-            Ok(decoded) => decoded,
-            // One bad packet is skipped, as players do.
-            Err(SymphoniaError::DecodeError(_)) => continue,
-            Err(e) => return Err(damaged(e.to_string())),
-        };
-        let spec = decoded.spec();
-        rate = spec.rate();
-        channels = spec.channels().count().max(1);
-        interleaved.resize(decoded.samples_interleaved(), 0.0);
-        decoded.copy_to_slice_interleaved(&mut interleaved);
-        mono.extend(
-            interleaved
-                .chunks_exact(channels)
-                .map(|frame| frame.iter().sum::<f32>() / channels as f32),
-        );
-        if rate > 0 && mono.len() as f64 / f64::from(rate) > limits.max_seconds {
-            return Err(AudioError::TooLong {
-                limit: limits.max_seconds,
+    }
+
+    fn started(&self) -> bool {
+        self.frames > 0
+    }
+
+    fn push(&mut self, packet: &Packet) -> Result<(), AudioError> {
+        if self.rate != 0 && packet.rate != self.rate {
+            return Err(damaged(
+                self.format,
+                format!(
+                    "its sample rate changes from {} to {} Hz",
+                    self.rate, packet.rate
+                ),
+            ));
+        }
+        self.rate = packet.rate;
+        self.channels = packet.channels;
+        if let Some(at) = packet.samples.iter().position(|s| !s.is_finite()) {
+            let frame = self.frames + (at / packet.channels) as u64;
+            return Err(AudioError::NotFinite {
+                format: self.format.to_string(),
+                value: packet.samples[at].to_string(),
+                seconds: frame as f64 / f64::from(packet.rate),
             });
         }
+        let frames = packet.samples.len() / packet.channels;
+        self.frames += frames as u64;
+        if self.frames as f64 / f64::from(packet.rate) > self.max_seconds {
+            return Err(AudioError::TooLong {
+                limit: self.max_seconds,
+            });
+        }
+        self.mono.clear();
+        self.mono.extend(
+            packet
+                .samples
+                .chunks_exact(packet.channels)
+                .map(|frame| frame.iter().sum::<f32>() / packet.channels as f32),
+        );
+        if self.resampling.is_none() {
+            let resampling = Resampling::new(packet.rate).map_err(|e| damaged(self.format, e))?;
+            self.resampling = Some(resampling);
+        }
+        if let Some(resampling) = &mut self.resampling {
+            resampling
+                .push(&self.mono)
+                .map_err(|e| damaged(self.format, e))?;
+        }
+        Ok(())
     }
-    if mono.is_empty() || rate == 0 {
-        return Err(AudioError::Empty {
-            format: format.to_string(),
-        });
+
+    fn finish(self) -> Result<Audio, AudioError> {
+        let empty = AudioError::Empty {
+            format: self.format.to_string(),
+        };
+        let Some(resampling) = self.resampling.filter(|_| self.frames > 0) else {
+            return Err(empty);
+        };
+        let samples = resampling.finish().map_err(|e| damaged(self.format, e))?;
+        Ok(Audio {
+            samples,
+            format: self.format,
+            source_rate: self.rate,
+            source_channels: self.channels,
+        })
     }
-    let samples = resample(&mono, rate).map_err(damaged)?;
-    Ok(Audio {
-        samples,
-        format,
-        source_rate: rate,
-        source_channels: channels,
-    })
 }
 
 /// Resamples mono `samples` at `rate` to [`SAMPLE_RATE`] (band-limited: what lies
-/// above the lower Nyquist frequency is filtered out, not folded back).
+/// above the lower Nyquist frequency is filtered out, not folded back). `rate` must
+/// lie in [`MIN_SAMPLE_RATE`]..=[`MAX_SAMPLE_RATE`].
 pub fn resample(samples: &[f32], rate: u32) -> Result<Vec<f32>, String> {
-    if rate == SAMPLE_RATE {
-        return Ok(samples.to_vec());
+    let mut resampling = Resampling::new(rate)?;
+    resampling.push(samples)?;
+    resampling.finish()
+}
+
+/// A resampler fed piece by piece: only its 16 kHz output and less than one chunk of
+/// input are held.
+struct Resampling {
+    /// `None` at 16 kHz: samples are kept as they are.
+    fft: Option<Fft<f32>>,
+    pending: Vec<f32>,
+    scratch: Vec<f32>,
+    output: Vec<f32>,
+    input_frames: usize,
+}
+
+impl Resampling {
+    fn new(rate: u32) -> Result<Resampling, String> {
+        if !(MIN_SAMPLE_RATE..=MAX_SAMPLE_RATE).contains(&rate) {
+            return Err(format!("cannot resample from {rate} Hz"));
+        }
+        let fft = (rate != SAMPLE_RATE)
+            .then(|| {
+                Fft::<f32>::new(
+                    rate as usize,
+                    SAMPLE_RATE as usize,
+                    1024,
+                    1,
+                    FixedSync::Input,
+                )
+                .map_err(|e| e.to_string())
+            })
+            .transpose()?;
+        let scratch = vec![0.0; fft.as_ref().map_or(0, |f| f.output_frames_max())];
+        Ok(Resampling {
+            fft,
+            pending: Vec::new(),
+            scratch,
+            output: Vec::new(),
+            input_frames: 0,
+        })
     }
-    let mut resampler = Fft::<f32>::new(
-        rate as usize,
-        SAMPLE_RATE as usize,
-        1024,
-        1,
-        FixedSync::Input,
-    )
-    .map_err(|e| e.to_string())?;
-    let input = InterleavedSlice::new(samples, 1, samples.len()).map_err(|e| e.to_string())?;
-    let output = resampler
-        .process_all(&input, samples.len(), None)
-        .map_err(|e| e.to_string())?;
-    Ok(output.take_data())
+
+    fn push(&mut self, samples: &[f32]) -> Result<(), String> {
+        self.input_frames += samples.len();
+        let Some(chunk) = self.fft.as_ref().map(|f| f.input_frames_next()) else {
+            self.output.extend_from_slice(samples);
+            return Ok(());
+        };
+        self.pending.extend_from_slice(samples);
+        let pending = std::mem::take(&mut self.pending);
+        let mut pieces = pending.chunks_exact(chunk);
+        for piece in &mut pieces {
+            self.process(piece, None)?;
+        }
+        self.pending = pieces.remainder().to_vec();
+        Ok(())
+    }
+
+    /// Runs one chunk (`partial`: how many frames of a short last one are real).
+    fn process(&mut self, input: &[f32], partial: Option<usize>) -> Result<(), String> {
+        let Some(fft) = &mut self.fft else {
+            return Ok(());
+        };
+        let source = InterleavedSlice::new(input, 1, input.len()).map_err(|e| e.to_string())?;
+        let frames = self.scratch.len();
+        let mut sink =
+            InterleavedSlice::new_mut(&mut self.scratch, 1, frames).map_err(|e| e.to_string())?;
+        let indexing = Indexing {
+            input_offset: 0,
+            output_offset: 0,
+            active_channels_mask: None,
+            partial_len: partial,
+        };
+        let (_, produced) = fft
+            .process_into_buffer(&source, &mut sink, Some(&indexing))
+            .map_err(|e| e.to_string())?;
+        self.output.extend_from_slice(&self.scratch[..produced]);
+        Ok(())
+    }
+
+    /// The whole output: the last partial chunk run, the filter's delay trimmed off
+    /// the start, as long as the input's duration at 16 kHz.
+    fn finish(mut self) -> Result<Vec<f32>, String> {
+        let Some((ratio, delay)) = self
+            .fft
+            .as_ref()
+            .map(|f| (f.resample_ratio(), f.output_delay()))
+        else {
+            return Ok(self.output);
+        };
+        let expected = (ratio * self.input_frames as f64).ceil() as usize;
+        let pending = std::mem::take(&mut self.pending);
+        if !pending.is_empty() {
+            self.process(&pending, Some(pending.len()))?;
+        }
+        while self.output.len() < expected + delay {
+            self.process(&[], Some(0))?;
+        }
+        self.output.drain(..delay);
+        self.output.truncate(expected);
+        Ok(self.output)
+    }
 }
 
 #[cfg(test)]
@@ -286,9 +576,31 @@ mod tests {
         out.extend_from_slice(&1u16.to_le_bytes());
         out.extend_from_slice(&channels.to_le_bytes());
         out.extend_from_slice(&rate.to_le_bytes());
-        out.extend_from_slice(&(rate * u32::from(channels) * 2).to_le_bytes());
+        out.extend_from_slice(&rate.wrapping_mul(u32::from(channels) * 2).to_le_bytes());
         out.extend_from_slice(&(channels * 2).to_le_bytes());
         out.extend_from_slice(&16u16.to_le_bytes());
+        out.extend_from_slice(b"data");
+        out.extend_from_slice(&data_len.to_le_bytes());
+        for s in samples {
+            out.extend_from_slice(&s.to_le_bytes());
+        }
+        out
+    }
+
+    /// A WAV file of 32-bit float samples.
+    fn float_wav(rate: u32, channels: u16, samples: &[f32]) -> Vec<u8> {
+        let data_len = (samples.len() * 4) as u32;
+        let mut out = Vec::new();
+        out.extend_from_slice(b"RIFF");
+        out.extend_from_slice(&(36 + data_len).to_le_bytes());
+        out.extend_from_slice(b"WAVEfmt ");
+        out.extend_from_slice(&16u32.to_le_bytes());
+        out.extend_from_slice(&3u16.to_le_bytes());
+        out.extend_from_slice(&channels.to_le_bytes());
+        out.extend_from_slice(&rate.to_le_bytes());
+        out.extend_from_slice(&rate.wrapping_mul(u32::from(channels) * 4).to_le_bytes());
+        out.extend_from_slice(&(channels * 4).to_le_bytes());
+        out.extend_from_slice(&32u16.to_le_bytes());
         out.extend_from_slice(b"data");
         out.extend_from_slice(&data_len.to_le_bytes());
         for s in samples {
@@ -457,5 +769,85 @@ mod tests {
     fn uploads_past_the_bound_are_refused_before_decoding() {
         let big = vec![0u8; MAX_UPLOAD_BYTES + 1];
         assert!(matches!(decode(&big), Err(AudioError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn rates_outside_8_to_192_khz_are_refused_from_the_header() {
+        // 64 KB of samples that declared 100000007 Hz took 10.5 GB to resample.
+        for rate in [100_000_007, 2_147_483_647, 7_999, 192_001, 1] {
+            let error = decode(&wav(rate, 1, &vec![0i16; 32 * 1024])).unwrap_err();
+            assert_eq!(
+                error,
+                AudioError::BadRate {
+                    format: "wav".into(),
+                    rate
+                },
+                "{rate}"
+            );
+            assert!(error.to_string().contains(&rate.to_string()), "{error}");
+        }
+        for rate in [MIN_SAMPLE_RATE, 22_050, MAX_SAMPLE_RATE, 8_001] {
+            let audio = decode(&wav(rate, 1, &vec![0i16; rate as usize / 4])).unwrap();
+            assert!((audio.duration() - 0.25).abs() < 0.01, "{rate}");
+        }
+    }
+
+    #[test]
+    fn more_than_eight_channels_are_refused() {
+        let error = decode(&wav(16_000, 9, &vec![0i16; 9 * 160])).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                AudioError::TooManyChannels { channels: 9, .. } | AudioError::Damaged { .. }
+            ),
+            "{error:?}"
+        );
+        assert!(decode(&wav(16_000, 8, &vec![0i16; 8 * 160])).is_ok());
+    }
+
+    #[test]
+    fn samples_that_are_not_finite_are_refused_naming_where() {
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut samples = vec![0.25f32; 16_000];
+            samples[8_000] = bad;
+            let error = decode(&float_wav(16_000, 1, &samples)).unwrap_err();
+            match &error {
+                AudioError::NotFinite { value, seconds, .. } => {
+                    assert_eq!(value, &bad.to_string());
+                    assert!((seconds - 0.5).abs() < 1e-6, "{seconds}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        let fine = decode(&float_wav(16_000, 1, &[0.5; 1600])).unwrap();
+        assert!((fine.samples[800] - 0.5).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_set_cancel_flag_stops_decoding() {
+        let samples = vec![0i16; 44_100 * 2];
+        let cancel = AtomicBool::new(true);
+        assert_eq!(
+            decode_cancellable(&wav(44_100, 1, &samples), &Limits::default(), &cancel).unwrap_err(),
+            AudioError::Cancelled
+        );
+    }
+
+    #[test]
+    fn resampling_piece_by_piece_keeps_the_length_of_the_whole() {
+        for (rate, seconds) in [(8_000u32, 0.01), (44_100, 3.3), (48_000, 0.5)] {
+            let samples: Vec<f32> = tone(rate, 440.0, seconds, 0.5)
+                .into_iter()
+                .map(|x| x as f32)
+                .collect();
+            let whole = resample(&samples, rate).unwrap();
+            let expected = (samples.len() as f64 * 16_000.0 / f64::from(rate)).ceil() as usize;
+            assert_eq!(whole.len(), expected, "{rate}");
+            let mut pieces = Resampling::new(rate).unwrap();
+            for piece in samples.chunks(777) {
+                pieces.push(piece).unwrap();
+            }
+            assert_eq!(pieces.finish().unwrap(), whole, "{rate}");
+        }
     }
 }

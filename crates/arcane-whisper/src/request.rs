@@ -1,10 +1,36 @@
 //! One transcription request from OpenAI's multipart fields, checked: the file, and
 //! `language`, `prompt`, `response_format`, `temperature`, `timestamp_granularities[]`
 //! (`model` is the gateway's, `stream` and other fields are ignored). A bad value is a
-//! [`RequestError`] naming the field and the value.
+//! [`RequestError`] naming the field and the value (its first [`SHOWN_CHARS`]
+//! characters when it is longer).
+//!
+//! Every text field is bounded before it reaches whisper.cpp, whose tokenizer recurses
+//! per character of the prompt (an 8 KB prompt overflowed the worker's stack):
+//! `prompt` to [`MAX_PROMPT_BYTES`] (whisper.cpp keeps at most half of the model's
+//! 448-token text context, 224 tokens, of a prompt; 4 bytes a token is what English
+//! averages), `language` to a code whisper.cpp knows (at most [`MAX_LANGUAGE_BYTES`]),
+//! every other field to [`MAX_FIELD_BYTES`], and `timestamp_granularities[]` to
+//! [`MAX_GRANULARITIES`] values.
 
 use crate::format::ResponseFormat;
 use crate::transcribe::{Options, Task};
+
+/// The longest `prompt`, in bytes: 224 tokens (what whisper.cpp keeps of a prompt,
+/// half its 448-token text context) at 4 bytes each.
+pub const MAX_PROMPT_BYTES: usize = 896;
+
+/// The longest `language`, in bytes (whisper.cpp also knows names: `haitian creole`).
+pub const MAX_LANGUAGE_BYTES: usize = 32;
+
+/// The longest value of any other text field, in bytes (the gateway's bound on
+/// `model`).
+pub const MAX_FIELD_BYTES: usize = 4096;
+
+/// The most `timestamp_granularities[]` values (there are two kinds).
+pub const MAX_GRANULARITIES: usize = 4;
+
+/// How much of an offending value an error shows, in characters.
+pub const SHOWN_CHARS: usize = 64;
 
 /// A checked request.
 #[derive(Debug, Clone)]
@@ -28,6 +54,18 @@ pub enum RequestError {
         /// The field.
         field: &'static str,
     },
+    /// A field's value is longer than its bound.
+    #[error("the field `{name}` is {size} bytes long; at most {limit} are accepted")]
+    TooLong {
+        /// The field (`other` for one this worker does not read).
+        field: &'static str,
+        /// Its name as sent (its first [`SHOWN_CHARS`] characters).
+        name: String,
+        /// Its size in bytes.
+        size: usize,
+        /// The bound.
+        limit: usize,
+    },
     /// A field's value is not one accepted.
     #[error("`{value}` is not a valid `{field}`: {expected}")]
     Invalid {
@@ -44,7 +82,9 @@ impl RequestError {
     /// The field at fault.
     pub fn field(&self) -> &'static str {
         match self {
-            Self::Missing { field } | Self::Invalid { field, .. } => field,
+            Self::Missing { field } | Self::TooLong { field, .. } | Self::Invalid { field, .. } => {
+                field
+            }
         }
     }
 }
@@ -60,12 +100,38 @@ pub struct Field<'a> {
     pub data: &'a [u8],
 }
 
+/// `value`, or its first [`SHOWN_CHARS`] characters and an ellipsis.
+pub fn shown(value: &str) -> String {
+    match value.char_indices().nth(SHOWN_CHARS) {
+        Some((at, _)) => format!("{}…", &value[..at]),
+        None => value.to_string(),
+    }
+}
+
+/// The bound on the field `name` (a file has none here: the audio bounds it).
+fn limit(name: &str) -> usize {
+    match name {
+        "prompt" => MAX_PROMPT_BYTES,
+        "language" => MAX_LANGUAGE_BYTES,
+        _ => MAX_FIELD_BYTES,
+    }
+}
+
+/// The field's text, trimmed, once its size is within its bound.
 fn text<'a>(field: &'static str, data: &'a [u8]) -> Result<&'a str, RequestError> {
+    if data.len() > limit(field) {
+        return Err(RequestError::TooLong {
+            field,
+            name: field.to_string(),
+            size: data.len(),
+            limit: limit(field),
+        });
+    }
     std::str::from_utf8(data)
         .map(str::trim)
         .map_err(|_| RequestError::Invalid {
             field,
-            value: String::from_utf8_lossy(data).into_owned(),
+            value: shown(&String::from_utf8_lossy(data)),
             expected: "text in UTF-8".into(),
         })
 }
@@ -73,9 +139,25 @@ fn text<'a>(field: &'static str, data: &'a [u8]) -> Result<&'a str, RequestError
 fn invalid(field: &'static str, value: &str, expected: &str) -> RequestError {
     RequestError::Invalid {
         field,
-        value: value.to_string(),
+        value: shown(value),
         expected: expected.to_string(),
     }
+}
+
+/// A language whisper.cpp knows (a code such as `en`, or a name), lowercased.
+fn language(value: &str) -> Result<Option<String>, RequestError> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    let code = value.to_ascii_lowercase();
+    if whisper_rs::get_lang_id(&code).is_none() {
+        return Err(invalid(
+            "language",
+            value,
+            "a language whisper knows, as an ISO-639-1 code such as `en`",
+        ));
+    }
+    Ok(Some(code))
 }
 
 /// Reads `fields` as a request for `task`.
@@ -100,10 +182,7 @@ pub fn upload<'a>(
                     "a translation is always into English; `language` applies to transcriptions",
                 ))
             }
-            "language" => {
-                let value = text("language", field.data)?;
-                options.language = (!value.is_empty()).then(|| value.to_ascii_lowercase());
-            }
+            "language" => options.language = language(text("language", field.data)?)?,
             "prompt" => {
                 let value = text("prompt", field.data)?;
                 options.prompt = (!value.is_empty()).then(|| value.to_string());
@@ -129,7 +208,24 @@ pub fn upload<'a>(
                 );
             }
             "timestamp_granularities[]" | "timestamp_granularities" => {
-                granularities.push(text("timestamp_granularities[]", field.data)?.to_string());
+                let value = text("timestamp_granularities[]", field.data)?;
+                if granularities.len() == MAX_GRANULARITIES {
+                    return Err(invalid(
+                        "timestamp_granularities[]",
+                        value,
+                        &format!("at most {MAX_GRANULARITIES} values"),
+                    ));
+                }
+                granularities.push(value.to_string());
+            }
+            // `model`, `stream` and what OpenAI may add are not used, but bounded.
+            other if field.data.len() > MAX_FIELD_BYTES && field.file_name.is_none() => {
+                return Err(RequestError::TooLong {
+                    field: "other",
+                    name: shown(other),
+                    size: field.data.len(),
+                    limit: MAX_FIELD_BYTES,
+                })
             }
             _ => {}
         }
@@ -236,5 +332,60 @@ mod tests {
         )
         .unwrap_err();
         assert!(error.to_string().contains("verbose_json"), "{error}");
+    }
+
+    #[test]
+    fn every_text_field_is_bounded_naming_it() {
+        let file = Field {
+            name: "file",
+            file_name: Some("a.wav"),
+            data: b"RIFF",
+        };
+        let prompt = "a".repeat(8 * 1024);
+        let language = "x".repeat(1 << 20);
+        let long = "y".repeat(MAX_FIELD_BYTES + 1);
+        for (bad, name) in [
+            (field("prompt", &prompt), "prompt"),
+            (field("language", &language), "language"),
+            (field("response_format", &long), "response_format"),
+            (field("temperature", &long), "temperature"),
+            (
+                field("timestamp_granularities[]", &long),
+                "timestamp_granularities[]",
+            ),
+            (field("model", &long), "other"),
+        ] {
+            let error = upload([file, bad], Task::Transcribe).unwrap_err();
+            assert_eq!(error.field(), name, "{error}");
+            assert!(matches!(error, RequestError::TooLong { .. }), "{error}");
+            assert!(error.to_string().len() < 200, "{error}");
+        }
+        // At the bound a prompt is taken.
+        let most = "b".repeat(MAX_PROMPT_BYTES);
+        let taken = upload([file, field("prompt", &most)], Task::Transcribe).unwrap();
+        assert_eq!(taken.options.prompt.as_deref(), Some(most.as_str()));
+        let many = field("timestamp_granularities[]", "segment");
+        let error = upload([file, many, many, many, many, many], Task::Transcribe).unwrap_err();
+        assert_eq!(error.field(), "timestamp_granularities[]");
+    }
+
+    #[test]
+    fn a_language_whisper_does_not_know_is_refused_and_a_long_value_is_shown_short() {
+        let file = Field {
+            name: "file",
+            file_name: None,
+            data: b"x",
+        };
+        let error = upload([file, field("language", "xx")], Task::Transcribe).unwrap_err();
+        assert_eq!(error.field(), "language");
+        assert!(error.to_string().contains("`xx`"), "{error}");
+        let taken = upload([file, field("language", "De")], Task::Transcribe).unwrap();
+        assert_eq!(taken.options.language.as_deref(), Some("de"));
+        let long = "z".repeat(1000);
+        let error = upload([file, field("response_format", &long)], Task::Transcribe).unwrap_err();
+        assert!(error
+            .to_string()
+            .contains(&format!("{}…", "z".repeat(SHOWN_CHARS))));
+        assert!(error.to_string().len() < 200, "{error}");
     }
 }

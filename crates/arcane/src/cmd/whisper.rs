@@ -140,7 +140,9 @@ fn transcribe(
     upload: &arcane_whisper::Upload,
     cancel: Cancel,
 ) -> Result<(arcane_whisper::Audio, arcane_whisper::Transcript), ApiError> {
-    let audio = arcane_whisper::decode(&upload.file).map_err(|e| audio_error(&e))?;
+    let limits = arcane_whisper::Limits::default();
+    let audio = arcane_whisper::audio::decode_cancellable(&upload.file, &limits, &cancel.flag())
+        .map_err(|e| audio_error(&e))?;
     eprintln!(
         "transcribing {:.1} s of {} audio ({} Hz, {} channels)",
         audio.duration(),
@@ -158,12 +160,34 @@ fn request_error(error: &RequestError) -> ApiError {
     let details = match error {
         RequestError::Missing { field } => json!({"field": field}),
         RequestError::Invalid { field, value, .. } => json!({"field": field, "value": value}),
+        RequestError::TooLong {
+            name, size, limit, ..
+        } => json!({"field": name, "size": size, "limit": limit}),
     };
     ApiError::usage(error.field(), error.to_string(), details)
 }
 
 fn audio_error(error: &AudioError) -> ApiError {
+    let invalid = |details| (StatusCode::BAD_REQUEST, codes::AUDIO_INVALID, details);
     let (status, code, details) = match error {
+        AudioError::Cancelled => {
+            return ApiError::cancelled("the decoding was cancelled: the client went away")
+        }
+        AudioError::BadRate { format, rate } => invalid(json!({
+            "format": format,
+            "sampleRate": rate,
+            "accepted": [arcane_whisper::audio::MIN_SAMPLE_RATE, arcane_whisper::audio::MAX_SAMPLE_RATE],
+        })),
+        AudioError::TooManyChannels { format, channels } => invalid(json!({
+            "format": format,
+            "channels": channels,
+            "limit": arcane_whisper::audio::MAX_CHANNELS,
+        })),
+        AudioError::NotFinite {
+            format,
+            value,
+            seconds,
+        } => invalid(json!({"format": format, "value": value, "seconds": seconds})),
         AudioError::Unsupported { format } => (
             StatusCode::BAD_REQUEST,
             codes::AUDIO_UNSUPPORTED,
