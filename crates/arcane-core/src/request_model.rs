@@ -9,8 +9,10 @@
 //!    `application/json; charset=utf-8`, `text/plain`, a leading UTF-8 BOM): a body
 //!    that is not multipart is JSON when its first significant byte (after a BOM and
 //!    whitespace) is `{`; it is then read whole, up to [`MAX_BUFFERED`] (413 past it),
-//!    and its `model` and `keep_alive` are taken. Any other body is not buffered: the
-//!    bytes read to decide are sent first, then the rest as it comes.
+//!    and its `model` and `keep_alive` are taken. One that does not parse is a 400
+//!    naming the parse error (it names no model, and sending it to the default model
+//!    answered a voice's request with another engine's 404). Any other body is not
+//!    buffered: the bytes read to decide are sent first, then the rest as it comes.
 //! 2. **`multipart/form-data`**: the field named `model` (at most [`MAX_MODEL_FIELD`]
 //!    bytes). The body runs through a recorder into a streaming parser (`multer`),
 //!    which stops once the `model` field is complete; the recorded prefix is then
@@ -77,6 +79,16 @@ impl Refused {
             StatusCode::BAD_REQUEST,
             "the request body could not be read".into(),
             json!({}),
+        )
+    }
+
+    /// A body that starts as JSON and is not: its model cannot be known, and no
+    /// engine could read it either.
+    fn not_json(error: serde_json::Error) -> Self {
+        Self::usage(
+            StatusCode::BAD_REQUEST,
+            format!("the request body is not valid JSON: {error}"),
+            json!({"line": error.line(), "column": error.column()}),
         )
     }
 
@@ -212,12 +224,12 @@ where
     while tape.next().await?.is_some() {}
     let whole = tape.recorded_bytes();
     let text = whole.strip_prefix(BOM).unwrap_or(&whole);
-    let value: Option<Value> = serde_json::from_slice(text).ok();
-    let route = route_of(value.as_ref())?;
+    let value: Value = serde_json::from_slice(text).map_err(Refused::not_json)?;
+    let route = route_of(Some(&value))?;
     Ok(Found {
         body: tape.replay(),
         route,
-        json: value.as_ref().is_some_and(Value::is_object),
+        json: value.is_object(),
     })
 }
 
@@ -664,6 +676,31 @@ mod tests {
                 refused.error.to_string().contains("`model`"),
                 "{}",
                 refused.error
+            );
+        }
+    }
+
+    #[test]
+    fn a_body_that_starts_as_json_and_is_not_is_refused_naming_the_parse_error() {
+        for body in [
+            &b"{\"input\": \"hi\""[..],
+            b"{input: 1}",
+            b"  {\"model\":\"tts-1\",}",
+        ] {
+            let refused = post(
+                "/v1/audio/speech",
+                Some("application/json"),
+                &[body],
+                MAX_BUFFERED,
+            )
+            .expect_err("a refusal");
+            assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+            let error = arcane_report::error_json(&refused.error);
+            assert_eq!(error["code"], "ARCANE_USAGE");
+            let message = error["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("not valid JSON") && message.contains("line 1"),
+                "{error}"
             );
         }
     }
