@@ -133,9 +133,17 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
         })
 }
 
+/// The longest a client command waits for the host's answer to one call unless it
+/// says otherwise (`--timeout`): a stopped or hung host is an error within this.
+/// `arcane load` (it waits for the model: 600 s), `chat` and the speech commands
+/// (generation) document longer defaults of their own.
+pub const CLIENT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Runs a client command's exchange with the host (`status`, `chat`) on a fresh
 /// runtime. The first SIGINT/SIGTERM ends it at once with `ARCANE_CANCELLED` (`what`
-/// names it in the message), whatever the host is doing.
+/// names it in the message), whatever the host is doing. Every call of the exchange
+/// has its deadline (the client's); when the host passes one, the error
+/// ([`host_timeout`]) names the host's pid, its URL and the deadline.
 pub fn block_on_client<T>(
     context: &Context,
     what: &str,
@@ -151,14 +159,73 @@ pub fn block_on_client<T>(
     });
     // A connection task may still wait on a host that does not answer: do not join it.
     runtime.shutdown_background();
-    outcome.unwrap_or_else(|| {
-        Err(CommandError::new(
-            codes::ARCANE_CANCELLED,
-            format!("{what} was cancelled"),
-            json!({}),
-        )
-        .into())
-    })
+    outcome
+        .unwrap_or_else(|| {
+            Err(CommandError::new(
+                codes::ARCANE_CANCELLED,
+                format!("{what} was cancelled"),
+                json!({}),
+            )
+            .into())
+        })
+        .map_err(|error| host_timeout(context, what, error))
+}
+
+/// A `CORE_TIMEOUT` of the host itself (not of an engine it forwards to), said for the
+/// command: which host (pid, URL), which deadline, whether the process is stopped,
+/// and what to do. Any other error is returned as it is.
+fn host_timeout(context: &Context, what: &str, error: CliError) -> CliError {
+    let details = error.0.details();
+    if error.0.code() != codes::CORE_TIMEOUT || details["peer"] != "host" {
+        return error;
+    }
+    let Some(record) = arcane_core::endpoint::read_endpoint(&context.workspace)
+        .ok()
+        .flatten()
+    else {
+        return error;
+    };
+    let deadline = details["deadlineSeconds"].as_f64().unwrap_or_default();
+    let stopped = process_state(record.pid) == Some('T');
+    let state = if stopped { ", stopped (SIGSTOP)," } else { "" };
+    let verb = match details["phase"].as_str() {
+        Some("stall") => "stopped sending its answer to",
+        _ => "did not answer",
+    };
+    let mut refusal = CommandError::new(
+        codes::CORE_TIMEOUT,
+        format!(
+            "the Core host (pid {}{state} at {}) {verb} {what} within {deadline} s",
+            record.pid, record.url
+        ),
+        json!({
+            "pid": record.pid,
+            "url": record.url,
+            "port": record.port,
+            "peer": "host",
+            "phase": details["phase"],
+            "deadlineSeconds": deadline,
+            "stopped": stopped,
+        }),
+    );
+    if stopped {
+        refusal = refusal.hint(format!(
+            "the host's process is stopped: resume it with `kill -CONT {}`, or stop it",
+            record.pid
+        ));
+    }
+    refusal
+        .hint(format!(
+            "check the host's process (`ps -o pid,stat,cmd -p {}`); a busy host may need a longer `--timeout SECONDS`",
+            record.pid
+        ))
+        .into()
+}
+
+/// The state letter of `pid` in `/proc/<pid>/stat` (`T` stopped, `R`, `S`…).
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
 }
 
 /// Per-engine choices that override what the registry implies.

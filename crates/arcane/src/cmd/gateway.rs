@@ -617,7 +617,12 @@ fn keep_alive(id: &str, value: &toml::Value) -> Result<KeepAlive, CliError> {
 
 /// Arguments of `arcane ps`.
 #[derive(Debug, clap::Args)]
-pub struct PsArgs {}
+pub struct PsArgs {
+    /// Seconds to wait for the host's answer (default 10); a host that does not answer
+    /// in time is a `CORE_TIMEOUT` error.
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
+}
 
 /// Arguments of `arcane load` and `arcane unload`.
 #[derive(Debug, clap::Args)]
@@ -625,15 +630,18 @@ pub struct ModelArgs {
     /// The model id or alias (as in `arcane.toml`'s `[[model]]`).
     pub model: String,
 
-    /// Seconds to wait for the host's answer (default 600: a load may take that long);
-    /// a host that does not answer in time is a `CORE_TIMEOUT` error.
+    /// Seconds to wait for the host's answer (default 600 for `load`: a load may take
+    /// that long; 30 for `unload`); a host that does not answer in time is a
+    /// `CORE_TIMEOUT` error.
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<f64>,
 }
 
 /// Runs `arcane ps`: the running host's models, loaded or not.
-pub fn ps(context: &Context, _args: PsArgs) -> Result<u8, CliError> {
-    let client = CoreClient::from_workspace(&context.workspace)?;
+pub fn ps(context: &Context, args: PsArgs) -> Result<u8, CliError> {
+    let timeout = crate::cmd::serve::seconds("--timeout", args.timeout, Duration::from_secs(10))?;
+    let client =
+        CoreClient::from_workspace(&context.workspace)?.with_deadlines(Deadlines::uniform(timeout));
     let answer = crate::cmd::core::block_on_client(context, "`arcane ps`", async {
         Ok::<_, CliError>(client.call("models.list", json!({})).await?)
     })?;
@@ -646,11 +654,19 @@ pub fn ps(context: &Context, _args: PsArgs) -> Result<u8, CliError> {
 
 /// Arguments of `arcane reload`.
 #[derive(Debug, clap::Args)]
-pub struct ReloadArgs {}
+pub struct ReloadArgs {
+    /// Seconds to wait for the host's answer (default 30); a host that does not answer
+    /// in time is a `CORE_TIMEOUT` error.
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
+}
 
 /// Runs `arcane reload`: the running host reads `arcane.toml` again (as on SIGHUP).
-pub fn reload(context: &Context, _args: ReloadArgs) -> Result<u8, CliError> {
-    let client = CoreClient::from_workspace(&context.workspace)?;
+pub fn reload(context: &Context, args: ReloadArgs) -> Result<u8, CliError> {
+    let timeout =
+        crate::cmd::serve::seconds("--timeout", args.timeout, crate::cmd::core::CLIENT_DEADLINE)?;
+    let client =
+        CoreClient::from_workspace(&context.workspace)?.with_deadlines(Deadlines::uniform(timeout));
     let summary = crate::cmd::core::block_on_client(context, "`arcane reload`", async {
         Ok::<_, CliError>(client.call("models.reload", json!({})).await?)
     })?;
@@ -680,7 +696,12 @@ pub fn reload(context: &Context, _args: ReloadArgs) -> Result<u8, CliError> {
 
 /// Runs `arcane load MODEL` (returns once it is ready) or `arcane unload MODEL`.
 pub fn load(context: &Context, args: ModelArgs, unload: bool) -> Result<u8, CliError> {
-    let timeout = crate::cmd::serve::seconds("--timeout", args.timeout, Duration::from_secs(600))?;
+    // A load waits for its model; an unload only for its engine to stop.
+    let default = match unload {
+        true => crate::cmd::core::CLIENT_DEADLINE,
+        false => Duration::from_secs(600),
+    };
+    let timeout = crate::cmd::serve::seconds("--timeout", args.timeout, default)?;
     let client =
         CoreClient::from_workspace(&context.workspace)?.with_deadlines(Deadlines::uniform(timeout));
     let method = if unload {

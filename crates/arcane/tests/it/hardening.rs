@@ -458,7 +458,7 @@ fn load_and_unload_against_a_stopped_host_end_at_their_timeout() {
 
 /// `arcane serve` adopting a fake Ollama (no engine to start), with `env` set: the
 /// running host and its endpoint record once published.
-fn serve_beside_ollama(
+pub(crate) fn serve_beside_ollama(
     ws: &TestWorkspace,
     env: &[(&str, &str)],
 ) -> (crate::core::Guard, serde_json::Value) {

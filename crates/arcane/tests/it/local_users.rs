@@ -214,3 +214,92 @@ fn serve_refuses_an_executable_whose_library_beside_it_another_user_owns() {
         .collect();
     assert!(started.is_empty(), "no engine was started: {started:?}");
 }
+
+/// The state letter of `pid` (`T`: stopped).
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+/// `arcane --output json ARGS…` run to its end (bounded by `within`, then killed):
+/// its exit code and JSON output.
+fn client_command(ws: &TestWorkspace, args: &[&str], within: Duration) -> (Option<i32>, Value) {
+    let child = ws
+        .arcane()
+        .args(["--output", "json"])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn arcane");
+    let mut child = crate::core::Guard(child);
+    let what = format!("`arcane {}`", args.join(" "));
+    let status = crate::support::wait_for_exit(&mut child.0, within, &what);
+    let mut text = String::new();
+    if let Some(mut out) = child.0.stdout.take() {
+        let _ = out.read_to_string(&mut text);
+    }
+    let value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{what}: {text}"));
+    (status.code(), value)
+}
+
+/// Item 12c: against a host that stopped answering (SIGSTOP), every client command
+/// ends with `CORE_TIMEOUT` naming the host's pid, that it is stopped, and the
+/// deadline: `unload` by its own default (it used `load`'s 600 s), `reload` and `ps`
+/// at a `--timeout` they now have, `status` at its own. Then the host, resumed,
+/// answers and stops.
+#[test]
+fn client_commands_against_a_stopped_host_end_at_their_deadline_naming_it() {
+    let ws = TestWorkspace::new();
+    let (host, endpoint) = crate::hardening::serve_beside_ollama(&ws, &[]);
+    let pid = endpoint["pid"].as_u64().expect("the host's pid") as u32;
+    crate::serve::signal(pid, "STOP");
+    crate::support::wait_until(Duration::from_secs(10), "the host stopped", || {
+        process_state(pid) == Some('T')
+    });
+    let timed_out = |args: &[&str], within: Duration| {
+        let (code, output) = client_command(&ws, args, within);
+        let error = &output["error"];
+        assert_eq!(code, Some(1), "{args:?}: {output}");
+        assert_eq!(error["code"], "CORE_TIMEOUT", "{args:?}: {error}");
+        assert_eq!(error["details"]["pid"], pid, "{args:?}: {error}");
+        assert_eq!(error["details"]["stopped"], true, "{args:?}: {error}");
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(&format!("pid {pid}")) && message.contains("stopped"),
+            "{args:?}: {error}"
+        );
+        assert!(
+            error["hints"]
+                .to_string()
+                .contains(&format!("kill -CONT {pid}")),
+            "{args:?}: {error}"
+        );
+        error["details"]["deadlineSeconds"]
+            .as_f64()
+            .unwrap_or(f64::MAX)
+    };
+    // Its own default deadline, no flag: bounded well below the 600 s it had.
+    let deadline = timed_out(&["unload", "m"], Duration::from_secs(90));
+    assert!(
+        deadline <= 30.0,
+        "unload's default deadline is {deadline} s"
+    );
+    for args in [
+        &["reload", "--timeout", "1"][..],
+        &["ps", "--timeout", "1"],
+        &["status", "--timeout", "1"],
+        &["unload", "m", "--timeout", "1"],
+    ] {
+        let deadline = timed_out(args, Duration::from_secs(60));
+        assert_eq!(deadline, 1.0, "{args:?}");
+    }
+    crate::serve::signal(pid, "CONT");
+    let out = run(ws.arcane().args(["--output", "json", "status"]));
+    assert!(
+        out.status.success(),
+        "the resumed host answers: {}",
+        stderr(&out)
+    );
+    crate::core::terminate(host);
+}
