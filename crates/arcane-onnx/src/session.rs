@@ -173,6 +173,8 @@ pub struct Session {
     outputs: Vec<IoSpec>,
     /// Inputs and outputs whose type Arcane cannot carry, by name.
     unsupported: BTreeMap<String, String>,
+    /// Whether each run hands the CPU arena's unused memory back.
+    shrink_arena: bool,
 }
 
 impl std::fmt::Debug for Session {
@@ -250,7 +252,16 @@ impl Session {
             inputs,
             outputs,
             unsupported,
+            shrink_arena: false,
         })
+    }
+
+    /// Makes every later run hand the memory its CPU arena grew by back when it ends
+    /// (ONNX Runtime's `memory.enable_memory_arena_shrinkage`): for a model whose
+    /// memory grows with its input (a voice and its text), so one large run does not
+    /// hold that memory until the session closes.
+    pub fn shrink_arena_after_runs(&mut self) {
+        self.shrink_arena = true;
     }
 
     /// The provider it runs on.
@@ -353,8 +364,14 @@ impl Session {
         for (name, tensor) in inputs {
             values.push((name.clone(), to_value(name, tensor)?));
         }
-        let options =
-            Arc::new(RunOptions::new().map_err(|e| Error::runtime("creating run options", e))?);
+        let mut options =
+            RunOptions::new().map_err(|e| Error::runtime("creating run options", e))?;
+        if self.shrink_arena && self.provider == Provider::Cpu {
+            options
+                .set("memory.enable_memory_arena_shrinkage", "cpu:0")
+                .map_err(|e| Error::runtime("creating run options", e))?;
+        }
+        let options = Arc::new(options);
         cancel.attach(Arc::clone(&options))?;
         let mut session = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if cancel.is_cancelled() {

@@ -23,6 +23,18 @@ pub enum Error {
         /// The limit.
         max: usize,
     },
+    /// The text's phonemes are more than
+    /// [`MAX_REQUEST_PHONEMES`](crate::MAX_REQUEST_PHONEMES) (what about 14 minutes of
+    /// speech at the voice's own pace holds), times the speed below speed 1.
+    #[error(
+        "the text makes {phonemes} phonemes; at most {max} are spoken in one request at this speed"
+    )]
+    TooManyPhonemes {
+        /// How many the text makes.
+        phonemes: usize,
+        /// The limit.
+        max: usize,
+    },
     /// The text has nothing espeak-ng can speak (only punctuation, say).
     #[error("the text {text:?} has nothing to speak")]
     NothingToSay {
@@ -126,6 +138,7 @@ impl Error {
         match self {
             Self::EmptyText
             | Self::TextTooLong { .. }
+            | Self::TooManyPhonemes { .. }
             | Self::NothingToSay { .. }
             | Self::BadSpeed { .. }
             | Self::BadVoiceName { .. } => codes::ARCANE_USAGE,
@@ -164,6 +177,7 @@ impl Diagnostic for Error {
         match self {
             Self::EmptyText | Self::Cancelled => Value::Null,
             Self::TextTooLong { chars, max } => json!({"chars": chars, "max": max}),
+            Self::TooManyPhonemes { phonemes, max } => json!({"phonemes": phonemes, "max": max}),
             Self::NothingToSay { text } => json!({"text": text}),
             Self::BadSpeed { speed, min, max } => json!({"speed": speed, "min": min, "max": max}),
             Self::BadVoiceName { voice } => json!({"voice": voice}),

@@ -26,7 +26,10 @@ pub use config::{
 };
 pub use error::Error;
 pub use phonemize::{PhonemeIds, Phonemizer, DEFAULT_TIMEOUT};
-pub use voice::{Voice, MAX_SPEED, MAX_TEXT_CHARS, MIN_SPEED, SENTENCE_SILENCE_SECONDS};
+pub use voice::{
+    release_memory, Voice, MAX_CHUNK_PHONEMES, MAX_REQUEST_PHONEMES, MAX_SPEED, MAX_TEXT_CHARS,
+    MIN_SPEED, SENTENCE_SILENCE_SECONDS,
+};
 
 #[cfg(test)]
 mod tests {

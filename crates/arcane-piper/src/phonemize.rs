@@ -264,6 +264,40 @@ fn split_clauses(text: &str) -> Vec<Clause> {
     clauses
 }
 
+/// `phonemes` (one sentence's) cut into pieces of at most `max` phonemes (codepoints,
+/// `max` ≥ 1), at word boundaries (spaces) where a word fits and inside a word where
+/// it alone is longer: a graph's memory grows with the audio of one run, so a sentence
+/// without punctuation is not one run.
+pub(crate) fn split_phonemes(phonemes: &str, max: usize) -> Vec<String> {
+    let max = max.max(1);
+    let mut pieces = Vec::new();
+    let mut current = String::new();
+    let mut count = 0;
+    for word in phonemes.split(' ').filter(|w| !w.is_empty()) {
+        let length = word.chars().count();
+        if count > 0 && count + 1 + length > max {
+            pieces.push(std::mem::take(&mut current));
+            count = 0;
+        }
+        if count > 0 {
+            current.push(' ');
+            count += 1;
+        }
+        for c in word.chars() {
+            if count == max {
+                pieces.push(std::mem::take(&mut current));
+                count = 0;
+            }
+            current.push(c);
+            count += 1;
+        }
+    }
+    if !current.is_empty() {
+        pieces.push(current);
+    }
+    pieces
+}
+
 /// Whether espeak-ng could say anything for `text` (more than spaces and ASCII
 /// punctuation).
 fn speakable(text: &str) -> bool {
@@ -351,6 +385,21 @@ mod tests {
         assert_eq!(split_clauses("-v x"), vec![clause("-v x", None)]);
         assert!(!speakable("...!"));
         assert!(speakable("é"));
+    }
+
+    #[test]
+    fn long_sentences_are_cut_at_words_and_long_words_inside() {
+        assert_eq!(split_phonemes("ab cd ef", 5), vec!["ab cd", "ef"]);
+        assert_eq!(split_phonemes("ab cd ef", 8), vec!["ab cd ef"]);
+        assert_eq!(split_phonemes("abcdefg h", 3), vec!["abc", "def", "g h"]);
+        assert_eq!(split_phonemes("  ", 3), Vec::<String>::new());
+        let sentence = "wˈɜːd ".repeat(819);
+        let pieces = split_phonemes(&sentence, 256);
+        assert!(pieces.iter().all(|p| p.chars().count() <= 256));
+        assert_eq!(pieces.join(" "), sentence.trim_end());
+        assert!(pieces
+            .iter()
+            .all(|p| !p.starts_with(' ') && !p.ends_with(' ')));
     }
 
     #[test]

@@ -3,6 +3,14 @@
 //! audio, each sentence's audio is scaled so its peak fills the range, and sentences
 //! are joined by [`SENTENCE_SILENCE_SECONDS`] of silence.
 //!
+//! What one request costs is bounded: the graph's memory grows with the audio of one
+//! run (about 0.6 MB a phoneme at the voice's pace: 819 unpunctuated words in one run
+//! took 4.7 GB), so a sentence is run in pieces of at most [`MAX_CHUNK_PHONEMES`]
+//! phonemes (fewer below speed 1, which lengthens each phoneme), cut at words; a text
+//! of more than [`MAX_REQUEST_PHONEMES`] phonemes is refused; and the session hands
+//! its arena's memory back after every run, so a worker does not keep its largest
+//! request's memory until it is unloaded.
+//!
 //! The graph's inputs (`input` int64 `[1, N]`, `input_lengths` int64 `[1]`, `scales`
 //! float32 `[3]`, and `sid` int64 `[1]` for multi-speaker voices) are checked when the
 //! voice is opened, so a graph that is not a Piper voice fails at load, naming the
@@ -14,7 +22,7 @@ use std::path::{Path, PathBuf};
 use arcane_onnx::{Provider, RunCancel, Runtime, Session, SessionOptions, Tensor, TensorData};
 
 use crate::config::{config_path, read_config, VoiceConfig};
-use crate::phonemize::{phoneme_ids, PhonemeIds};
+use crate::phonemize::{phoneme_ids, split_phonemes, PhonemeIds};
 use crate::{Error, Phonemizer};
 
 /// The longest text accepted, in characters (OpenAI's limit for `/v1/audio/speech`).
@@ -25,6 +33,15 @@ pub const MIN_SPEED: f32 = 0.25;
 
 /// The fastest `speed` accepted.
 pub const MAX_SPEED: f32 = 4.0;
+
+/// The most phonemes run through the graph at once at speed 1 or faster; at a slower
+/// speed, that times the speed (each phoneme lasts longer), and never fewer than 32.
+pub const MAX_CHUNK_PHONEMES: usize = 192;
+
+/// The most phonemes one request may make at speed 1 or faster (about 14 minutes of
+/// speech at the voice's own pace; a 4096-character English text makes about 5000);
+/// at a slower speed, that times the speed.
+pub const MAX_REQUEST_PHONEMES: usize = 24_576;
 
 /// Silence between two sentences, in seconds (Piper's default).
 pub const SENTENCE_SILENCE_SECONDS: f32 = 0.2;
@@ -66,8 +83,9 @@ impl Voice {
             intra_op_threads: threads,
             inter_op_threads: None,
         };
-        let session = Session::open(runtime, model, Provider::Cpu, &options)
+        let mut session = Session::open(runtime, model, Provider::Cpu, &options)
             .map_err(|e| Error::onnx(format!("opening `{}`", model.display()), e))?;
+        session.shrink_arena_after_runs();
         let invalid = |reason: String| Error::VoiceInvalid {
             path: model.to_path_buf(),
             reason,
@@ -169,11 +187,15 @@ impl Voice {
             return Err(Error::Cancelled);
         }
         let sentences = phonemizer.sentences(self.espeak_voice(), text)?;
-        let sentence_ids: Vec<Vec<i64>> = sentences
+        let phonemes: usize = sentences.iter().map(|s| s.chars().count()).sum();
+        let max = request_phonemes(speed);
+        if phonemes > max {
+            return Err(Error::TooManyPhonemes { phonemes, max });
+        }
+        let sentence_ids: Vec<Vec<Vec<i64>>> = sentences
             .iter()
-            .map(|s| self.phoneme_ids(s))
-            .filter(|ids| ids.found > 0)
-            .map(|ids| ids.ids)
+            .map(|s| self.chunk_ids(s, speed))
+            .filter(|chunks| !chunks.is_empty())
             .collect();
         if sentence_ids.is_empty() {
             return Err(Error::NothingToSay {
@@ -182,18 +204,31 @@ impl Voice {
         }
         let silence = (SENTENCE_SILENCE_SECONDS * self.sample_rate() as f32) as usize;
         let mut audio = Vec::new();
-        for (i, ids) in sentence_ids.into_iter().enumerate() {
-            if cancel.is_cancelled() {
-                return Err(Error::Cancelled);
-            }
+        for (i, chunks) in sentence_ids.into_iter().enumerate() {
             if i > 0 {
                 audio.resize(audio.len() + silence, 0.0);
             }
-            let mut sentence = self.run(ids, speed, cancel)?;
-            normalize(&mut sentence);
-            audio.extend(sentence);
+            let start = audio.len();
+            for ids in chunks {
+                if cancel.is_cancelled() {
+                    return Err(Error::Cancelled);
+                }
+                audio.extend(self.run(ids, speed, cancel)?);
+            }
+            normalize(&mut audio[start..]);
         }
         Ok(audio)
+    }
+
+    /// One sentence's phonemes as the ids of the runs it takes: pieces of at most
+    /// [`chunk_phonemes`] phonemes, those with nothing the voice knows left out.
+    fn chunk_ids(&self, sentence: &str, speed: f32) -> Vec<Vec<i64>> {
+        split_phonemes(sentence, chunk_phonemes(speed))
+            .iter()
+            .map(|piece| self.phoneme_ids(piece))
+            .filter(|ids| ids.found > 0)
+            .map(|ids| ids.ids)
+            .collect()
     }
 
     /// One run of the graph on one sentence's ids.
@@ -249,6 +284,32 @@ impl Voice {
     }
 }
 
+/// Hands the memory the allocator holds free back to the system (glibc keeps what a
+/// long synthesis freed in its arenas otherwise; elsewhere this does nothing). Call it
+/// once a synthesis's samples are dropped.
+pub fn release_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists; it takes no
+    // pointer and may be called at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// The most phonemes of one run at `speed`: [`MAX_CHUNK_PHONEMES`] at speed 1 or
+/// more, proportionally fewer below (the audio of a run, not its phonemes, decides its
+/// memory), at least 32.
+fn chunk_phonemes(speed: f32) -> usize {
+    ((MAX_CHUNK_PHONEMES as f32 * speed.min(1.0)) as usize).max(32)
+}
+
+/// The most phonemes one request may make at `speed`: [`MAX_REQUEST_PHONEMES`] at
+/// speed 1 or more, proportionally fewer below, so that the audio (what the answer
+/// holds) stays within about 14 minutes whatever the speed.
+fn request_phonemes(speed: f32) -> usize {
+    (MAX_REQUEST_PHONEMES as f32 * speed.min(1.0)) as usize
+}
+
 /// Checks the text's bounds: non-empty after trimming, at most [`MAX_TEXT_CHARS`].
 fn check_text(text: &str) -> Result<(), Error> {
     if text.trim().is_empty() {
@@ -292,6 +353,16 @@ mod tests {
             check_text(&"é".repeat(MAX_TEXT_CHARS + 1)),
             Err(Error::TextTooLong { chars: 4097, .. })
         ));
+    }
+
+    #[test]
+    fn a_slower_speed_runs_fewer_phonemes_at_once() {
+        assert_eq!(chunk_phonemes(1.0), MAX_CHUNK_PHONEMES);
+        assert_eq!(chunk_phonemes(4.0), MAX_CHUNK_PHONEMES);
+        assert_eq!(chunk_phonemes(0.5), MAX_CHUNK_PHONEMES / 2);
+        assert_eq!(chunk_phonemes(0.25), MAX_CHUNK_PHONEMES / 4);
+        assert_eq!(request_phonemes(2.0), MAX_REQUEST_PHONEMES);
+        assert_eq!(request_phonemes(0.25), MAX_REQUEST_PHONEMES / 4);
     }
 
     #[test]

@@ -131,13 +131,16 @@ async fn speak(
     let worker = shared.clone();
     let run = tokio::task::spawn_blocking(move || {
         let (voice, phonemizer, _) = &*worker;
-        voice
+        let spoken = voice
             .synthesize(phonemizer, &speech.input, speech.speed, &cancel)
             .map(|samples| {
                 let seconds = samples.len() as f64 / f64::from(voice.sample_rate());
                 let body = arcane_piper::encode(&samples, voice.sample_rate(), speech.format);
                 (seconds, body, speech.format)
-            })
+            });
+        // The samples are gone: what they and the runs took goes back to the system.
+        arcane_piper::release_memory();
+        spoken
     })
     .await;
     watch.abort();
