@@ -22,7 +22,7 @@ const JFK: &str = "And so my fellow Americans ask not what your country can do f
 
 /// A gateway with SmolLM2 (`smol`), tiny.en (`whisper-1`) and the Joe voice (`tts-1`),
 /// their runtimes registered.
-fn speech_workspace() -> TestWorkspace {
+pub(crate) fn speech_workspace() -> TestWorkspace {
     let ws = gateway_workspace(
         r#"
 [[model]]
@@ -108,7 +108,7 @@ pub(crate) fn words(text: &str) -> String {
 }
 
 /// The row of `id` in `arcane ps`.
-fn row(ws: &TestWorkspace, id: &str) -> Value {
+pub(crate) fn row(ws: &TestWorkspace, id: &str) -> Value {
     ps(ws)
         .into_iter()
         .find(|r| r["id"] == id)
