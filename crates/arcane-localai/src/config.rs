@@ -78,6 +78,10 @@ pub struct EngineConfig {
     pub template_env: std::collections::BTreeMap<String, String>,
     /// The readiness path, when not the kind's own (the `command` kind's `health`).
     pub health: Option<String>,
+    /// A `command` server behind `${API_KEY_FILE}` that answers without the key once
+    /// ready is refused (stopped, the start failed) instead of served and reported
+    /// reachable without the token (`require_key = true`).
+    pub require_key: bool,
     /// The engine executable to start when nothing listens (none: adopt only).
     pub executable: Option<PathBuf>,
     /// Directories the executable loads shared libraries from: first on the engine's
@@ -157,6 +161,7 @@ impl EngineConfig {
             template_env: Default::default(),
             runtime_library: None,
             health: None,
+            require_key: false,
             executable: None,
             library_dirs: Vec::new(),
             inherited_loader_path: None,

@@ -254,6 +254,20 @@ pub enum Error {
         fix: String,
     },
 
+    /// A `command` server started behind a key (`${API_KEY_FILE}`) answered without it,
+    /// and its model requires the key (`require_key = true`): it is not served.
+    #[error("`{engine}` at {url} answered `GET {path}` without its key (HTTP {status}): it ignores `${{API_KEY_FILE}}`, so anyone on this machine could use it without the Core's token")]
+    KeyIgnored {
+        /// The engine id.
+        engine: String,
+        /// Where it listens.
+        url: String,
+        /// The path asked without the key.
+        path: String,
+        /// What it answered.
+        status: u16,
+    },
+
     /// The private run directory (`.arcane/run`) or a path in it is not what Arcane
     /// made: a link, another file type, or something owned by another user.
     #[error("refusing to use `{}` for the engine's socket or key: {detail}", path.display())]
@@ -345,7 +359,9 @@ impl Diagnostic for Error {
             Error::Cancelled { .. } => codes::ARCANE_CANCELLED,
             Error::Io { .. } => codes::ARCANE_IO,
             Error::Lock { source, .. } | Error::RecordsRefused { source, .. } => source.code(),
-            Error::Untrusted { .. } | Error::RunDirRefused { .. } => codes::ARCANE_POLICY_DENIED,
+            Error::Untrusted { .. } | Error::RunDirRefused { .. } | Error::KeyIgnored { .. } => {
+                codes::ARCANE_POLICY_DENIED
+            }
             Error::SocketInUse { .. } => codes::LOCAL_AI_PORT_IN_USE,
             Error::CannotStart { .. } => codes::LOCAL_AI_SERVER_FAILED,
         }
@@ -459,6 +475,12 @@ impl Diagnostic for Error {
                 executable, detail, ..
             } => json!({"executable": executable, "reason": "untrusted", "detail": detail}),
             Error::RunDirRefused { path, detail, .. } => json!({"path": path, "detail": detail}),
+            Error::KeyIgnored {
+                engine,
+                url,
+                path,
+                status,
+            } => json!({"engine": engine, "url": url, "path": path, "status": status}),
             Error::SocketInUse { socket } => json!({"socket": socket}),
             Error::CannotStart {
                 engine,
@@ -492,6 +514,10 @@ impl Diagnostic for Error {
             Error::Execution { source, .. } => source.hints(),
             Error::Lock { source, .. } | Error::RecordsRefused { source, .. } => source.hints(),
             Error::Untrusted { fix, .. } | Error::RunDirRefused { fix, .. } => vec![fix.clone()],
+            Error::KeyIgnored { .. } => vec![
+                "make the server demand the key in `${API_KEY_FILE}` (its `--api-key-file` option or the like), or listen on `${SOCKET}` instead of `${PORT}`".into(),
+                "or drop `require_key` to serve it anyway, reported as reachable without the token".into(),
+            ],
             Error::SocketInUse { .. } => vec![
                 "another Arcane may serve this workspace: `arcane status` says; stop it first".into(),
             ],

@@ -200,6 +200,10 @@ pub struct ServerSnapshot {
     /// it to the requests it forwards).
     #[serde(skip)]
     pub api_key: Option<crate::endpoint::ApiKey>,
+    /// An owned `command` server behind a key answered `GET /v1/models` without it
+    /// once ready: it ignores its key, so anyone on this machine reaches it without
+    /// the Core's token.
+    pub key_ignored: bool,
     /// The state.
     pub state: ServerState,
     /// `state == ready`.
@@ -236,6 +240,7 @@ impl ServerSnapshot {
             url: url.into(),
             socket: None,
             api_key: None,
+            key_ignored: false,
             state: ServerState::Starting,
             available: false,
             owned: false,
@@ -263,10 +268,10 @@ impl ServerSnapshot {
 
     /// Whether a local process or a web page could use the engine without the Core's
     /// token: yes for an adopted server (not Arcane's to secure) and for a TCP port
-    /// without a key (Ollama); no for an owned engine on its private socket or behind
-    /// its key.
+    /// without a key (Ollama), or one that ignores its key ([`Self::key_ignored`]); no
+    /// for an owned engine on its private socket or behind a key it honours.
     pub fn reachable_without_token(&self) -> bool {
-        !(self.owned && (self.socket.is_some() || self.api_key.is_some()))
+        self.key_ignored || !(self.owned && (self.socket.is_some() || self.api_key.is_some()))
     }
 
     /// Applies `change` through the table ([`transition`]): the new `state`, `available`,

@@ -119,7 +119,7 @@ impl Gateway {
                 .set(1);
             self.emit(
                 event_types::LOCAL_AI_MODEL_READY,
-                json!({"model": model.spec.id, "device": model.spec.device, "pid": snapshot.pid, "url": access.address.to_string()}),
+                json!({"model": model.spec.id, "device": model.spec.device, "pid": snapshot.pid, "url": access.address.to_string(), "reachableWithoutToken": model.spec.reachable_without_token || snapshot.key_ignored, "keyIgnored": snapshot.key_ignored}),
             );
             self.schedule_idle(model);
         }

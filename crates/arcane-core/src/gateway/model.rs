@@ -96,6 +96,15 @@ pub(crate) struct Inner {
     pub ready_since: Option<Instant>,
 }
 
+/// Whether the running engine ignores the key it was started behind (its supervisor
+/// found so once it was ready).
+fn key_ignored(inner: &Inner) -> bool {
+    inner
+        .handle
+        .as_ref()
+        .is_some_and(|handle| handle.snapshot().key_ignored)
+}
+
 /// One configured model.
 pub(crate) struct Model {
     pub spec: ModelSpec,
@@ -154,8 +163,16 @@ impl Model {
         self.spec.id == name || self.spec.aliases.iter().any(|a| a == name)
     }
 
+    /// Whether its engine can be used without the Core's token: by its configuration
+    /// (an external url, an open port), or because its running engine ignores the key
+    /// it was started behind (`keyIgnored`, found once it was ready).
+    fn reachable_without_token(&self, inner: &Inner) -> bool {
+        self.spec.reachable_without_token || key_ignored(inner)
+    }
+
     /// The `/v1/models` entry.
     pub(crate) fn entry(&self) -> Value {
+        let inner = self.lock();
         json!({
             "id": self.spec.id,
             "object": "model",
@@ -164,7 +181,8 @@ impl Model {
             "aliases": self.spec.aliases,
             "state": self.current().name(),
             "device": self.spec.device,
-            "reachableWithoutToken": self.spec.reachable_without_token,
+            "reachableWithoutToken": self.reachable_without_token(&inner),
+            "keyIgnored": key_ignored(&inner),
         })
     }
 
@@ -210,7 +228,8 @@ impl Model {
             "state": phase.name(),
             "device": self.spec.device,
             "external": self.spec.external,
-            "reachableWithoutToken": self.spec.reachable_without_token,
+            "reachableWithoutToken": self.reachable_without_token(&inner),
+            "keyIgnored": key_ignored(&inner),
             "pid": inner.pid,
             "residentBytes": inner.pid.and_then(arcane_process::resident_bytes),
             "memoryNeed": self.spec.memory,

@@ -187,7 +187,7 @@ pub(crate) fn host_transition(
 }
 
 /// One engine on the wire (camelCase): `{id, url, state, available, owned, managed,
-/// external, reachableWithoutToken, execution, error, models}`, plus, once the
+/// external, reachableWithoutToken, keyIgnored, execution, error, models}`, plus, once the
 /// supervisor has reported, `{engine, pid, version, restarts, stopStep, exit, socket}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -215,6 +215,10 @@ pub struct EngineStatus {
     /// on its private socket or behind its key no.
     #[serde(default)]
     pub reachable_without_token: bool,
+    /// An owned server started behind a key answered without it once ready: it ignores
+    /// its key (so it is reachable without the token).
+    #[serde(default)]
+    pub key_ignored: bool,
     /// The device resolution record (owned llama.cpp servers).
     #[serde(default)]
     pub execution: Option<Value>,
@@ -285,6 +289,10 @@ impl EngineStatus {
         match (self.reachable_without_token, socket) {
             (false, Some(_)) => "private socket: reachable only through the Core".into(),
             (false, None) => "port behind a key only the Core knows".into(),
+            (true, _) if self.key_ignored => {
+                "reachable without the token (it answered without the key it was started behind)"
+                    .into()
+            }
             (true, _) if self.external => {
                 "reachable without the token (adopted: not Arcane's to secure)".into()
             }
@@ -422,6 +430,7 @@ impl EngineView {
             managed: server.is_some_and(|s| s.managed),
             external: server.is_some_and(|s| s.external),
             reachable_without_token: server.is_none_or(ServerSnapshot::reachable_without_token),
+            key_ignored: server.is_some_and(|s| s.key_ignored),
             execution: server.and_then(|s| s.execution.clone()),
             error: self.error.clone(),
             process: server.map(|s| ProcessStatus {
@@ -461,6 +470,7 @@ mod tests {
                 "execution",
                 "external",
                 "id",
+                "keyIgnored",
                 "managed",
                 "models",
                 "owned",
@@ -484,6 +494,7 @@ mod tests {
                 "exit",
                 "external",
                 "id",
+                "keyIgnored",
                 "managed",
                 "models",
                 "owned",

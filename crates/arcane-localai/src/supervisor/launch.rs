@@ -54,6 +54,10 @@ impl Context {
             Ok(version) => version,
             Err(error) => return Err(self.fail_start(running, error).await),
         };
+        let key_ignored = match self.key_ignored().await {
+            Ok(ignored) => ignored,
+            Err(error) => return Err(self.fail_start(running, error).await),
+        };
         let pid = running.child.pid;
         let unchecked = record.clone();
         let placed = tokio::task::spawn_blocking(move || {
@@ -74,6 +78,7 @@ impl Context {
         self.publisher.publish(Change::Ready, |s| {
             s.version = version;
             s.execution = execution_json;
+            s.key_ignored = key_ignored;
         });
         let (stop, stop_rx) = watch::channel(false);
         let (done_tx, done) = watch::channel(None);
@@ -283,6 +288,35 @@ impl Context {
             move || store.remove(&id, &nonce),
         )
         .await;
+    }
+
+    /// Whether a ready `command` server behind a key (`${API_KEY_FILE}` on `${PORT}`)
+    /// ignores it: one `GET /v1/models` without the key, within the probe timeout;
+    /// a 2xx answer means anyone on this machine reaches it without the Core's token.
+    /// Such a server is refused ([`Error::KeyIgnored`]) when its model requires the
+    /// key, else reported (`keyIgnored`, reachable without the token). Engines Arcane
+    /// starts with its own key flag are not asked: their flag is known to work.
+    async fn key_ignored(&self) -> Result<bool, Error> {
+        const PATH: &str = "/v1/models";
+        let keyed_port =
+            matches!(self.owned().address, EngineAddress::Tcp(_)) && self.owned().key.is_some();
+        if !keyed_port || self.engine().kind().starts() != arcane_workspace::Starts::Command {
+            return Ok(false);
+        }
+        let answer = crate::http::get(&self.owned().address, PATH, self.config.probe_timeout).await;
+        let status = match answer {
+            Ok(answer) if (200..300).contains(&answer.status) => answer.status,
+            _ => return Ok(false),
+        };
+        if self.config.require_key {
+            return Err(Error::KeyIgnored {
+                engine: self.config.id.clone(),
+                url: self.owned().address.to_string(),
+                path: PATH.into(),
+                status,
+            });
+        }
+        Ok(true)
     }
 
     /// Waits until the owned engine answers ready; see the module doc.

@@ -17,7 +17,7 @@
 //! |---|---|---|
 //! | `${PORT}` | a free loopback port Arcane chose | `127.0.0.1:${PORT}`: reachable without the token, unless `${API_KEY_FILE}` is used too |
 //! | `${SOCKET}` | a path in the private run directory (0700) | a Unix socket: only through the Core |
-//! | `${API_KEY_FILE}` | a 0600 file holding a random key only the Core knows, sent upstream as the bearer token | behind that key |
+//! | `${API_KEY_FILE}` | a 0600 file holding a random key only the Core knows, sent upstream as the bearer token | behind that key, once the server is seen to demand it: the supervisor asks `GET /v1/models` without it when the server is ready, and one that answers 2xx is reported reachable without the token (or refused with `require_key = true`) |
 //! | `${MODEL}` | the `model` entry's file | — |
 //!
 //! A template names exactly one of `${PORT}` and `${SOCKET}` (Arcane must know where the

@@ -22,6 +22,9 @@
 //! model = "smollm2-135m"     # optional: `${MODEL}` is its file
 //! env = { OMP_NUM_THREADS = "2" }
 //! health = "/health"         # readiness path: 200 ready, 503 loading
+//! require_key = true         # behind `${API_KEY_FILE}`: a server that answers without
+//!                            # the key once ready is refused (default: served, and
+//!                            # reported reachable without the token)
 //! pin = true                 # never evicted to make room (implied by keep_alive = -1
 //!                            # and load = "on-start"; `false` takes it back)
 //! unlisted = true            # routable, but not in `/v1/models`
@@ -94,6 +97,11 @@ pub struct ModelTable {
     pub env: std::collections::BTreeMap<String, String>,
     /// The `command` kind's readiness path (default `/health`).
     pub health: Option<String>,
+    /// A `command` behind `${API_KEY_FILE}` whose server answers without the key once
+    /// ready is refused (`true`) rather than served and reported reachable without
+    /// the token (the default).
+    #[serde(default)]
+    pub require_key: bool,
     /// `true`: never evicted to make room; `false`: evictable even with
     /// `keep_alive = -1` or `load = "on-start"` (which pin it otherwise).
     pub pin: Option<bool>,
@@ -255,6 +263,7 @@ fn check_names(table: &ModelTable, earlier: &[ModelSpec]) -> Result<(), CliError
     for (field, set) in [
         ("env", !table.env.is_empty()),
         ("health", table.health.is_some()),
+        ("require_key", table.require_key),
     ] {
         if set {
             return Err(CommandError::usage(
@@ -301,6 +310,20 @@ fn check_command_table(table: &ModelTable) -> Result<(), CliError> {
                 table.id
             ),
             json!({"id": table.id}),
+        )
+        .into());
+    }
+    let template = table.command.as_deref().unwrap_or_default();
+    let keyed_port =
+        arcane_localai::command_template::needs(template.get(1..).unwrap_or_default(), &table.env)
+            .is_ok_and(|needs| needs.port && needs.key_file);
+    if table.require_key && !keyed_port {
+        return Err(CommandError::usage(
+            format!(
+                "`require_key` of model `{}` applies to a command on `${{PORT}}` behind `${{API_KEY_FILE}}`",
+                table.id
+            ),
+            json!({"id": table.id, "field": "require_key"}),
         )
         .into());
     }
@@ -576,6 +599,7 @@ fn apply_command(
     config.template = template.to_vec();
     config.template_env = table.env.clone();
     config.health = table.health.clone();
+    config.require_key = table.require_key;
     config.runtime_version = None;
     Ok(())
 }

@@ -126,6 +126,8 @@ fn human(value: &Value, engines: &[EngineStatus]) -> String {
         }
         if model["external"] == true {
             line.push_str(", external (reachable without the token)");
+        } else if model["keyIgnored"] == true {
+            line.push_str(", reachable without the token (it ignores its key)");
         } else if model["reachableWithoutToken"] == true {
             line.push_str(", reachable without the token (its port has no key)");
         }

@@ -303,3 +303,114 @@ fn client_commands_against_a_stopped_host_end_at_their_deadline_naming_it() {
     );
     crate::core::terminate(host);
 }
+
+/// Three `command` models behind `${API_KEY_FILE}`: `honours` gives the key to the
+/// real llama-server; `ignores` and `strict` only put its path in the environment, so
+/// the same server runs without a key (a server that ignores the key it is given,
+/// speaking the real protocol); `strict` requires the key.
+const KEYED: &str = r#"
+[[model]]
+id = "honours"
+command = ["{server}", "--host", "127.0.0.1", "--port", "${PORT}", "--api-key-file", "${API_KEY_FILE}", "-m", "{model}", "-c", "512"]
+
+[[model]]
+id = "ignores"
+command = ["{server}", "--host", "127.0.0.1", "--port", "${PORT}", "-m", "{model}", "-c", "512"]
+env = { UNUSED_KEY_FILE = "${API_KEY_FILE}" }
+
+[[model]]
+id = "strict"
+command = ["{server}", "--host", "127.0.0.1", "--port", "${PORT}", "-m", "{model}", "-c", "512"]
+env = { UNUSED_KEY_FILE = "${API_KEY_FILE}" }
+require_key = true
+"#;
+
+/// `GET http://127.0.0.1:PORT/v1/models` as the other user, no key: its status.
+fn other_user_gets_models(url: &str) -> String {
+    let script = "import sys, urllib.request, urllib.error\ntry:\n    print(urllib.request.urlopen(sys.argv[1] + '/v1/models', timeout=10).status)\nexcept urllib.error.HTTPError as e:\n    print(e.code)\n";
+    let out = run(as_other("/usr/bin/python3").args(["-c", script, url]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out).trim().to_string()
+}
+
+/// Item 10: a `command` server that ignores `${API_KEY_FILE}` (another local user
+/// reaches it with 200) is reported reachable without the token in `arcane ps`,
+/// `/v1/models`, `arcane status` and its ready event, not "behind a key"; with
+/// `require_key = true` it is refused and stopped; one that honours its key is still
+/// behind it.
+#[test]
+fn a_command_server_that_ignores_its_key_is_reported_reachable_or_refused() {
+    let ws = crate::command_kind::command_workspace(KEYED);
+    let mut serve = crate::gateway::start(&ws);
+    for id in ["honours", "ignores"] {
+        let out = run(ws.arcane().args(["--output", "json", "load", id]));
+        assert!(out.status.success(), "{id}: {}", stderr(&out));
+    }
+    let rows = crate::gateway::ps(&ws);
+    let honours = crate::gateway::row(&rows, "honours");
+    let ignores = crate::gateway::row(&rows, "ignores");
+    let url_of = |row: &Value| row["url"].as_str().expect("a ready url").to_string();
+
+    // What another user sees: one port refuses them, the other serves them.
+    assert_eq!(other_user_gets_models(&url_of(honours)), "401");
+    assert_eq!(other_user_gets_models(&url_of(ignores)), "200");
+
+    assert_eq!(honours["reachableWithoutToken"], false, "{honours}");
+    assert_eq!(honours["keyIgnored"], false, "{honours}");
+    assert_eq!(ignores["reachableWithoutToken"], true, "{ignores}");
+    assert_eq!(ignores["keyIgnored"], true, "{ignores}");
+
+    let (port, token) = host_endpoint(&ws);
+    let (code, body) = crate::front_door::call(port, &token, "GET", "/v1/models", None);
+    assert_eq!(code, 200, "{body}");
+    let models: Value = serde_json::from_str(&body).expect("a JSON model list");
+    let listed = |id: &str| {
+        models["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("no `{id}` in {models}"))
+    };
+    assert_eq!(listed("ignores")["reachableWithoutToken"], true, "{models}");
+    assert_eq!(
+        listed("honours")["reachableWithoutToken"],
+        false,
+        "{models}"
+    );
+
+    let status = run(ws.arcane().arg("status"));
+    assert!(status.status.success(), "{}", stderr(&status));
+    let text = stdout(&status);
+    let line = text
+        .lines()
+        .find(|l| {
+            l.trim_start().starts_with("model") && l.contains(" ignores ") && l.contains("pid")
+        })
+        .unwrap_or_else(|| panic!("no `ignores` line in {text}"));
+    assert!(line.contains("reachable without the token"), "{text}");
+
+    let ready = serve.wait_line("`ignores` ready", START, |line| {
+        line["type"] == "local-ai.model.ready" && line["data"]["model"] == "ignores"
+    });
+    assert_eq!(ready["data"]["keyIgnored"], true, "{ready}");
+
+    // Required: refused with the policy code, and its engine is gone.
+    let out = run(ws.arcane().args(["--output", "json", "load", "strict"]));
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let error = crate::support::json(&out)["error"].clone();
+    assert_eq!(error["code"], "ARCANE_POLICY_DENIED", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("without its key"),
+        "{error}"
+    );
+    let rows = crate::gateway::ps(&ws);
+    let strict = crate::gateway::row(&rows, "strict");
+    assert_eq!(strict["pid"], Value::Null, "{strict}");
+    assert_ne!(strict["state"], "ready", "{strict}");
+    serve.terminate();
+}
