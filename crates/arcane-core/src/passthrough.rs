@@ -331,7 +331,9 @@ where
             crate::request_model::MAX_BUFFERED,
         )
         .await
-        .map_err(|refused| Box::new(crate::http::error_response(refused.status, &refused.error)))?;
+        // In the shape the API's clients read (`type`, `param`), as the engine's own
+        // refusals would be.
+        .map_err(|refused| Box::new(api_error_response(refused.status, &refused.error)))?;
         (
             Request::from_parts(parts, found.body),
             (found.route, found.json),
