@@ -115,7 +115,11 @@ impl Gateway {
         json!({"added": added, "removed": removed, "changed": changed, "unchanged": unchanged, "groups": group_ids})
     }
 
-    /// Unloads a model no longer routed to once its requests are done.
+    /// Unloads a model no longer routed to once its requests are done. It stays in
+    /// `retiring` (counted by placement, the namesake rule and shutdown) until it no
+    /// longer holds an engine: an unload refused because a request took the model in
+    /// the meantime (a waiter of its load, leased between the idle check and the
+    /// unload) is tried again once that request ends, never given up on.
     pub(super) fn retire(&self, model: Arc<Model>) {
         if !model.current().occupies() {
             return;
@@ -133,9 +137,10 @@ impl Gateway {
                 let phase = model.current();
                 let idle = model.lock().in_flight == 0;
                 match phase {
+                    // Not done until the phase says so: the unload may have found a
+                    // request in flight after all (see above).
                     Phase::Ready(_) if idle => {
                         gateway.unload(&model, Reason::Requested, None).await;
-                        break;
                     }
                     phase if !phase.occupies() => break,
                     _ => {

@@ -93,7 +93,7 @@ pub(crate) fn row<'a>(rows: &'a [Value], id: &str) -> &'a Value {
 }
 
 /// The llama-server processes under `serve`.
-fn engines_of(serve: &Serve) -> Vec<u32> {
+pub(crate) fn engines_of(serve: &Serve) -> Vec<u32> {
     process_tree(serve.pid())
         .into_iter()
         .skip(1)

@@ -414,3 +414,122 @@ fn a_command_server_that_ignores_its_key_is_reported_reachable_or_refused() {
     assert_ne!(strict["state"], "ready", "{strict}");
     serve.terminate();
 }
+
+/// The storm's two valid configurations: the same ids, other arguments (so a reload
+/// replaces both models), and one model only the first has (added, then removed).
+const STORM_A: &str = r#"
+[[model]]
+id = "m"
+model = "smollm2-135m"
+args = ["-c", "512"]
+
+[[model]]
+id = "n"
+model = "smollm2-135m"
+args = ["-c", "512"]
+"#;
+const STORM_B: &str = r#"
+[[model]]
+id = "m"
+model = "smollm2-135m"
+args = ["-c", "640"]
+"#;
+
+/// Item 12b: twenty `arcane reload`s while chat requests run and `arcane.toml` flips
+/// between two configurations and an invalid one leave no engine the host does not
+/// report: once the requests are done every llama-server under the host is the pid of
+/// a model `arcane ps` lists, and none remains after the host stops.
+#[test]
+fn a_reload_storm_under_requests_leaves_no_engine_untracked() {
+    let ws = crate::gateway::gateway_workspace(STORM_A);
+    let mut serve = crate::gateway::start(&ws);
+    let (port, token) = host_endpoint(&ws);
+    let running = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let clients: Vec<_> = (0..3)
+        .map(|client| {
+            let (running, token) = (std::sync::Arc::clone(&running), token.clone());
+            std::thread::spawn(move || {
+                let mut answered = 0;
+                while running.load(std::sync::atomic::Ordering::SeqCst) {
+                    let model = if client == 2 { "n" } else { "m" };
+                    let body = serde_json::json!({"model": model, "messages": [{"role": "user", "content": "Count to five."}], "max_tokens": 16});
+                    let (status, _) = crate::front_door::call(
+                        port,
+                        &token,
+                        "POST",
+                        "/v1/chat/completions",
+                        Some(body),
+                    );
+                    answered += usize::from(status == 200);
+                }
+                answered
+            })
+        })
+        .collect();
+    // The first answers: requests are running when the storm starts.
+    crate::support::wait_until(START, "a loaded model", || {
+        crate::gateway::ps(&ws)
+            .iter()
+            .any(|row| row["state"] == "ready")
+    });
+    let configurations = [STORM_B, "[[model]]\nid = 7\n", STORM_A, "not toml ["];
+    for round in 0..20 {
+        let text = configurations[round % configurations.len()]
+            .replace("{model}", &crate::support::smollm2().display().to_string());
+        std::fs::write(ws.path().join("arcane.toml"), text).unwrap();
+        let out = run(ws.arcane().args(["--output", "json", "reload"]));
+        let valid = round % 2 == 0;
+        assert_eq!(
+            out.status.success(),
+            valid,
+            "round {round}: {}",
+            stderr(&out)
+        );
+        // Some loads under each configuration.
+        let (status, _) = crate::front_door::call(
+            port,
+            &token,
+            "POST",
+            "/v1/chat/completions",
+            Some(
+                serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}),
+            ),
+        );
+        assert!(status == 200 || status == 503, "round {round}: {status}");
+    }
+    running.store(false, std::sync::atomic::Ordering::SeqCst);
+    let answered: usize = clients.into_iter().map(|c| c.join().unwrap()).sum();
+    assert!(answered > 0, "requests ran during the storm");
+
+    // Every engine under the host is one a listed model reports (a replaced model's
+    // engine goes once its requests are done: waited for, bounded).
+    let untracked = || {
+        let reported: Vec<u64> = crate::gateway::ps(&ws)
+            .iter()
+            .filter_map(|row| row["pid"].as_u64())
+            .collect();
+        crate::gateway::engines_of(&serve)
+            .into_iter()
+            .filter(|pid| !reported.contains(&u64::from(*pid)))
+            .collect::<Vec<u32>>()
+    };
+    let within = Duration::from_secs(90);
+    let deadline = std::time::Instant::now() + within;
+    while !untracked().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        untracked(),
+        Vec::<u32>::new(),
+        "engines no model reports, {within:?} after the storm; ps: {:#?}",
+        crate::gateway::ps(&ws)
+    );
+    let engines = crate::gateway::engines_of(&serve);
+    serve.terminate();
+    for pid in engines {
+        assert!(
+            crate::serve::wait_gone(pid, Duration::from_secs(30)),
+            "engine {pid} outlived the host"
+        );
+    }
+}
