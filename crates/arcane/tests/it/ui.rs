@@ -150,7 +150,9 @@ fn the_dashboard_logs_in_once_by_its_link_and_drives_the_real_model() {
     // Issue 28, item 9: the browser sends the session cookie to no server on another
     // port, whether it is reached as `127.0.0.1` or `localhost`, on `/ui` paths too.
     let other = &steps["other-port"];
-    let received = other["cookies"].as_array().expect("the requests it received");
+    let received = other["cookies"]
+        .as_array()
+        .expect("the requests it received");
     assert!(received.len() >= 2, "{other}");
     for cookie in received {
         assert!(

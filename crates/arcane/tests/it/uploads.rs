@@ -339,7 +339,10 @@ fn piper_speaks_long_unpunctuated_text_in_bounded_memory_and_gives_it_back() {
     ] {
         let error = refused(speak(port, &token, bad), None);
         assert_eq!(error["code"], "ARCANE_USAGE", "{error}");
-        assert_eq!(error["type"], "invalid_request_error", "OpenAI's shape: {error}");
+        assert_eq!(
+            error["type"], "invalid_request_error",
+            "OpenAI's shape: {error}"
+        );
         assert!(message(&error).contains("not valid JSON"), "{error}");
         assert!(message(&error).contains("line 1"), "{error}");
     }
