@@ -171,11 +171,13 @@ pub fn block_on_client<T>(
         .map_err(|error| host_timeout(context, what, error))
 }
 
-/// A `CORE_TIMEOUT` of the host itself (not of an engine it forwards to), said for the
-/// command: which host (pid, URL), which deadline, whether the process is stopped,
-/// and what to do. Any other error is returned as it is.
+/// A `CORE_TIMEOUT` of a call to the host, said for the command: the call's own
+/// message and details (which URL, which deadline, which phase) with the host's pid,
+/// whether its process is stopped, and what to do. The host may be waiting on an
+/// engine itself, so it is not blamed unless its process is stopped. Any other error
+/// is returned as it is.
 fn host_timeout(context: &Context, what: &str, error: CliError) -> CliError {
-    let details = error.0.details();
+    let mut details = error.0.details();
     if error.0.code() != codes::CORE_TIMEOUT || details["peer"] != "host" {
         return error;
     }
@@ -185,28 +187,22 @@ fn host_timeout(context: &Context, what: &str, error: CliError) -> CliError {
     else {
         return error;
     };
-    let deadline = details["deadlineSeconds"].as_f64().unwrap_or_default();
     let stopped = process_state(record.pid) == Some('T');
-    let state = if stopped { ", stopped (SIGSTOP)," } else { "" };
-    let verb = match details["phase"].as_str() {
-        Some("stall") => "stopped sending its answer to",
-        _ => "did not answer",
+    let state = if stopped {
+        ", which is stopped (SIGSTOP)"
+    } else {
+        ""
     };
+    details["pid"] = json!(record.pid);
+    details["port"] = json!(record.port);
+    details["stopped"] = json!(stopped);
     let mut refusal = CommandError::new(
         codes::CORE_TIMEOUT,
         format!(
-            "the Core host (pid {}{state} at {}) {verb} {what} within {deadline} s",
-            record.pid, record.url
+            "{what}: {} (the Core host is pid {}{state})",
+            error.0, record.pid
         ),
-        json!({
-            "pid": record.pid,
-            "url": record.url,
-            "port": record.port,
-            "peer": "host",
-            "phase": details["phase"],
-            "deadlineSeconds": deadline,
-            "stopped": stopped,
-        }),
+        details,
     );
     if stopped {
         refusal = refusal.hint(format!(
@@ -214,9 +210,12 @@ fn host_timeout(context: &Context, what: &str, error: CliError) -> CliError {
             record.pid
         ));
     }
+    for hint in error.0.hints() {
+        refusal = refusal.hint(hint);
+    }
     refusal
         .hint(format!(
-            "check the host's process (`ps -o pid,stat,cmd -p {}`); a busy host may need a longer `--timeout SECONDS`",
+            "check the host's process (`ps -o pid,stat,cmd -p {}`); a busy host or a slow model may need a longer `--timeout SECONDS`",
             record.pid
         ))
         .into()

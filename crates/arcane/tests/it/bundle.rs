@@ -587,13 +587,15 @@ fn an_app_entry_runs_a_listed_program_with_the_running_core_endpoint_and_escapes
         assert_eq!(support::json(&output)["error"]["code"], code, "{entry}");
     }
 
-    // A Core host is running for this state root: it holds the owner lease and its
-    // endpoint file names a live process (this test stands in for the host, which this
+    // A Core host is running for this state root: it holds the owner lease, listens,
+    // and its endpoint file names it (this test stands in for the host, which this
     // test does not exercise).
     std::fs::create_dir_all(state_root.join(".arcane")).unwrap();
     let _host = arcane_lock::OwnerLease::acquire(&state_root, "core").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
     let endpoint = state_root.join(".arcane/core.json");
-    let record = serde_json::json!({"protocol": "arcane/1", "url": "http://127.0.0.1:9", "host": "127.0.0.1", "port": 9, "pid": std::process::id(), "token": "t0ken", "startedAt": "2026-11-29T00:00:00.000Z"});
+    let record = serde_json::json!({"protocol": "arcane/1", "url": format!("http://127.0.0.1:{port}"), "host": "127.0.0.1", "port": port, "pid": std::process::id(), "token": "t0ken", "startedAt": "2026-11-29T00:00:00.000Z"});
     std::fs::write(&endpoint, serde_json::to_vec(&record).unwrap()).unwrap();
     let output = support::run(
         real.launch()
