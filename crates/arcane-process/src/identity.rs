@@ -18,6 +18,12 @@ pub fn start_time(pid: u32) -> Option<u64> {
     (!stat.is_zombie() || crate::procfs::threads_left(pid)).then_some(stat.start_time)
 }
 
+/// Whether `pid` is stopped (`SIGSTOP`, `SIGTSTP`, a tracer): it answers nothing until
+/// resumed. `false` when there is no such process or `/proc` cannot be read.
+pub fn is_stopped(pid: u32) -> bool {
+    crate::procfs::Stat::of(pid).is_some_and(|stat| stat.is_stopped())
+}
+
 /// The resident memory of `pid` in bytes (`VmRSS` of `/proc/<pid>/status`), or `None`
 /// when it cannot be read.
 pub fn resident_bytes(pid: u32) -> Option<u64> {

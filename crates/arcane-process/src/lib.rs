@@ -44,7 +44,7 @@ mod sockets;
 mod spawn;
 
 pub use identity::{
-    exe, resident_bytes, start_time, started_at, wait_for_an_end, Identity, Liveness,
+    exe, is_stopped, resident_bytes, start_time, started_at, wait_for_an_end, Identity, Liveness,
 };
 pub use loader::{loader_path, LOADER_PATH_VARIABLE};
 pub use procfs::{carriers, group_activity, GroupActivity};

@@ -187,7 +187,7 @@ fn host_timeout(context: &Context, what: &str, error: CliError) -> CliError {
     else {
         return error;
     };
-    let stopped = process_state(record.pid) == Some('T');
+    let stopped = arcane_process::is_stopped(record.pid);
     let state = if stopped {
         ", which is stopped (SIGSTOP)"
     } else {
@@ -219,12 +219,6 @@ fn host_timeout(context: &Context, what: &str, error: CliError) -> CliError {
             record.pid
         ))
         .into()
-}
-
-/// The state letter of `pid` in `/proc/<pid>/stat` (`T` stopped, `R`, `S`…).
-fn process_state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
 }
 
 /// Per-engine choices that override what the registry implies.
