@@ -234,7 +234,16 @@ pub struct Gateway {
     /// Fired when the host disposes of the gateway: loads in progress are cancelled
     /// (the supervisor stops what it started).
     shutdown: arcane_report::CancelToken,
+    /// Tests only: runs between a retiring model's idle check and its unload, the
+    /// moment a request on another thread of the host's runtime may take the model
+    /// ([`Gateway::retire`]); the tests force that race here.
+    #[cfg(test)]
+    retire_race: RetireRace,
 }
+
+/// What a test runs at the retire task's race point (see `Gateway::retire_race`).
+#[cfg(test)]
+type RetireRace = Mutex<Option<Box<dyn Fn(&Arc<Model>) + Send + Sync>>>;
 
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -276,6 +285,8 @@ impl Gateway {
             metrics,
             me: me.clone(),
             shutdown: arcane_report::CancelToken::new(),
+            #[cfg(test)]
+            retire_race: Mutex::new(None),
         })
     }
 

@@ -140,6 +140,15 @@ impl Gateway {
                     // Not done until the phase says so: the unload may have found a
                     // request in flight after all (see above).
                     Phase::Ready(_) if idle => {
+                        #[cfg(test)]
+                        if let Some(race) = gateway
+                            .retire_race
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .as_ref()
+                        {
+                            race(&model);
+                        }
                         gateway.unload(&model, Reason::Requested, None).await;
                     }
                     phase if !phase.occupies() => break,

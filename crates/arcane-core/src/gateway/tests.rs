@@ -831,6 +831,59 @@ async fn a_changed_model_waits_for_its_previous_engine_to_be_idle_and_stopped() 
     assert_eq!(rig.log.entries(), log(&["launch m", "stop m", "launch m2"]));
 }
 
+/// Issue 28, item 12b: a request that takes a replaced model between the retire task's
+/// idle check and its unload (a waiter of its load, on another thread of the host's
+/// runtime; here the race is forced at that very point) makes the unload refuse. The
+/// model stays tracked (retiring: listed for placement and shutdown) until that
+/// request ends, and then its engine is stopped: never an engine nothing tracks.
+#[tokio::test(start_paused = true)]
+async fn a_request_that_takes_a_retiring_model_before_its_unload_keeps_it_tracked() {
+    let rig = Rig::new(vec![model("m")], DeviceLimit::default());
+    drop(rig.route("m").await);
+    let raced: Arc<Mutex<Option<Arc<Model>>>> = Arc::default();
+    let seen = Arc::clone(&raced);
+    *rig.gateway.retire_race.lock().unwrap() = Some(Box::new(move |model| {
+        model.lock().in_flight += 1;
+        seen.lock()
+            .unwrap()
+            .get_or_insert_with(|| Arc::clone(model));
+    }));
+    rig.reload_replacing("m", "m2", DeviceLimit::default());
+    rig.gateway.reload().await.expect("reloaded");
+    settle().await;
+    let old = raced
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the retire task went to unload the replaced model");
+    assert_eq!(
+        rig.log.entries(),
+        log(&["launch m"]),
+        "stopped while in use"
+    );
+    let tracked = |gateway: &Gateway| {
+        gateway
+            .retiring
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|m| Arc::ptr_eq(m, &old))
+    };
+    assert!(
+        tracked(&rig.gateway),
+        "a replaced model with an engine is tracked"
+    );
+
+    // The request ends: the retire task stops the engine, then lets the model go.
+    *rig.gateway.retire_race.lock().unwrap() = None;
+    old.lock().in_flight -= 1;
+    rig.gateway.changed.notify_waiters();
+    rig.log.wait_for("stop m", 1).await;
+    settle().await;
+    assert!(!tracked(&rig.gateway), "retired once its engine is down");
+    assert_eq!(rig.log.entries(), log(&["launch m", "stop m"]));
+}
+
 fn pinned_by(
     id: &'static str,
     keep_alive: KeepAlive,
