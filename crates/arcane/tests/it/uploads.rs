@@ -34,6 +34,19 @@ struct Memory {
     resident: u64,
 }
 
+/// The worker's peak stayed within what it loaded (`loaded` bytes of `what`) and
+/// [`WORKING_MEMORY`].
+fn assert_peak_within(after: Memory, loaded: u64, what: &str) {
+    assert!(
+        after.peak <= loaded + WORKING_MEMORY,
+        "peak {} MiB over {what}'s {} MiB + {} MiB",
+        after.peak >> 20,
+        loaded >> 20,
+        WORKING_MEMORY >> 20
+    );
+}
+
+/// What `/proc/<pid>/status` says of the worker's memory now (`VmHWM`, `VmRSS`).
 fn memory(pid: u32) -> Memory {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_else(|e| panic!("the worker {pid} is gone: {e}"));
@@ -270,13 +283,7 @@ fn the_whisper_worker_refuses_hostile_uploads_with_400s_within_a_memory_bound() 
         after.peak >> 20,
         after.resident >> 20
     );
-    assert!(
-        after.peak <= model + WORKING_MEMORY,
-        "peak {} MiB over the model's {} MiB + {} MiB",
-        after.peak >> 20,
-        model >> 20,
-        WORKING_MEMORY >> 20
-    );
+    assert_peak_within(after, model, "the model");
     serve.terminate();
 }
 
@@ -358,13 +365,7 @@ fn piper_speaks_long_unpunctuated_text_in_bounded_memory_and_gives_it_back() {
         spoken.resident >> 20,
         after.resident >> 20
     );
-    assert!(
-        after.peak <= voice + WORKING_MEMORY,
-        "peak {} MiB over the voice's {} MiB + {} MiB",
-        after.peak >> 20,
-        voice >> 20,
-        WORKING_MEMORY >> 20
-    );
+    assert_peak_within(after, voice, "the voice");
     // What the long text took is given back, not kept until the voice is unloaded.
     assert!(
         after.resident <= warm.resident + (128 << 20),
