@@ -124,35 +124,48 @@ fn problem(uid: u32, mode: u32) -> Option<Problem> {
 
 /// Checks an object already open (a file or directory reached by descriptor, walking
 /// down from a trusted directory, so no path can be swapped under the answer), named
-/// `path` in a refusal: its owner and mode as [`check_owner_and_mode`] (a directory
-/// others may write to is acceptable with the sticky bit, as in [`check_path`]), and a
-/// regular file must have a single link: a hard link could be a file from outside
-/// (another user's, or one they may change) that merely appears inside.
+/// `path` in a refusal: a directory as the directories above a path in [`check_path`]
+/// (others may write to it only with the sticky bit), anything else as
+/// [`check_owner_and_mode`], and a regular file must have a single link: a hard link
+/// could be a file from outside (another user's, or one they may change) that merely
+/// appears inside. Its metadata when it passes, for the caller to go on with;
 /// `Err` is a failure to `fstat` it.
 pub fn check_opened(
     path: &Path,
     fd: std::os::fd::BorrowedFd<'_>,
-) -> std::io::Result<Result<(), Untrusted>> {
+) -> std::io::Result<Result<std::fs::Metadata, Untrusted>> {
     // A duplicate of the descriptor: `fstat` of the same open object.
     let meta = std::fs::File::from(fd.try_clone_to_owned()?).metadata()?;
-    let (uid, mode) = (meta.uid(), meta.mode());
-    let untrusted = |problem| Untrusted {
-        path: path.to_path_buf(),
-        owner: uid,
-        mode: mode & 0o7777,
-        problem,
+    let checked = if meta.is_dir() {
+        check_directory(path, &meta)
+    } else {
+        check_owner_and_mode(path, &meta)
     };
-    match problem(uid, mode) {
-        None => {}
-        Some(Problem::GroupWritable | Problem::WorldWritable)
-            if meta.is_dir() && mode & 0o1000 != 0 => {}
-        Some(problem) => return Ok(Err(untrusted(problem))),
+    if let Err(untrusted) = checked {
+        return Ok(Err(untrusted));
     }
     let links = meta.nlink();
     if meta.is_file() && links > 1 {
-        return Ok(Err(untrusted(Problem::HardLinked { links })));
+        return Ok(Err(Untrusted {
+            path: path.to_path_buf(),
+            owner: meta.uid(),
+            mode: meta.mode() & 0o7777,
+            problem: Problem::HardLinked { links },
+        }));
     }
-    Ok(Ok(()))
+    Ok(Ok(meta))
+}
+
+/// [`check_owner_and_mode`] for a directory that holds what is trusted: others may add
+/// entries to a sticky one (`/tmp`), but not replace ours.
+fn check_directory(path: &Path, meta: &std::fs::Metadata) -> Result<(), Untrusted> {
+    match check_owner_and_mode(path, meta) {
+        Err(Untrusted {
+            problem: Problem::GroupWritable | Problem::WorldWritable,
+            ..
+        }) if meta.mode() & 0o1000 != 0 => Ok(()),
+        other => other,
+    }
 }
 
 /// Checks a program before it runs (or a directory it loads libraries from): see
@@ -173,16 +186,8 @@ pub fn check_path(path: &Path) -> std::io::Result<Result<(), Untrusted>> {
         return Ok(Err(untrusted));
     }
     for dir in real.ancestors().skip(1) {
-        let meta = std::fs::metadata(dir)?;
-        let sticky = meta.mode() & 0o1000 != 0;
-        match check_owner_and_mode(dir, &meta) {
-            Ok(()) => {}
-            // Others may add entries to a sticky directory, but not replace ours.
-            Err(Untrusted {
-                problem: Problem::GroupWritable | Problem::WorldWritable,
-                ..
-            }) if sticky => {}
-            Err(untrusted) => return Ok(Err(untrusted)),
+        if let Err(untrusted) = check_directory(dir, &std::fs::metadata(dir)?) {
+            return Ok(Err(untrusted));
         }
     }
     Ok(Ok(()))
@@ -349,7 +354,7 @@ mod tests {
         std::fs::write(&file, b"1").unwrap();
         chmod(&file, 0o644);
         let opened = std::fs::File::open(&file).unwrap();
-        assert_eq!(check_opened(&file, opened.as_fd()).unwrap(), Ok(()));
+        assert!(check_opened(&file, opened.as_fd()).unwrap().is_ok());
         std::fs::hard_link(&file, dir.path().join("elsewhere")).unwrap();
         let error = check_opened(&file, opened.as_fd()).unwrap().unwrap_err();
         assert_eq!(error.problem, Problem::HardLinked { links: 2 });
@@ -368,7 +373,7 @@ mod tests {
         std::fs::create_dir(&sub).unwrap();
         chmod(&sub, 0o1777);
         let opened = std::fs::File::open(&sub).unwrap();
-        assert_eq!(check_opened(&sub, opened.as_fd()).unwrap(), Ok(()));
+        assert!(check_opened(&sub, opened.as_fd()).unwrap().is_ok());
         chmod(&sub, 0o777);
         let error = check_opened(&sub, opened.as_fd()).unwrap().unwrap_err();
         assert_eq!(error.problem, Problem::WorldWritable);

@@ -162,7 +162,7 @@ impl WebRoot {
             other => other,
         };
         match found {
-            Ok(Some((file, name))) => serve_file(file, &name, method, headers),
+            Ok(Some((file, meta, name))) => serve_file(file, &meta, &name, method, headers),
             Ok(None) => plain(StatusCode::NOT_FOUND, "not found\n"),
             Err(untrusted) => {
                 crate::http::error_response(StatusCode::FORBIDDEN, &WebError::Refused(untrusted))
@@ -171,15 +171,12 @@ impl WebRoot {
     }
 
     /// Walks `parts` from the root with `O_NOFOLLOW`; a directory's `index.html`; only
-    /// a regular file. The open file and its name; `Ok(None)` when there is none;
-    /// `Err` for the first directory or file on the way that fails the trust rule
-    /// (see the module documentation), named by its path inside the web directory.
-    fn find(
-        &self,
-        parts: &[String],
-    ) -> Result<Option<(OwnedFd, String)>, arcane_files::trust::Untrusted> {
+    /// a regular file. The open file, its metadata and its name; `Ok(None)` when there
+    /// is none; `Err` for the first directory or file on the way that fails the trust
+    /// rule (see the module documentation), named by its path inside the web directory.
+    fn find(&self, parts: &[String]) -> Result<Option<Found>, arcane_files::trust::Untrusted> {
         let mut inside = PathBuf::new();
-        if !trusted(&self.dir, Path::new("."))? {
+        if trusted(&self.dir, Path::new("."))?.is_none() {
             return Ok(None);
         }
         let mut current: Option<OwnedFd> = None;
@@ -189,41 +186,41 @@ impl WebRoot {
                 return Ok(None);
             };
             inside.push(part);
-            let last = index + 1 == parts.len();
-            let Some(kind) = kind_of(&next) else {
+            let Some(meta) = trusted(&next, &inside)? else {
                 return Ok(None);
             };
-            match (kind, last) {
-                (libc::S_IFDIR, _) if trusted(&next, &inside)? => current = Some(next),
-                (libc::S_IFREG, true) if trusted(&next, &inside)? => {
-                    return Ok(Some((next, part.clone())));
-                }
-                _ => return Ok(None),
+            let last = index + 1 == parts.len();
+            match (meta.is_dir(), meta.is_file() && last) {
+                (true, _) => current = Some(next),
+                (false, true) => return Ok(Some((next, meta, part.clone()))),
+                (false, false) => return Ok(None),
             }
         }
         let dir = current.as_ref().map_or(self.dir.as_fd(), |fd| fd.as_fd());
         let Some(index) = open_beneath(dir, "index.html") else {
             return Ok(None);
         };
-        if kind_of(&index) != Some(libc::S_IFREG) {
-            return Ok(None);
-        }
         inside.push("index.html");
-        Ok(trusted(&index, &inside)?.then(|| (index, "index.html".to_string())))
+        Ok(trusted(&index, &inside)?
+            .filter(std::fs::Metadata::is_file)
+            .map(|meta| (index, meta, "index.html".to_string())))
     }
 }
 
-/// The file type bits of an open descriptor.
-fn kind_of(fd: &OwnedFd) -> Option<u32> {
-    Some(rustix::fs::fstat(fd).ok()?.st_mode & libc::S_IFMT)
-}
+/// A file found to serve: its descriptor, its metadata (one `fstat`, taken by the
+/// trust check) and its name.
+type Found = (OwnedFd, std::fs::Metadata, String);
 
-/// The trust rule for one open directory or file, `inside` the web directory:
-/// whether it could be checked (one that cannot be is not served either).
-fn trusted(fd: &OwnedFd, inside: &Path) -> Result<bool, arcane_files::trust::Untrusted> {
+/// The trust rule for one open directory or file, `inside` the web directory: its
+/// metadata when it passes; `None` when it could not be checked (then it is not served
+/// either).
+fn trusted(
+    fd: &OwnedFd,
+    inside: &Path,
+) -> Result<Option<std::fs::Metadata>, arcane_files::trust::Untrusted> {
     match arcane_files::trust::check_opened(inside, fd.as_fd()) {
-        Ok(verdict) => verdict.map(|()| true),
-        Err(_) => Ok(false),
+        Ok(verdict) => verdict.map(Some),
+        Err(_) => Ok(None),
     }
 }
 
@@ -265,14 +262,13 @@ fn plain(status: StatusCode, text: &'static str) -> Response<HttpBody> {
 /// The answer for an open regular file.
 fn serve_file(
     file: OwnedFd,
+    meta: &std::fs::Metadata,
     name: &str,
     method: &Method,
     headers: &HeaderMap,
 ) -> Response<HttpBody> {
-    let Ok(stat) = rustix::fs::fstat(&file) else {
-        return plain(StatusCode::NOT_FOUND, "not found\n");
-    };
-    let size = u64::try_from(stat.st_size).unwrap_or(0);
+    use std::os::unix::fs::MetadataExt;
+    let size = meta.len();
     if size > MAX_FILE {
         return plain(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -281,7 +277,10 @@ fn serve_file(
     }
     let etag = format!(
         "\"{:x}-{:x}-{:x}.{:x}\"",
-        stat.st_ino, size, stat.st_mtime, stat.st_mtime_nsec
+        meta.ino(),
+        size,
+        meta.mtime(),
+        meta.mtime_nsec()
     );
     let matches = headers
         .get(hyper::header::IF_NONE_MATCH)
