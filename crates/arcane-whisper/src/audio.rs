@@ -565,48 +565,37 @@ impl Resampling {
 mod tests {
     use super::*;
 
-    /// A WAV file of 16-bit samples (interleaved `frames` of `channels`).
-    fn wav(rate: u32, channels: u16, samples: &[i16]) -> Vec<u8> {
-        let data_len = (samples.len() * 2) as u32;
+    /// A WAV file: a header for `channels` of `bits`-bit samples (`tag` 1: integer,
+    /// 3: float) at `rate`, then `data`.
+    fn wav_of(tag: u16, rate: u32, channels: u16, bits: u16, data: &[u8]) -> Vec<u8> {
+        let block = channels * bits / 8;
         let mut out = Vec::new();
         out.extend_from_slice(b"RIFF");
-        out.extend_from_slice(&(36 + data_len).to_le_bytes());
+        out.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
         out.extend_from_slice(b"WAVEfmt ");
         out.extend_from_slice(&16u32.to_le_bytes());
-        out.extend_from_slice(&1u16.to_le_bytes());
+        out.extend_from_slice(&tag.to_le_bytes());
         out.extend_from_slice(&channels.to_le_bytes());
         out.extend_from_slice(&rate.to_le_bytes());
-        out.extend_from_slice(&rate.wrapping_mul(u32::from(channels) * 2).to_le_bytes());
-        out.extend_from_slice(&(channels * 2).to_le_bytes());
-        out.extend_from_slice(&16u16.to_le_bytes());
+        out.extend_from_slice(&rate.wrapping_mul(u32::from(block)).to_le_bytes());
+        out.extend_from_slice(&block.to_le_bytes());
+        out.extend_from_slice(&bits.to_le_bytes());
         out.extend_from_slice(b"data");
-        out.extend_from_slice(&data_len.to_le_bytes());
-        for s in samples {
-            out.extend_from_slice(&s.to_le_bytes());
-        }
+        out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        out.extend_from_slice(data);
         out
+    }
+
+    /// A WAV file of 16-bit samples (interleaved `frames` of `channels`).
+    fn wav(rate: u32, channels: u16, samples: &[i16]) -> Vec<u8> {
+        let data: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
+        wav_of(1, rate, channels, 16, &data)
     }
 
     /// A WAV file of 32-bit float samples.
     fn float_wav(rate: u32, channels: u16, samples: &[f32]) -> Vec<u8> {
-        let data_len = (samples.len() * 4) as u32;
-        let mut out = Vec::new();
-        out.extend_from_slice(b"RIFF");
-        out.extend_from_slice(&(36 + data_len).to_le_bytes());
-        out.extend_from_slice(b"WAVEfmt ");
-        out.extend_from_slice(&16u32.to_le_bytes());
-        out.extend_from_slice(&3u16.to_le_bytes());
-        out.extend_from_slice(&channels.to_le_bytes());
-        out.extend_from_slice(&rate.to_le_bytes());
-        out.extend_from_slice(&rate.wrapping_mul(u32::from(channels) * 4).to_le_bytes());
-        out.extend_from_slice(&(channels * 4).to_le_bytes());
-        out.extend_from_slice(&32u16.to_le_bytes());
-        out.extend_from_slice(b"data");
-        out.extend_from_slice(&data_len.to_le_bytes());
-        for s in samples {
-            out.extend_from_slice(&s.to_le_bytes());
-        }
-        out
+        let data: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
+        wav_of(3, rate, channels, 32, &data)
     }
 
     fn tone(rate: u32, hz: f64, seconds: f64, amplitude: f64) -> Vec<f64> {

@@ -287,22 +287,7 @@ fn long_clip(times: usize) -> Vec<u8> {
         .expect("a data chunk");
     let size = u32::from_le_bytes(wav[at + 4..at + 8].try_into().unwrap()) as usize;
     let samples = &wav[at + 8..(at + 8 + size).min(wav.len())];
-    let data: Vec<u8> = samples.repeat(times);
-    let mut out = Vec::with_capacity(data.len() + 44);
-    out.extend_from_slice(b"RIFF");
-    out.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
-    out.extend_from_slice(b"WAVEfmt ");
-    out.extend_from_slice(&16u32.to_le_bytes());
-    out.extend_from_slice(&1u16.to_le_bytes()); // PCM
-    out.extend_from_slice(&1u16.to_le_bytes()); // mono
-    out.extend_from_slice(&16_000u32.to_le_bytes());
-    out.extend_from_slice(&32_000u32.to_le_bytes());
-    out.extend_from_slice(&2u16.to_le_bytes());
-    out.extend_from_slice(&16u16.to_le_bytes());
-    out.extend_from_slice(b"data");
-    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
-    out.extend_from_slice(&data);
-    out
+    crate::uploads::wav(1, 16_000, 1, 16, &samples.repeat(times))
 }
 
 /// The lines `arcane logs whisper-1` has kept.

@@ -189,7 +189,7 @@ fn refused(answer: (u16, Vec<u8>), param: Option<&str>) -> Value {
 
 /// A WAV header for `channels` of `bits`-bit samples (`tag` 1: integer, 3: float)
 /// declaring `rate`, then `data`.
-fn wav(tag: u16, rate: u32, channels: u16, bits: u16, data: &[u8]) -> Vec<u8> {
+pub(crate) fn wav(tag: u16, rate: u32, channels: u16, bits: u16, data: &[u8]) -> Vec<u8> {
     let block = channels * bits / 8;
     let mut out = Vec::new();
     out.extend_from_slice(b"RIFF");
