@@ -515,8 +515,18 @@ fn a_reload_storm_under_requests_leaves_no_engine_untracked() {
     };
     let within = Duration::from_secs(90);
     let deadline = std::time::Instant::now() + within;
-    while !untracked().is_empty() && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
+    loop {
+        let left: Vec<arcane_process::Identity> = untracked()
+            .into_iter()
+            .filter_map(arcane_process::Identity::of)
+            .collect();
+        if left.is_empty() || std::time::Instant::now() >= deadline {
+            break;
+        }
+        // Woken by the end of one of them (a pidfd), and looking again at least each
+        // second (a listing may catch up meanwhile).
+        let next = std::time::Instant::now() + Duration::from_secs(1);
+        arcane_process::wait_for_an_end(&left, next.min(deadline));
     }
     assert_eq!(
         untracked(),
