@@ -226,10 +226,10 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
     };
     hosts.push(url.trim_start_matches("http://").to_string());
     origins.push(url);
-    let label = crate::ui::dashboard_label().map_err(|_| Error::Io {
+    let label = crate::ui::dashboard_label().map_err(|source| Error::Io {
         operation: "read random bytes for",
         path: "the dashboard's host name".into(),
-        source: std::io::Error::other("no random bytes"),
+        source,
     })?;
     let dashboard = crate::ui::dashboard_authority(&label, port);
     hosts.push(dashboard.clone());

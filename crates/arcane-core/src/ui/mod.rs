@@ -167,10 +167,8 @@ pub const ISSUE_METHOD: &str = "ui.code.issue";
 
 /// A fresh name for the dashboard's host, `arcane-<32 hex digits>`, drawn once per
 /// listener (see [`dashboard_authority`]).
-pub fn dashboard_label() -> Result<String, UiError> {
-    arcane_files::secret_hex(16)
-        .map(|hex| format!("arcane-{hex}"))
-        .map_err(|_| UiError::Random)
+pub fn dashboard_label() -> std::io::Result<String> {
+    arcane_files::secret_hex(16).map(|hex| format!("arcane-{hex}"))
 }
 
 /// Where the dashboard lives: `<label>.localhost:<port>`. Browsers resolve every

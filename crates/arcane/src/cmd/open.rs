@@ -196,3 +196,47 @@ fn io_error(operation: &str, path: &Path, source: std::io::Error) -> CliError {
     )
     .into()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_expired_login_pages_are_removed_and_nothing_else() {
+        let run = tempfile::tempdir().unwrap();
+        let page = |name: &str, age: std::time::Duration| {
+            let path = run.path().join(name);
+            std::fs::write(&path, "x").unwrap();
+            let file = std::fs::File::options().write(true).open(&path).unwrap();
+            file.set_modified(std::time::SystemTime::now() - age)
+                .unwrap();
+            path
+        };
+        let old = arcane_core::ui::CODE_LIFETIME * 2;
+        let expired = page("open-0123456789abcdef.html", old);
+        let fresh = page("open-fedcba9876543210.html", std::time::Duration::ZERO);
+        let other = page("llama.cpp.key", old);
+        let directory = run.path().join("open-directory.html");
+        std::fs::create_dir(&directory).unwrap();
+        remove_old_pages(run.path());
+        assert!(!expired.exists(), "an expired page is removed");
+        assert!(fresh.exists(), "a page whose code may still be good stays");
+        assert!(
+            other.exists() && directory.exists(),
+            "nothing else is touched"
+        );
+    }
+
+    #[test]
+    fn the_page_forwards_to_the_link_and_its_path_is_a_file_url() {
+        let html = login_page("http://arcane-1.localhost:1/ui#code=ab&next=app");
+        assert!(
+            html.contains("content=\"0;url=http://arcane-1.localhost:1/ui#code=ab&amp;next=app\""),
+            "{html}"
+        );
+        assert_eq!(
+            file_url(Path::new("/tmp/a b/open-1.html")),
+            "file:///tmp/a%20b/open-1.html"
+        );
+    }
+}
