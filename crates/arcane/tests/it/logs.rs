@@ -110,8 +110,13 @@ fn the_engines_output_and_the_hosts_lines_are_kept_and_followed_per_model() {
         .sum();
     assert!(bytes <= 2 * 1024, "the budget holds: {bytes}");
 
-    // A follower sees what happens next: the unload, then a new engine's start.
-    let follower = Follower::start(&ws, &["-f", "smol", "--since", "0s"]);
+    // A follower sees what happens next: the unload, then a new engine's start. It
+    // first replays what was kept; seeing the load's line proves it is attached, so
+    // the unload cannot happen before it listens.
+    let follower = Follower::start(&ws, &["-f", "smol", "--since", "1h"]);
+    follower.wait_for("the kept load line", |l| {
+        text(l).starts_with("local-ai.model.ready")
+    });
     let unload = run(ws.arcane().args(["unload", "smol"]));
     assert!(unload.status.success(), "{}", stderr(&unload));
     follower.wait_for("the unload", |l| {
