@@ -540,10 +540,10 @@ async fn answer(
     let path = request.uri().path().to_string();
     let upstream = shared.options.upstream.as_deref();
     let routes_by_model = upstream.is_some_and(|u| u.routes_by_model());
-    let kinds = upstream.map(|u| u.kinds()).unwrap_or_default();
+    let api_paths = upstream.map(|u| u.api_paths()).unwrap_or_default();
     let lookup = router::lookup(
         router::TABLE,
-        &kinds,
+        &api_paths,
         request.method(),
         &path,
         routes_by_model,
@@ -721,10 +721,10 @@ async fn dashboard(
     scope_client(&mut parts, &scope);
     let request = Request::from_parts(parts, body);
     let upstream = shared.options.upstream.as_deref();
-    let kinds = upstream.map(|u| u.kinds()).unwrap_or_default();
+    let api_paths = upstream.map(|u| u.api_paths()).unwrap_or_default();
     let lookup = router::lookup(
         router::TABLE,
-        &kinds,
+        &api_paths,
         request.method(),
         target,
         upstream.is_some_and(|u| u.routes_by_model()),

@@ -64,8 +64,11 @@ pub enum UpstreamTarget {
 /// [`crate::request_model`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RouteRequest {
-    /// The model or alias asked for (`None`: the default model).
+    /// The model or alias asked for (`None`: the first model that serves `path`).
     pub model: Option<String>,
+    /// The API path the request is for (`/v1/audio/speech`): a model that does not
+    /// serve it is refused without being loaded (`None`: any path, e.g. a load).
+    pub path: Option<String>,
     /// `keep_alive` from the body, as given (seconds or a duration string).
     pub keep_alive: Option<Value>,
 }
@@ -199,11 +202,12 @@ pub trait Upstream: Send + Sync {
         false
     }
 
-    /// The engine kinds behind this upstream: their API paths are the front door's
-    /// engine routes ([`crate::router`]). The default is llama.cpp's (OpenAI's,
+    /// The API paths the engines behind this upstream answer, as
+    /// [`arcane_localai::EngineKind::api_paths`] writes them: the front door's engine
+    /// routes ([`crate::router`]). The default is the default kind's (OpenAI's,
     /// Anthropic's and llama-server's own paths).
-    fn kinds(&self) -> Vec<arcane_localai::Engine> {
-        vec![arcane_localai::Engine::LlamaCpp]
+    fn api_paths(&self) -> Vec<&'static str> {
+        arcane_localai::Engine::DEFAULT.kind().api_paths().to_vec()
     }
 
     /// Arcane's own `GET /metrics` answer (the gateway's Prometheus text), when it
@@ -341,7 +345,8 @@ where
     } else {
         (request.map(incoming_body), (RouteRequest::default(), false))
     };
-    let (wanted, json) = wanted;
+    let (mut wanted, json) = wanted;
+    wanted.path = Some(request.uri().path().to_string());
     let route = upstream
         .route(wanted)
         .await
@@ -601,7 +606,11 @@ where
 }
 
 fn no_engine() -> NoRoute {
-    NoRoute::not_ready("llama.cpp".into(), Unready::NotSelected, None)
+    NoRoute::not_ready(
+        arcane_localai::Engine::DEFAULT.as_str().into(),
+        Unready::NotSelected,
+        None,
+    )
 }
 
 /// The answer for a request without a route.

@@ -140,7 +140,7 @@ where
             body: boxed(body),
             route: RouteRequest {
                 model: from_query,
-                keep_alive: None,
+                ..RouteRequest::default()
             },
             json: false,
         });
@@ -243,6 +243,7 @@ fn route_of(value: Option<&Value>) -> Result<RouteRequest, Refused> {
     Ok(RouteRequest {
         model,
         keep_alive: value.and_then(|v| v.get("keep_alive").cloned()),
+        path: None,
     })
 }
 
@@ -285,7 +286,7 @@ where
         body: tape.replay(),
         route: RouteRequest {
             model,
-            keep_alive: None,
+            ..RouteRequest::default()
         },
         json: false,
     })

@@ -271,22 +271,12 @@ pub enum Lookup {
     Unknown,
 }
 
-/// A kind's API path as a pattern: one ending in `/` matches what is below it, any
-/// other exactly that path.
-fn served_path(served: &'static str) -> PathPattern {
-    if served.ends_with('/') {
-        PathPattern::Prefix(served)
-    } else {
-        PathPattern::Exact(served)
-    }
-}
-
-/// Looks `method path` up in `table` (rows in order, first match wins), then in the API
-/// paths of `kinds` (the engine kinds being served: any method); rows scoped to
-/// [`Scope::RoutingByModel`] count only when `routes_by_model`.
+/// Looks `method path` up in `table` (rows in order, first match wins), then in
+/// `api_paths` (what the engines being served answer, any method: [`Upstream::api_paths`](crate::passthrough::Upstream::api_paths));
+/// rows scoped to [`Scope::RoutingByModel`] count only when `routes_by_model`.
 pub fn lookup(
     table: &[&[Row]],
-    kinds: &[arcane_localai::Engine],
+    api_paths: &[&str],
     method: &hyper::Method,
     path: &str,
     routes_by_model: bool,
@@ -304,11 +294,7 @@ pub fn lookup(
         }
         path_served = true;
     }
-    let engine_path = kinds
-        .iter()
-        .flat_map(|engine| engine.kind().api_paths())
-        .any(|served| served_path(served).matches(path));
-    if engine_path {
+    if arcane_localai::serves_path(api_paths, path) {
         Lookup::Found(Handler::Engine)
     } else if path_served {
         Lookup::MethodNotAllowed
@@ -324,8 +310,17 @@ mod tests {
 
     const LLAMA: arcane_localai::Engine = arcane_localai::Engine::LlamaCpp;
 
+    /// The API paths of `kinds`, as an upstream serving them reports them.
+    fn paths(kinds: &[arcane_localai::Engine]) -> Vec<&'static str> {
+        kinds
+            .iter()
+            .flat_map(|k| k.kind().api_paths())
+            .copied()
+            .collect()
+    }
+
     fn find(method: Method, path: &str, routes_by_model: bool) -> Lookup {
-        lookup(TABLE, &[LLAMA], &method, path, routes_by_model)
+        lookup(TABLE, &paths(&[LLAMA]), &method, path, routes_by_model)
     }
 
     #[test]
@@ -452,22 +447,28 @@ mod tests {
         const UI: &[Row] = &[row(Verb::Get, PathPattern::Prefix("/ui"), Handler::Health)];
         let table: &[&[Row]] = &[CORE_ROWS, UI];
         assert_eq!(
-            lookup(table, &[LLAMA], &Method::GET, "/ui/index.html", true),
+            lookup(
+                table,
+                &paths(&[LLAMA]),
+                &Method::GET,
+                "/ui/index.html",
+                true
+            ),
             Lookup::Found(Handler::Health)
         );
         assert_eq!(
-            lookup(table, &[LLAMA], &Method::POST, "/ui", true),
+            lookup(table, &paths(&[LLAMA]), &Method::POST, "/ui", true),
             Lookup::MethodNotAllowed
         );
         // A kind's API paths are its own: Ollama's `/api/` only when Ollama is served
         // by a single engine; the gateway answers Ollama's API itself.
         let ollama = arcane_localai::Engine::Ollama;
         assert_eq!(
-            lookup(TABLE, &[LLAMA], &Method::POST, "/api/chat", false),
+            lookup(TABLE, &paths(&[LLAMA]), &Method::POST, "/api/chat", false),
             Lookup::Unknown
         );
         assert_eq!(
-            lookup(TABLE, &[ollama], &Method::POST, "/api/chat", false),
+            lookup(TABLE, &paths(&[ollama]), &Method::POST, "/api/chat", false),
             Lookup::Found(Handler::Engine)
         );
     }
@@ -478,26 +479,32 @@ mod tests {
         let ollama = arcane_localai::Engine::Ollama;
         for kinds in [&[LLAMA][..], &[LLAMA, ollama][..]] {
             assert_eq!(
-                lookup(TABLE, kinds, &Method::POST, "/api/chat", true),
+                lookup(TABLE, &paths(kinds), &Method::POST, "/api/chat", true),
                 Lookup::Found(Handler::Ollama(Endpoint::Chat))
             );
             assert_eq!(
-                lookup(TABLE, kinds, &Method::DELETE, "/api/delete", true),
+                lookup(TABLE, &paths(kinds), &Method::DELETE, "/api/delete", true),
                 Lookup::Found(Handler::Ollama(Endpoint::Delete))
             );
         }
         assert_eq!(
-            lookup(TABLE, &[LLAMA], &Method::GET, "/api/chat", true),
+            lookup(TABLE, &paths(&[LLAMA]), &Method::GET, "/api/chat", true),
             Lookup::MethodNotAllowed
         );
         assert_eq!(
-            lookup(TABLE, &[LLAMA], &Method::HEAD, "/api/blobs/sha256:0", true),
+            lookup(
+                TABLE,
+                &paths(&[LLAMA]),
+                &Method::HEAD,
+                "/api/blobs/sha256:0",
+                true
+            ),
             Lookup::Unknown
         );
         assert_eq!(
             lookup(
                 TABLE,
-                &[LLAMA, ollama],
+                &paths(&[LLAMA, ollama]),
                 &Method::HEAD,
                 "/api/blobs/sha256:0",
                 true

@@ -79,6 +79,10 @@ codes! {
     /// A model cannot load: its device is held by pinned models (`keep_alive = -1`,
     /// `load = "on-start"`, `pin = true`), which are never evicted to make room.
     LOCAL_AI_DEVICE_PINNED,
+    /// A request names a model that does not serve its API path (speech from a chat
+    /// model): refused before anything loads; the details name the paths it serves
+    /// and the models that serve the path.
+    LOCAL_AI_PATH_NOT_SERVED,
 
     // --- speech -----------------------------------------------------------------------
     /// Uploaded audio is in a format Arcane does not decode (the format is named).

@@ -61,6 +61,10 @@ impl Engine {
         Engine::Command,
     ];
 
+    /// The kind meant where none is named (a runtime, a model, a request): llama.cpp,
+    /// the embedded default.
+    pub const DEFAULT: Engine = Engine::LlamaCpp;
+
     /// The descriptor of this kind: the one table from identity to behaviour.
     pub fn kind(self) -> &'static dyn EngineKind {
         match self {
@@ -286,6 +290,20 @@ pub fn door_arg<'a>(door_args: &[&str], args: &'a [String]) -> Option<&'a str> {
     })
 }
 
+/// Whether `path` is one of `api_paths` ([`EngineKind::api_paths`]): an entry ending in
+/// `/` stands for every path below it (`/v1/` matches `/v1/models`, not `/v1`), any
+/// other for exactly itself. The one reading of those lists: the front door's engine
+/// routes and the gateway's choice of a model both use it.
+pub fn serves_path(api_paths: &[&str], path: &str) -> bool {
+    api_paths.iter().any(|served| {
+        if served.ends_with('/') {
+            path.len() > served.len() && path.starts_with(served)
+        } else {
+            path == *served
+        }
+    })
+}
+
 /// A command line built by a kind: arguments after the program, and variables set on
 /// top of the inherited environment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -379,6 +397,23 @@ pub trait EngineKind: Sync + Send + fmt::Debug {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_api_path_ending_in_a_slash_stands_for_what_is_below_it() {
+        let paths = ["/v1/", "/props"];
+        assert!(serves_path(&paths, "/v1/audio/speech"));
+        assert!(serves_path(&paths, "/props"));
+        assert!(
+            !serves_path(&paths, "/v1"),
+            "the prefix itself is not below it"
+        );
+        assert!(
+            !serves_path(&paths, "/props/x"),
+            "an exact path has nothing below"
+        );
+        assert!(!serves_path(&paths, "/v2/models"));
+        assert!(!serves_path(&[], "/v1/models"));
+    }
 
     #[test]
     fn names_round_trip_through_text_and_json() {

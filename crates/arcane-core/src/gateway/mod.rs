@@ -144,6 +144,22 @@ impl ModelSpec {
         }
     }
 
+    /// The API paths it serves, as [`arcane_localai::EngineKind::api_paths`] writes
+    /// them: its kind's, and for an external `url` every `/v1` path too (any
+    /// OpenAI-compatible server: vLLM, another Arcane).
+    pub fn api_paths(&self) -> Vec<&'static str> {
+        let mut paths = self.launcher.runtime().kind().api_paths().to_vec();
+        if self.external && !paths.contains(&"/v1/") {
+            paths.push("/v1/");
+        }
+        paths
+    }
+
+    /// Whether it serves `path` ([`ModelSpec::api_paths`]).
+    pub fn serves(&self, path: &str) -> bool {
+        arcane_localai::serves_path(&self.api_paths(), path)
+    }
+
     /// Why this model is never evicted to make room, or `None` when it may be.
     pub fn pinned(&self) -> Option<Pinned> {
         match self.pin {
@@ -302,20 +318,63 @@ impl Gateway {
     }
 
     /// The model `name` selects (`None`: the default), or OpenAI's 404.
-    fn find(&self, name: Option<&str>) -> Result<Arc<Model>, NoRoute> {
+    /// The model a request names (`None`: the first that serves `path`), refused
+    /// with a 404 — before anything is loaded — when it is unknown or does not serve
+    /// `path` (`None`: any path).
+    fn find(&self, name: Option<&str>, path: Option<&str>) -> Result<Arc<Model>, NoRoute> {
         let models = self.models();
+        let serves = |m: &&Arc<Model>| path.is_none_or(|path| m.spec.serves(path));
         let found = match name {
-            None => models.first(),
+            None => models.iter().find(serves).or(models.first()),
             Some(name) => models.iter().find(|m| m.answers_to(name)),
         };
-        found.cloned().ok_or_else(|| {
+        let Some(model) = found else {
             let entries: Vec<Value> = self.listed().iter().map(|m| m.entry()).collect();
-            NoRoute {
+            return Err(NoRoute {
                 status: StatusCode::NOT_FOUND,
                 body: crate::passthrough::model_not_found(name.unwrap_or(""), &entries),
                 retry_after: None,
+            });
+        };
+        match path {
+            Some(path) if !model.spec.serves(path) => Err(self.path_not_served(model, path)),
+            _ => Ok(Arc::clone(model)),
+        }
+    }
+
+    /// 404 `LOCAL_AI_PATH_NOT_SERVED` in OpenAI's shape: `model` does not serve `path`;
+    /// the message names the paths it serves and the listed models that serve `path`.
+    fn path_not_served(&self, model: &Model, path: &str) -> NoRoute {
+        let id = &model.spec.id;
+        let serves = model.spec.api_paths();
+        let served_by: Vec<String> = self
+            .listed()
+            .iter()
+            .filter(|m| m.spec.serves(path))
+            .map(|m| m.spec.id.clone())
+            .collect();
+        let elsewhere = match served_by.as_slice() {
+            [] => format!("no model here serves `{path}`"),
+            ids => {
+                let ids: Vec<String> = ids.iter().map(|id| format!("`{id}`")).collect();
+                format!("ask for {}", ids.join(" or "))
             }
-        })
+        };
+        let message = format!(
+            "model `{id}` does not serve `{path}` (it serves {}); {elsewhere}",
+            serves.join(", ")
+        );
+        NoRoute {
+            status: StatusCode::NOT_FOUND,
+            body: json!({"error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": "model",
+                "code": codes::LOCAL_AI_PATH_NOT_SERVED,
+                "details": {"model": id, "path": path, "serves": serves, "servedBy": served_by},
+            }}),
+            retry_after: None,
+        }
     }
 
     /// The `arcane ps` rows.
@@ -389,7 +448,7 @@ impl Gateway {
     /// The model now configured under `model`'s id, after a reload replaced it; a 404
     /// when the reload removed it.
     pub(super) fn successor(&self, model: &Arc<Model>) -> Result<Arc<Model>, NoRoute> {
-        self.find(Some(&model.spec.id))
+        self.find(Some(&model.spec.id), None)
     }
 
     /// Every model that may hold a device: those routed to and those a reload retired

@@ -13,7 +13,7 @@ use super::*;
 impl Gateway {
     pub(super) fn model_parameter(&self, parameters: &Value) -> Result<Arc<Model>, BoxError> {
         let name = parameters["model"].as_str();
-        self.find(name).map_err(|no_route| {
+        self.find(name, None).map_err(|no_route| {
             Box::new(Error::usage(
                 no_route.body["error"]["message"]
                     .as_str()
@@ -54,7 +54,10 @@ impl Upstream for Gateway {
         let first = self.models().first().cloned();
         let runtime = first
             .as_ref()
-            .map_or("llama.cpp", |m| m.spec.launcher.runtime().as_str())
+            .map_or(arcane_localai::Engine::DEFAULT, |m| {
+                m.spec.launcher.runtime()
+            })
+            .as_str()
             .to_string();
         match first.map(|m| m.current()) {
             Some(Phase::Ready(access)) => UpstreamTarget::Ready { access },
@@ -83,7 +86,7 @@ impl Upstream for Gateway {
 
     fn route(&self, request: RouteRequest) -> BoxFuture<'_, Result<Route, NoRoute>> {
         Box::pin(async move {
-            let model = self.find(request.model.as_deref())?;
+            let model = self.find(request.model.as_deref(), request.path.as_deref())?;
             let keep_alive = match request.keep_alive.as_ref().map(KeepAlive::from_json) {
                 Some(Err(why)) => {
                     return Err(NoRoute {
@@ -121,15 +124,16 @@ impl Upstream for Gateway {
         Some(self.metrics_text())
     }
 
-    fn kinds(&self) -> Vec<arcane_localai::Engine> {
-        let mut kinds: Vec<arcane_localai::Engine> = self
+    /// Every path some model serves ([`ModelSpec::api_paths`]).
+    fn api_paths(&self) -> Vec<&'static str> {
+        let mut paths: Vec<&'static str> = self
             .models()
             .iter()
-            .map(|m| m.spec.launcher.runtime())
+            .flat_map(|m| m.spec.api_paths())
             .collect();
-        kinds.sort_by_key(|k| k.as_str());
-        kinds.dedup();
-        kinds
+        paths.sort_unstable();
+        paths.dedup();
+        paths
     }
 
     fn models(&self) -> Option<Value> {

@@ -84,6 +84,8 @@ enum Outcome {
 /// A launcher that starts nothing: see the module documentation.
 struct FakeLauncher {
     id: String,
+    /// The kind it stands for (which paths its model serves).
+    kind: Engine,
     log: Arc<Log>,
     outcome: Mutex<Outcome>,
     /// `Some`: each launch waits for one permit (the test adds them).
@@ -103,7 +105,7 @@ impl FakeLauncher {
 
 impl EngineLauncher for FakeLauncher {
     fn runtime(&self) -> Engine {
-        Engine::LlamaCpp
+        self.kind
     }
 
     fn url(&self) -> String {
@@ -186,6 +188,8 @@ struct Spec {
     pin: Option<bool>,
     unlisted: bool,
     upstream_model: Option<&'static str>,
+    kind: Engine,
+    external: bool,
 }
 
 fn model(id: &'static str) -> Spec {
@@ -197,6 +201,8 @@ fn model(id: &'static str) -> Spec {
         pin: None,
         unlisted: false,
         upstream_model: None,
+        kind: Engine::LlamaCpp,
+        external: false,
     }
 }
 
@@ -236,6 +242,7 @@ impl Rig {
         for spec in specs {
             let launcher = Arc::new(FakeLauncher {
                 id: spec.id.into(),
+                kind: spec.kind,
                 log: Arc::clone(&log),
                 outcome: Mutex::new(Outcome::Ready),
                 gate: gate.clone(),
@@ -250,6 +257,7 @@ impl Rig {
                 pin: spec.pin,
                 unlisted: spec.unlisted,
                 upstream_model: spec.upstream_model.map(String::from),
+                external: spec.external,
                 ..ModelSpec::new(spec.id, launcher)
             });
         }
@@ -301,10 +309,23 @@ impl Rig {
         let request = RouteRequest {
             model: Some(id.into()),
             keep_alive,
+            path: None,
         };
         tokio::time::timeout(WAIT, self.gateway.route(request))
             .await
             .unwrap_or_else(|_| panic!("routing `{id}` did not end"))
+    }
+
+    /// Routes a request for `path` naming `model` (`None`: naming none).
+    async fn ask_path(&self, model: Option<&str>, path: &str) -> Result<Route, NoRoute> {
+        let request = RouteRequest {
+            model: model.map(String::from),
+            keep_alive: None,
+            path: Some(path.into()),
+        };
+        tokio::time::timeout(WAIT, self.gateway.route(request))
+            .await
+            .unwrap_or_else(|_| panic!("routing {model:?} for {path} did not end"))
     }
 
     /// A request for `id`, routed in the background.
@@ -313,7 +334,7 @@ impl Rig {
         tokio::spawn(async move {
             let request = RouteRequest {
                 model: Some(id.into()),
-                keep_alive: None,
+                ..RouteRequest::default()
             };
             gateway.route(request).await
         })
@@ -732,6 +753,7 @@ impl Rig {
     fn reload_replacing(&self, id: &'static str, launched_as: &'static str, limit: DeviceLimit) {
         let launcher = Arc::new(FakeLauncher {
             id: launched_as.into(),
+            kind: Engine::LlamaCpp,
             log: Arc::clone(&self.log),
             outcome: Mutex::new(Outcome::Ready),
             gate: None,
@@ -1191,4 +1213,115 @@ async fn a_request_before_the_gateway_started_still_reports_its_load() {
         [json!({"model": "a", "device": "cpu", "reason": "request"})]
     );
     assert_eq!(rig.events("local-ai.model.ready").len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_model_that_does_not_serve_the_path_is_refused_naming_its_paths_and_nothing_loads() {
+    let rig = Rig::new(
+        vec![
+            model("chat"),
+            Spec {
+                kind: Engine::Piper,
+                ..model("voice")
+            },
+            Spec {
+                kind: Engine::Whisper,
+                ..model("ears")
+            },
+        ],
+        max_loaded(3),
+    );
+    for asked in ["chat", "ears"] {
+        let Err(refused) = rig.ask_path(Some(asked), "/v1/audio/speech").await else {
+            panic!("`{asked}` was routed to speech");
+        };
+        assert_eq!(refused.status, StatusCode::NOT_FOUND);
+        let error = &refused.body["error"];
+        assert_eq!(error["code"], codes::LOCAL_AI_PATH_NOT_SERVED, "{error}");
+        assert_eq!(error["type"], "invalid_request_error", "{error}");
+        assert_eq!(error["param"], "model", "{error}");
+        assert_eq!(error["details"]["model"], asked, "{error}");
+        assert_eq!(error["details"]["servedBy"], json!(["voice"]), "{error}");
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("/v1/audio/speech") && message.contains("`voice`"),
+            "{message}"
+        );
+    }
+    let chat = rig.ask_path(Some("chat"), "/v1/audio/speech").await.err();
+    let serves = chat.map(|r| r.body["error"]["details"]["serves"].clone());
+    assert!(
+        serves.is_some_and(|s| s
+            .as_array()
+            .is_some_and(|s| s.contains(&json!("/v1/chat/completions")))),
+        "a refusal names the paths the model serves"
+    );
+    settle().await;
+    assert!(
+        rig.log.entries().is_empty(),
+        "nothing was loaded: {:?}",
+        rig.log.entries()
+    );
+
+    // A request naming no model goes to the first that serves its path.
+    let route = rig
+        .ask_path(None, "/v1/audio/transcriptions")
+        .await
+        .unwrap_or_else(|r| panic!("refused: {}", r.body));
+    assert_eq!(rig.log.entries(), ["launch ears"]);
+    drop(route);
+    let route = rig.ask_path(None, "/v1/chat/completions").await;
+    assert!(route.is_ok());
+    assert_eq!(rig.log.entries(), ["launch ears", "launch chat"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_external_url_model_serves_every_v1_path_and_the_front_door_routes_them() {
+    let rig = Rig::new(
+        vec![
+            Spec {
+                kind: Engine::Piper,
+                ..model("voice")
+            },
+            Spec {
+                external: true,
+                ..model("remote")
+            },
+        ],
+        max_loaded(2),
+    );
+    // vLLM or another Arcane: whatever `/v1` path it has, even one no kind here serves.
+    let paths = Upstream::api_paths(&*rig.gateway);
+    for path in [
+        "/v1/images/generations",
+        "/v1/audio/speech",
+        "/v1/chat/completions",
+    ] {
+        assert!(
+            arcane_localai::serves_path(&paths, path),
+            "{path}: {paths:?}"
+        );
+    }
+    assert!(
+        !arcane_localai::serves_path(&paths, "/v2/anything"),
+        "{paths:?}"
+    );
+    let route = rig
+        .ask_path(Some("remote"), "/v1/images/generations")
+        .await
+        .unwrap_or_else(|r| panic!("refused: {}", r.body));
+    drop(route);
+    assert_eq!(rig.log.entries(), ["launch remote"]);
+    // Naming none, a path both serve goes to the first; one only it serves, to it.
+    assert!(rig.ask_path(None, "/v1/audio/speech").await.is_ok());
+    assert_eq!(rig.log.entries(), ["launch remote", "launch voice"]);
+    assert!(rig.ask_path(None, "/v1/embeddings").await.is_ok());
+    assert_eq!(rig.log.count("launch remote"), 1, "already loaded");
+    assert_eq!(rig.log.count("launch voice"), 1);
+    // A voice is still only a voice.
+    let refused = rig
+        .ask_path(Some("voice"), "/v1/images/generations")
+        .await
+        .err();
+    assert!(refused.is_some_and(|r| r.body["error"]["details"]["servedBy"] == json!(["remote"])));
 }

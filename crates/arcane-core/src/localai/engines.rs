@@ -352,22 +352,23 @@ impl LocalAiService {
 }
 
 impl Upstream for LocalAiService {
-    fn kinds(&self) -> Vec<Engine> {
-        self.slots.iter().map(|slot| slot.runtime).collect()
+    fn api_paths(&self) -> Vec<&'static str> {
+        self.slots
+            .iter()
+            .flat_map(|slot| slot.runtime.kind().api_paths())
+            .copied()
+            .collect()
     }
 
     /// The first selected engine whose kind serves OpenAI's chat path (llama.cpp
     /// before Ollama when both are selected, in selection order).
     fn openai_target(&self) -> UpstreamTarget {
         let serves_openai = |slot: &&Arc<Slot>| {
-            slot.runtime
-                .kind()
-                .api_paths()
-                .contains(&"/v1/chat/completions")
+            arcane_localai::serves_path(slot.runtime.kind().api_paths(), "/v1/chat/completions")
         };
         let Some(slot) = self.slots.iter().find(serves_openai) else {
             return UpstreamTarget::Unavailable {
-                runtime: "llama.cpp".into(),
+                runtime: Engine::DEFAULT.as_str().into(),
                 state: Unready::NotSelected,
                 retry_after: None,
             };

@@ -398,6 +398,7 @@ impl Exchange<'_> {
             .route(RouteRequest {
                 model: Some(self.facts.id.clone()),
                 keep_alive,
+                path: Some(outgoing.path.to_string()),
             })
             .await
             .map_err(OllamaError::from_no_route)?;
@@ -467,6 +468,7 @@ impl Exchange<'_> {
             .route(RouteRequest {
                 model: Some(self.facts.id.clone()),
                 keep_alive,
+                path: None,
             })
             .await
             .map_err(OllamaError::from_no_route)?;

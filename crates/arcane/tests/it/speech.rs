@@ -132,6 +132,44 @@ fn the_openai_client_transcribes_and_speaks_beside_chat_and_a_killed_host_leaves
     let ws = speech_workspace();
     let serve = start(&ws);
     let (port, token) = host_endpoint(&ws);
+
+    // Routing knows the path: speech naming the chat model is refused before anything
+    // loads, naming who speaks; naming no model, the voice answers, not the first model.
+    let speak = |model: Option<&str>| {
+        let mut body = serde_json::json!({"input": "Hello there.", "voice": "alloy", "response_format": "wav"});
+        if let Some(model) = model {
+            body["model"] = model.into();
+        }
+        crate::front_door::call(port, &token, "POST", "/v1/audio/speech", Some(body))
+    };
+    let (status, body) = speak(Some("smol"));
+    assert_eq!(status, 404, "{body}");
+    let error: Value = serde_json::from_str(&body).unwrap_or_default();
+    assert_eq!(error["error"]["code"], "LOCAL_AI_PATH_NOT_SERVED", "{body}");
+    assert_eq!(
+        error["error"]["details"]["servedBy"],
+        serde_json::json!(["tts-1"]),
+        "{body}"
+    );
+    assert_eq!(
+        row(&ws, "smol")["state"],
+        "unloaded",
+        "nothing loaded for it"
+    );
+    let (status, body) = speak(None);
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.starts_with("RIFF"),
+        "a WAV: {}",
+        &body[..body.len().min(80)]
+    );
+    assert_eq!(
+        row(&ws, "smol")["state"],
+        "unloaded",
+        "the voice spoke, not `smol`"
+    );
+    assert_eq!(row(&ws, "tts-1")["state"], "ready");
+
     let out = tempfile::tempdir().unwrap();
     let not_audio = out.path().join("notes.txt");
     std::fs::write(
