@@ -312,23 +312,24 @@ fn plan_models(
     models: &[arcane_registry::Model],
     plan: &mut Vec<Planned>,
 ) -> Result<Vec<ModelEntry>, Error> {
-    use arcane_workspace::ModelFormat;
     let mut model_entries = Vec::new();
     for model in models {
-        let (format, engine) = match model.format() {
-            Some(ModelFormat::Gguf) => ("gguf", "llama.cpp"),
-            Some(ModelFormat::WhisperGgml) => ("whisper-ggml", "whisper.cpp"),
-            Some(ModelFormat::PiperVoice) => ("piper-voice", "piper"),
-            _ => {
-                return Err(Error::input(
-                    format!(
-                        "model `{}` is a `{}` model: bundles carry GGUF, whisper.cpp and Piper voice models",
-                        model.id,
-                        model.kind()
-                    ),
-                    json!({"model": model.id, "kind": model.kind()}),
-                ))
-            }
+        let carried = model.format().and_then(|format| {
+            crate::manifest::model_formats().find(|(carried, _)| *carried == format)
+        });
+        let Some((format, engine)) = carried else {
+            let carried: Vec<&str> = crate::manifest::model_formats()
+                .map(|(format, _)| format.label)
+                .collect();
+            return Err(Error::input(
+                format!(
+                    "model `{}` is a `{}` model: bundles carry {} models",
+                    model.id,
+                    model.kind(),
+                    carried.join(", ")
+                ),
+                json!({"model": model.id, "kind": model.kind()}),
+            ));
         };
         let file_name = model
             .file_name()
@@ -341,19 +342,23 @@ fn plan_models(
             source: model.path.clone(),
             exec: false,
         });
-        if let Some(voice) = &model.piper {
+        for (source, companion) in model
+            .companions()
+            .into_iter()
+            .zip(format.companions_of(&destination))
+        {
             plan.push(Planned {
-                destination: format!("{destination}.json"),
-                source: model.path.with_file_name(&voice.config_file),
+                destination: companion,
+                source,
                 exec: false,
             });
         }
         model_entries.push(ModelEntry {
             id: model.id.clone(),
-            engine: engine.into(),
+            engine: engine.as_str().into(),
             path: destination,
             sha256: model.sha256.clone(),
-            format: format.into(),
+            format: format.id.into(),
         });
     }
     Ok(model_entries)

@@ -11,6 +11,7 @@
 use std::collections::{HashMap, HashSet};
 
 use arcane_report::codes;
+use arcane_workspace::{Engine, ModelFormat};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -155,23 +156,24 @@ pub struct ModelEntry {
     /// The model's id (a single path segment).
     pub id: String,
     /// The engine that serves it (`llama.cpp`, `whisper.cpp`, `piper`: see
-    /// [`MODEL_FORMATS`]).
+    /// [`model_formats`]).
     pub engine: String,
     /// The model file: `models/<id>/<file>`.
     pub path: String,
     /// Its SHA-256 (equal to its `files[]` entry).
     pub sha256: String,
-    /// `gguf`, `whisper-ggml` or `piper-voice` ([`MODEL_FORMATS`]); a Piper voice's
-    /// configuration is the listed file `<path>.json` beside it.
+    /// `gguf`, `whisper-ggml` or `piper-voice` ([`model_formats`]); its format's companions (a
+    /// Piper voice's configuration, `<path>.json`) are listed files beside it.
     pub format: String,
 }
 
-/// The model formats a bundle carries, each with the engine kind that serves it.
-pub const MODEL_FORMATS: &[(&str, &str)] = &[
-    ("gguf", "llama.cpp"),
-    ("whisper-ggml", "whisper.cpp"),
-    ("piper-voice", "piper"),
-];
+/// The model formats a bundle carries ([`ModelFormat::bundled`]), each with the engine
+/// kind that serves it, from the kinds' table.
+pub fn model_formats() -> impl Iterator<Item = (ModelFormat, Engine)> {
+    Engine::formats()
+        .filter(|format| format.bundled)
+        .filter_map(|format| Engine::for_format(format).map(|engine| (format, engine)))
+}
 
 /// `launch`: the packaged launch defaults.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -568,34 +570,36 @@ impl Manifest {
     /// One model: format, path and the digest `files[]` records for it.
     fn check_model(&self, model: &ModelEntry, failures: &mut Vec<Failure>) {
         let field = format!("models[{}]", model.id);
-        match MODEL_FORMATS
-            .iter()
-            .find(|(format, _)| *format == model.format)
-        {
+        let format = model_formats().find(|(format, _)| format.id == model.format);
+        match format {
             None => failures.push(manifest_invalid(
                 format!("model `{}` has unknown format `{}`", model.id, model.format),
                 json!({"field": "models[].format", "value": model.format}),
             )),
-            Some((_, engine)) if *engine != model.engine => failures.push(manifest_invalid(
-                format!(
-                    "model `{}` of format `{}` is served by `{engine}`, not `{}`",
-                    model.id, model.format, model.engine
-                ),
-                json!({"field": "models[].engine", "value": model.engine, "expected": engine}),
-            )),
+            Some((_, engine)) if engine.as_str() != model.engine => {
+                failures.push(manifest_invalid(
+                    format!(
+                        "model `{}` of format `{}` is served by `{engine}`, not `{}`",
+                        model.id, model.format, model.engine
+                    ),
+                    json!({"field": "models[].engine", "value": model.engine, "expected": engine}),
+                ))
+            }
             Some(_) => {}
         }
-        if model.format == "piper-voice" {
-            let config = format!("{}.json", model.path);
-            if self.file(&config).is_none() {
+        for companion in format
+            .map(|(f, _)| f.companions_of(&model.path))
+            .unwrap_or_default()
+        {
+            if self.file(&companion).is_none() {
                 failures.push(Failure::at(
                     codes::BUNDLE_MODEL_MISSING,
-                    &config,
+                    &companion,
                     format!(
-                        "the configuration of voice `{}` is not listed in files[]",
+                        "`{companion}`, which travels with model `{}`, is not listed in files[]",
                         model.id
                     ),
-                    json!({"model": model.id, "file": config}),
+                    json!({"model": model.id, "file": companion}),
                 ));
             }
         }

@@ -93,7 +93,7 @@ pub fn plan(selection: &[String]) -> Result<ServicePlan, Error> {
     plan.model_assets = plan.engines.iter().any(|e| {
         e.kind()
             .formats()
-            .contains(&arcane_workspace::ModelFormat::Gguf)
+            .contains(&arcane_workspace::formats::GGUF)
     });
     Ok(plan)
 }

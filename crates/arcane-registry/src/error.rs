@@ -166,15 +166,21 @@ pub enum Error {
         /// The bytes found where the problem is, in hex (the magic for a non-GGUF file).
         found: Option<String>,
     },
-    /// A file with whisper.cpp's ggml magic that is not a usable whisper.cpp model
-    /// (a hostile count, a truncation, an impossible tensor): `details.check` is the
-    /// refusal's own stable code ([`WhisperError::code`](crate::WhisperError::code)).
-    #[error("`{}` is not a valid whisper.cpp model: {error}", path.display())]
-    WhisperInvalid {
+    /// A file its format's reader claims that is not a usable model of that format (a
+    /// hostile count, a truncation, an impossible tensor): `details.check` is the
+    /// refusal's own stable code, `details.format` the format's record key.
+    #[error("`{}` is not a valid {label} model: {reason}", path.display())]
+    FormatInvalid {
         /// The file.
         path: PathBuf,
-        /// Why it was refused.
-        error: crate::WhisperError,
+        /// What users call the format (`whisper.cpp`).
+        label: &'static str,
+        /// The key its header is recorded under (`whisper`).
+        format: &'static str,
+        /// Why, naming the offending field and value.
+        reason: String,
+        /// The refusal's fields, `check` (its stable code) among them.
+        details: serde_json::Value,
     },
     /// Bytes did not hash to the expected SHA-256.
     #[error("SHA-256 of `{subject}` is {actual}, expected {expected}")]
@@ -397,7 +403,7 @@ impl Diagnostic for Error {
             | Error::ExecutableTimedOut { .. }
             | Error::VersionUnknown { .. }
             | Error::ExecutableNotInArchive { .. } => codes::LOCAL_AI_RUNTIME_INVALID,
-            Error::ModelInvalid { .. } | Error::WhisperInvalid { .. } => {
+            Error::ModelInvalid { .. } | Error::FormatInvalid { .. } => {
                 codes::LOCAL_AI_MODEL_INVALID
             }
             Error::IntegrityFailed { .. }
@@ -462,11 +468,17 @@ impl Diagnostic for Error {
                 reason,
                 found,
             } => json!({"path": path, "reason": reason, "found": found}),
-            Error::WhisperInvalid { path, error } => {
-                let mut details = error.details();
+            Error::FormatInvalid {
+                path,
+                format,
+                reason,
+                details,
+                ..
+            } => {
+                let mut details = details.clone();
                 details["path"] = json!(path);
-                details["format"] = json!("whisper");
-                details["reason"] = json!(error.to_string());
+                details["format"] = json!(format);
+                details["reason"] = json!(reason);
                 details
             }
             Error::IntegrityFailed {

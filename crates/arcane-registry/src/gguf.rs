@@ -626,6 +626,70 @@ fn min_tensor_bytes(kind: u32, elements: u64) -> u64 {
 
 /// Writes a minimal GGUF v3 file for tests: the given string and u32 metadata and one
 /// F32 tensor of `elements` elements (its data zeros, so keep `elements` small).
+impl crate::Model {
+    /// What its GGUF header said when it was added (`None`: not a GGUF model).
+    pub fn gguf(&self) -> Option<GgufInfo> {
+        crate::header::field(&self.header, "gguf")
+    }
+}
+
+/// The GGUF reader of the registry's table ([`crate::READERS`]): records `gguf`. A
+/// file no other reader claims is read by it, so its refusal names the magic found.
+pub(crate) struct Gguf;
+
+impl crate::header::FormatReader for Gguf {
+    fn format(&self) -> arcane_workspace::ModelFormat {
+        arcane_workspace::formats::GGUF
+    }
+
+    fn kind(&self) -> &'static str {
+        "gguf"
+    }
+
+    fn key(&self) -> &'static str {
+        "gguf"
+    }
+
+    fn claims(&self, path: &Path) -> bool {
+        let mut magic = [0u8; 4];
+        arcane_files::open_regular(path)
+            .and_then(|file| file.take(4).read_exact(&mut magic))
+            .is_ok_and(|()| &magic == MAGIC)
+    }
+
+    fn read(&self, path: &Path) -> Result<crate::header::Header, Error> {
+        // The chat template is read from the file when asked for (`/api/show`), not
+        // recorded: a record holds what it can give back as it was added.
+        let info = read_gguf(path)?;
+        Ok(crate::header::recorded(self.key(), &info))
+    }
+
+    fn summary(&self, header: &crate::header::Header) -> crate::header::Summary {
+        let Some(info) = crate::header::field::<GgufInfo>(header, self.key()) else {
+            return crate::header::Summary::default();
+        };
+        let mut parts = vec![info
+            .architecture
+            .clone()
+            .unwrap_or_else(|| "unknown architecture".into())];
+        if let Some(count) = info.parameter_count {
+            parts.push(format!("{} parameters", crate::header::human_count(count)));
+        }
+        parts.extend(info.quantization.clone());
+        if let Some(context) = info.context_length {
+            parts.push(format!("context {context}"));
+        }
+        parts.push(format!("GGUF v{}", info.version));
+        crate::header::Summary {
+            family: info.architecture.unwrap_or_else(|| "-".into()),
+            parameters: info.parameter_count,
+            quantization: info.quantization,
+            context: info.context_length,
+            description: parts.join(", "),
+        }
+    }
+}
+
 #[doc(hidden)]
 pub fn write_test_gguf(
     path: &Path,

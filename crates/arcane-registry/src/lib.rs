@@ -24,7 +24,9 @@
 //!   into place last and removed on error or cancellation (and swept by the next
 //!   operation after a crash). An earlier install or model is never overwritten.
 //! * Everything is verified: a runtime must run `--version` and print its engine's
-//!   version; a model must be GGUF v2/v3 with a readable header; an archive must match
+//!   version; a model must be read by its format's reader ([`FormatReader`]: GGUF
+//!   v2/v3, ONNX, whisper.cpp's ggml, a Piper voice), bounded against hostile files; an
+//!   archive must match
 //!   its SHA-256 *before* extraction, and extraction refuses absolute paths, `..`,
 //!   special files and links leaving the install directory; a download must match its
 //!   `Content-Length` and SHA-256.
@@ -63,10 +65,11 @@
 mod archive;
 mod download;
 mod error;
-mod format;
 mod gguf;
 mod hash;
+mod header;
 mod id;
+mod onnx;
 mod piper;
 mod probe;
 mod progress;
@@ -76,11 +79,14 @@ mod types;
 mod whisper;
 
 pub use error::{Error, ExtractLimit};
-pub use format::format_of_file;
 #[doc(hidden)]
 pub use gguf::write_test_gguf;
 pub use gguf::{quantization_name, read_gguf, GgufInfo};
 pub use hash::{sha256_file, sha256_reader};
+pub use header::{
+    format_of_file, human_count, read_header, reader_of_file, reader_of_record, FormatReader,
+    Header, Summary,
+};
 pub use id::{is_valid_id, normalize_sha256, MAX_ID_LEN};
 pub use piper::{
     piper_config_path, read_piper_config, PiperVoiceInfo, MAX_CONFIG_BYTES, MAX_IDS_PER_PHONEME,
@@ -97,3 +103,11 @@ pub use whisper::{
 };
 #[doc(hidden)]
 pub use whisper::{test_whisper_bytes, TINY_EN};
+
+/// The reader of every model format the registry records, in the order a file is
+/// tried: a Piper voice before the plain ONNX graph whose bytes it shares; GGUF last,
+/// so a file no reader claims is refused naming the magic it has
+/// ([`header::reader_of_file`]). A new format is a reader in its kind's module and a
+/// row here.
+pub(crate) const READERS: &[&dyn FormatReader] =
+    &[&piper::Voice, &onnx::Graph, &whisper::GGML, &gguf::Gguf];

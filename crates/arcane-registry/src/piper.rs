@@ -84,6 +84,72 @@ pub fn read_piper_config(path: &Path) -> Result<PiperVoiceInfo, Error> {
     })
 }
 
+/// The Piper reader of the registry's table ([`crate::READERS`]): an ONNX graph with
+/// its configuration beside it, recorded as `onnx` and `piper`. It comes before the
+/// plain ONNX reader, whose files it shares.
+pub(crate) struct Voice;
+
+impl crate::header::FormatReader for Voice {
+    fn format(&self) -> arcane_workspace::ModelFormat {
+        arcane_workspace::formats::PIPER_VOICE
+    }
+
+    fn kind(&self) -> &'static str {
+        "piper-voice"
+    }
+
+    fn key(&self) -> &'static str {
+        "piper"
+    }
+
+    /// An ONNX graph with anything at its configuration's name (a link, a FIFO or
+    /// anything else there is refused by [`read`](Self::read), naming it, not skipped).
+    fn claims(&self, path: &Path) -> bool {
+        arcane_onnx::model::looks_like_onnx(path)
+            && piper_config_path(path).is_some_and(|c| std::fs::symlink_metadata(c).is_ok())
+    }
+
+    fn read(&self, path: &Path) -> Result<crate::header::Header, Error> {
+        let graph = crate::onnx::read(path)?;
+        let config = piper_config_path(path).ok_or_else(|| Error::ModelInvalid {
+            path: path.to_path_buf(),
+            reason: "a Piper voice's name ends in `.onnx`".into(),
+            found: None,
+        })?;
+        let mut header = crate::header::recorded("onnx", &graph);
+        header.extend(crate::header::recorded(
+            self.key(),
+            &read_piper_config(&config)?,
+        ));
+        Ok(header)
+    }
+
+    fn summary(&self, header: &crate::header::Header) -> crate::header::Summary {
+        let voice = crate::header::field::<PiperVoiceInfo>(header, self.key());
+        let graph = crate::header::field::<arcane_onnx::model::OnnxInfo>(header, "onnx");
+        let description = match (voice, graph) {
+            (Some(voice), Some(graph)) => format!(
+                "Piper voice, espeak-ng voice {}, {} Hz{}, {} phonemes; {}",
+                voice.espeak_voice,
+                voice.sample_rate,
+                voice
+                    .quality
+                    .as_deref()
+                    .map(|q| format!(", {q} quality"))
+                    .unwrap_or_default(),
+                voice.phonemes,
+                crate::onnx::describe(&graph)
+            ),
+            _ => String::new(),
+        };
+        crate::header::Summary {
+            family: self.kind().into(),
+            description,
+            ..crate::header::Summary::default()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,7 +18,7 @@ use serde_json::json;
 use crate::id::{check_id, check_version, normalize_sha256};
 use crate::store::{self, Document, Staging};
 use crate::types::{is_under, safe_file_name};
-use crate::{archive, download, gguf, hash, probe, progress};
+use crate::{archive, download, hash, probe, progress};
 use crate::{
     ArchiveOrigin, Engine, Error, FileStamp, Model, OnnxRuntime, Runtime, Source, Storage,
 };
@@ -763,6 +763,7 @@ impl Registry {
             .as_deref()
             .map(normalize_sha256)
             .transpose()?;
+        let mut checked = None;
         let source = match &options.source {
             Source::File(path) => {
                 let path = std::path::absolute(path).map_err(|e| Error::io("resolve", path, e))?;
@@ -773,13 +774,10 @@ impl Registry {
                         .map_err(|e| Error::io("resolve the link", &path, e))?,
                     _ => path,
                 };
-                // Refuse a file that is not GGUF, ONNX or whisper.cpp (or a FIFO, socket, device)
-                // before anything else, and a Piper voice whose configuration is broken.
-                if read_header(&path)?.onnx.is_some() {
-                    if let Some(config) = piper_config(&path) {
-                        crate::read_piper_config(&config)?;
-                    }
-                }
+                // Refuse a file no format reader can read (or a FIFO, socket, device)
+                // before anything else, companions included (a Piper voice whose
+                // configuration is broken).
+                checked = Some(crate::read_header(&path)?.1);
                 Source::File(path)
             }
             Source::Url(url) => {
@@ -855,23 +853,17 @@ impl Registry {
                     });
                 }
             }
-            let header = read_header(&staged).map_err(|error| match error {
-                // Name the source, not the staging file, in the error.
-                Error::ModelInvalid { reason, found, .. } => Error::ModelInvalid {
-                    path: PathBuf::from(&label),
-                    reason,
-                    found,
-                },
-                Error::WhisperInvalid { error, .. } => Error::WhisperInvalid {
-                    path: PathBuf::from(&label),
-                    error,
-                },
-                other => other,
-            })?;
-            let piper = match (&source, &header.onnx) {
-                (Source::File(path), Some(_)) => stage_piper_config(path, &staged)?,
-                _ => None,
-            };
+            if let Source::File(path) = &source {
+                stage_companions(path, &staged)?;
+            }
+            let header = read_staged_header(&staged, &label)?;
+            // What was staged must say what the source said when it was checked, else
+            // the source (or a companion) changed meanwhile.
+            if let (Source::File(path), Some(checked)) = (&source, &checked) {
+                if &header != checked {
+                    return Err(Error::SourceChanged { path: path.clone() });
+                }
+            }
             let size = std::fs::metadata(&staged)
                 .map_err(|e| Error::io("inspect", &staged, e))?
                 .len();
@@ -885,10 +877,7 @@ impl Registry {
                 path,
                 size,
                 sha256: actual,
-                gguf: header.gguf,
-                onnx: header.onnx,
-                whisper: header.whisper,
-                piper,
+                header,
                 source: label.clone(),
                 storage,
                 added_at: arcane_report::time::now_rfc3339(),
@@ -1324,83 +1313,55 @@ fn make_executable(_path: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-/// The Piper configuration beside the ONNX graph at `model` (`<model>.json`), if there
-/// is one (a link, a FIFO or anything else there is named by the reader, not skipped).
-fn piper_config(model: &Path) -> Option<PathBuf> {
-    crate::piper_config_path(model).filter(|config| std::fs::symlink_metadata(config).is_ok())
-}
-
-/// Copies the Piper configuration beside `source` (an ONNX graph) next to its staged
-/// copy `staged` and reads it there: `None` when `source` has none. The copy must say
-/// what the source said when it was checked, else the source changed meanwhile.
-fn stage_piper_config(
-    source: &Path,
-    staged: &Path,
-) -> Result<Option<crate::PiperVoiceInfo>, Error> {
-    let (Some(config), Some(staged_config)) =
-        (piper_config(source), crate::piper_config_path(staged))
-    else {
-        return Ok(None);
+/// Copies the companions of the model file `source` (those its format carries beside
+/// it: a Piper voice's configuration) next to its staged copy `staged`. Anything at a
+/// companion's name is copied (and then refused by the reader if it is not a file).
+fn stage_companions(source: &Path, staged: &Path) -> Result<(), Error> {
+    let format = crate::reader_of_file(source).format();
+    let Some(name) = source.file_name().and_then(|n| n.to_str()) else {
+        return Ok(());
     };
-    let checked = crate::read_piper_config(&config)?;
-    std::fs::copy(&config, &staged_config).map_err(|e| Error::io("copy", &config, e))?;
-    let copied = crate::read_piper_config(&staged_config).map_err(|error| match error {
-        Error::ModelInvalid { reason, found, .. } => Error::ModelInvalid {
-            path: config.clone(),
-            reason,
-            found,
-        },
-        other => other,
-    })?;
-    if copied != checked {
-        return Err(Error::SourceChanged { path: config });
-    }
-    Ok(Some(copied))
-}
-
-/// What a model file's header says: exactly one of the three is set.
-#[derive(Default)]
-struct Header {
-    gguf: Option<crate::GgufInfo>,
-    onnx: Option<arcane_onnx::model::OnnxInfo>,
-    whisper: Option<crate::WhisperInfo>,
-}
-
-/// A model file's header: whisper.cpp's ggml (by its magic), GGUF, or else ONNX (a
-/// protobuf `ModelProto`, read without ONNX Runtime); a file that is none of them is
-/// the GGUF reader's `LOCAL_AI_MODEL_INVALID`.
-fn read_header(path: &Path) -> Result<Header, Error> {
-    if crate::looks_like_whisper(path) {
-        return Ok(Header {
-            whisper: Some(crate::read_whisper(path)?),
-            ..Header::default()
-        });
-    }
-    match gguf::read_gguf(path) {
-        // The chat template is read from the file when asked for (`/api/show`), not
-        // recorded: a record holds what it can give back as it was added.
-        Ok(info) => Ok(Header {
-            gguf: Some(crate::GgufInfo {
-                chat_template: None,
-                ..info
-            }),
-            ..Header::default()
-        }),
-        Err(Error::ModelInvalid { .. }) if arcane_onnx::model::looks_like_onnx(path) => {
-            match arcane_onnx::model::read_onnx(path) {
-                Ok(info) => Ok(Header {
-                    onnx: Some(info),
-                    ..Header::default()
-                }),
-                Err(error) => Err(Error::ModelInvalid {
-                    path: path.to_path_buf(),
-                    reason: error.to_string(),
-                    found: None,
-                }),
-            }
+    let staged_name = staged.file_name().and_then(|n| n.to_str()).unwrap_or(name);
+    for (companion, staged_companion) in format
+        .companions_of(name)
+        .into_iter()
+        .zip(format.companions_of(staged_name))
+    {
+        let from = source.with_file_name(companion);
+        if std::fs::symlink_metadata(&from).is_ok() {
+            std::fs::copy(&from, staged.with_file_name(staged_companion))
+                .map_err(|e| Error::io("copy", &from, e))?;
         }
-        Err(error) => Err(error),
     }
+    Ok(())
+}
+
+/// The header of the staged model file, its refusals naming `label` (the source), not
+/// the staging file.
+fn read_staged_header(staged: &Path, label: &str) -> Result<crate::Header, Error> {
+    crate::read_header(staged)
+        .map(|(_, header)| header)
+        .map_err(|error| match error {
+            Error::ModelInvalid { reason, found, .. } => Error::ModelInvalid {
+                path: PathBuf::from(label),
+                reason,
+                found,
+            },
+            Error::FormatInvalid {
+                label: format_label,
+                format,
+                reason,
+                details,
+                ..
+            } => Error::FormatInvalid {
+                path: PathBuf::from(label),
+                label: format_label,
+                format,
+                reason,
+                details,
+            },
+            other => other,
+        })
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use arcane_devices::Backend;
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, GgufInfo};
+use crate::Error;
 
 pub use arcane_workspace::Engine;
 
@@ -130,20 +130,11 @@ pub struct Model {
     pub size: u64,
     /// Its SHA-256, 64 lowercase hex digits.
     pub sha256: String,
-    /// What its GGUF header says (GGUF models).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gguf: Option<GgufInfo>,
-    /// What its ONNX header says (ONNX models): IR version, opsets, inputs, outputs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub onnx: Option<arcane_onnx::model::OnnxInfo>,
-    /// What its whisper.cpp header says (speech-recognition models in whisper.cpp's
-    /// ggml format, `ggml-tiny.en.bin`, …).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub whisper: Option<crate::WhisperInfo>,
-    /// What its Piper configuration says, for an ONNX graph registered with its
-    /// `.onnx.json` beside it (stored beside it too): a Piper voice.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub piper: Option<crate::PiperVoiceInfo>,
+    /// What its header said when it was added, under its format reader's keys
+    /// (`gguf`, `onnx`, `whisper`, a Piper voice's `onnx` and `piper`): see
+    /// [`crate::FormatReader`].
+    #[serde(flatten)]
+    pub header: crate::Header,
     /// The path or URL it was added from.
     pub source: String,
     /// How the file was stored.
@@ -157,39 +148,40 @@ pub struct Model {
 }
 
 impl Model {
-    /// What kind of model it is, from the header it was registered with: `gguf` (served
-    /// by llama.cpp), `piper-voice` (an ONNX graph with its Piper configuration),
-    /// `onnx` (run by the `onnx` service), `whisper` (a whisper.cpp speech-recognition
-    /// model) or `unknown`.
+    /// What kind of model it is, from the header it was registered with (`gguf`,
+    /// `onnx`, `whisper`, `piper-voice`: [`crate::FormatReader::kind`]), or `unknown`.
     pub fn kind(&self) -> &'static str {
-        if self.piper.is_some() {
-            "piper-voice"
-        } else if self.gguf.is_some() {
-            "gguf"
-        } else if self.onnx.is_some() {
-            "onnx"
-        } else if self.whisper.is_some() {
-            "whisper"
-        } else {
-            "unknown"
-        }
+        crate::reader_of_record(&self.header).map_or("unknown", |r| r.kind())
     }
 
     /// The format its header says it is in (`None`: unknown): what decides which engine
-    /// kind serves it ([`arcane_workspace::EngineKind::formats`]).
+    /// kind serves it ([`arcane_workspace::Engine::for_format`]).
     pub fn format(&self) -> Option<arcane_workspace::ModelFormat> {
-        use arcane_workspace::ModelFormat;
-        if self.piper.is_some() {
-            Some(ModelFormat::PiperVoice)
-        } else if self.gguf.is_some() {
-            Some(ModelFormat::Gguf)
-        } else if self.onnx.is_some() {
-            Some(ModelFormat::Onnx)
-        } else if self.whisper.is_some() {
-            Some(ModelFormat::WhisperGgml)
-        } else {
-            None
-        }
+        crate::reader_of_record(&self.header).map(|r| r.format())
+    }
+
+    /// What `arcane model list` and `show` say of it, from its header.
+    pub fn summary(&self) -> crate::Summary {
+        crate::reader_of_record(&self.header)
+            .map(|r| r.summary(&self.header))
+            .unwrap_or_else(|| crate::Summary {
+                family: "-".into(),
+                description: "unknown format".into(),
+                ..crate::Summary::default()
+            })
+    }
+
+    /// The files that travel with its model file, beside it (a Piper voice's
+    /// configuration): [`arcane_workspace::ModelFormat::companions`].
+    pub fn companions(&self) -> Vec<PathBuf> {
+        let (Some(format), Some(name)) = (self.format(), self.file_name()) else {
+            return Vec::new();
+        };
+        format
+            .companions_of(name)
+            .into_iter()
+            .map(|companion| self.path.with_file_name(companion))
+            .collect()
     }
 
     /// The model file's name.

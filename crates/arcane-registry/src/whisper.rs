@@ -33,6 +33,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::header::FormatReader as _;
 use crate::Error;
 
 /// The first four bytes of a whisper.cpp ggml file, as a little-endian `u32`.
@@ -249,8 +250,8 @@ pub fn looks_like_whisper(path: &Path) -> bool {
 
 /// Reads and checks the whisper.cpp ggml model at `path`.
 ///
-/// Fails with [`Error::WhisperInvalid`] (naming the file and carrying the
-/// [`WhisperError`]) when it is not a usable model, [`Error::ModelInvalid`] when it is
+/// Fails with [`Error::FormatInvalid`] (naming the file, with the [`WhisperError`]'s
+/// message and details) when it is not a usable model, [`Error::ModelInvalid`] when it is
 /// not a regular file, and [`Error::Io`] when it cannot be read.
 pub fn read_whisper(path: &Path) -> Result<WhisperInfo, Error> {
     let file = arcane_files::open_regular(path).map_err(|e| {
@@ -270,10 +271,69 @@ pub fn read_whisper(path: &Path) -> Result<WhisperInfo, Error> {
         .len();
     read_whisper_from(file, size)
         .map_err(|e| Error::io("read", path, e))?
-        .map_err(|error| Error::WhisperInvalid {
+        .map_err(|error| Error::FormatInvalid {
             path: path.to_path_buf(),
-            error,
+            label: GGML.format().label,
+            format: GGML.key(),
+            reason: error.to_string(),
+            details: error.details(),
         })
+}
+
+/// The whisper.cpp reader of the registry's table ([`crate::READERS`]): records
+/// `whisper`.
+pub(crate) struct Ggml;
+
+/// The one [`Ggml`] reader.
+pub(crate) const GGML: Ggml = Ggml;
+
+impl crate::header::FormatReader for Ggml {
+    fn format(&self) -> arcane_workspace::ModelFormat {
+        arcane_workspace::formats::WHISPER_GGML
+    }
+
+    fn kind(&self) -> &'static str {
+        "whisper"
+    }
+
+    fn key(&self) -> &'static str {
+        "whisper"
+    }
+
+    fn claims(&self, path: &Path) -> bool {
+        looks_like_whisper(path)
+    }
+
+    fn read(&self, path: &Path) -> Result<crate::header::Header, Error> {
+        Ok(crate::header::recorded(self.key(), &read_whisper(path)?))
+    }
+
+    fn summary(&self, header: &crate::header::Header) -> crate::header::Summary {
+        let Some(info) = crate::header::field::<WhisperInfo>(header, self.key()) else {
+            return crate::header::Summary::default();
+        };
+        let description = format!(
+            "whisper {} ({}), {} parameters, {}, {}+{} layers, {} mels, whisper.cpp ggml",
+            info.model_type,
+            if info.multilingual {
+                "multilingual"
+            } else {
+                "English only"
+            },
+            crate::header::human_count(info.parameter_count),
+            info.quantization,
+            info.n_audio_layer,
+            info.n_text_layer,
+            info.n_mels
+        );
+        crate::header::Summary {
+            family: self.kind().into(),
+            parameters: Some(info.parameter_count),
+            quantization: Some(info.quantization),
+            context: None,
+            description,
+        }
+    }
 }
 
 /// Reads and checks a whisper.cpp ggml model from `file` of `size` bytes (see the

@@ -21,62 +21,9 @@ use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
-
-use crate::kinds;
-
-/// An engine kind Arcane can run. Serialized by its id: `"llama.cpp"`, `"ollama"`,
-/// `"onnx"`, `"whisper.cpp"`, `"piper"` or `"command"`. Everything about a kind is in its descriptor
-/// ([`Engine::kind`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Engine {
-    /// llama.cpp's `llama-server`.
-    #[serde(rename = "llama.cpp")]
-    LlamaCpp,
-    /// Ollama's `ollama serve`.
-    #[serde(rename = "ollama")]
-    Ollama,
-    /// ONNX Runtime sessions in Arcane's own worker processes.
-    #[serde(rename = "onnx")]
-    Onnx,
-    /// whisper.cpp speech recognition, served by Arcane's own worker.
-    #[serde(rename = "whisper.cpp")]
-    Whisper,
-    /// Piper voices (text to speech on ONNX Runtime), served by Arcane's own worker.
-    #[serde(rename = "piper")]
-    Piper,
-    /// Any OpenAI-compatible server started from a command line the user gives.
-    #[serde(rename = "command")]
-    Command,
-}
+pub use crate::kinds::Engine;
 
 impl Engine {
-    /// Every kind, in the order they are listed to users.
-    pub const ALL: [Engine; 6] = [
-        Engine::LlamaCpp,
-        Engine::Ollama,
-        Engine::Onnx,
-        Engine::Whisper,
-        Engine::Piper,
-        Engine::Command,
-    ];
-
-    /// The kind meant where none is named (a runtime, a model, a request): llama.cpp,
-    /// the embedded default.
-    pub const DEFAULT: Engine = Engine::LlamaCpp;
-
-    /// The descriptor of this kind: the one table from identity to behaviour.
-    pub fn kind(self) -> &'static dyn EngineKind {
-        match self {
-            Engine::LlamaCpp => &kinds::llama_cpp::LlamaCpp,
-            Engine::Ollama => &kinds::ollama::Ollama,
-            Engine::Onnx => &kinds::onnx::Onnx,
-            Engine::Whisper => &kinds::whisper::WHISPER,
-            Engine::Piper => &kinds::piper::PIPER,
-            Engine::Command => &kinds::command::Command,
-        }
-    }
-
     /// The kind's id, also the default runtime id: `llama.cpp`, `ollama`, `onnx`,
     /// `command`.
     pub fn as_str(self) -> &'static str {
@@ -86,6 +33,21 @@ impl Engine {
     /// The SDK's default listener url (`None`: the kind has no fixed one).
     pub fn default_url(self) -> Option<&'static str> {
         self.kind().default_url()
+    }
+
+    /// The kind that serves models of `format`: the first in [`Engine::ALL`] whose
+    /// descriptor lists it.
+    pub fn for_format(format: ModelFormat) -> Option<Engine> {
+        Self::ALL
+            .into_iter()
+            .find(|e| e.kind().formats().contains(&format))
+    }
+
+    /// Every model format some kind loads, in the table's order.
+    pub fn formats() -> impl Iterator<Item = ModelFormat> {
+        Self::ALL
+            .into_iter()
+            .flat_map(|e| e.kind().formats().iter().copied())
     }
 
     /// The kinds registered as a server executable (`arcane runtime add KIND
@@ -192,21 +154,36 @@ pub enum DevicePlan {
     CpuOnly,
 }
 
-/// A model file format a kind loads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ModelFormat {
-    /// GGUF (llama.cpp).
-    Gguf,
-    /// An ONNX graph.
-    Onnx,
-    /// Ollama's own store (models pulled by Ollama).
-    OllamaStore,
-    /// A whisper.cpp speech-recognition model (its ggml format).
-    WhisperGgml,
-    /// A Piper voice: an ONNX graph with its `.onnx.json` beside it.
-    PiperVoice,
-    /// Whatever the command's server reads (Arcane passes the file's path).
-    Any,
+/// A model file format a kind loads. Each kind's module defines its own (re-exported
+/// in [`crate::formats`]); [`Engine::for_format`] finds the kind that serves one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ModelFormat {
+    /// Its id: what a bundle's model entry records as its `format` (`gguf`,
+    /// `whisper-ggml`).
+    pub id: &'static str,
+    /// What users call it in messages (`GGUF`, `whisper.cpp`, `Piper voice`).
+    pub label: &'static str,
+    /// Whether bundles carry models of this format.
+    pub bundled: bool,
+    /// Files that travel with the model file, named by appending each of these to its
+    /// name (a Piper voice's `.json`: `voice.onnx` → `voice.onnx.json`).
+    pub companions: &'static [&'static str],
+}
+
+impl ModelFormat {
+    /// The companion files of the model file `name` ([`ModelFormat::companions`]).
+    pub fn companions_of(self, name: &str) -> Vec<String> {
+        self.companions
+            .iter()
+            .map(|suffix| format!("{name}{suffix}"))
+            .collect()
+    }
+}
+
+impl fmt::Display for ModelFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.id)
+    }
 }
 
 /// What one readiness answer means ([`EngineKind::classify`]).
@@ -373,6 +350,11 @@ pub trait EngineKind: Sync + Send + fmt::Debug {
     fn device_plan(&self) -> DevicePlan;
     /// The model formats it loads.
     fn formats(&self) -> &'static [ModelFormat];
+    /// The kind whose runtime library its worker loads (Piper voices: ONNX Runtime),
+    /// registered with `arcane runtime add <that kind> --library PATH`; `None`: none.
+    fn needs_library(&self) -> Option<Engine> {
+        None
+    }
     /// Whether it serves one model file given on its command line.
     fn takes_model_file(&self) -> bool {
         false
@@ -481,8 +463,14 @@ mod tests {
             assert!(kind.takes_model_file());
         }
         assert_eq!("whisper".parse::<Engine>().unwrap(), Engine::Whisper);
-        assert_eq!(Engine::Whisper.kind().formats(), [ModelFormat::WhisperGgml]);
-        assert_eq!(Engine::Piper.kind().formats(), [ModelFormat::PiperVoice]);
+        assert_eq!(
+            Engine::Whisper.kind().formats(),
+            [crate::formats::WHISPER_GGML]
+        );
+        assert_eq!(
+            Engine::Piper.kind().formats(),
+            [crate::formats::PIPER_VOICE]
+        );
     }
 
     #[test]

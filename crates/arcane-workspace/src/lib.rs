@@ -22,6 +22,7 @@ pub use engine::{
     door_arg, serves_path, CommandLine, DevicePlan, Engine, EngineKind, Launch, ListenAt,
     ModelFormat, OwnedListen, Probed, Readiness, Starts, UnknownEngine,
 };
+pub use kinds::formats;
 
 /// The `command` kind's template: its placeholders, what they require, their
 /// expansion.

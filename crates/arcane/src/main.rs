@@ -20,16 +20,10 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => return cli::refused(error),
     };
-    // The ONNX worker speaks frames on stdout and is stopped by its host: no
-    // workspace, no signal handlers.
-    if let cmd::Command::OnnxWorker(args) = &cli.command {
-        return ExitCode::from(cmd::onnx::worker(args));
-    }
-    if let cmd::Command::WhisperWorker(args) = &cli.command {
-        return ExitCode::from(cmd::whisper::worker(args));
-    }
-    if let cmd::Command::PiperWorker(args) = &cli.command {
-        return ExitCode::from(cmd::piper::worker(args));
+    // A worker the Core host starts speaks only to its host: no workspace, no signal
+    // handlers.
+    if let Some(code) = cli.command.run_worker() {
+        return ExitCode::from(code);
     }
     let output = output::Output::new(cli.global.output, cli.global.verbose);
     let context = match config::Context::resolve(&cli.global, output) {

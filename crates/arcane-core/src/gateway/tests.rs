@@ -96,7 +96,7 @@ struct FakeLauncher {
 
 impl FakeLauncher {
     fn snapshot(id: &str, state: ServerState) -> ServerSnapshot {
-        let mut snapshot = ServerSnapshot::new(id, "llama.cpp", "http://127.0.0.1:9");
+        let mut snapshot = ServerSnapshot::new(id, Engine::DEFAULT.as_str(), "http://127.0.0.1:9");
         snapshot.available = state == ServerState::Ready;
         snapshot.state = state;
         snapshot
@@ -201,7 +201,7 @@ fn model(id: &'static str) -> Spec {
         pin: None,
         unlisted: false,
         upstream_model: None,
-        kind: Engine::LlamaCpp,
+        kind: Engine::DEFAULT,
         external: false,
     }
 }
@@ -753,7 +753,7 @@ impl Rig {
     fn reload_replacing(&self, id: &'static str, launched_as: &'static str, limit: DeviceLimit) {
         let launcher = Arc::new(FakeLauncher {
             id: launched_as.into(),
-            kind: Engine::LlamaCpp,
+            kind: Engine::DEFAULT,
             log: Arc::clone(&self.log),
             outcome: Mutex::new(Outcome::Ready),
             gate: None,
@@ -1215,17 +1215,29 @@ async fn a_request_before_the_gateway_started_still_reports_its_load() {
     assert_eq!(rig.events("local-ai.model.ready").len(), 1);
 }
 
+/// The first kind in the table that serves `path`, and nothing else of OpenAI's chat.
+fn kind_serving(path: &str) -> Engine {
+    Engine::ALL
+        .into_iter()
+        .find(|e| {
+            let paths = e.kind().api_paths();
+            arcane_localai::serves_path(paths, path)
+                && !arcane_localai::serves_path(paths, "/v1/chat/completions")
+        })
+        .unwrap_or_else(|| panic!("no kind serves only {path}"))
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_model_that_does_not_serve_the_path_is_refused_naming_its_paths_and_nothing_loads() {
     let rig = Rig::new(
         vec![
             model("chat"),
             Spec {
-                kind: Engine::Piper,
+                kind: kind_serving("/v1/audio/speech"),
                 ..model("voice")
             },
             Spec {
-                kind: Engine::Whisper,
+                kind: kind_serving("/v1/audio/transcriptions"),
                 ..model("ears")
             },
         ],
@@ -1280,7 +1292,7 @@ async fn an_external_url_model_serves_every_v1_path_and_the_front_door_routes_th
     let rig = Rig::new(
         vec![
             Spec {
-                kind: Engine::Piper,
+                kind: kind_serving("/v1/audio/speech"),
                 ..model("voice")
             },
             Spec {

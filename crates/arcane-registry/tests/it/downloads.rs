@@ -199,7 +199,7 @@ fn a_model_downloads_verifies_and_registers() {
     assert_eq!(model.size, bytes.len() as u64);
     assert_eq!(model.source, url);
     assert_eq!(model.storage, arcane_registry::Storage::Download);
-    assert_eq!(model.gguf.as_ref().unwrap().name.as_deref(), Some("Tiny"));
+    assert_eq!(model.gguf().unwrap().name.as_deref(), Some("Tiny"));
     assert_eq!(std::fs::read(&model.path).unwrap(), bytes);
 }
 

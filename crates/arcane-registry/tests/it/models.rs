@@ -33,17 +33,11 @@ fn the_real_smollm2_is_added_with_its_metadata_and_digest() {
             .join(".arcane/models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf")
     );
     assert_eq!(sha256sum(&model.path), model.sha256);
-    assert_eq!(
-        model.gguf.as_ref().unwrap().architecture.as_deref(),
-        Some("llama")
-    );
-    assert_eq!(
-        model.gguf.as_ref().unwrap().quantization.as_deref(),
-        Some("Q4_1")
-    );
-    assert_eq!(model.gguf.as_ref().unwrap().context_length, Some(8192));
+    assert_eq!(model.gguf().unwrap().architecture.as_deref(), Some("llama"));
+    assert_eq!(model.gguf().unwrap().quantization.as_deref(), Some("Q4_1"));
+    assert_eq!(model.gguf().unwrap().context_length, Some(8192));
     // SmolLM2-135M: 30 layers, 576 wide, 9 heads sharing 3 key/value heads.
-    let gguf = model.gguf.as_ref().unwrap();
+    let gguf = model.gguf().unwrap();
     assert_eq!(
         (
             gguf.block_count,
@@ -54,12 +48,12 @@ fn the_real_smollm2_is_added_with_its_metadata_and_digest() {
         (Some(30), Some(576), Some(9), Some(3))
     );
     assert_eq!(gguf.kv_cache_bytes(1024), Some(2 * 30 * 1024 * 192 * 2));
-    let parameters = model.gguf.as_ref().unwrap().parameter_count.unwrap();
+    let parameters = model.gguf().unwrap().parameter_count.unwrap();
     assert!(
         (100_000_000..200_000_000).contains(&parameters),
         "{parameters}"
     );
-    assert!(matches!(model.gguf.as_ref().unwrap().version, 2 | 3));
+    assert!(matches!(model.gguf().unwrap().version, 2 | 3));
     assert!(events.types().iter().any(|t| t == "registry.hash.progress"));
     assert_eq!(registry.model("smollm2-135m").unwrap(), model);
 }
@@ -84,12 +78,9 @@ fn a_file_is_hard_linked_on_the_same_file_system() {
         std::fs::metadata(&source).unwrap().ino()
     );
     assert_eq!(model.sha256, sha256sum(&source));
-    assert_eq!(
-        model.gguf.as_ref().unwrap().architecture.as_deref(),
-        Some("llama")
-    );
-    assert_eq!(model.gguf.as_ref().unwrap().context_length, Some(2048));
-    assert_eq!(model.gguf.as_ref().unwrap().parameter_count, Some(4096));
+    assert_eq!(model.gguf().unwrap().architecture.as_deref(), Some("llama"));
+    assert_eq!(model.gguf().unwrap().context_length, Some(2048));
+    assert_eq!(model.gguf().unwrap().parameter_count, Some(4096));
     assert_eq!(model.source, source.display().to_string());
 }
 

@@ -32,6 +32,8 @@ pub(crate) struct BuiltinKind {
     pub formats: &'static [ModelFormat],
     /// The API paths it answers.
     pub api_paths: &'static [&'static str],
+    /// The kind whose runtime library its worker loads ([`EngineKind::needs_library`]).
+    pub library: Option<crate::Engine>,
 }
 
 impl EngineKind for BuiltinKind {
@@ -75,6 +77,10 @@ impl EngineKind for BuiltinKind {
 
     fn takes_model_file(&self) -> bool {
         true
+    }
+
+    fn needs_library(&self) -> Option<crate::Engine> {
+        self.library
     }
 
     fn api_paths(&self) -> &'static [&'static str] {

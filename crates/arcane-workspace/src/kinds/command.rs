@@ -35,6 +35,14 @@ use crate::engine::{
 };
 
 /// The command descriptor.
+/// Whatever the command's server reads (Arcane passes the file's path).
+pub(crate) const ANY: ModelFormat = ModelFormat {
+    id: "any",
+    label: "any file",
+    bundled: false,
+    companions: &[],
+};
+
 #[derive(Debug)]
 pub(crate) struct Command;
 
@@ -61,7 +69,7 @@ impl EngineKind for Command {
     }
 
     fn formats(&self) -> &'static [ModelFormat] {
-        &[ModelFormat::Any]
+        &[ANY]
     }
 
     fn takes_model_file(&self) -> bool {

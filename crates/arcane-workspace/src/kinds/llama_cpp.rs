@@ -21,6 +21,14 @@ use crate::engine::{
 };
 
 /// The llama.cpp descriptor.
+/// GGUF, llama.cpp's model format.
+pub(crate) const GGUF: ModelFormat = ModelFormat {
+    id: "gguf",
+    label: "GGUF",
+    bundled: true,
+    companions: &[],
+};
+
 #[derive(Debug)]
 pub(crate) struct LlamaCpp;
 
@@ -138,7 +146,7 @@ impl EngineKind for LlamaCpp {
     }
 
     fn formats(&self) -> &'static [ModelFormat] {
-        &[ModelFormat::Gguf]
+        &[GGUF]
     }
 
     fn takes_model_file(&self) -> bool {

@@ -13,6 +13,14 @@ use crate::engine::{
 };
 
 /// The Ollama descriptor.
+/// Ollama's own model store (models pulled by Ollama, named by Ollama's tags).
+pub(crate) const STORE: ModelFormat = ModelFormat {
+    id: "ollama-store",
+    label: "Ollama store",
+    bundled: false,
+    companions: &[],
+};
+
 #[derive(Debug)]
 pub(crate) struct Ollama;
 
@@ -73,7 +81,7 @@ impl EngineKind for Ollama {
     }
 
     fn formats(&self) -> &'static [ModelFormat] {
-        &[ModelFormat::OllamaStore]
+        &[STORE]
     }
 
     fn model_list(&self) -> Option<(&'static str, &'static str)> {

@@ -4,6 +4,14 @@
 
 use crate::engine::{DevicePlan, EngineKind, ModelFormat, Starts};
 
+/// An ONNX graph (a protobuf `ModelProto`).
+pub(crate) const GRAPH: ModelFormat = ModelFormat {
+    id: "onnx",
+    label: "ONNX",
+    bundled: false,
+    companions: &[],
+};
+
 /// The ONNX descriptor.
 #[derive(Debug)]
 pub(crate) struct Onnx;
@@ -27,6 +35,6 @@ impl EngineKind for Onnx {
     }
 
     fn formats(&self) -> &'static [ModelFormat] {
-        &[ModelFormat::Onnx]
+        &[GRAPH]
     }
 }

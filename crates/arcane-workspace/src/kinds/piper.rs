@@ -8,11 +8,21 @@
 use crate::engine::ModelFormat;
 use crate::kinds::builtin::BuiltinKind;
 
+/// A Piper voice: an ONNX graph with its configuration beside it (`voice.onnx` and
+/// `voice.onnx.json`), which travels with it.
+pub(crate) const VOICE: ModelFormat = ModelFormat {
+    id: "piper-voice",
+    label: "Piper voice",
+    bundled: true,
+    companions: &[".json"],
+};
+
 /// The Piper descriptor.
 pub(crate) const PIPER: BuiltinKind = BuiltinKind {
     id: "piper",
     aliases: &["piper-tts"],
     subcommand: "__piper-worker",
-    formats: &[ModelFormat::PiperVoice],
+    formats: &[VOICE],
     api_paths: &["/v1/audio/speech"],
+    library: Some(crate::Engine::Onnx),
 };

@@ -11,11 +11,20 @@
 use crate::engine::ModelFormat;
 use crate::kinds::builtin::BuiltinKind;
 
+/// whisper.cpp's ggml model format (`ggml-tiny.en.bin`), told by its magic.
+pub(crate) const GGML: ModelFormat = ModelFormat {
+    id: "whisper-ggml",
+    label: "whisper.cpp",
+    bundled: true,
+    companions: &[],
+};
+
 /// The whisper.cpp descriptor.
 pub(crate) const WHISPER: BuiltinKind = BuiltinKind {
     id: "whisper.cpp",
     aliases: &["whisper", "whisper-cpp", "whispercpp"],
     subcommand: "__whisper-worker",
-    formats: &[ModelFormat::WhisperGgml],
+    formats: &[GGML],
     api_paths: &["/v1/audio/transcriptions", "/v1/audio/translations"],
+    library: None,
 };

@@ -259,8 +259,11 @@ pub fn engine_config(
     if engine.kind().takes_model_file() {
         let model = match &options.model {
             Some(id) => Some(registry.model(id)?),
-            // llama.cpp serves GGUF models only (ONNX ones go to the `onnx` service).
-            None => registry.models()?.into_iter().find(|m| m.gguf.is_some()),
+            // The first registered model of a format this kind serves.
+            None => registry.models()?.into_iter().find(|m| {
+                m.format()
+                    .is_some_and(|format| engine.kind().formats().contains(&format))
+            }),
         };
         if let Some(model) = model {
             registry.check_model_file(&model, &context.cancel)?;

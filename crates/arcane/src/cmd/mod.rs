@@ -94,18 +94,49 @@ pub enum Command {
     Token(token::Args),
     /// Run ONNX models on NumPy `.npy` tensors.
     Onnx(onnx::Args),
+    /// The worker processes the Core host starts (internal, hidden).
+    #[command(flatten)]
+    Worker(Worker),
+}
+
+/// The worker processes the Core host starts, one hidden subcommand each (the
+/// subcommand a builtin kind's descriptor names).
+#[derive(Debug, Subcommand)]
+pub enum Worker {
     /// The ONNX worker process the Core host starts (internal).
     #[command(name = "__onnx-worker", hide = true)]
-    OnnxWorker(onnx::WorkerArgs),
+    Onnx(onnx::WorkerArgs),
     /// The speech-to-text worker process the Core host starts (internal).
     #[command(name = "__whisper-worker", hide = true)]
-    WhisperWorker(whisper::WorkerArgs),
+    Whisper(whisper::WorkerArgs),
     /// The text-to-speech worker process the Core host starts (internal).
     #[command(name = "__piper-worker", hide = true)]
-    PiperWorker(piper::WorkerArgs),
+    Piper(piper::WorkerArgs),
+}
+
+impl Worker {
+    /// Runs the worker; returns its exit code.
+    pub fn run(&self) -> u8 {
+        match self {
+            Worker::Onnx(args) => onnx::worker(args),
+            Worker::Whisper(args) => whisper::worker(args),
+            Worker::Piper(args) => piper::worker(args),
+        }
+    }
 }
 
 impl Command {
+    /// Runs the command at once when it is a worker the Core host starts, and returns
+    /// its exit code: a worker speaks only to its host (frames on stdout, or its
+    /// private socket) and is stopped by it, so it needs no workspace and no signal
+    /// handlers. `None` for every other command.
+    pub fn run_worker(&self) -> Option<u8> {
+        match self {
+            Command::Worker(worker) => Some(worker.run()),
+            _ => None,
+        }
+    }
+
     /// Whether the command needs the workspace to exist already: it only reads it (or
     /// removes from it), so a directory named by `--workspace` or `ARCANE_WORKSPACE`
     /// that does not exist is a mistake to report, not an empty workspace. The commands
@@ -133,9 +164,7 @@ impl Command {
             | Command::Launch(_)
             | Command::Token(_)
             | Command::Onnx(_)
-            | Command::OnnxWorker(_)
-            | Command::WhisperWorker(_)
-            | Command::PiperWorker(_) => false,
+            | Command::Worker(_) => false,
         }
     }
 }
@@ -166,9 +195,7 @@ pub fn run(context: &Context, command: Command) -> Result<u8, CliError> {
         Command::Bundle(args) => bundle::run(context, args),
         Command::Launch(args) => launch::run(context, args),
         Command::Onnx(args) => onnx::run(context, args),
-        Command::OnnxWorker(args) => Ok(onnx::worker(&args)),
-        Command::WhisperWorker(args) => Ok(whisper::worker(&args)),
-        Command::PiperWorker(args) => Ok(piper::worker(&args)),
+        Command::Worker(worker) => Ok(worker.run()),
     }
 }
 

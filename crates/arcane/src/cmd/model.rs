@@ -160,98 +160,10 @@ fn storage(model: &Model) -> &'static str {
     }
 }
 
-/// `llama, 135M parameters, Q4_1, context 8192`, for an ONNX model
-/// `ONNX IR 8, opset ai.onnx 16, inputs input, state, sr`, for a whisper.cpp one
-/// `whisper tiny (English only), 38M parameters, F16, 4+4 layers, 80 mels`, for a
-/// Piper voice `Piper voice, espeak-ng voice en-us, 22050 Hz, …; ONNX IR …`.
+/// One line from the model's format reader: `llama, 135M parameters, Q4_1, context
+/// 8192, GGUF v3` for a GGUF model, the format's own facts for the others.
 fn describe(model: &Model) -> String {
-    if let (Some(piper), Some(onnx)) = (&model.piper, &model.onnx) {
-        return format!(
-            "Piper voice, espeak-ng voice {}, {} Hz{}, {} phonemes; {}",
-            piper.espeak_voice,
-            piper.sample_rate,
-            piper
-                .quality
-                .as_deref()
-                .map(|q| format!(", {q} quality"))
-                .unwrap_or_default(),
-            piper.phonemes,
-            describe_onnx(onnx)
-        );
-    }
-    if let Some(onnx) = &model.onnx {
-        return describe_onnx(onnx);
-    }
-    if let Some(whisper) = &model.whisper {
-        return describe_whisper(whisper);
-    }
-    let Some(info) = &model.gguf else {
-        return "unknown format".into();
-    };
-    let mut parts = vec![info
-        .architecture
-        .clone()
-        .unwrap_or_else(|| "unknown architecture".into())];
-    if let Some(count) = info.parameter_count {
-        parts.push(format!("{} parameters", parameters(count)));
-    }
-    if let Some(quantization) = &info.quantization {
-        parts.push(quantization.clone());
-    }
-    if let Some(context) = info.context_length {
-        parts.push(format!("context {context}"));
-    }
-    parts.push(format!("GGUF v{}", info.version));
-    parts.join(", ")
-}
-
-fn describe_whisper(info: &arcane_registry::WhisperInfo) -> String {
-    format!(
-        "whisper {} ({}), {} parameters, {}, {}+{} layers, {} mels, whisper.cpp ggml",
-        info.model_type,
-        if info.multilingual {
-            "multilingual"
-        } else {
-            "English only"
-        },
-        parameters(info.parameter_count),
-        info.quantization,
-        info.n_audio_layer,
-        info.n_text_layer,
-        info.n_mels
-    )
-}
-
-fn describe_onnx(info: &arcane_onnx::model::OnnxInfo) -> String {
-    let opsets: Vec<String> = info
-        .opsets
-        .iter()
-        .map(|o| format!("{} {}", o.domain, o.version))
-        .collect();
-    let names = |specs: &[arcane_onnx::IoSpec]| {
-        specs
-            .iter()
-            .map(|s| s.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    format!(
-        "ONNX IR {}, opset {}, inputs {}, outputs {}",
-        info.ir_version,
-        opsets.join(" + "),
-        names(&info.inputs),
-        names(&info.outputs)
-    )
-}
-
-/// `135M`, `7.2B`, `950K`.
-fn parameters(count: u64) -> String {
-    match count {
-        n if n >= 1_000_000_000 => format!("{:.1}B", n as f64 / 1e9),
-        n if n >= 1_000_000 => format!("{}M", (n as f64 / 1e6).round()),
-        n if n >= 1_000 => format!("{}K", (n as f64 / 1e3).round()),
-        n => n.to_string(),
-    }
+    model.summary().description
 }
 
 fn list_text(models: &[Model], full_digest: bool) -> String {
@@ -266,31 +178,19 @@ fn list_text(models: &[Model], full_digest: bool) -> String {
             } else {
                 m.sha256.chars().take(12).collect()
             };
+            let summary = m.summary();
             [
                 m.id.clone(),
                 human_bytes(m.size),
                 digest,
-                match (&m.gguf, &m.onnx, &m.whisper) {
-                    (Some(g), _, _) => g.architecture.clone().unwrap_or_else(|| "-".into()),
-                    (None, Some(_), _) if m.piper.is_some() => "piper-voice".into(),
-                    (None, Some(_), _) => "onnx".into(),
-                    (None, None, Some(_)) => "whisper".into(),
-                    (None, None, None) => "-".into(),
-                },
-                m.gguf
-                    .as_ref()
-                    .and_then(|g| g.parameter_count)
-                    .or(m.whisper.as_ref().map(|w| w.parameter_count))
-                    .map(parameters)
+                summary.family,
+                summary
+                    .parameters
+                    .map(arcane_registry::human_count)
                     .unwrap_or_else(|| "-".into()),
-                m.gguf
-                    .as_ref()
-                    .and_then(|g| g.quantization.clone())
-                    .or(m.whisper.as_ref().map(|w| w.quantization.clone()))
-                    .unwrap_or_else(|| "-".into()),
-                m.gguf
-                    .as_ref()
-                    .and_then(|g| g.context_length)
+                summary.quantization.unwrap_or_else(|| "-".into()),
+                summary
+                    .context
                     .map(|c| c.to_string())
                     .unwrap_or_else(|| "-".into()),
                 m.path.display().to_string(),
@@ -310,16 +210,4 @@ fn list_text(models: &[Model], full_digest: bool) -> String {
         ));
     }
     text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parameter_counts_read_like_model_names() {
-        assert_eq!(parameters(134_515_008), "135M");
-        assert_eq!(parameters(7_241_732_096), "7.2B");
-        assert_eq!(parameters(4096), "4K");
-    }
 }

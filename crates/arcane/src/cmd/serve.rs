@@ -1135,9 +1135,8 @@ pub(crate) fn table_config(
 }
 
 /// The engine kind that serves `model` (a registered id, else a file) when no runtime
-/// is named: a whisper.cpp model goes to `whisper.cpp`, a Piper voice to `piper` (from
-/// the kind descriptors' formats); `None` for anything else (the default, llama.cpp,
-/// applies).
+/// is named: the builtin kind whose descriptor lists its format; `None` for anything
+/// else (the default kind applies).
 pub(crate) fn served_by(registry: &Registry, model: &str, base: &Path) -> Option<String> {
     let format = match registry.model(model) {
         Ok(registered) => registered.format()?,
@@ -1153,8 +1152,8 @@ pub(crate) fn served_by(registry: &Registry, model: &str, base: &Path) -> Option
         .map(|engine| engine.as_str().to_string())
 }
 
-/// What an engine Arcane runs itself needs: this executable, a model, and for a Piper
-/// voice the registered ONNX Runtime library.
+/// What an engine Arcane runs itself needs: this executable, a model, and the runtime
+/// library its descriptor names (ONNX Runtime, for voices).
 fn builtin_engine(registry: &Registry, config: &mut EngineConfig) -> Result<(), CliError> {
     let engine = config.engine;
     if config.model.is_none() {
@@ -1173,11 +1172,7 @@ fn builtin_engine(registry: &Registry, config: &mut EngineConfig) -> Result<(), 
     })?;
     config.executable = Some(executable);
     config.runtime_version = None;
-    if engine
-        .kind()
-        .formats()
-        .contains(&arcane_localai::ModelFormat::PiperVoice)
-    {
+    if engine.kind().needs_library().is_some() {
         // `$ARCANE_ONNXRUNTIME` (a bundle's launcher sets it to the bundle's own), else
         // the registered ONNX Runtime.
         if let Some(library) = crate::config::onnx_runtime() {
