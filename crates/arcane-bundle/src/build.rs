@@ -766,11 +766,15 @@ fn plan_runtime(
         "runtimes/{}/{}-{}-{backend}",
         runtime.id, host.os, host.arch
     );
+    let named = match runtime.engine.kind().starts() {
+        arcane_workspace::Starts::Server { executable } => executable,
+        _ => "server",
+    };
     let executable_name = runtime
         .executable
         .file_name()
         .and_then(|n| n.to_str())
-        .unwrap_or("llama-server")
+        .unwrap_or(named)
         .to_string();
     let executable = format!("{dir}/{executable_name}");
     plan.push(Planned {

@@ -483,7 +483,7 @@ impl Manifest {
     /// One runtime: engine, backend, executable and library directories.
     fn check_runtime(&self, runtime: &RuntimeEntry, failures: &mut Vec<Failure>) {
         let field = format!("runtimes[{}]", runtime.id);
-        if !["llama.cpp", "ollama"].contains(&runtime.engine.as_str()) {
+        if !Engine::registrable().any(|engine| engine.as_str() == runtime.engine) {
             failures.push(manifest_invalid(
                 format!(
                     "runtime `{}` has unknown engine `{}`",

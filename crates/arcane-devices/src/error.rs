@@ -213,7 +213,7 @@ impl Diagnostic for Error {
                     "install the NVIDIA driver (it provides `libnvidia-ml.so.1`), or choose the target `cpu`".to_string(),
                 ],
                 Reason::BackendMismatch if *runtime_backend != Backend::Cuda => vec![
-                    "use a llama.cpp runtime built with CUDA (`--runtime-backend cuda` when planning), or choose the target `cpu`".to_string(),
+                    "use a runtime built with CUDA (`--runtime-backend cuda` when planning), or choose the target `cpu`".to_string(),
                 ],
                 Reason::BackendMismatch => {
                     vec!["request the backend `auto` or `cuda` for a GPU target, `cpu` for the CPU".to_string()]

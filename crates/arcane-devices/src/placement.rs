@@ -83,7 +83,7 @@ pub fn check_placement_with(
 ) -> Result<Placement, Error> {
     let Some(configured) = record.configured_target.as_ref() else {
         return Ok(Placement::Skipped {
-            reason: "the plan is automatic: llama.cpp chose its devices".to_string(),
+            reason: "the plan is automatic: the engine chose its devices".to_string(),
         });
     };
     let expected = match configured.backend {

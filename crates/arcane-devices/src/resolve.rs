@@ -542,7 +542,7 @@ pub fn resolve_with(
         DeviceKind::Npu => Err(unsupported(
             execution,
             Reason::SelectionUnsupported,
-            "exact llama.cpp selection of an NPU is not supported".to_string(),
+            "exact selection of an NPU is not supported".to_string(),
         )),
         DeviceKind::Gpu => {
             if device.vendor != Vendor::Nvidia {
@@ -550,7 +550,7 @@ pub fn resolve_with(
                     execution,
                     Reason::SelectionUnsupported,
                     format!(
-                        "exact llama.cpp selection of {} GPUs is not supported yet; only NVIDIA GPUs through CUDA are",
+                        "exact selection of {} GPUs is not supported yet; only NVIDIA GPUs through CUDA are",
                         vendor_name(device.vendor)
                     ),
                 ));
@@ -578,7 +578,7 @@ pub fn resolve_with(
                 return Err(unsupported(
                     execution,
                     Reason::BackendMismatch,
-                    format!("exact GPU selection needs a llama.cpp CUDA runtime; the runtime is {built}"),
+                    format!("exact GPU selection needs a runtime built with CUDA; the runtime is {built}"),
                 ));
             }
             let cuda = match identity.cuda_identity(&device) {

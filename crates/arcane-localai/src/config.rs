@@ -137,7 +137,7 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     /// llama.cpp with its defaults ([`EngineConfig::new`]).
     fn default() -> Self {
-        Self::new(Engine::LlamaCpp)
+        Self::new(Engine::DEFAULT)
     }
 }
 

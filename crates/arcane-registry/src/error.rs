@@ -555,7 +555,7 @@ impl Diagnostic for Error {
     fn hints(&self) -> Vec<String> {
         match self {
             Error::InvalidId { .. } => {
-                vec!["ids look like `smollm2-135m` or `llama.cpp-b4500`".into()]
+                vec![format!("ids look like `smollm2-135m` or `{}-b4500`", Engine::DEFAULT)]
             }
             Error::VersionRequired { .. } => {
                 vec!["pass `--version TAG` (e.g. `--version b4500`)".into()]
@@ -600,7 +600,18 @@ impl Diagnostic for Error {
             Error::ExecutableDoesNotRun { .. }
             | Error::ExecutableFailed { .. }
             | Error::VersionUnknown { .. } => {
-                vec!["pass the engine's own executable (`llama-server` or `ollama`), built for this machine".into()]
+                let executables: Vec<String> = Engine::registrable()
+                    .filter_map(|e| match e.kind().starts() {
+                        arcane_workspace::Starts::Server { executable } => {
+                            Some(format!("`{executable}`"))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                vec![format!(
+                    "pass the engine's own executable ({}), built for this machine",
+                    executables.join(" or ")
+                )]
             }
             Error::IntegrityFailed { .. } | Error::Truncated { .. } => {
                 vec![

@@ -43,6 +43,14 @@ impl Engine {
             .find(|e| e.kind().formats().contains(&format))
     }
 
+    /// The kind whose `arcane/1` methods are in `namespace` (`llama`:
+    /// [`EngineKind::rpc_namespace`]).
+    pub fn for_namespace(namespace: &str) -> Option<Engine> {
+        Self::ALL
+            .into_iter()
+            .find(|e| e.kind().rpc_namespace() == Some(namespace))
+    }
+
     /// Every model format some kind loads, in the table's order.
     pub fn formats() -> impl Iterator<Item = ModelFormat> {
         Self::ALL
@@ -350,6 +358,11 @@ pub trait EngineKind: Sync + Send + fmt::Debug {
     fn device_plan(&self) -> DevicePlan;
     /// The model formats it loads.
     fn formats(&self) -> &'static [ModelFormat];
+    /// The namespace of the `arcane/1` methods that reach its engine (`llama` for
+    /// `llama.chat`, `llama.load`), when it has some.
+    fn rpc_namespace(&self) -> Option<&'static str> {
+        None
+    }
     /// The kind whose runtime library its worker loads (Piper voices: ONNX Runtime),
     /// registered with `arcane runtime add <that kind> --library PATH`; `None`: none.
     fn needs_library(&self) -> Option<Engine> {

@@ -85,6 +85,19 @@ impl LocalAiService {
         self.slots.iter().find(|s| s.runtime == runtime)
     }
 
+    /// The slot of the kind whose `arcane/1` methods are in `namespace`
+    /// ([`Engine::for_namespace`]), or the same 503 as [`Self::require`].
+    pub(super) fn require_namespace(&self, namespace: &str) -> Result<&Arc<Slot>, BoxError> {
+        match Engine::for_namespace(namespace) {
+            Some(engine) => self.require(engine),
+            None => Err(Box::new(Error::usage(
+                format!("no engine kind answers `{namespace}.*` methods"),
+                serde_json::json!({"namespace": namespace}),
+            ))),
+        }
+    }
+
+    /// The slot of `runtime`, or 503 `LOCAL_AI_SERVER_NOT_READY` (not selected).
     pub(super) fn require(&self, runtime: Engine) -> Result<&Arc<Slot>, BoxError> {
         self.slot(runtime).ok_or_else(|| {
             Box::new(Error::EngineNotReady {
@@ -306,7 +319,7 @@ impl LocalAiService {
     }
 
     async fn llama_unload(&self, _parameters: Value) -> MethodResult {
-        let slot = self.require(Engine::LlamaCpp)?;
+        let slot = self.require_namespace("llama")?;
         if !slot.view.borrow().owned() {
             return Ok(json!({"released": true, "unloaded": false}));
         }
@@ -320,7 +333,7 @@ impl LocalAiService {
     }
 
     async fn llama_load(&self, parameters: Value, context: RequestContext) -> MethodResult {
-        let slot = self.require(Engine::LlamaCpp)?;
+        let slot = self.require_namespace("llama")?;
         let model = parameters["model"].as_str().map(str::to_string);
         // A stopped (unloaded) engine is started again.
         if slot.state() == EngineState::Stopped {
@@ -336,14 +349,17 @@ impl LocalAiService {
             ),
             Some(id) if listed(&id) => Ok(json!({"model": id, "loaded": true, "url": base})),
             Some(id) => Err(Box::new(Error::usage(
-                format!("model `{id}` is not served by the llama.cpp engine"),
+                format!(
+                    "model `{id}` is not served by the `{}` engine",
+                    slot.runtime
+                ),
                 json!({"model": id, "available": models.iter().map(|m| m["id"].clone()).collect::<Vec<_>>()}),
             ))),
         }
     }
 
     async fn llama_models(&self) -> MethodResult {
-        let slot = self.require(Engine::LlamaCpp)?;
+        let slot = self.require_namespace("llama")?;
         if slot.state().is_ready() {
             self.refresh_models(slot).await;
         }
@@ -441,7 +457,7 @@ impl Service for LocalAiService {
                 "localai.status" => Ok(self.state()),
                 "localai.services.recover" => self.recover(parameters).await,
                 "llama.status" => {
-                    let slot = self.require(Engine::LlamaCpp)?;
+                    let slot = self.require_namespace("llama")?;
                     let status = slot.view.borrow().status();
                     Ok(serde_json::to_value(status).unwrap_or(Value::Null))
                 }

@@ -12,7 +12,6 @@ use super::engines::LocalAiService;
 use crate::error::{Error, Peer};
 use crate::http::{collect, full, Deadlines, EngineAccess, EngineClient, HttpBody};
 use crate::service::{MethodResult, RequestContext};
-use arcane_localai::Engine;
 
 impl LocalAiService {
     /// Sends one request to the engine at `access` ([`send`]).
@@ -44,7 +43,7 @@ impl LocalAiService {
         parameters: Value,
         context: RequestContext,
     ) -> MethodResult {
-        let slot = self.require(Engine::LlamaCpp)?;
+        let slot = self.require_namespace("llama")?;
         let access = self.ready_access(slot, &context).await?;
         chat(&self.client, &access, parameters, &context).await
     }
@@ -55,7 +54,7 @@ impl LocalAiService {
         parameters: Value,
         context: RequestContext,
     ) -> MethodResult {
-        let slot = self.require(Engine::Ollama)?;
+        let slot = self.require_namespace("ollama")?;
         let access = self.ready_access(slot, &context).await?;
         let (http_method, path, streams) = match method {
             "ollama.version" => (Method::GET, "/api/version", false),

@@ -146,7 +146,10 @@ impl FirstStartWatch {
         if self.first != FirstStart::Ready || self.announced {
             return Next::Wait;
         }
-        let llama = status.engine("llama.cpp").cloned().map(Box::new);
+        let llama = status
+            .engine(arcane_localai::Engine::DEFAULT.as_str())
+            .cloned()
+            .map(Box::new);
         let models_known = llama.as_ref().is_none_or(|l| !l.models.is_empty());
         self.ready_changes += 1;
         if models_known || self.ready_changes > 1 {

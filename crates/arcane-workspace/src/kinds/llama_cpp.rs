@@ -161,6 +161,10 @@ impl EngineKind for LlamaCpp {
         API_PATHS
     }
 
+    fn rpc_namespace(&self) -> Option<&'static str> {
+        Some("llama")
+    }
+
     fn command_line(&self, launch: &Launch<'_>) -> CommandLine {
         let mut args = Vec::new();
         match launch.listen {

@@ -98,6 +98,10 @@ impl EngineKind for Ollama {
         ]
     }
 
+    fn rpc_namespace(&self) -> Option<&'static str> {
+        Some("ollama")
+    }
+
     fn command_line(&self, launch: &Launch<'_>) -> CommandLine {
         let mut args = vec!["serve".to_string()];
         args.extend(launch.user_args.iter().cloned());

@@ -62,12 +62,9 @@ pub struct BuildArgs {
 
     /// A runtime from the registry: `llama.cpp` (the engine's default runtime),
     /// `llama.cpp=ID`, or `onnx[=ID]` (the registered ONNX Runtime library, which
-    /// `launch` hands the Core host). Repeatable.
-    #[arg(
-        long = "runtime",
-        value_name = "ENGINE[=ID]",
-        default_value = "llama.cpp"
-    )]
+    /// `launch` hands the Core host). Repeatable. Default: the default engine's
+    /// default runtime (`llama.cpp`).
+    #[arg(long = "runtime", value_name = "ENGINE[=ID]")]
     pub runtimes: Vec<String>,
 
     /// Model ids from the registry (`arcane model list`). Repeatable; the first is the
@@ -226,8 +223,13 @@ fn keygen(context: &Context, args: KeygenArgs) -> Result<u8, CliError> {
 }
 
 fn build(context: &Context, args: BuildArgs) -> Result<u8, CliError> {
-    let runtimes = args
-        .runtimes
+    let default = [arcane_localai::Engine::DEFAULT.as_str().to_string()];
+    let asked = if args.runtimes.is_empty() {
+        &default[..]
+    } else {
+        &args.runtimes[..]
+    };
+    let runtimes = asked
         .iter()
         .map(|r| RuntimeRequest::parse(r))
         .collect::<Result<Vec<_>, _>>()?;

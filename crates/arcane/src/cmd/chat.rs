@@ -160,7 +160,7 @@ fn ask(
 async fn explain_not_ready(client: &CoreClient, error: arcane_core::Error) -> CliError {
     let runtime = error.details()["runtime"]
         .as_str()
-        .unwrap_or("llama.cpp")
+        .unwrap_or(arcane_localai::Engine::DEFAULT.as_str())
         .to_string();
     let status =
         tokio::time::timeout(std::time::Duration::from_secs(5), client.local_ai_status()).await;

@@ -703,7 +703,8 @@ fn announce(
             .and_then(|m| m["id"].as_str())
             .unwrap_or("the model");
         output.note(&format!(
-            "ready: llama.cpp serves `{model}` at {} ({})",
+            "ready: {} serves `{model}` at {} ({})",
+            arcane_localai::Engine::DEFAULT,
             llama.url,
             llama.exposure()
         ));

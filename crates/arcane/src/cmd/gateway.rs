@@ -362,7 +362,7 @@ fn spec(
     )?;
     let (launcher, device, memory, exposure, digest) = match &table.url {
         Some(url) => (
-            AdoptLauncher::new(arcane_localai::Engine::LlamaCpp, url, load_timeout)
+            AdoptLauncher::new(arcane_localai::Engine::DEFAULT, url, load_timeout)
                 as Arc<dyn EngineLauncher>,
             "external".into(),
             0,

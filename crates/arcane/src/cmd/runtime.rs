@@ -100,7 +100,26 @@ fn parse_add_kind(value: &str) -> Result<AddKind, String> {
     value
         .parse::<Engine>()
         .map(AddKind::Engine)
-        .map_err(|_| format!("unknown runtime `{value}`: expected `llama.cpp`, `ollama` or `onnx`"))
+        .map_err(|_| format!("unknown runtime `{value}`: expected {}", addable()))
+}
+
+/// The kinds `arcane runtime add` registers, as a list for messages: those started from
+/// an executable, and those whose runtime is a library.
+fn addable() -> String {
+    let names: Vec<String> = Engine::ALL
+        .into_iter()
+        .filter(|e| {
+            matches!(
+                e.kind().starts(),
+                arcane_localai::Starts::Server { .. } | arcane_localai::Starts::Worker
+            )
+        })
+        .map(|e| format!("`{e}`"))
+        .collect();
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => names.join(""),
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -394,7 +413,7 @@ fn describe(runtime: &Runtime) -> String {
 
 fn list_text(runtimes: &[Runtime], onnx: &[OnnxRuntime]) -> String {
     if runtimes.is_empty() && onnx.is_empty() {
-        return "no runtimes registered; add one with `arcane runtime add llama.cpp --executable PATH` (or `arcane runtime add onnx --library PATH`)".to_string();
+        return format!("no runtimes registered; add one with `arcane runtime add {} --executable PATH` (or `arcane runtime add {} --library PATH`)", Engine::DEFAULT, arcane_registry::ONNX_ID);
     }
     let mut rows: Vec<[String; 5]> = runtimes
         .iter()

@@ -987,7 +987,7 @@ pub(crate) fn table_config(
         .runtime
         .clone()
         .or_else(|| served_by(registry, table.model.as_deref()?, base))
-        .unwrap_or_else(|| Engine::LlamaCpp.as_str().to_string());
+        .unwrap_or_else(|| Engine::DEFAULT.as_str().to_string());
     let absolute = |p: &Path| {
         if p.is_absolute() {
             p.to_path_buf()
