@@ -22,7 +22,7 @@
 //!
 //! Dispatch goes through the route table of [`crate::router`]: the Core's rows below,
 //! the gateway's own answers (`GET /v1/models[/{id}]`, `GET /metrics`, when it routes
-//! by model), Ollama's API (`/api/*`, translated by [`crate::ollama_api`], when it routes
+//! by model), Ollama's API (`/api/*`, translated by [`crate::apis::ollama`], when it routes
 //! by model), then the engines' API paths. A path no row serves is, with the gateway,
 //! the Core's 404 (`ARCANE_NOT_FOUND`; nothing loads), and with a single engine
 //! forwarded to it (its own answer).
@@ -601,10 +601,9 @@ async fn dispatch(
         Handler::Control => control(shared, request).await,
         Handler::Events => events(shared, &request),
         Handler::Logs => logs(shared, &request),
-        Handler::Ollama(endpoint) => match upstream {
+        Handler::Api(endpoint) => match upstream {
             Some(upstream) => {
-                crate::ollama_api::handle(&shared.host, upstream, &shared.client, endpoint, request)
-                    .await
+                crate::apis::handle(&shared.host, upstream, &shared.client, endpoint, request).await
             }
             None => not_found(&path, false),
         },
@@ -870,7 +869,7 @@ async fn engine_api(
         | Handler::Control
         | Handler::Events
         | Handler::Logs
-        | Handler::Ollama(_)
+        | Handler::Api(_)
         | Handler::Engine
         | Handler::UiPage
         | Handler::UiAsset

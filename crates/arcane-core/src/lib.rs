@@ -47,6 +47,7 @@
 #![warn(missing_docs)]
 #![doc = include_str!("../../../docs/protocol.md")]
 
+pub mod apis;
 pub mod bridge;
 pub mod client;
 pub mod dispatch;
@@ -60,7 +61,6 @@ pub mod http;
 pub mod limits;
 pub mod localai;
 pub mod logs;
-pub mod ollama_api;
 pub mod onnx;
 pub mod origins;
 pub mod passthrough;

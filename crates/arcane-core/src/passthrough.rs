@@ -74,7 +74,7 @@ pub struct RouteRequest {
 }
 
 /// What the front door knows of one served model, for the APIs that describe models
-/// themselves (Ollama's `/api/tags`, `/api/ps`, `/api/show`: [`crate::ollama_api`]).
+/// themselves (Ollama's `/api/tags`, `/api/ps`, `/api/show`: [`crate::apis::ollama`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelFacts {
     /// The id clients name.
@@ -462,7 +462,7 @@ async fn answer(
 }
 
 /// The engine's answer `upstream`, rewritten by `rewrite` on its way (another API's
-/// shape: [`crate::ollama_api`]), holding `work` and the route's lease until its end
+/// shape: [`crate::apis::ollama`]), holding `work` and the route's lease until its end
 /// exactly as a forwarded answer does (its `usage` measured, a shutdown's cut).
 pub(crate) fn answer_rewritten(
     upstream: Response<HttpBody>,
@@ -490,8 +490,8 @@ pub(crate) enum StreamApi {
     OpenAi,
     /// Anthropic's: `event: error` with `{"type": "error", "error": {type, message}}`.
     Anthropic,
-    /// Ollama's lines: `{"error": "…"}`.
-    Ollama,
+    /// JSON lines (NDJSON, Ollama's API): `{"error": "…"}`.
+    JsonLines,
 }
 
 impl StreamApi {
@@ -520,7 +520,7 @@ impl StreamApi {
                     "code": error.code(),
                 }})
             ),
-            StreamApi::Ollama => format!(
+            StreamApi::JsonLines => format!(
                 "{}\n",
                 serde_json::json!({"error": error.to_string(), "code": error.code()})
             ),

@@ -29,7 +29,7 @@ pub struct Transformed {
 
 /// What rewrites an engine's answer on its way to the client, read by read: the
 /// gateway's rename ([`LineTransformer`]) or a translation into another API's shape
-/// (the Ollama API, [`crate::ollama_api`]). The passthrough's body holds the request's
+/// (the Ollama API, [`crate::apis::ollama`]). The passthrough's body holds the request's
 /// work and lease until [`Rewrite::finish`], and reports each `usage` to the lease, so
 /// every rewrite is measured and drained alike.
 pub trait Rewrite: Send + Sync {

@@ -98,9 +98,8 @@ pub enum Handler {
     ModelEntry,
     /// `GET /metrics`, the gateway's Prometheus text.
     Metrics,
-    /// Ollama's API (`/api/*`) for every gateway model: translated by
-    /// [`crate::ollama_api`] (passed through to a model of the `ollama` kind).
-    Ollama(crate::ollama_api::Endpoint),
+    /// A translated API's endpoint ([`crate::apis`]), for every gateway model.
+    Api(crate::apis::Endpoint),
     /// The engine's own API: forwarded by [`crate::passthrough`].
     Engine,
     /// `GET /ui`: the dashboard with a session, else its login page ([`crate::ui`]).
@@ -213,41 +212,10 @@ pub const GATEWAY_ROWS: &[Row] = &[
     },
 ];
 
-const fn ollama(verb: Verb, path: &'static str, endpoint: crate::ollama_api::Endpoint) -> Row {
-    Row {
-        verb,
-        path: PathPattern::Exact(path),
-        scope: Scope::RoutingByModel,
-        handler: Handler::Ollama(endpoint),
-    }
-}
-
-/// Ollama's API on the front door, for every gateway model ([`crate::ollama_api`]):
-/// before the engines' rows, so a llama.cpp model answers `/api/chat` too; a model of
-/// the `ollama` kind still gets the request as it came. Any other `/api/` path is an
-/// engine's (Ollama's) or the Core's 404.
-pub const OLLAMA_ROWS: &[Row] = {
-    use crate::ollama_api::Endpoint as E;
-    &[
-        ollama(Verb::Get, "/api/version", E::Version),
-        ollama(Verb::Get, "/api/tags", E::Tags),
-        ollama(Verb::Get, "/api/ps", E::Ps),
-        ollama(Verb::Post, "/api/show", E::Show),
-        ollama(Verb::Post, "/api/chat", E::Chat),
-        ollama(Verb::Post, "/api/generate", E::Generate),
-        ollama(Verb::Post, "/api/embed", E::Embed),
-        ollama(Verb::Post, "/api/embeddings", E::Embeddings),
-        ollama(Verb::Post, "/api/pull", E::Pull),
-        ollama(Verb::Post, "/api/push", E::Push),
-        ollama(Verb::Post, "/api/create", E::Create),
-        ollama(Verb::Post, "/api/copy", E::Copy),
-        ollama(Verb::Delete, "/api/delete", E::Delete),
-    ]
-};
-
 /// The front door's table, searched in this order: the Core's rows, the logs', the
 /// dashboard's ([`crate::ui::UI_ROWS`]), the packaged web's move, the gateway's own
-/// answers, then Ollama's API. A new area adds its slice here. The engines' API paths
+/// answers, then the translated APIs ([`crate::apis::ROWS`]). A new area adds its slice
+/// here. The engines' API paths
 /// come last, from the descriptors of the kinds being served
 /// ([`arcane_localai::EngineKind::api_paths`]: a path ending in `/` matches what is
 /// below it, any other exactly itself).
@@ -257,7 +225,7 @@ pub const TABLE: &[&[Row]] = &[
     crate::ui::UI_ROWS,
     WEB_ROWS,
     GATEWAY_ROWS,
-    OLLAMA_ROWS,
+    crate::apis::ROWS,
 ];
 
 /// The outcome of looking a request up.
@@ -475,16 +443,18 @@ mod tests {
 
     #[test]
     fn the_gateway_answers_ollamas_api_and_leaves_other_api_paths_to_ollama() {
-        use crate::ollama_api::Endpoint;
+        use crate::apis::ollama::Endpoint;
         let ollama = arcane_localai::Engine::Ollama;
         for kinds in [&[LLAMA][..], &[LLAMA, ollama][..]] {
             assert_eq!(
                 lookup(TABLE, &paths(kinds), &Method::POST, "/api/chat", true),
-                Lookup::Found(Handler::Ollama(Endpoint::Chat))
+                Lookup::Found(Handler::Api(crate::apis::Endpoint::Ollama(Endpoint::Chat)))
             );
             assert_eq!(
                 lookup(TABLE, &paths(kinds), &Method::DELETE, "/api/delete", true),
-                Lookup::Found(Handler::Ollama(Endpoint::Delete))
+                Lookup::Found(Handler::Api(crate::apis::Endpoint::Ollama(
+                    Endpoint::Delete
+                )))
             );
         }
         assert_eq!(

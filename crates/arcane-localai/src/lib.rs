@@ -77,7 +77,9 @@ pub mod records;
 mod state;
 mod supervisor;
 
-pub use arcane_workspace::{command_template, serves_path, EngineKind, ModelFormat, Starts};
+pub use arcane_workspace::{
+    command_template, serves_path, EngineKind, ForwardedMethod, ModelFormat, Starts, Takes,
+};
 pub use command::{DeviceLaunch, EngineCommand, NONCE_VARIABLE};
 pub use config::{Engine, EngineConfig, OwnedListen, RestartPolicy};
 pub use endpoint::{ApiKey, ConnectFailure, Endpoint, EngineAddress, EngineStream};

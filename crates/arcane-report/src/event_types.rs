@@ -149,6 +149,14 @@ event_types! {
     OLLAMA_CHUNK = "ollama.chunk",
 }
 
+/// The event type of one streamed chunk of a `<namespace>.*` call (`llama.chunk`,
+/// `ollama.chunk`), when the table has one.
+pub fn chunk_of(namespace: &str) -> Option<&'static str> {
+    ALL.iter()
+        .copied()
+        .find(|kind| kind.strip_suffix(".chunk") == Some(namespace))
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;

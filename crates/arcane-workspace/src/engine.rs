@@ -51,6 +51,18 @@ impl Engine {
             .find(|e| e.kind().rpc_namespace() == Some(namespace))
     }
 
+    /// The kind that forwards the `arcane/1` method `name`, with its row
+    /// ([`EngineKind::forwarded_methods`]).
+    pub fn forwarding(name: &str) -> Option<(Engine, ForwardedMethod)> {
+        Self::ALL.into_iter().find_map(|e| {
+            e.kind()
+                .forwarded_methods()
+                .iter()
+                .find(|m| m.name == name)
+                .map(|m| (e, *m))
+        })
+    }
+
     /// Every model format some kind loads, in the table's order.
     pub fn formats() -> impl Iterator<Item = ModelFormat> {
         Self::ALL
@@ -192,6 +204,40 @@ impl fmt::Display for ModelFormat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.id)
     }
+}
+
+/// An `arcane/1` method a kind forwards to its engine's own HTTP API (`ollama.chat` →
+/// `POST /api/chat`), listed by its descriptor ([`EngineKind::forwarded_methods`]) and
+/// served by the local-AI service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardedMethod {
+    /// The method (`ollama.chat`).
+    pub name: &'static str,
+    /// A `POST` whose JSON body is the parameters (or their `payload`); else a `GET`.
+    pub post: bool,
+    /// The engine's path.
+    pub path: &'static str,
+    /// How long the engine may take to answer.
+    pub takes: Takes,
+    /// Whether the engine streams its answer when asked (`"stream": true`): each line
+    /// becomes a `<namespace>.chunk` event, and the answer is the last line.
+    pub streams: bool,
+    /// Where a streamed line's text is (a JSON pointer, `/message/content`): the
+    /// answer carries the whole text there. `None`: the lines carry no text.
+    pub text: Option<&'static str>,
+    /// Whether it changes the engine's models (a pull): they are listed again after.
+    pub changes_models: bool,
+}
+
+/// How long a forwarded call may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takes {
+    /// A quick answer (a listing, a model's details).
+    Quick,
+    /// A generation.
+    Generation,
+    /// A transfer (a pull).
+    Transfer,
 }
 
 /// What one readiness answer means ([`EngineKind::classify`]).
@@ -362,6 +408,10 @@ pub trait EngineKind: Sync + Send + fmt::Debug {
     /// `llama.chat`, `llama.load`), when it has some.
     fn rpc_namespace(&self) -> Option<&'static str> {
         None
+    }
+    /// The `arcane/1` methods forwarded to its engine's own HTTP API.
+    fn forwarded_methods(&self) -> &'static [ForwardedMethod] {
+        &[]
     }
     /// The kind whose runtime library its worker loads (Piper voices: ONNX Runtime),
     /// registered with `arcane runtime add <that kind> --library PATH`; `None`: none.

@@ -19,8 +19,8 @@ mod kinds;
 pub mod layout;
 
 pub use engine::{
-    door_arg, serves_path, CommandLine, DevicePlan, Engine, EngineKind, Launch, ListenAt,
-    ModelFormat, OwnedListen, Probed, Readiness, Starts, UnknownEngine,
+    door_arg, serves_path, CommandLine, DevicePlan, Engine, EngineKind, ForwardedMethod, Launch,
+    ListenAt, ModelFormat, OwnedListen, Probed, Readiness, Starts, Takes, UnknownEngine,
 };
 pub use kinds::formats;
 

@@ -403,6 +403,8 @@ impl Upstream for LocalAiService {
     }
 }
 
+/// The service's own methods; the methods the kinds forward to their engines
+/// ([`arcane_localai::EngineKind::forwarded_methods`]) come after them.
 const LOCAL_AI_METHODS: &[&str] = &[
     "localai.status",
     "localai.services.recover",
@@ -411,14 +413,6 @@ const LOCAL_AI_METHODS: &[&str] = &[
     "llama.load",
     "llama.unload",
     "llama.chat",
-    "ollama.version",
-    "ollama.models",
-    "ollama.running",
-    "ollama.show",
-    "ollama.chat",
-    "ollama.generate",
-    "ollama.embed",
-    "ollama.pull",
 ];
 
 impl Service for LocalAiService {
@@ -427,9 +421,15 @@ impl Service for LocalAiService {
     }
 
     fn methods(&self) -> Vec<MethodSpec> {
+        let forwarded = Engine::ALL
+            .into_iter()
+            .flat_map(|e| e.kind().forwarded_methods())
+            .map(|m| m.name);
         LOCAL_AI_METHODS
             .iter()
-            .map(|m| MethodSpec::request(*m))
+            .copied()
+            .chain(forwarded)
+            .map(MethodSpec::request)
             .collect()
     }
 
@@ -465,7 +465,7 @@ impl Service for LocalAiService {
                 "llama.load" => self.llama_load(parameters, context).await,
                 "llama.unload" => self.llama_unload(parameters).await,
                 "llama.chat" => self.llama_chat(parameters, context).await,
-                other => self.ollama(other, parameters, context).await,
+                other => self.forwarded(other, parameters, context).await,
             }
         })
     }

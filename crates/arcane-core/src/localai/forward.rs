@@ -1,6 +1,6 @@
-//! The `local-ai` methods that forward to an engine: `llama.chat` and `ollama.*`
-//! (streamed answers become `llama.chunk` / `ollama.chunk` events tied to the
-//! request), and the one request path every call to an engine takes, with its
+//! The `local-ai` methods that forward to an engine: `llama.chat` and the methods a
+//! kind's descriptor forwards to its engine's own API (streamed answers become
+//! `<namespace>.chunk` events tied to the request), and the one request path every call to an engine takes, with its
 //! [`Deadlines`].
 
 use arcane_report::event_types;
@@ -12,6 +12,7 @@ use super::engines::LocalAiService;
 use crate::error::{Error, Peer};
 use crate::http::{collect, full, Deadlines, EngineAccess, EngineClient, HttpBody};
 use crate::service::{MethodResult, RequestContext};
+use arcane_localai::Takes;
 
 impl LocalAiService {
     /// Sends one request to the engine at `access` ([`send`]).
@@ -48,35 +49,34 @@ impl LocalAiService {
         chat(&self.client, &access, parameters, &context).await
     }
 
-    pub(super) async fn ollama(
+    /// Answers an `arcane/1` method a kind forwards to its engine's own API
+    /// ([`arcane_localai::EngineKind::forwarded_methods`]): the engine's answer as it
+    /// gives it; a streamed one (when asked, `"stream": true`) as `<namespace>.chunk`
+    /// events tied to the request, then the last line carrying the whole text.
+    pub(super) async fn forwarded(
         &self,
         method: &str,
         parameters: Value,
         context: RequestContext,
     ) -> MethodResult {
-        let slot = self.require_namespace("ollama")?;
-        let access = self.ready_access(slot, &context).await?;
-        let (http_method, path, streams) = match method {
-            "ollama.version" => (Method::GET, "/api/version", false),
-            "ollama.models" => (Method::GET, "/api/tags", false),
-            "ollama.running" => (Method::GET, "/api/ps", false),
-            "ollama.show" => (Method::POST, "/api/show", false),
-            "ollama.chat" => (Method::POST, "/api/chat", true),
-            "ollama.generate" => (Method::POST, "/api/generate", true),
-            "ollama.embed" => (Method::POST, "/api/embed", false),
-            _ => (Method::POST, "/api/pull", true),
+        let Some((engine, row)) = arcane_localai::Engine::forwarding(method) else {
+            return Err(Box::new(Error::usage(
+                format!("no engine answers `{method}`"),
+                json!({"method": method}),
+            )));
         };
-        let url = access.url_of(path);
-        if http_method == Method::GET {
+        let slot = self.require(engine)?;
+        let access = self.ready_access(slot, &context).await?;
+        let deadlines = match row.takes {
+            Takes::Quick => Deadlines::QUICK,
+            Takes::Generation => Deadlines::GENERATION,
+            Takes::Transfer => Deadlines::TRANSFER,
+        };
+        if !row.post {
             return Ok(self
-                .engine_json(&access, Method::GET, path, None, Deadlines::QUICK)
+                .engine_json(&access, Method::GET, row.path, None, deadlines)
                 .await?);
         }
-        let deadlines = match method {
-            "ollama.show" => Deadlines::QUICK,
-            "ollama.pull" => Deadlines::TRANSFER,
-            _ => Deadlines::GENERATION,
-        };
         let mut body = match parameters.get("payload") {
             Some(Value::Object(p)) => Value::Object(p.clone()),
             _ => parameters.clone(),
@@ -85,14 +85,14 @@ impl LocalAiService {
             map.remove("streamId");
             map.remove("payload");
         }
-        // Ollama streams by default; the host streams only when asked.
-        let stream = streams && body["stream"].as_bool().unwrap_or(false);
+        // Such engines stream by default; the host streams only when asked.
+        let stream = row.streams && body["stream"].as_bool().unwrap_or(false);
         body["stream"] = json!(stream);
         if !stream {
             let result = self
-                .engine_json(&access, Method::POST, path, Some(&body), deadlines)
+                .engine_json(&access, Method::POST, row.path, Some(&body), deadlines)
                 .await?;
-            if method == "ollama.pull" {
+            if row.changes_models {
                 self.refresh_models(slot).await;
             }
             return Ok(result);
@@ -101,8 +101,14 @@ impl LocalAiService {
             .as_str()
             .map(str::to_string)
             .unwrap_or_else(|| context.request_id.clone());
+        let chunk_type = engine
+            .kind()
+            .rpc_namespace()
+            .and_then(event_types::chunk_of)
+            .unwrap_or(event_types::LLAMA_CHUNK);
+        let url = access.url_of(row.path);
         let response = self
-            .send(&access, Method::POST, path, Some(&body), deadlines)
+            .send(&access, Method::POST, row.path, Some(&body), deadlines)
             .await?;
         let mut content = String::new();
         let mut last = Value::Null;
@@ -110,31 +116,34 @@ impl LocalAiService {
             let Ok(chunk) = serde_json::from_str::<Value>(line) else {
                 return true;
             };
-            if let Some(text) = chunk["message"]["content"]
-                .as_str()
-                .or_else(|| chunk["response"].as_str())
-            {
+            if let Some(text) = row.text.and_then(|at| chunk.pointer(at)?.as_str()) {
                 content.push_str(text);
             }
-            context.emit(
-                event_types::OLLAMA_CHUNK,
-                json!({"streamId": stream_id, "chunk": chunk}),
-            );
+            context.emit(chunk_type, json!({"streamId": stream_id, "chunk": chunk}));
             last = chunk;
             true
         })
         .await?;
-        if method == "ollama.pull" {
+        if row.changes_models {
             self.refresh_models(slot).await;
-            return Ok(last);
         }
-        let mut result = last;
-        match method {
-            "ollama.chat" => result["message"] = json!({"role": "assistant", "content": content}),
-            _ => result["response"] = json!(content),
+        if let Some(at) = row.text {
+            set_pointer(&mut last, at, json!(content));
         }
-        Ok(result)
+        Ok(last)
     }
+}
+
+/// Sets `value` at the JSON pointer `at` in `target`, making the objects on the way.
+fn set_pointer(target: &mut Value, at: &str, value: Value) {
+    let mut here = target;
+    for key in at.split('/').skip(1) {
+        if !here.is_object() {
+            *here = json!({});
+        }
+        here = &mut here[key];
+    }
+    *here = value;
 }
 
 /// Sends one request to the engine at `access` (`path` with its query); a non-2xx

@@ -9,10 +9,62 @@
 use serde_json::Value;
 
 use crate::engine::{
-    CommandLine, DevicePlan, EngineKind, Launch, ListenAt, ModelFormat, Probed, Readiness, Starts,
+    CommandLine, DevicePlan, EngineKind, ForwardedMethod, Launch, ListenAt, ModelFormat, Probed,
+    Readiness, Starts, Takes,
 };
 
 /// The Ollama descriptor.
+/// The SDK's `ollama.*` methods: each Ollama's own endpoint, its answer as Ollama gives
+/// it (streamed chat and generation assembled into one answer).
+const FORWARDED: &[ForwardedMethod] = &[
+    get("ollama.version", "/api/version"),
+    get("ollama.models", "/api/tags"),
+    get("ollama.running", "/api/ps"),
+    ForwardedMethod {
+        takes: Takes::Quick,
+        ..post("ollama.show", "/api/show")
+    },
+    ForwardedMethod {
+        streams: true,
+        text: Some("/message/content"),
+        ..post("ollama.chat", "/api/chat")
+    },
+    ForwardedMethod {
+        streams: true,
+        text: Some("/response"),
+        ..post("ollama.generate", "/api/generate")
+    },
+    post("ollama.embed", "/api/embed"),
+    ForwardedMethod {
+        takes: Takes::Transfer,
+        streams: true,
+        changes_models: true,
+        ..post("ollama.pull", "/api/pull")
+    },
+];
+
+/// A quick `GET`.
+const fn get(name: &'static str, path: &'static str) -> ForwardedMethod {
+    ForwardedMethod {
+        post: false,
+        takes: Takes::Quick,
+        ..post(name, path)
+    }
+}
+
+/// A `POST` that generates, answered whole.
+const fn post(name: &'static str, path: &'static str) -> ForwardedMethod {
+    ForwardedMethod {
+        name,
+        post: true,
+        path,
+        takes: Takes::Generation,
+        streams: false,
+        text: None,
+        changes_models: false,
+    }
+}
+
 /// Ollama's own model store (models pulled by Ollama, named by Ollama's tags).
 pub(crate) const STORE: ModelFormat = ModelFormat {
     id: "ollama-store",
@@ -100,6 +152,10 @@ impl EngineKind for Ollama {
 
     fn rpc_namespace(&self) -> Option<&'static str> {
         Some("ollama")
+    }
+
+    fn forwarded_methods(&self) -> &'static [ForwardedMethod] {
+        FORWARDED
     }
 
     fn command_line(&self, launch: &Launch<'_>) -> CommandLine {

@@ -221,7 +221,7 @@ pub async fn show(facts: &ModelFacts, asked: &str) -> Result<Response<HttpBody>,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ollama_api::names::tests::facts;
+    use crate::apis::ollama::names::tests::facts;
 
     #[test]
     fn sizes_capabilities_and_expiry_read_as_ollamas() {

@@ -3,7 +3,7 @@
 //! Ollama's clients (the `ollama` Python and JavaScript packages, litellm's
 //! `ollama_chat/`, editors and UIs that only speak Ollama) should reach a llama.cpp
 //! model behind the gateway as they reach Ollama. Rather than a second front door,
-//! the translation is a few rows of the one route table ([`crate::router::OLLAMA_ROWS`])
+//! the translation is a few rows of the one route table ([`ROWS`])
 //! and this one handler kind: a request is read and checked here, routed by the
 //! gateway exactly as a forwarded request is ([`Upstream::route`]: load on demand,
 //! `keep_alive`, the lease that counts it in flight and measures it), sent to the
@@ -35,6 +35,7 @@ use crate::error::Peer;
 use crate::host::Host;
 use crate::passthrough::{ModelFacts, NoRoute, RouteRequest, Upstream};
 use crate::response_lines::Rewrite;
+use crate::router::{Handler, PathPattern, Row, Scope, Verb};
 use crate::upstream::{Deadlines, EngineAccess, EngineClient, HttpBody};
 
 pub mod chat;
@@ -48,7 +49,39 @@ pub mod reply;
 /// The Ollama API level this translation follows (what `GET /api/version` says).
 pub const OLLAMA_VERSION: &str = "0.9.0";
 
-/// One endpoint of Ollama's API (a row of [`crate::router::OLLAMA_ROWS`]).
+const fn row(verb: Verb, path: &'static str, endpoint: Endpoint) -> Row {
+    Row {
+        verb,
+        path: PathPattern::Exact(path),
+        scope: Scope::RoutingByModel,
+        handler: Handler::Api(crate::apis::Endpoint::Ollama(endpoint)),
+    }
+}
+
+/// Ollama's API on the front door, for every gateway model (this module):
+/// before the engines' rows, so a llama.cpp model answers `/api/chat` too; a model of
+/// the `ollama` kind still gets the request as it came. Any other `/api/` path is an
+/// engine's (Ollama's) or the Core's 404.
+pub const ROWS: &[Row] = {
+    use Endpoint as E;
+    &[
+        row(Verb::Get, "/api/version", E::Version),
+        row(Verb::Get, "/api/tags", E::Tags),
+        row(Verb::Get, "/api/ps", E::Ps),
+        row(Verb::Post, "/api/show", E::Show),
+        row(Verb::Post, "/api/chat", E::Chat),
+        row(Verb::Post, "/api/generate", E::Generate),
+        row(Verb::Post, "/api/embed", E::Embed),
+        row(Verb::Post, "/api/embeddings", E::Embeddings),
+        row(Verb::Post, "/api/pull", E::Pull),
+        row(Verb::Post, "/api/push", E::Push),
+        row(Verb::Post, "/api/create", E::Create),
+        row(Verb::Post, "/api/copy", E::Copy),
+        row(Verb::Delete, "/api/delete", E::Delete),
+    ]
+};
+
+/// One endpoint of Ollama's API (a row of [`ROWS`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
     /// `GET /api/version`.
@@ -442,7 +475,7 @@ impl Exchange<'_> {
             }))
         };
         let streams = success && outgoing.stream;
-        let api = streams.then_some(crate::passthrough::StreamApi::Ollama);
+        let api = streams.then_some(crate::passthrough::StreamApi::JsonLines);
         let mut response = crate::passthrough::answer_rewritten(answer, route, work, rewrite, api);
         response.headers_mut().insert(
             hyper::header::CONTENT_TYPE,
