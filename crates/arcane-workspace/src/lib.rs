@@ -16,6 +16,7 @@
 mod engine;
 pub mod ids;
 mod kinds;
+mod kinds_table;
 pub mod layout;
 
 pub use engine::{
@@ -23,6 +24,7 @@ pub use engine::{
     ListenAt, ModelFormat, OwnedListen, Probed, Readiness, Starts, Takes, UnknownEngine,
 };
 pub use kinds::formats;
+pub use kinds_table::kinds_table;
 
 /// The `command` kind's template: its placeholders, what they require, their
 /// expansion.
