@@ -61,7 +61,6 @@ pub mod http;
 pub mod limits;
 pub mod localai;
 pub mod logs;
-pub mod onnx;
 pub mod origins;
 pub mod passthrough;
 pub mod protocol;

@@ -64,8 +64,9 @@ pub struct ServicePlan {
     pub local_ai: bool,
     /// Register `model-assets`.
     pub model_assets: bool,
-    /// Register `onnx`.
-    pub onnx: bool,
+    /// The worker kinds whose service to register (sessions in Arcane's own worker
+    /// processes: [`Starts::Worker`]), in selection order.
+    pub workers: Vec<Engine>,
 }
 
 /// Plans the services for `selection` (runtime ids). Fails with `ARCANE_USAGE` for an
@@ -75,7 +76,11 @@ pub fn plan(selection: &[String]) -> Result<ServicePlan, Error> {
     for id in selection {
         let engine = parse(id)?;
         match engine.kind().starts() {
-            Starts::Worker => plan.onnx = true,
+            Starts::Worker => {
+                if !plan.workers.contains(&engine) {
+                    plan.workers.push(engine);
+                }
+            }
             Starts::Server { .. } | Starts::Builtin { .. } => {
                 if !plan.engines.contains(&engine) {
                     plan.engines.push(engine);
@@ -118,10 +123,10 @@ mod tests {
         let plan = super::plan(&[]).unwrap();
         assert!(!plan.local_ai && !plan.model_assets);
         let plan = super::plan(&ids(&["onnx"])).unwrap();
-        assert!(plan.onnx && !plan.local_ai && !plan.model_assets);
+        assert!(!plan.workers.is_empty() && !plan.local_ai && !plan.model_assets);
         // Arcane's own engines are supervised like servers, without model assets.
         let plan = super::plan(&ids(&["whisper.cpp", "piper"])).unwrap();
-        assert!(plan.local_ai && !plan.onnx && !plan.model_assets);
+        assert!(plan.local_ai && plan.workers.is_empty() && !plan.model_assets);
         assert_eq!(plan.engines, [Engine::Whisper, Engine::Piper]);
     }
 

@@ -31,7 +31,7 @@
 //! ```
 //!
 //! An ONNX worker's is `.arcane/onnx-workers/<pid>.json` (kind
-//! `arcane-onnx-worker-ownership`; see `arcane_core::onnx::records`).
+//! `arcane-onnx-worker-ownership`; see `arcane_onnx_service::records`).
 //!
 //! # The proof
 //!

@@ -20,8 +20,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arcane_core::onnx::{OnnxConfig, OnnxService};
 use arcane_core::{AppInfo, Host};
+use arcane_onnx_service::{OnnxConfig, OnnxService};
 
 use arcane_onnx::{
     Encoding, Provider, RunCancel, Runtime, Session, SessionOptions, Tensor, TensorData,
@@ -184,7 +184,7 @@ impl Http {
             models: Arc::new(|model: &str| Ok(PathBuf::from(model))),
             start_timeout: Duration::from_secs(60),
             cancel_grace: Duration::from_secs(2),
-            max_workers: arcane_core::onnx::DEFAULT_MAX_WORKERS,
+            max_workers: arcane_onnx_service::DEFAULT_MAX_WORKERS,
             records: None,
             workers_outlive_host: false,
         });

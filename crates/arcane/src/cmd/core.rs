@@ -99,8 +99,8 @@ pub fn build_host(
     if plan.model_assets {
         builder = builder.service(model_assets(&context.workspace));
     }
-    if plan.onnx {
-        builder = builder.service(crate::cmd::onnx::service(context, onnx)?);
+    for engine in &plan.workers {
+        builder = builder.service(crate::cmd::worker_service(*engine, context, onnx)?);
     }
     Ok(builder.build()?)
 }

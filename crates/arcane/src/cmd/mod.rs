@@ -114,6 +114,23 @@ pub enum Worker {
     Piper(piper::WorkerArgs),
 }
 
+/// The Core host's service of the worker kind `engine` (sessions in Arcane's own worker
+/// processes), on the options the host was given.
+pub fn worker_service(
+    engine: arcane_localai::Engine,
+    context: &Context,
+    options: &onnx::OnnxOptions,
+) -> Result<std::sync::Arc<dyn arcane_core::service::Service>, CliError> {
+    match engine.kind().starts() {
+        arcane_localai::Starts::Worker => Ok(onnx::service(context, options)?),
+        _ => Err(crate::error::CommandError::usage(
+            format!("`{engine}` has no worker service"),
+            serde_json::json!({"runtime": engine}),
+        )
+        .into()),
+    }
+}
+
 impl Worker {
     /// Runs the worker; returns its exit code.
     pub fn run(&self) -> u8 {

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arcane_core::onnx::{OnnxConfig, OnnxService};
 use arcane_onnx::{npy, Provider, RunCancel, Runtime, Session, SessionOptions};
+use arcane_onnx_service::{OnnxConfig, OnnxService};
 use arcane_report::codes;
 use serde_json::json;
 
@@ -222,7 +222,7 @@ pub fn service(context: &Context, options: &OnnxOptions) -> Result<Arc<OnnxServi
         models: Arc::new(move |model: &str| workspace_model_path(&workspace, model)),
         start_timeout: std::time::Duration::from_secs(60),
         cancel_grace: std::time::Duration::from_secs(2),
-        max_workers: arcane_core::onnx::DEFAULT_MAX_WORKERS,
+        max_workers: arcane_onnx_service::DEFAULT_MAX_WORKERS,
         records: Some(context.workspace.clone()),
         workers_outlive_host: options.workers_outlive_host,
     }))

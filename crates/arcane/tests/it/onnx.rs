@@ -4,8 +4,8 @@
 //! dtype; worker crashes, a killed host, concurrent runs.
 //!
 //! Needs `ARCANE_ONNXRUNTIME`, `ARCANE_ONNX_PYTHON`, `ARCANE_SILERO_VAD` and
-//! `ARCANE_SPEECH_WAV` (`scripts/test.sh` sets them); each test says so and returns
-//! when they are absent.
+//! `ARCANE_SPEECH_WAV` (`scripts/test.sh` sets them); a test fails naming the first
+//! that is not set.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -1259,7 +1259,7 @@ fn a_load_past_the_worker_cap_is_refused_clearly_until_an_unload_makes_room() {
         .enable_all()
         .build()
         .unwrap();
-    let service = arcane_core::onnx::OnnxService::new(arcane_core::onnx::OnnxConfig {
+    let service = arcane_onnx_service::OnnxService::new(arcane_onnx_service::OnnxConfig {
         library: parts.library.clone(),
         worker_program: support::arcane_bin(),
         worker_args: vec!["__onnx-worker".into(), "--library".into()],

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use arcane_report::codes;
 use serde_json::json;
 
-use super::worker::Worker;
-use crate::error::Error;
-use crate::service::BoxError;
+use crate::worker::Worker;
+use arcane_core::service::BoxError;
+use arcane_core::Error;
 
 struct Slot {
     worker: Arc<Worker>,

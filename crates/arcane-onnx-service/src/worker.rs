@@ -25,9 +25,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
-use super::records::{Record, Records};
-use crate::error::Error;
-use crate::service::BoxError;
+use crate::records::{Record, Records};
+use arcane_core::service::BoxError;
+use arcane_core::Error;
 use arcane_localai::records::OwnershipRecord;
 
 /// How a worker is started.
@@ -117,7 +117,7 @@ impl Worker {
             )
         };
         // The token generator: a fresh 256-bit random value is as good a nonce.
-        let nonce = crate::endpoint::new_token().map_err(|e| cannot_start(&e))?;
+        let nonce = arcane_core::endpoint::new_token().map_err(|e| cannot_start(&e))?;
         let record = spec
             .records
             .clone()

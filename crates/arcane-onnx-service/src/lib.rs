@@ -45,8 +45,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Error;
-use crate::service::{BoxError, BoxFuture, MethodResult, MethodSpec, RequestContext, Service};
+use arcane_core::service::{
+    BoxError, BoxFuture, MethodResult, MethodSpec, RequestContext, Service,
+};
+use arcane_core::Error;
 
 mod pool;
 pub mod records;
@@ -619,7 +621,7 @@ impl Service for OnnxService {
 
     fn start(
         self: Arc<Self>,
-        context: crate::service::ServiceContext,
+        context: arcane_core::service::ServiceContext,
     ) -> BoxFuture<'static, Result<(), BoxError>> {
         Box::pin(async move {
             let Some(workspace) = self.config.records.clone() else {
