@@ -44,13 +44,14 @@ use crate::path::{check_path, check_path_set};
 /// `{"id", "name", "version", "start"}`, every field optional.
 pub const APP_DESCRIPTOR: &str = "arcane-app.json";
 
-/// What a `--runtime` names: an engine's runtime, or ONNX Runtime.
+/// What a `--runtime` names: an engine's runtime, or a kind's runtime library.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RuntimeKind {
     /// An engine executable (`llama.cpp`, `ollama`).
     Engine(arcane_registry::Engine),
-    /// An ONNX Runtime library (`onnx`).
-    Onnx,
+    /// The runtime library of a kind whose sessions run in Arcane's own workers
+    /// (`onnx`: ONNX Runtime).
+    Library(arcane_registry::Engine),
 }
 
 /// `--runtime ENGINE[=ID]`: an engine (or `onnx`) and optionally the registry id of
@@ -70,14 +71,15 @@ impl RuntimeRequest {
             Some((engine, id)) => (engine, Some(id.to_string())),
             None => (text, None),
         };
-        let kind = match engine {
-            arcane_registry::ONNX_ID => RuntimeKind::Onnx,
-            engine => RuntimeKind::Engine(engine.parse().map_err(|_| {
-                Error::input(
-                    format!("unknown engine `{engine}` in `--runtime {text}`"),
-                    json!({"runtime": text}),
-                )
-            })?),
+        let parsed: arcane_registry::Engine = engine.parse().map_err(|_| {
+            Error::input(
+                format!("unknown engine `{engine}` in `--runtime {text}`"),
+                json!({"runtime": text}),
+            )
+        })?;
+        let kind = match parsed.kind().starts() {
+            arcane_workspace::Starts::Worker => RuntimeKind::Library(parsed),
+            _ => RuntimeKind::Engine(parsed),
         };
         if id.as_deref() == Some("") {
             return Err(Error::input(
@@ -206,14 +208,14 @@ pub fn build(
         runtime_entries.push(plan_runtime(runtime, &host, &mut plan)?);
     }
     let mut onnx_entries = Vec::new();
-    for runtime in &onnx_runtimes {
-        onnx_entries.push(plan_onnx_runtime(runtime, &host, &mut plan)?);
+    for (kind, runtime) in &onnx_runtimes {
+        onnx_entries.push(plan_library(*kind, runtime, &host, &mut plan)?);
     }
     let model_entries = plan_models(&models, &mut plan)?;
     let sizes = check_plan(&plan)?;
     events.emit(Event::new(
         arcane_report::event_types::BUNDLE_BUILD_RESOLVED,
-        json!({"runtimes": runtimes.iter().map(|r| &r.id).chain(onnx_runtimes.iter().map(|r| &r.id)).collect::<Vec<_>>(), "models": models.iter().map(|m| &m.id).collect::<Vec<_>>(), "files": plan.len(), "bytes": sizes}),
+        json!({"runtimes": runtimes.iter().map(|r| &r.id).chain(onnx_runtimes.iter().map(|(_, r)| &r.id)).collect::<Vec<_>>(), "models": models.iter().map(|m| &m.id).collect::<Vec<_>>(), "files": plan.len(), "bytes": sizes}),
     ));
 
     // 3. Assemble in a temporary sibling (creating the missing parents of `--out`).
@@ -525,7 +527,7 @@ impl Drop for RemoveOnDrop {
 /// What the registry gave for a build.
 struct Resolved {
     runtimes: Vec<arcane_registry::Runtime>,
-    onnx_runtimes: Vec<arcane_registry::OnnxRuntime>,
+    onnx_runtimes: Vec<(arcane_registry::Engine, arcane_registry::LibraryRuntime)>,
     models: Vec<arcane_registry::Model>,
 }
 
@@ -556,15 +558,16 @@ fn resolve(
             source: Box::new(source),
         };
         let mut runtimes = Vec::new();
-        let mut onnx_runtimes: Vec<arcane_registry::OnnxRuntime> = Vec::new();
+        let mut onnx_runtimes: Vec<(arcane_registry::Engine, arcane_registry::LibraryRuntime)> =
+            Vec::new();
         for wanted in &request.runtimes {
             let engine = match wanted.kind {
                 RuntimeKind::Engine(engine) => engine,
-                RuntimeKind::Onnx => {
-                    let runtime =
-                        onnx_runtime(&registry, wanted.id.as_deref()).map_err(registry_error)?;
-                    if !onnx_runtimes.iter().any(|r| r.id == runtime.id) {
-                        onnx_runtimes.push(runtime);
+                RuntimeKind::Library(kind) => {
+                    let runtime = library_runtime(&registry, kind, wanted.id.as_deref())
+                        .map_err(registry_error)?;
+                    if !onnx_runtimes.iter().any(|(_, r)| r.id == runtime.id) {
+                        onnx_runtimes.push((kind, runtime));
                     }
                     continue;
                 }
@@ -886,11 +889,12 @@ fn needed_libraries(
     Ok(libraries)
 }
 
-/// Places an ONNX Runtime under `runtimes/<id>/<os>-<arch>/`: the library, the
-/// libraries it needs from its own directory, and its execution-provider libraries
-/// (`libonnxruntime_providers_*`, loaded at run time from beside it).
-fn plan_onnx_runtime(
-    runtime: &arcane_registry::OnnxRuntime,
+/// Places a runtime library of `kind` under `runtimes/<id>/<os>-<arch>/`: the library,
+/// the libraries it needs from its own directory, and the plugins it loads at run time
+/// from beside it (ONNX Runtime's execution providers, `libonnxruntime_providers_*`).
+fn plan_library(
+    kind: arcane_registry::Engine,
+    runtime: &arcane_registry::LibraryRuntime,
     host: &Target,
     plan: &mut Vec<Planned>,
 ) -> Result<OnnxRuntimeEntry, Error> {
@@ -901,12 +905,18 @@ fn plan_onnx_runtime(
         ));
     }
     let dir = format!("runtimes/{}/{}-{}", runtime.id, host.os, host.arch);
+    let Some(described) = kind.kind().runtime_library() else {
+        return Err(Error::input(
+            format!("`{kind}` has no runtime library to bundle"),
+            json!({"runtime": runtime.id, "engine": kind}),
+        ));
+    };
     let name = runtime
         .library
         .file_name()
         .and_then(|n| n.to_str())
         .filter(|n| check_path(n).is_ok())
-        .unwrap_or("libonnxruntime.so")
+        .unwrap_or(described.file)
         .to_string();
     let library = format!("{dir}/{name}");
     plan.push(Planned {
@@ -920,8 +930,7 @@ fn plan_onnx_runtime(
         .map(Path::to_path_buf)
         .into_iter()
         .collect();
-    for (needed, source) in needed_libraries(&runtime.library, &search, "libonnxruntime_providers")?
-    {
+    for (needed, source) in needed_libraries(&runtime.library, &search, described.plugins)? {
         if needed != name {
             plan.push(Planned {
                 destination: format!("{dir}/{needed}"),
@@ -937,18 +946,19 @@ fn plan_onnx_runtime(
     })
 }
 
-/// The ONNX Runtime `id` names, or the default one.
-fn onnx_runtime(
+/// The library runtime of `kind` that `id` names, or its default one.
+fn library_runtime(
     registry: &arcane_registry::Registry,
+    kind: arcane_registry::Engine,
     id: Option<&str>,
-) -> Result<arcane_registry::OnnxRuntime, arcane_registry::Error> {
-    let runtimes = registry.onnx_runtimes()?;
+) -> Result<arcane_registry::LibraryRuntime, arcane_registry::Error> {
+    let runtimes = registry.library_runtimes(kind)?;
     let found = match id {
         Some(id) => runtimes.iter().find(|r| r.id == id).cloned(),
-        None => registry.default_onnx_runtime()?,
+        None => registry.default_library_runtime(kind)?,
     };
     found.ok_or_else(|| arcane_registry::Error::RuntimeNotFound {
-        id: id.unwrap_or(arcane_registry::ONNX_ID).to_string(),
+        id: id.unwrap_or(kind.as_str()).to_string(),
         known: runtimes.iter().map(|r| r.id.clone()).collect(),
     })
 }
@@ -1314,7 +1324,7 @@ mod tests {
         );
         assert_eq!(
             RuntimeRequest::parse("onnx").unwrap().kind,
-            RuntimeKind::Onnx
+            RuntimeKind::Library(arcane_registry::Engine::Onnx)
         );
         assert_eq!(plain.id, None);
         let named = RuntimeRequest::parse("llama.cpp=llama.cpp-b1").unwrap();

@@ -78,7 +78,8 @@ mod state;
 mod supervisor;
 
 pub use arcane_workspace::{
-    command_template, serves_path, EngineKind, ForwardedMethod, ModelFormat, Starts, Takes,
+    command_template, serves_path, EngineKind, ForwardedMethod, ModelFormat, RuntimeLibrary,
+    Starts, Takes,
 };
 pub use command::{DeviceLaunch, EngineCommand, NONCE_VARIABLE};
 pub use config::{Engine, EngineConfig, OwnedListen, RestartPolicy};

@@ -67,10 +67,10 @@ pub enum Error {
         /// Every registered runtime id.
         known: Vec<String>,
     },
-    /// An ONNX Runtime library is missing, is not ONNX Runtime, or is too old (the
-    /// message names the path and the minimum version).
-    #[error(transparent)]
-    OnnxLibrary(#[from] arcane_onnx::Error),
+    /// A runtime library is missing, is not what its kind loads, or is too old (its
+    /// kind's own error: the message names the path and the minimum version).
+    #[error("{0}")]
+    Library(Box<dyn Diagnostic>),
     /// No model has this id.
     #[error("no model `{id}` is registered{}", known_list(known))]
     ModelNotFound {
@@ -421,7 +421,7 @@ impl Diagnostic for Error {
             Error::Cancelled { .. } => codes::ARCANE_CANCELLED,
             Error::Io { .. } => codes::ARCANE_IO,
             Error::Lock(error) => error.code(),
-            Error::OnnxLibrary(error) => error.code(),
+            Error::Library(error) => error.code(),
         }
     }
 
@@ -548,7 +548,7 @@ impl Diagnostic for Error {
                 json!({"path": path, "found": found, "supported": supported})
             }
             Error::Lock(error) => error.details(),
-            Error::OnnxLibrary(error) => error.details(),
+            Error::Library(error) => error.details(),
         }
     }
 
@@ -632,7 +632,7 @@ impl Diagnostic for Error {
             )],
             Error::Cancelled { .. } => Vec::new(),
             Error::Lock(error) => error.hints(),
-            Error::OnnxLibrary(error) => error.hints(),
+            Error::Library(error) => error.hints(),
             _ => Vec::new(),
         }
     }

@@ -94,9 +94,11 @@ pub use piper::{
 };
 pub use registry::{
     AddModel, AddRuntime, InstallRuntime, LockSettings, Registry, DEFAULT_MAX_EXPANSION_RATIO,
-    DEFAULT_MAX_EXTRACTED_BYTES, DEFAULT_VERSION_TIMEOUT, ONNX_ID,
+    DEFAULT_MAX_EXTRACTED_BYTES, DEFAULT_VERSION_TIMEOUT,
 };
-pub use types::{ArchiveOrigin, Engine, FileStamp, Model, OnnxRuntime, Runtime, Source, Storage};
+pub use types::{
+    ArchiveOrigin, Engine, FileStamp, LibraryRuntime, Model, Runtime, Source, Storage,
+};
 pub use whisper::{
     looks_like_whisper, read_whisper, WhisperError, WhisperInfo, MAX_MEL_FFT, MAX_NAME_BYTES,
     MAX_TENSORS, MAX_TOKEN_BYTES, WHISPER_MAGIC,
@@ -111,3 +113,15 @@ pub use whisper::{test_whisper_bytes, TINY_EN};
 /// row here.
 pub(crate) const READERS: &[&dyn FormatReader] =
     &[&piper::Voice, &onnx::Graph, &whisper::GGML, &gguf::Gguf];
+
+/// The version the library runtime of `kind` at `library` reports, read by the kind's
+/// own loader (ONNX Runtime's, the one kind whose runtime is a library); another kind
+/// is `ARCANE_USAGE`.
+pub(crate) fn library_version(kind: Engine, library: &std::path::Path) -> Result<String, Error> {
+    match kind.kind().starts() {
+        arcane_workspace::Starts::Worker => onnx::library_version(library),
+        _ => Err(Error::UnknownEngine {
+            value: kind.to_string(),
+        }),
+    }
+}

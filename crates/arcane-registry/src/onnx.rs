@@ -43,6 +43,12 @@ impl FormatReader for Graph {
     }
 }
 
+/// The version of the ONNX Runtime library at `library` (its loader's refusal: missing,
+/// not ONNX Runtime, too old).
+pub(crate) fn library_version(library: &Path) -> Result<String, Error> {
+    arcane_onnx::library_version(library).map_err(|error| Error::Library(Box::new(error)))
+}
+
 /// Reads the ONNX graph at `path`; a file that is not one is
 /// [`Error::ModelInvalid`] naming why.
 pub(crate) fn read(path: &Path) -> Result<OnnxInfo, Error> {

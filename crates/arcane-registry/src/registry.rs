@@ -20,17 +20,14 @@ use crate::store::{self, Document, Staging};
 use crate::types::{is_under, safe_file_name};
 use crate::{archive, download, hash, probe, progress};
 use crate::{
-    ArchiveOrigin, Engine, Error, FileStamp, Model, OnnxRuntime, Runtime, Source, Storage,
+    ArchiveOrigin, Engine, Error, FileStamp, LibraryRuntime, Model, Runtime, Source, Storage,
 };
 
-/// The id an ONNX Runtime is registered under by default, and the one picked first.
-pub const ONNX_ID: &str = "onnx";
-
-/// The ids of every runtime, engine and ONNX alike.
+/// The ids of every runtime, engines and libraries alike.
 fn runtime_ids(document: &Document) -> Vec<String> {
     let engines = document.runtimes.iter().map(|r| r.id.clone());
     engines
-        .chain(document.onnx_runtimes.iter().map(|r| r.id.clone()))
+        .chain(document.libraries.values().flatten().map(|r| r.id.clone()))
         .collect()
 }
 
@@ -335,16 +332,18 @@ impl Registry {
         }
     }
 
-    /// Every registered ONNX Runtime, in registration order.
-    pub fn onnx_runtimes(&self) -> Result<Vec<OnnxRuntime>, Error> {
-        Ok(self.load()?.onnx_runtimes)
+    /// Every registered library runtime of `kind` (ONNX Runtime for `onnx`), in
+    /// registration order.
+    pub fn library_runtimes(&self, kind: Engine) -> Result<Vec<LibraryRuntime>, Error> {
+        Ok(self.load()?.libraries(kind).to_vec())
     }
 
-    /// The ONNX Runtime to use when none is named: the one with id `onnx`, else the
-    /// only one; `None` when none (or several, none called `onnx`) is registered.
-    pub fn default_onnx_runtime(&self) -> Result<Option<OnnxRuntime>, Error> {
-        let runtimes = self.onnx_runtimes()?;
-        if let Some(runtime) = runtimes.iter().find(|r| r.id == ONNX_ID) {
+    /// The library runtime of `kind` to use when none is named: the one whose id is the
+    /// kind's, else the only one; `None` when none (or several, none so called) is
+    /// registered.
+    pub fn default_library_runtime(&self, kind: Engine) -> Result<Option<LibraryRuntime>, Error> {
+        let runtimes = self.library_runtimes(kind)?;
+        if let Some(runtime) = runtimes.iter().find(|r| r.id == kind.as_str()) {
             return Ok(Some(runtime.clone()));
         }
         Ok(match runtimes.as_slice() {
@@ -353,20 +352,21 @@ impl Registry {
         })
     }
 
-    /// Registers an ONNX Runtime library after reading its version through
-    /// `arcane-onnx`'s loader (a missing library, one that is not ONNX Runtime or one
-    /// older than [`arcane_onnx::minimum_version`] is `ARCANE_PREREQUISITE_MISSING`
-    /// naming the path and the minimum). `id` defaults to `onnx` and shares the
-    /// runtimes' namespace. Holds the lock as `runtime-add`; emits
-    /// `registry.runtime.added` `{runtime}`.
-    pub fn add_onnx_runtime(
+    /// Registers a library runtime of `kind` after reading its version with the kind's
+    /// own loader (ONNX Runtime's: a missing library, one that is not ONNX Runtime or
+    /// one older than its minimum is `ARCANE_PREREQUISITE_MISSING` naming the path and
+    /// the minimum; a kind whose runtime is no library is `ARCANE_USAGE`). `id`
+    /// defaults to the kind's id and shares the runtimes' namespace. Holds the lock as
+    /// `runtime-add`; emits `registry.runtime.added` `{runtime}`.
+    pub fn add_library_runtime(
         &self,
+        kind: Engine,
         library: &Path,
         id: Option<&str>,
         events: &dyn EventSink,
         cancel: &CancelToken,
-    ) -> Result<OnnxRuntime, Error> {
-        let id = id.unwrap_or(ONNX_ID).to_string();
+    ) -> Result<LibraryRuntime, Error> {
+        let id = id.unwrap_or(kind.as_str()).to_string();
         check_id("runtime", &id)?;
         let library = std::path::absolute(library).map_err(|e| Error::io("resolve", library, e))?;
         // A missing file is reported by the version check, with the minimum.
@@ -382,8 +382,8 @@ impl Registry {
                 .collect::<Vec<_>>();
             trusted_program(&library, &beside)?;
         }
-        let version = arcane_onnx::library_version(&library)?;
-        let runtime = OnnxRuntime {
+        let version = crate::library_version(kind, &library)?;
+        let runtime = LibraryRuntime {
             id: id.clone(),
             version,
             library,
@@ -394,28 +394,37 @@ impl Registry {
             json!({"runtime": runtime}),
             events,
             cancel,
-            |document| document.onnx_runtimes.push(runtime.clone()),
+            |document| document.libraries_mut(kind).push(runtime.clone()),
         )?;
         Ok(runtime)
     }
 
-    /// Unregisters the ONNX Runtime `id` (its library is never touched). Holds the lock
-    /// as `runtime-remove`; emits `registry.runtime.removed` `{runtime}`.
-    pub fn remove_onnx_runtime(
+    /// Unregisters the library runtime `id`, of whatever kind (its library is never
+    /// touched). Holds the lock as `runtime-remove`; emits `registry.runtime.removed`
+    /// `{runtime}`.
+    pub fn remove_library_runtime(
         &self,
         id: &str,
         events: &dyn EventSink,
         cancel: &CancelToken,
-    ) -> Result<OnnxRuntime, Error> {
+    ) -> Result<LibraryRuntime, Error> {
         let runtime = self.locked("runtime-remove", events, cancel, || {
             let mut document = self.load()?;
-            let Some(runtime) = document.onnx_runtimes.iter().find(|r| r.id == id).cloned() else {
+            let found = document
+                .libraries
+                .values()
+                .flatten()
+                .find(|r| r.id == id)
+                .cloned();
+            let Some(runtime) = found else {
                 return Err(Error::RuntimeNotFound {
                     id: id.to_string(),
                     known: runtime_ids(&document),
                 });
             };
-            document.onnx_runtimes.retain(|r| r.id != id);
+            for runtimes in document.libraries.values_mut() {
+                runtimes.retain(|r| r.id != id);
+            }
             self.save(&document)?;
             Ok(runtime)
         })?;

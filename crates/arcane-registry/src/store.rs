@@ -1,8 +1,8 @@
 //! The registry file, `.arcane/registry.json`, and the file-system steps every mutation
 //! shares.
 //!
-//! The file is `{"version": 1, "runtimes": [...], "models": [...], "onnxRuntimes": [...]}`
-//! (`onnxRuntimes` only once one is registered). Paths under the
+//! The file is `{"version": 1, "runtimes": [...], "models": [...], "<kind>Runtimes": [...]}`
+//! (the library runtimes of each kind, `onnxRuntimes`, only once one is registered). Paths under the
 //! workspace are stored relative to it (so a moved workspace keeps working) and are
 //! absolute in memory. Writes go through [`arcane_files::write_atomic`] (a temporary
 //! name, fsync, rename over the old file, fsync of the directory, mode 0644): a reader
@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Model, OnnxRuntime, Runtime};
+use std::collections::BTreeMap;
+
+use crate::{Engine, Error, LibraryRuntime, Model, Runtime};
 
 /// The registry file format version this build reads and writes.
 pub(crate) const FORMAT_VERSION: u32 = 1;
@@ -30,8 +32,28 @@ pub(crate) struct Document {
     pub runtimes: Vec<Runtime>,
     #[serde(default)]
     pub models: Vec<Model>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub onnx_runtimes: Vec<OnnxRuntime>,
+    /// The library runtimes of each kind, under [`library_key`] (`onnxRuntimes`).
+    #[serde(flatten)]
+    pub libraries: BTreeMap<String, Vec<LibraryRuntime>>,
+}
+
+/// Where a kind's library runtimes are listed: `<kind>Runtimes`.
+pub(crate) fn library_key(kind: Engine) -> String {
+    format!("{kind}Runtimes")
+}
+
+impl Document {
+    /// The library runtimes of `kind`, in registration order.
+    pub(crate) fn libraries(&self, kind: Engine) -> &[LibraryRuntime] {
+        self.libraries
+            .get(&library_key(kind))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// The library runtimes of `kind`, to change.
+    pub(crate) fn libraries_mut(&mut self, kind: Engine) -> &mut Vec<LibraryRuntime> {
+        self.libraries.entry(library_key(kind)).or_default()
+    }
 }
 
 fn relative(path: &mut PathBuf, workspace: &Path) {
@@ -59,7 +81,7 @@ fn map_paths(document: &mut Document, workspace: &Path, f: fn(&mut PathBuf, &Pat
     for model in &mut document.models {
         f(&mut model.path, workspace);
     }
-    for runtime in &mut document.onnx_runtimes {
+    for runtime in document.libraries.values_mut().flatten() {
         f(&mut runtime.library, workspace);
     }
 }
@@ -120,7 +142,12 @@ pub(crate) fn save(workspace: &Path, path: &Path, document: &Document) -> Result
         version: FORMAT_VERSION,
         runtimes: document.runtimes.clone(),
         models: document.models.clone(),
-        onnx_runtimes: document.onnx_runtimes.clone(),
+        libraries: document
+            .libraries
+            .iter()
+            .filter(|(_, runtimes)| !runtimes.is_empty())
+            .map(|(key, runtimes)| (key.clone(), runtimes.clone()))
+            .collect(),
     };
     map_paths(&mut stored, workspace, relative);
     let mut text = serde_json::to_vec_pretty(&stored)

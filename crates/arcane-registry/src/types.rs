@@ -55,13 +55,14 @@ pub struct Runtime {
     pub added_at: String,
 }
 
-/// A registered ONNX Runtime: a shared library the Core loads in its ONNX worker
-/// processes (`arcane runtime add onnx --library PATH`), not an engine executable it
-/// supervises, hence a record of its own rather than an [`Engine`].
+/// A registered runtime that is a shared library the Core loads in its worker
+/// processes (`arcane runtime add <kind> --library PATH`: ONNX Runtime), not an engine
+/// executable it supervises, hence a record of its own, listed per kind
+/// ([`crate::Registry::library_runtimes`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct OnnxRuntime {
-    /// The id (default `onnx`), unique among all runtimes.
+pub struct LibraryRuntime {
+    /// The id (default: its kind's id), unique among all runtimes.
     pub id: String,
     /// The version the library reports (`1.31.1`).
     pub version: String,

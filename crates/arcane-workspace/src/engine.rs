@@ -229,6 +229,21 @@ pub struct ForwardedMethod {
     pub changes_models: bool,
 }
 
+/// The shared library a kind's runtime is ([`Starts::Worker`] kinds: ONNX Runtime).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeLibrary {
+    /// What users call it (`ONNX Runtime`).
+    pub label: &'static str,
+    /// The library's usual file name, without its version (`libonnxruntime.so`).
+    pub file: &'static str,
+    /// The start of the names of the libraries it loads from beside itself at run time
+    /// (`libonnxruntime_providers`): they travel with it into bundles.
+    pub plugins: &'static str,
+    /// The environment variable that names one, overriding the registered one (a
+    /// bundle's launcher sets it to the bundle's own).
+    pub variable: &'static str,
+}
+
 /// How long a forwarded call may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Takes {
@@ -412,6 +427,10 @@ pub trait EngineKind: Sync + Send + fmt::Debug {
     /// The `arcane/1` methods forwarded to its engine's own HTTP API.
     fn forwarded_methods(&self) -> &'static [ForwardedMethod] {
         &[]
+    }
+    /// The library its runtime is, for a kind whose sessions run in Arcane's own workers.
+    fn runtime_library(&self) -> Option<RuntimeLibrary> {
+        None
     }
     /// The kind whose runtime library its worker loads (Piper voices: ONNX Runtime),
     /// registered with `arcane runtime add <that kind> --library PATH`; `None`: none.

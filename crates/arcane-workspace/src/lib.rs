@@ -21,7 +21,8 @@ pub mod layout;
 
 pub use engine::{
     door_arg, serves_path, CommandLine, DevicePlan, Engine, EngineKind, ForwardedMethod, Launch,
-    ListenAt, ModelFormat, OwnedListen, Probed, Readiness, Starts, Takes, UnknownEngine,
+    ListenAt, ModelFormat, OwnedListen, Probed, Readiness, RuntimeLibrary, Starts, Takes,
+    UnknownEngine,
 };
 pub use kinds::formats;
 pub use kinds_table::kinds_table;

@@ -106,10 +106,11 @@ pub fn search_path(name: &str) -> Option<PathBuf> {
         })
 }
 
-/// The ONNX Runtime library named by `ARCANE_ONNXRUNTIME` (the `onnx` service's and
-/// `arcane onnx run`'s default when no flag names one).
-pub fn onnx_runtime() -> Option<PathBuf> {
-    env_path("ARCANE_ONNXRUNTIME")
+/// The runtime library of `kind` its environment variable names
+/// ([`arcane_localai::RuntimeLibrary::variable`]: `ARCANE_ONNXRUNTIME`), the default of
+/// its service and of its CLI verb when no flag names one.
+pub fn library_override(kind: arcane_localai::Engine) -> Option<PathBuf> {
+    env_path(kind.kind().runtime_library()?.variable)
 }
 
 /// The loader search path this process was started with (`LD_LIBRARY_PATH`,

@@ -2,7 +2,7 @@
 //! service of the Core host), on a runtime that is a library (`arcane runtime add onnx
 //! --library PATH`). The worker has no port at all; it talks over pipes to the Core.
 
-use crate::engine::{DevicePlan, EngineKind, ModelFormat, Starts};
+use crate::engine::{DevicePlan, EngineKind, ModelFormat, RuntimeLibrary, Starts};
 
 /// An ONNX graph (a protobuf `ModelProto`).
 pub(crate) const GRAPH: ModelFormat = ModelFormat {
@@ -32,6 +32,15 @@ impl EngineKind for Onnx {
     fn device_plan(&self) -> DevicePlan {
         // Sessions choose their execution provider per target (CPU, or CUDA by device).
         DevicePlan::EnvOnly
+    }
+
+    fn runtime_library(&self) -> Option<RuntimeLibrary> {
+        Some(RuntimeLibrary {
+            label: "ONNX Runtime",
+            file: "libonnxruntime.so",
+            plugins: "libonnxruntime_providers",
+            variable: "ARCANE_ONNXRUNTIME",
+        })
     }
 
     fn formats(&self) -> &'static [ModelFormat] {

@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use arcane_devices::Backend;
-use arcane_registry::{AddRuntime, Engine, InstallRuntime, OnnxRuntime, Registry, Runtime, Source};
+use arcane_registry::{
+    AddRuntime, Engine, InstallRuntime, LibraryRuntime, Registry, Runtime, Source,
+};
 use arcane_report::event_types;
 use arcane_report::{Event, EventSink};
 use indicatif::{ProgressBar, ProgressDrawTarget};
@@ -86,21 +88,28 @@ fn parse_engine(value: &str) -> Result<Engine, String> {
     value.parse::<Engine>().map_err(|e| e.to_string())
 }
 
-/// What `arcane runtime add` registers: an engine, or ONNX Runtime.
+/// What `arcane runtime add` registers: an engine, or a kind's runtime library.
 #[derive(Debug, Clone, Copy)]
 enum AddKind {
     Engine(Engine),
-    Onnx,
+    Library(Engine),
 }
 
 fn parse_add_kind(value: &str) -> Result<AddKind, String> {
-    if value == arcane_registry::ONNX_ID {
-        return Ok(AddKind::Onnx);
-    }
-    value
+    let engine = value
         .parse::<Engine>()
-        .map(AddKind::Engine)
-        .map_err(|_| format!("unknown runtime `{value}`: expected {}", addable()))
+        .map_err(|_| format!("unknown runtime `{value}`: expected {}", addable()))?;
+    Ok(match engine.kind().starts() {
+        arcane_localai::Starts::Worker => AddKind::Library(engine),
+        _ => AddKind::Engine(engine),
+    })
+}
+
+/// The kinds whose runtime is a library (`arcane runtime add <kind> --library PATH`).
+fn library_kinds() -> impl Iterator<Item = Engine> {
+    Engine::ALL
+        .into_iter()
+        .filter(|e| e.kind().starts() == arcane_localai::Starts::Worker)
 }
 
 /// The kinds `arcane runtime add` registers, as a list for messages: those started from
@@ -288,17 +297,21 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
         }
         RuntimeCommand::List => {
             let runtimes = registry.runtimes()?;
-            let onnx = registry.onnx_runtimes()?;
-            context.output.result(
-                &list_text(&runtimes, &onnx),
-                &json!({"runtimes": runtimes, "onnxRuntimes": onnx}),
-            );
+            let mut libraries = Vec::new();
+            // Each library kind's under `<kind>Runtimes`, as the registry keeps them.
+            let mut listed = json!({"runtimes": runtimes});
+            for kind in library_kinds() {
+                let of_kind = registry.library_runtimes(kind)?;
+                listed[format!("{kind}Runtimes")] = json!(of_kind);
+                libraries.extend(of_kind.into_iter().map(|r| (kind, r)));
+            }
+            context
+                .output
+                .result(&list_text(&runtimes, &libraries), &listed);
         }
-        RuntimeCommand::Remove(remove)
-            if registry.onnx_runtimes()?.iter().any(|r| r.id == remove.id) =>
-        {
+        RuntimeCommand::Remove(remove) if is_library(&registry, &remove.id)? => {
             let runtime =
-                registry.remove_onnx_runtime(&remove.id, &context.output, &context.cancel)?;
+                registry.remove_library_runtime(&remove.id, &context.output, &context.cancel)?;
             context.output.result(
                 &format!(
                     "removed runtime `{}` (left {} in place)",
@@ -343,18 +356,23 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
 fn add_runtime(context: &Context, registry: &Registry, add: AddArgs) -> Result<(), CliError> {
     let sink = ProgressSink::new(&context.output);
     let (engine, executable) = match (add.engine, add.executable, add.library) {
-        (AddKind::Onnx, None, Some(library)) => {
+        (AddKind::Library(kind), None, Some(library)) => {
             if add.backend.is_some() {
-                return Err(usage(
-                    "`--backend` is for engines; ONNX Runtime reports its own execution providers",
-                ));
+                return Err(usage(&format!(
+                    "`--backend` is for engines; a `{kind}` library reports its own execution providers"
+                )));
             }
-            let runtime =
-                registry.add_onnx_runtime(&library, add.id.as_deref(), &sink, &context.cancel)?;
+            let runtime = registry.add_library_runtime(
+                kind,
+                &library,
+                add.id.as_deref(),
+                &sink,
+                &context.cancel,
+            )?;
             drop(sink);
             context.output.result(
                 &format!(
-                    "registered runtime `{}`: onnx {} at {}",
+                    "registered runtime `{}`: {kind} {} at {}",
                     runtime.id,
                     runtime.version,
                     runtime.library.display()
@@ -363,16 +381,18 @@ fn add_runtime(context: &Context, registry: &Registry, add: AddArgs) -> Result<(
             );
             return Ok(());
         }
-        (AddKind::Onnx, ..) => {
-            return Err(usage(
-                "`arcane runtime add onnx` needs `--library PATH` (not `--executable`)",
-            ))
+        (AddKind::Library(kind), ..) => {
+            return Err(usage(&format!(
+                "`arcane runtime add {kind}` needs `--library PATH` (not `--executable`)"
+            )))
         }
         (AddKind::Engine(engine), Some(executable), None) => (engine, executable),
         (AddKind::Engine(engine), ..) => {
+            let libraries: Vec<String> = library_kinds().map(|k| format!("`{k}`")).collect();
             return Err(usage(&format!(
-            "`arcane runtime add {engine}` needs `--executable PATH` (`--library` is for `onnx`)"
-        )))
+                "`arcane runtime add {engine}` needs `--executable PATH` (`--library` is for {})",
+                libraries.join(", ")
+            )));
         }
     };
     let mut options = AddRuntime::new(engine, executable)
@@ -411,9 +431,25 @@ fn describe(runtime: &Runtime) -> String {
     )
 }
 
-fn list_text(runtimes: &[Runtime], onnx: &[OnnxRuntime]) -> String {
-    if runtimes.is_empty() && onnx.is_empty() {
-        return format!("no runtimes registered; add one with `arcane runtime add {} --executable PATH` (or `arcane runtime add {} --library PATH`)", Engine::DEFAULT, arcane_registry::ONNX_ID);
+/// Whether `id` names a registered library runtime (of any kind).
+fn is_library(registry: &Registry, id: &str) -> Result<bool, CliError> {
+    for kind in library_kinds() {
+        if registry.library_runtimes(kind)?.iter().any(|r| r.id == id) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+fn list_text(runtimes: &[Runtime], libraries: &[(Engine, LibraryRuntime)]) -> String {
+    if runtimes.is_empty() && libraries.is_empty() {
+        let library = library_kinds()
+            .map(|k| format!(" (or `arcane runtime add {k} --library PATH`)"))
+            .collect::<String>();
+        return format!(
+            "no runtimes registered; add one with `arcane runtime add {} --executable PATH`{library}",
+            Engine::DEFAULT
+        );
     }
     let mut rows: Vec<[String; 5]> = runtimes
         .iter()
@@ -432,10 +468,10 @@ fn list_text(runtimes: &[Runtime], onnx: &[OnnxRuntime]) -> String {
             ]
         })
         .collect();
-    rows.extend(onnx.iter().map(|r| {
+    rows.extend(libraries.iter().map(|(kind, r)| {
         [
             r.id.clone(),
-            arcane_registry::ONNX_ID.to_string(),
+            kind.to_string(),
             r.version.clone(),
             "-".to_string(),
             r.library.display().to_string(),

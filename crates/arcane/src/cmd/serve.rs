@@ -249,7 +249,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     options.onnx_library = match &args.onnx_library {
         Some(path) => Some(path.clone()),
         None => arcane_registry::Registry::new(&context.workspace)
-            .default_onnx_runtime()?
+            .default_library_runtime(Engine::Onnx)?
             .map(|runtime| runtime.library),
     };
     if let Some(listen) = listen {
@@ -1172,20 +1172,28 @@ fn builtin_engine(registry: &Registry, config: &mut EngineConfig) -> Result<(), 
     })?;
     config.executable = Some(executable);
     config.runtime_version = None;
-    if engine.kind().needs_library().is_some() {
-        // `$ARCANE_ONNXRUNTIME` (a bundle's launcher sets it to the bundle's own), else
-        // the registered ONNX Runtime.
-        if let Some(library) = crate::config::onnx_runtime() {
+    if let Some(kind) = engine.kind().needs_library() {
+        // The library its variable names (a bundle's launcher sets it to the bundle's
+        // own), else the registered one.
+        if let Some(library) = crate::config::library_override(kind) {
             config.runtime_library = Some(library);
             return Ok(());
         }
-        let runtime = registry.default_onnx_runtime()?.ok_or_else(|| {
+        let (label, file) = kind
+            .kind()
+            .runtime_library()
+            .map_or(("its runtime library", "the library"), |l| {
+                (l.label, l.file)
+            });
+        let runtime = registry.default_library_runtime(kind)?.ok_or_else(|| {
             CommandError::new(
                 codes::ARCANE_PREREQUISITE_MISSING,
-                format!("`{engine}` voices run on ONNX Runtime, and none is registered"),
-                json!({"engine": engine}),
+                format!("`{engine}` runs on {label}, and none is registered"),
+                json!({"engine": engine, "runtime": kind}),
             )
-            .hint("register it with `arcane runtime add onnx --library PATH` (libonnxruntime.so.<version>)")
+            .hint(format!(
+                "register it with `arcane runtime add {kind} --library PATH` ({file}.<version>)"
+            ))
         })?;
         config.runtime_library = Some(runtime.library);
     }
