@@ -153,7 +153,7 @@ fn write_bundle(root: &Path) -> Vec<String> {
         target: Target::host(),
         runtimes: Vec::new(),
         models: Vec::new(),
-        onnx_runtimes: Vec::new(),
+        libraries: Default::default(),
         launch: LaunchDefaults::default(),
         files: entries,
     };

@@ -35,7 +35,7 @@ use serde_json::json;
 use crate::error::Error;
 use crate::hash::Progress;
 use crate::manifest::{
-    self, AppInfo, Builder, FileEntry, LaunchDefaults, Manifest, ModelEntry, OnnxRuntimeEntry,
+    self, AppInfo, Builder, FileEntry, LaunchDefaults, LibraryEntry, Manifest, ModelEntry,
     RuntimeEntry, Target, LAUNCHER_PATH, MANIFEST_NAME,
 };
 use crate::path::{check_path, check_path_set};
@@ -199,7 +199,7 @@ pub fn build(
     // 2. Resolve runtimes and models under the workspace lock.
     let Resolved {
         runtimes,
-        onnx_runtimes,
+        libraries,
         models,
     } = resolve(request, events, cancel)?;
     let host = Target::host();
@@ -207,15 +207,18 @@ pub fn build(
     for runtime in &runtimes {
         runtime_entries.push(plan_runtime(runtime, &host, &mut plan)?);
     }
-    let mut onnx_entries = Vec::new();
-    for (kind, runtime) in &onnx_runtimes {
-        onnx_entries.push(plan_library(*kind, runtime, &host, &mut plan)?);
+    let mut library_entries: BTreeMap<String, Vec<LibraryEntry>> = BTreeMap::new();
+    for (kind, runtime) in &libraries {
+        library_entries
+            .entry(manifest::library_key(*kind))
+            .or_default()
+            .push(plan_library(*kind, runtime, &host, &mut plan)?);
     }
     let model_entries = plan_models(&models, &mut plan)?;
     let sizes = check_plan(&plan)?;
     events.emit(Event::new(
         arcane_report::event_types::BUNDLE_BUILD_RESOLVED,
-        json!({"runtimes": runtimes.iter().map(|r| &r.id).chain(onnx_runtimes.iter().map(|(_, r)| &r.id)).collect::<Vec<_>>(), "models": models.iter().map(|m| &m.id).collect::<Vec<_>>(), "files": plan.len(), "bytes": sizes}),
+        json!({"runtimes": runtimes.iter().map(|r| &r.id).chain(libraries.iter().map(|(_, r)| &r.id)).collect::<Vec<_>>(), "models": models.iter().map(|m| &m.id).collect::<Vec<_>>(), "files": plan.len(), "bytes": sizes}),
     ));
 
     // 3. Assemble in a temporary sibling (creating the missing parents of `--out`).
@@ -231,7 +234,7 @@ pub fn build(
         target: host,
         runtimes: runtime_entries,
         models: model_entries,
-        onnx_runtimes: onnx_entries,
+        libraries: library_entries,
         launch: LaunchDefaults {
             runtime: None,
             model: None,
@@ -527,7 +530,7 @@ impl Drop for RemoveOnDrop {
 /// What the registry gave for a build.
 struct Resolved {
     runtimes: Vec<arcane_registry::Runtime>,
-    onnx_runtimes: Vec<(arcane_registry::Engine, arcane_registry::LibraryRuntime)>,
+    libraries: Vec<(arcane_registry::Engine, arcane_registry::LibraryRuntime)>,
     models: Vec<arcane_registry::Model>,
 }
 
@@ -558,7 +561,7 @@ fn resolve(
             source: Box::new(source),
         };
         let mut runtimes = Vec::new();
-        let mut onnx_runtimes: Vec<(arcane_registry::Engine, arcane_registry::LibraryRuntime)> =
+        let mut libraries: Vec<(arcane_registry::Engine, arcane_registry::LibraryRuntime)> =
             Vec::new();
         for wanted in &request.runtimes {
             let engine = match wanted.kind {
@@ -566,8 +569,8 @@ fn resolve(
                 RuntimeKind::Library(kind) => {
                     let runtime = library_runtime(&registry, kind, wanted.id.as_deref())
                         .map_err(registry_error)?;
-                    if !onnx_runtimes.iter().any(|(_, r)| r.id == runtime.id) {
-                        onnx_runtimes.push((kind, runtime));
+                    if !libraries.iter().any(|(_, r)| r.id == runtime.id) {
+                        libraries.push((kind, runtime));
                     }
                     continue;
                 }
@@ -608,7 +611,7 @@ fn resolve(
         }
         Ok(Resolved {
             runtimes,
-            onnx_runtimes,
+            libraries,
             models,
         })
     })();
@@ -897,7 +900,7 @@ fn plan_library(
     runtime: &arcane_registry::LibraryRuntime,
     host: &Target,
     plan: &mut Vec<Planned>,
-) -> Result<OnnxRuntimeEntry, Error> {
+) -> Result<LibraryEntry, Error> {
     if !manifest::is_segment_id(&runtime.id) {
         return Err(Error::input(
             format!("runtime id `{}` cannot name a bundle directory", runtime.id),
@@ -939,7 +942,7 @@ fn plan_library(
             });
         }
     }
-    Ok(OnnxRuntimeEntry {
+    Ok(LibraryEntry {
         id: runtime.id.clone(),
         version: runtime.version.clone(),
         library,

@@ -180,8 +180,9 @@ pub struct LaunchContext {
     /// Every model of the bundle, the launch model first: all are served, each by its
     /// engine kind (a chat model, a speech-to-text model, a voice).
     pub models: Vec<LaunchModel>,
-    /// The bundled ONNX Runtime library the Core's `onnx` runtime loads, if any.
-    pub onnx_library: Option<PathBuf>,
+    /// The bundled runtime library of each kind whose sessions run in Arcane's own
+    /// workers (the first of each kind's: ONNX Runtime for `onnx`).
+    pub libraries: Vec<(arcane_workspace::Engine, PathBuf)>,
 }
 
 impl LaunchContext {
@@ -192,7 +193,7 @@ impl LaunchContext {
 
     /// A JSON summary (for `--output json` and logs).
     pub fn summary(&self) -> Value {
-        json!({
+        let mut summary = json!({
             "bundle": self.bundle.root,
             "bundleId": self.bundle.manifest.bundle_id,
             "app": self.bundle.manifest.app.id,
@@ -202,8 +203,12 @@ impl LaunchContext {
             "executionTarget": self.execution_target,
             "runtime": self.runtime.as_ref().map(|r| json!({"id": r.id, "executable": r.executable, "libraryDirs": r.library_dirs, "backend": r.backend})),
             "model": self.model.as_ref().map(|m| json!({"id": m.id, "path": m.path})),
-            "onnxLibrary": self.onnx_library,
-        })
+        });
+        // Each kind's library under `<kind>Library` (`onnxLibrary`).
+        for (kind, library) in &self.libraries {
+            summary[format!("{kind}Library")] = json!(library);
+        }
+        summary
     }
 }
 
@@ -268,9 +273,11 @@ pub fn resolve_context(
                 .map(resolve),
         )
         .collect();
-    let onnx_library = manifest
-        .launch_onnx_runtime()
-        .map(|r| bundle.resolve(&r.library));
+    let libraries = manifest
+        .launch_libraries()
+        .into_iter()
+        .map(|(kind, r)| (kind, bundle.resolve(&r.library)))
+        .collect();
     Ok(LaunchContext {
         bundle,
         state_root: root,
@@ -279,7 +286,7 @@ pub fn resolve_context(
         runtime,
         model,
         models,
-        onnx_library,
+        libraries,
     })
 }
 

@@ -8,7 +8,7 @@
 //! or renamed. Unknown fields are refused: a reader of schema version 1 never ignores
 //! something a writer meant.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use arcane_report::codes;
 use arcane_workspace::{Engine, ModelFormat};
@@ -33,9 +33,11 @@ pub const LAUNCHER_PATH: &str = "bin/arcane";
 /// The top-level directories a bundle may contain.
 pub const TOP_LEVEL: [&str; 4] = ["app", "bin", "models", "runtimes"];
 
-/// The whole manifest (`schemaVersion: 1`, `kind: "arcane-bundle"`).
+/// The whole manifest (`schemaVersion: 1`, `kind: "arcane-bundle"`). Unknown fields are
+/// refused by [`Manifest::parse`] (its library sections are keyed by kind, so serde's
+/// own refusal cannot apply here).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Manifest {
     /// Always [`SCHEMA_VERSION`].
     pub schema_version: u32,
@@ -53,9 +55,10 @@ pub struct Manifest {
     pub runtimes: Vec<RuntimeEntry>,
     /// The bundled models.
     pub models: Vec<ModelEntry>,
-    /// The bundled ONNX Runtime libraries (absent when none).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub onnx_runtimes: Vec<OnnxRuntimeEntry>,
+    /// The bundled runtime libraries of each kind whose sessions run in Arcane's own
+    /// workers, under [`library_key`] (`onnxRuntimes`; absent when none).
+    #[serde(flatten)]
+    pub libraries: BTreeMap<String, Vec<LibraryEntry>>,
     /// What `launch` uses unless the launch file or flags say otherwise.
     pub launch: LaunchDefaults,
     /// Every file of the bundle except the manifest, sorted by raw UTF-8 bytes.
@@ -136,11 +139,24 @@ pub struct RuntimeEntry {
     pub library_dirs: Vec<String>,
 }
 
-/// One entry of `onnxRuntimes[]`: an ONNX Runtime library the Core's ONNX workers
-/// load (not an executable the Core starts).
+/// Where a kind's bundled runtime libraries are listed: `<kind>Runtimes`.
+pub fn library_key(kind: Engine) -> String {
+    format!("{kind}Runtimes")
+}
+
+/// The kind whose libraries `key` lists ([`library_key`]), if any.
+fn library_kind(key: &str) -> Option<Engine> {
+    Engine::ALL
+        .into_iter()
+        .filter(|e| e.kind().runtime_library().is_some())
+        .find(|e| library_key(*e) == key)
+}
+
+/// One entry of `<kind>Runtimes[]` (`onnxRuntimes[]`): a runtime library the Core's
+/// workers load (not an executable the Core starts).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct OnnxRuntimeEntry {
+pub struct LibraryEntry {
     /// The runtime's id (a single path segment, unique among all runtimes).
     pub id: String,
     /// The version the library reports.
@@ -251,12 +267,23 @@ impl Manifest {
                 ))
             }
         }
-        serde_json::from_value(value).map_err(|e| {
+        let manifest: Manifest = serde_json::from_value(value).map_err(|e| {
             invalid(
                 format!("does not match schema version 1 ({e})"),
                 json!({"reason": "schema"}),
             )
-        })
+        })?;
+        if let Some(key) = manifest
+            .libraries
+            .keys()
+            .find(|k| library_kind(k).is_none())
+        {
+            return Err(invalid(
+                format!("does not match schema version 1 (unknown field `{key}`)"),
+                json!({"reason": "schema", "field": key}),
+            ));
+        }
+        Ok(manifest)
     }
 
     /// Serializes the manifest as pretty JSON with a trailing newline.
@@ -282,9 +309,24 @@ impl Manifest {
         }
     }
 
-    /// The ONNX Runtime `launch` hands the Core: the first of `onnxRuntimes[]`.
-    pub fn launch_onnx_runtime(&self) -> Option<&OnnxRuntimeEntry> {
-        self.onnx_runtimes.first()
+    /// Every bundled runtime library, with its kind.
+    pub fn library_entries(&self) -> impl Iterator<Item = (Engine, &LibraryEntry)> {
+        self.libraries.iter().flat_map(|(key, entries)| {
+            library_kind(key)
+                .into_iter()
+                .flat_map(move |kind| entries.iter().map(move |entry| (kind, entry)))
+        })
+    }
+
+    /// The libraries `launch` hands the Core: the first of each kind's.
+    pub fn launch_libraries(&self) -> Vec<(Engine, &LibraryEntry)> {
+        let mut first: Vec<(Engine, &LibraryEntry)> = Vec::new();
+        for (kind, entry) in self.library_entries() {
+            if !first.iter().any(|(k, _)| *k == kind) {
+                first.push((kind, entry));
+            }
+        }
+        first
     }
 
     /// The model `launch` uses: `launch.model`, else the first.
@@ -447,21 +489,22 @@ impl Manifest {
             }
             self.check_runtime(runtime, failures);
         }
-        for runtime in &self.onnx_runtimes {
+        for (kind, runtime) in self.library_entries() {
+            let key = library_key(kind);
             if !is_segment_id(&runtime.id) || !runtime_ids.insert(runtime.id.as_str()) {
                 failures.push(manifest_invalid(
                     format!("runtime id `{}` is invalid or repeated", runtime.id),
-                    json!({"field": "onnxRuntimes[].id", "value": runtime.id}),
+                    json!({"field": format!("{key}[].id"), "value": runtime.id}),
                 ));
                 continue;
             }
-            self.check_onnx_runtime(runtime, failures);
+            self.check_library(kind, runtime, failures);
         }
     }
 
-    /// One ONNX Runtime: its library is a listed file under `runtimes/<id>/`.
-    fn check_onnx_runtime(&self, runtime: &OnnxRuntimeEntry, failures: &mut Vec<Failure>) {
-        let field = format!("onnxRuntimes[{}]", runtime.id);
+    /// One runtime library: a listed file under `runtimes/<id>/`.
+    fn check_library(&self, kind: Engine, runtime: &LibraryEntry, failures: &mut Vec<Failure>) {
+        let field = format!("{}[{}]", library_key(kind), runtime.id);
         let area = format!("runtimes/{}/", runtime.id);
         if let Some(failure) = path_failure(&runtime.library, &field)
             .or_else(|| outside_area(&runtime.library, &area, &field))
@@ -472,7 +515,7 @@ impl Manifest {
                 codes::BUNDLE_RUNTIME_MISSING,
                 &runtime.library,
                 format!(
-                    "the library of ONNX runtime `{}` is not listed in files[]",
+                    "the library of `{kind}` runtime `{}` is not listed in files[]",
                     runtime.id
                 ),
                 json!({"runtime": runtime.id, "reason": "not-listed"}),
@@ -818,7 +861,7 @@ mod tests {
                 sha256: digest('a'),
                 format: "gguf".into(),
             }],
-            onnx_runtimes: Vec::new(),
+            libraries: BTreeMap::new(),
             launch: LaunchDefaults::default(),
             files: vec![
                 file("app/index.html", false),
@@ -888,17 +931,47 @@ mod tests {
         );
     }
 
+    /// A kind's libraries are read and written under `<kind>Runtimes` (`onnxRuntimes`,
+    /// as schema version 1 always had them); a key of no library kind is refused by
+    /// name.
+    #[test]
+    fn library_sections_keep_their_names_and_unknown_fields_are_refused() {
+        let mut manifest = sample();
+        let entry = LibraryEntry {
+            id: "onnx".into(),
+            version: "1.31.1".into(),
+            library: "runtimes/onnx/linux-x64/libonnxruntime.so".into(),
+        };
+        manifest.libraries = BTreeMap::from([(library_key(Engine::Onnx), vec![entry.clone()])]);
+        let bytes = manifest.to_bytes();
+        let value: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(value["onnxRuntimes"][0]["id"], "onnx", "{value}");
+        let parsed = Manifest::parse(&bytes).unwrap();
+        assert_eq!(parsed.launch_libraries(), vec![(Engine::Onnx, &entry)]);
+        for unknown in ["vllmRuntimes", "extra"] {
+            let mut value = value.clone();
+            value[unknown] = json!([]);
+            let failure = Manifest::parse(&serde_json::to_vec(&value).unwrap()).unwrap_err();
+            assert_eq!(failure.code, codes::BUNDLE_MANIFEST_INVALID);
+            assert!(failure.message.contains(unknown), "{failure}");
+        }
+    }
+
     /// An ONNX Runtime's library must be a listed file in its own runtime area, and
     /// its id is unique among all runtimes.
     #[test]
     fn onnx_runtimes_are_cross_checked() {
         let mut manifest = sample();
-        let onnx = |id: &str, library: &str| OnnxRuntimeEntry {
+        let onnx = |id: &str, library: &str| LibraryEntry {
             id: id.into(),
             version: "1.31.1".into(),
             library: library.into(),
         };
-        manifest.onnx_runtimes = vec![onnx("onnx", "runtimes/onnx/linux-x64/libonnxruntime.so")];
+        let key = library_key(Engine::Onnx);
+        manifest.libraries = BTreeMap::from([(
+            key.clone(),
+            vec![onnx("onnx", "runtimes/onnx/linux-x64/libonnxruntime.so")],
+        )]);
         let failures = manifest.check();
         assert!(
             failures
@@ -907,16 +980,19 @@ mod tests {
                     && f.path.as_deref() == Some("runtimes/onnx/linux-x64/libonnxruntime.so")),
             "{failures:?}"
         );
-        manifest.onnx_runtimes = vec![
-            onnx(
-                "llama.cpp-b1",
-                "runtimes/llama.cpp-b1/linux-x64-cpu/libllama.so",
-            ),
-            onnx(
-                "elsewhere",
-                "runtimes/llama.cpp-b1/linux-x64-cpu/libllama.so",
-            ),
-        ];
+        manifest.libraries = BTreeMap::from([(
+            key.clone(),
+            vec![
+                onnx(
+                    "llama.cpp-b1",
+                    "runtimes/llama.cpp-b1/linux-x64-cpu/libllama.so",
+                ),
+                onnx(
+                    "elsewhere",
+                    "runtimes/llama.cpp-b1/linux-x64-cpu/libllama.so",
+                ),
+            ],
+        )]);
         let failures = manifest.check();
         assert!(
             failures

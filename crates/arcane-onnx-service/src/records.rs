@@ -50,7 +50,7 @@ pub struct Record {
 impl OwnershipRecord for Record {
     const KIND: &'static str = "arcane-onnx-worker-ownership";
     const NONCE_VARIABLE: &'static str = "ARCANE_ONNX_WORKER_NONCE";
-    const DIR_NAME: &'static str = arcane_workspace::layout::ONNX_WORKERS_DIR_NAME;
+    const DIR_NAME: &'static str = arcane_workspace::worker_records::ONNX;
 
     fn key(&self) -> String {
         self.pid.to_string()

@@ -13,7 +13,8 @@
 //!   models/<id>/<file>                 registered model files
 //!   models/<engine>/                   an engine's own model store (router mode, Ollama)
 //!   engines/<id>.json                  ownership records of engines Arcane started
-//!   onnx-workers/<pid>.json            ownership records of ONNX workers a host started
+//!   <kind>-workers/<pid>.json          ownership records of a worker kind's workers a host
+//!                                      started (`crate::worker_records`)
 //! ```
 //!
 //! Functions take the workspace root and return full paths; the `*_NAME` constants are
@@ -110,16 +111,8 @@ pub fn engine_record(root: &Path, id: &str) -> PathBuf {
     ownership_record(root, ENGINES_DIR_NAME, id)
 }
 
-/// The name of the directory of ONNX worker ownership records, under `.arcane`.
-pub const ONNX_WORKERS_DIR_NAME: &str = "onnx-workers";
-
-/// `<root>/.arcane/onnx-workers`: one ownership record per running ONNX worker.
-pub fn onnx_workers_dir(root: &Path) -> PathBuf {
-    records_dir(root, ONNX_WORKERS_DIR_NAME)
-}
-
-/// `<root>/.arcane/<name>`: a directory of ownership records ([`ENGINES_DIR_NAME`],
-/// [`ONNX_WORKERS_DIR_NAME`]).
+/// `<root>/.arcane/<name>`: a directory of ownership records ([`ENGINES_DIR_NAME`], a
+/// worker kind's [`crate::worker_records`]).
 pub fn records_dir(root: &Path, name: &str) -> PathBuf {
     state_dir(root).join(name)
 }
@@ -169,7 +162,7 @@ mod tests {
             models_dir(root),
             engine_models_dir(root, crate::Engine::Ollama),
             engine_record(root, "llama.cpp"),
-            onnx_workers_dir(root),
+            records_dir(root, crate::worker_records::ONNX),
         ] {
             assert!(path.starts_with(state), "{}", path.display());
         }
@@ -183,7 +176,7 @@ mod tests {
             Path::new("/w/.arcane/engines/llama.cpp.json")
         );
         assert_eq!(
-            ownership_record(root, ONNX_WORKERS_DIR_NAME, "42"),
+            ownership_record(root, crate::worker_records::ONNX, "42"),
             Path::new("/w/.arcane/onnx-workers/42.json")
         );
         assert_eq!(STATE_DIR_C.to_str().unwrap(), STATE_DIR);

@@ -24,7 +24,7 @@ pub use engine::{
     ListenAt, ModelFormat, OwnedListen, Probed, Readiness, RuntimeLibrary, Starts, Takes,
     UnknownEngine,
 };
-pub use kinds::formats;
+pub use kinds::{formats, worker_records};
 pub use kinds_table::kinds_table;
 
 /// The `command` kind's template: its placeholders, what they require, their

@@ -104,7 +104,7 @@ impl Fixture {
                 sha256: model_sha,
                 format: "gguf".into(),
             }],
-            onnx_runtimes: Vec::new(),
+            libraries: Default::default(),
             launch: LaunchDefaults::default(),
             files: entries,
         };

@@ -89,3 +89,10 @@ pub mod formats {
     /// Whatever a command's server reads.
     pub const ANY: ModelFormat = super::command::ANY;
 }
+
+/// The directory under `.arcane` of the ownership records of each worker kind's
+/// workers (one record per running worker), defined in its kind's module.
+pub mod worker_records {
+    /// The ONNX sessions' workers'.
+    pub const ONNX: &str = super::onnx::WORKER_RECORDS;
+}

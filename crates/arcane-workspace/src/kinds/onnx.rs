@@ -4,6 +4,9 @@
 
 use crate::engine::{DevicePlan, EngineKind, ModelFormat, RuntimeLibrary, Starts};
 
+/// The directory under `.arcane` of its workers' ownership records.
+pub(crate) const WORKER_RECORDS: &str = "onnx-workers";
+
 /// An ONNX graph (a protobuf `ModelProto`).
 pub(crate) const GRAPH: ModelFormat = ModelFormat {
     id: "onnx",

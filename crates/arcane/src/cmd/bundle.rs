@@ -272,7 +272,7 @@ fn build(context: &Context, args: BuildArgs) -> Result<u8, CliError> {
                 .runtimes
                 .iter()
                 .map(|r| r.id.as_str())
-                .chain(manifest.onnx_runtimes.iter().map(|r| r.id.as_str()))
+                .chain(manifest.library_entries().map(|(_, r)| r.id.as_str()))
         ),
         list(manifest.models.iter().map(|m| m.id.as_str())),
         outcome.root.display(),

@@ -33,24 +33,13 @@ pub struct Args {
     #[arg(long = "runtime", value_name = "ID", value_delimiter = ',')]
     pub runtimes: Vec<String>,
 
-    /// The ONNX Runtime library for the `onnx` runtime (`libonnxruntime.so.<version>`).
-    /// Default: `$ARCANE_ONNXRUNTIME`, else the registered `onnx` runtime.
-    #[arg(long, value_name = "PATH")]
-    pub onnx_library: Option<std::path::PathBuf>,
+    /// The services of the kinds whose sessions run in Arcane's own workers.
+    #[command(flatten)]
+    pub workers: crate::cmd::WorkerOptions,
 
     /// The largest accepted frame, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = arcane_core::framing::DEFAULT_MAX_FRAME)]
     pub max_frame: usize,
-
-    /// Test-only: resolve ONNX execution targets against this device inventory (the
-    /// `arcane devices --inventory` format) instead of probing this machine.
-    #[arg(long, value_name = "PATH", hide = true)]
-    pub onnx_inventory: Option<std::path::PathBuf>,
-
-    /// Test-only: start ONNX workers without the parent-death signal, as if they had
-    /// outlived a host that could not take them down.
-    #[arg(long, hide = true)]
-    pub onnx_workers_outlive_host: bool,
 }
 
 /// The services a host gets (built by [`build_host`]).
@@ -66,7 +55,7 @@ pub fn build_host(
     observer: Arc<dyn EventSink>,
     drain: std::time::Duration,
     launcher: &dyn Fn(Engine) -> Result<Arc<dyn EngineLauncher>, CliError>,
-    onnx: &crate::cmd::onnx::OnnxOptions,
+    workers: &crate::cmd::WorkerOptions,
     gateway: Option<Arc<arcane_core::gateway::Gateway>>,
 ) -> Result<HostParts, CliError> {
     let plan = plan(runtimes)?;
@@ -100,7 +89,7 @@ pub fn build_host(
         builder = builder.service(model_assets(&context.workspace));
     }
     for engine in &plan.workers {
-        builder = builder.service(crate::cmd::worker_service(*engine, context, onnx)?);
+        builder = builder.service(workers.service(*engine, context)?);
     }
     Ok(builder.build()?)
 }
@@ -331,11 +320,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
             observer,
             drain,
             &|runtime| launcher(context, runtime, &engines),
-            &crate::cmd::onnx::OnnxOptions {
-                library: args.onnx_library.clone(),
-                inventory: args.onnx_inventory.clone(),
-                workers_outlive_host: args.onnx_workers_outlive_host,
-            },
+            &args.workers,
             gateway,
         )?;
         let host = parts.host;
@@ -367,8 +352,8 @@ pub struct ServeOptions {
     /// A bearer token the user supplied (`ARCANE_API_KEY`, `--api-key-file`) instead of
     /// the workspace's own (`.arcane/core-token`, kept across restarts).
     pub api_key: Option<String>,
-    /// Host the `onnx` runtime too, on this ONNX Runtime library.
-    pub onnx_library: Option<std::path::PathBuf>,
+    /// The worker kinds' services: each one a library is given for is hosted too.
+    pub workers: crate::cmd::WorkerOptions,
     /// The model gateway (`[[model]]`), instead of `configs`.
     pub gateway: Option<Arc<arcane_core::gateway::Gateway>>,
     /// The gateway is the one model of the flags or the embedded default: the host is
@@ -392,7 +377,7 @@ impl ServeOptions {
             port: None,
             drain_deadline: arcane_core::host::DEFAULT_DRAIN_DEADLINE,
             api_key: None,
-            onnx_library: None,
+            workers: crate::cmd::WorkerOptions::default(),
             gateway: None,
             one_model: false,
             allowed_origins: Default::default(),
@@ -424,9 +409,7 @@ pub fn serve(
         .map(|c| c.engine.as_str().to_string())
         .collect();
     let mut runtimes = runtimes;
-    if options.onnx_library.is_some() {
-        runtimes.push(Engine::Onnx.as_str().to_string());
-    }
+    runtimes.extend(options.workers.named().iter().map(|k| k.to_string()));
     let plan = plan(&runtimes)?;
     if plan.engines.len() != options.configs.len() {
         return Err(CommandError::usage(
@@ -494,10 +477,7 @@ fn start_host(
                 })?;
             Ok(SupervisedLauncher::new(&context.workspace, config) as Arc<dyn EngineLauncher>)
         },
-        &crate::cmd::onnx::OnnxOptions {
-            library: options.onnx_library.clone(),
-            ..Default::default()
-        },
+        &options.workers,
         options.gateway.clone(),
     )?;
     if let Some(bytes) = options.log_budget {

@@ -194,10 +194,15 @@ fn serve_command(
             }
         }
     }
-    if let Some(library) = &launch.onnx_library {
-        // The `onnx` service's library and the one Piper voices run on.
-        command.arg("--onnx-library").arg(library);
-        command.env("ARCANE_ONNXRUNTIME", library);
+    for (kind, library) in &launch.libraries {
+        // The kind's own service's library (its flag), and the one the kinds that need
+        // it run on (its variable: ONNX Runtime for Piper voices).
+        if let Some(flag) = crate::cmd::WorkerOptions::library_flag(*kind) {
+            command.arg(format!("--{flag}")).arg(library);
+        }
+        if let Some(described) = kind.kind().runtime_library() {
+            command.env(described.variable, library);
+        }
     }
     if let Some(target) = &launch.execution_target {
         command.arg("--device").arg(target);

@@ -43,7 +43,7 @@ pub enum Command {
     /// Run the Core host: a model gateway (the `[[model]]` tables of `arcane.toml`, or
     /// the one model the flags or the embedded default name), the `arcane/1` protocol
     /// on loopback HTTP, and the engines' OpenAI/Anthropic API behind the token.
-    Serve(serve::Args),
+    Serve(Box<serve::Args>),
     /// Run the Core host speaking `arcane/1` over stdio.
     Core(core::Args),
     /// Show the running Core host's engines, devices and states.
@@ -114,20 +114,55 @@ pub enum Worker {
     Piper(piper::WorkerArgs),
 }
 
-/// The Core host's service of the worker kind `engine` (sessions in Arcane's own worker
-/// processes), on the options the host was given.
-pub fn worker_service(
-    engine: arcane_localai::Engine,
-    context: &Context,
-    options: &onnx::OnnxOptions,
-) -> Result<std::sync::Arc<dyn arcane_core::service::Service>, CliError> {
-    match engine.kind().starts() {
-        arcane_localai::Starts::Worker => Ok(onnx::service(context, options)?),
-        _ => Err(crate::error::CommandError::usage(
+/// What `arcane core` and `arcane serve` take for the services of the kinds whose
+/// sessions run in Arcane's own worker processes: each such kind's own flags.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct WorkerOptions {
+    /// The `onnx` service's.
+    #[command(flatten)]
+    pub onnx: onnx::OnnxOptions,
+}
+
+impl WorkerOptions {
+    /// The worker kinds whose runtime library is known (named by a flag, or found by
+    /// [`Self::or_configured`]): hosted even when the selection does not name them.
+    pub fn named(&self) -> Vec<arcane_localai::Engine> {
+        let onnx = self.onnx.library.as_ref().map(|_| onnx::KIND);
+        onnx.into_iter().collect()
+    }
+
+    /// Fills in, for each worker kind no flag named a library for, its registered
+    /// default library: `arcane serve` hosts every worker kind it has a library for
+    /// (their workers start only when a session is loaded).
+    pub fn or_registered(&mut self, context: &Context) -> Result<(), CliError> {
+        if self.onnx.library.is_none() {
+            self.onnx.library = arcane_registry::Registry::new(&context.workspace)
+                .default_library_runtime(onnx::KIND)?
+                .map(|runtime| runtime.library);
+        }
+        Ok(())
+    }
+
+    /// The flag that names the runtime library of the worker kind `kind` (`onnx-library`,
+    /// without its `--`), for a command line that hands one on.
+    pub fn library_flag(kind: arcane_localai::Engine) -> Option<&'static str> {
+        (kind == onnx::KIND).then_some(onnx::LIBRARY_FLAG)
+    }
+
+    /// The Core host's service of the worker kind `engine`.
+    pub fn service(
+        &self,
+        engine: arcane_localai::Engine,
+        context: &Context,
+    ) -> Result<std::sync::Arc<dyn arcane_core::service::Service>, CliError> {
+        if engine == onnx::KIND {
+            return Ok(onnx::service(context, &self.onnx)?);
+        }
+        Err(crate::error::CommandError::usage(
             format!("`{engine}` has no worker service"),
             serde_json::json!({"runtime": engine}),
         )
-        .into()),
+        .into())
     }
 }
 
@@ -197,7 +232,7 @@ pub fn run(context: &Context, command: Command) -> Result<u8, CliError> {
         Command::Devices(args) => devices::run(context, args),
         Command::Runtime(args) => runtime::run(context, args),
         Command::Model(args) => model::run(context, args),
-        Command::Serve(args) => serve::run(context, args),
+        Command::Serve(args) => serve::run(context, *args),
         Command::Core(args) => core::run(context, args),
         Command::Status(args) => status::run(context, args),
         Command::Chat(args) => chat::run(context, args),

@@ -185,14 +185,29 @@ fn resolve_model(
     }
 }
 
-/// How the host sets up its `onnx` service.
-#[derive(Debug, Clone, Default)]
+/// The kind this module serves.
+pub const KIND: arcane_registry::Engine = arcane_registry::Engine::Onnx;
+
+/// The flag of `arcane core` and `arcane serve` that names its library (without its
+/// `--`).
+pub const LIBRARY_FLAG: &str = "onnx-library";
+
+/// How the host sets up its `onnx` service: the flags `arcane core` and `arcane serve`
+/// take for it.
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct OnnxOptions {
-    /// The library given explicitly (`--onnx-library`); see [`library`].
+    /// The ONNX Runtime library for the `onnx` runtime (`libonnxruntime.so.<version>`):
+    /// `arcane serve` hosts ONNX sessions on it. Default: `$ARCANE_ONNXRUNTIME`, else
+    /// the registered `onnx` runtime.
+    #[arg(long = LIBRARY_FLAG, value_name = "PATH")]
     pub library: Option<PathBuf>,
-    /// Test-only: the device inventory ONNX targets are resolved against.
+    /// Test-only: resolve ONNX execution targets against this device inventory (the
+    /// `arcane devices --inventory` format) instead of probing this machine.
+    #[arg(long = "onnx-inventory", value_name = "PATH", hide = true)]
     pub inventory: Option<PathBuf>,
-    /// Test-only: workers are started without the parent-death signal.
+    /// Test-only: start ONNX workers without the parent-death signal, as if they had
+    /// outlived a host that could not take them down.
+    #[arg(long = "onnx-workers-outlive-host", hide = true)]
     pub workers_outlive_host: bool,
 }
 

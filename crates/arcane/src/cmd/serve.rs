@@ -122,10 +122,11 @@ pub struct Args {
     #[arg(long, value_name = "PORT")]
     pub port: Option<u16>,
 
-    /// Also host the `onnx` runtime (`onnx.status|load|run|unload`, sessions in worker
-    /// processes) on this ONNX Runtime library (`libonnxruntime.so.<version>`).
-    #[arg(long, value_name = "PATH")]
-    pub onnx_library: Option<PathBuf>,
+    /// The services of the kinds whose sessions run in Arcane's own workers, hosted
+    /// when a library is named or registered (`--onnx-library`: ONNX sessions,
+    /// `onnx.status|load|run|unload`).
+    #[command(flatten)]
+    pub workers: crate::cmd::WorkerOptions,
 
     /// Seconds a shutdown (Ctrl-C, SIGTERM) waits for in-flight passthrough responses
     /// (`/v1/chat/completions` and the rest, streamed ones included) to finish before
@@ -244,14 +245,8 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     let mut options = crate::cmd::core::ServeOptions::new(configs);
     options.one_model = one_model;
     options.gateway = gateway;
-    // ONNX sessions are served when a library is named or an ONNX Runtime is
-    // registered (its workers start only when a session is loaded).
-    options.onnx_library = match &args.onnx_library {
-        Some(path) => Some(path.clone()),
-        None => arcane_registry::Registry::new(&context.workspace)
-            .default_library_runtime(Engine::Onnx)?
-            .map(|runtime| runtime.library),
-    };
+    options.workers = args.workers.clone();
+    options.workers.or_registered(context)?;
     if let Some(listen) = listen {
         options.listen = listen;
     }
