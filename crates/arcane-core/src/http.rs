@@ -540,10 +540,10 @@ async fn answer(
     let path = request.uri().path().to_string();
     let upstream = shared.options.upstream.as_deref();
     let routes_by_model = upstream.is_some_and(|u| u.routes_by_model());
-    let api_paths = upstream.map(|u| u.api_paths()).unwrap_or_default();
+    let engines_serve = |path: &str| upstream.is_some_and(|u| u.serves(path));
     let lookup = router::lookup(
         router::TABLE,
-        &api_paths,
+        &engines_serve,
         request.method(),
         &path,
         routes_by_model,
@@ -720,10 +720,10 @@ async fn dashboard(
     scope_client(&mut parts, &scope);
     let request = Request::from_parts(parts, body);
     let upstream = shared.options.upstream.as_deref();
-    let api_paths = upstream.map(|u| u.api_paths()).unwrap_or_default();
+    let engines_serve = |path: &str| upstream.is_some_and(|u| u.serves(path));
     let lookup = router::lookup(
         router::TABLE,
-        &api_paths,
+        &engines_serve,
         request.method(),
         target,
         upstream.is_some_and(|u| u.routes_by_model()),

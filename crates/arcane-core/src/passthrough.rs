@@ -202,12 +202,12 @@ pub trait Upstream: Send + Sync {
         false
     }
 
-    /// The API paths the engines behind this upstream answer, as
-    /// [`arcane_localai::EngineKind::api_paths`] writes them: the front door's engine
-    /// routes ([`crate::router`]). The default is the default kind's (OpenAI's,
-    /// Anthropic's and llama-server's own paths).
-    fn api_paths(&self) -> Vec<&'static str> {
-        arcane_localai::Engine::DEFAULT.kind().api_paths().to_vec()
+    /// Whether an engine behind this upstream answers `path`
+    /// ([`arcane_localai::EngineKind::api_paths`]): the front door's engine routes
+    /// ([`crate::router`]). The default is the default kind's paths (OpenAI's,
+    /// Anthropic's and llama-server's own).
+    fn serves(&self, path: &str) -> bool {
+        arcane_localai::serves_path(arcane_localai::Engine::DEFAULT.kind().api_paths(), path)
     }
 
     /// Arcane's own `GET /metrics` answer (the gateway's Prometheus text), when it

@@ -239,12 +239,13 @@ pub enum Lookup {
     Unknown,
 }
 
-/// Looks `method path` up in `table` (rows in order, first match wins), then in
-/// `api_paths` (what the engines being served answer, any method: [`Upstream::api_paths`](crate::passthrough::Upstream::api_paths));
-/// rows scoped to [`Scope::RoutingByModel`] count only when `routes_by_model`.
+/// Looks `method path` up in `table` (rows in order, first match wins), then asks
+/// `engines_serve` (whether the engines being served answer it, any method:
+/// [`Upstream::serves`](crate::passthrough::Upstream::serves)); rows scoped to
+/// [`Scope::RoutingByModel`] count only when `routes_by_model`.
 pub fn lookup(
     table: &[&[Row]],
-    api_paths: &[&str],
+    engines_serve: &dyn Fn(&str) -> bool,
     method: &hyper::Method,
     path: &str,
     routes_by_model: bool,
@@ -262,7 +263,7 @@ pub fn lookup(
         }
         path_served = true;
     }
-    if arcane_localai::serves_path(api_paths, path) {
+    if engines_serve(path) {
         Lookup::Found(Handler::Engine)
     } else if path_served {
         Lookup::MethodNotAllowed
@@ -278,13 +279,13 @@ mod tests {
 
     const LLAMA: arcane_localai::Engine = arcane_localai::Engine::LlamaCpp;
 
-    /// The API paths of `kinds`, as an upstream serving them reports them.
-    fn paths(kinds: &[arcane_localai::Engine]) -> Vec<&'static str> {
-        kinds
-            .iter()
-            .flat_map(|k| k.kind().api_paths())
-            .copied()
-            .collect()
+    /// Whether one of `kinds` serves a path, as an upstream serving them answers.
+    fn paths(kinds: &[arcane_localai::Engine]) -> impl Fn(&str) -> bool + '_ {
+        |path| {
+            kinds
+                .iter()
+                .any(|k| arcane_localai::serves_path(k.kind().api_paths(), path))
+        }
     }
 
     fn find(method: Method, path: &str, routes_by_model: bool) -> Lookup {

@@ -69,6 +69,9 @@ pub use keep_alive::KeepAlive;
 use metrics::Metrics;
 use model::Model;
 
+/// What an external `url` model serves beside its kind's paths: every `/v1` path.
+const EVERY_V1_PATH: &str = "/v1/";
+
 /// One configured model.
 pub struct ModelSpec {
     /// The id clients name (`[[model]] id`).
@@ -149,15 +152,16 @@ impl ModelSpec {
     /// OpenAI-compatible server: vLLM, another Arcane).
     pub fn api_paths(&self) -> Vec<&'static str> {
         let mut paths = self.launcher.runtime().kind().api_paths().to_vec();
-        if self.external && !paths.contains(&"/v1/") {
-            paths.push("/v1/");
+        if self.external && !paths.contains(&EVERY_V1_PATH) {
+            paths.push(EVERY_V1_PATH);
         }
         paths
     }
 
-    /// Whether it serves `path` ([`ModelSpec::api_paths`]).
+    /// Whether it serves `path` ([`ModelSpec::api_paths`]), without listing them.
     pub fn serves(&self, path: &str) -> bool {
-        arcane_localai::serves_path(&self.api_paths(), path)
+        arcane_localai::serves_path(self.launcher.runtime().kind().api_paths(), path)
+            || (self.external && arcane_localai::serves_path(&[EVERY_V1_PATH], path))
     }
 
     /// Why this model is never evicted to make room, or `None` when it may be.

@@ -124,16 +124,9 @@ impl Upstream for Gateway {
         Some(self.metrics_text())
     }
 
-    /// Every path some model serves ([`ModelSpec::api_paths`]).
-    fn api_paths(&self) -> Vec<&'static str> {
-        let mut paths: Vec<&'static str> = self
-            .models()
-            .iter()
-            .flat_map(|m| m.spec.api_paths())
-            .collect();
-        paths.sort_unstable();
-        paths.dedup();
-        paths
+    /// Whether some model serves `path` ([`ModelSpec::serves`]).
+    fn serves(&self, path: &str) -> bool {
+        self.models().iter().any(|m| m.spec.serves(path))
     }
 
     fn models(&self) -> Option<Value> {

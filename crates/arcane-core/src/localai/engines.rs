@@ -368,12 +368,10 @@ impl LocalAiService {
 }
 
 impl Upstream for LocalAiService {
-    fn api_paths(&self) -> Vec<&'static str> {
+    fn serves(&self, path: &str) -> bool {
         self.slots
             .iter()
-            .flat_map(|slot| slot.runtime.kind().api_paths())
-            .copied()
-            .collect()
+            .any(|slot| arcane_localai::serves_path(slot.runtime.kind().api_paths(), path))
     }
 
     /// The first selected engine whose kind serves OpenAI's chat path (llama.cpp
