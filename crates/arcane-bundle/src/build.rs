@@ -77,9 +77,9 @@ impl RuntimeRequest {
                 json!({"runtime": text}),
             )
         })?;
-        let kind = match parsed.kind().starts() {
-            arcane_workspace::Starts::Worker => RuntimeKind::Library(parsed),
-            _ => RuntimeKind::Engine(parsed),
+        let kind = match parsed.kind().runtime_library() {
+            Some(_) => RuntimeKind::Library(parsed),
+            None => RuntimeKind::Engine(parsed),
         };
         if id.as_deref() == Some("") {
             return Err(Error::input(
@@ -210,7 +210,7 @@ pub fn build(
     let mut library_entries: BTreeMap<String, Vec<LibraryEntry>> = BTreeMap::new();
     for (kind, runtime) in &libraries {
         library_entries
-            .entry(manifest::library_key(*kind))
+            .entry(kind.runtimes_key())
             .or_default()
             .push(plan_library(*kind, runtime, &host, &mut plan)?);
     }

@@ -56,7 +56,7 @@ pub struct Manifest {
     /// The bundled models.
     pub models: Vec<ModelEntry>,
     /// The bundled runtime libraries of each kind whose sessions run in Arcane's own
-    /// workers, under [`library_key`] (`onnxRuntimes`; absent when none).
+    /// workers, under [`Engine::runtimes_key`] (`onnxRuntimes`; absent when none).
     #[serde(flatten)]
     pub libraries: BTreeMap<String, Vec<LibraryEntry>>,
     /// What `launch` uses unless the launch file or flags say otherwise.
@@ -139,17 +139,9 @@ pub struct RuntimeEntry {
     pub library_dirs: Vec<String>,
 }
 
-/// Where a kind's bundled runtime libraries are listed: `<kind>Runtimes`.
-pub fn library_key(kind: Engine) -> String {
-    format!("{kind}Runtimes")
-}
-
-/// The kind whose libraries `key` lists ([`library_key`]), if any.
+/// The kind whose libraries `key` lists ([`Engine::runtimes_key`]), if any.
 fn library_kind(key: &str) -> Option<Engine> {
-    Engine::ALL
-        .into_iter()
-        .filter(|e| e.kind().runtime_library().is_some())
-        .find(|e| library_key(*e) == key)
+    Engine::library_kinds().find(|e| e.runtimes_key() == key)
 }
 
 /// One entry of `<kind>Runtimes[]` (`onnxRuntimes[]`): a runtime library the Core's
@@ -490,7 +482,7 @@ impl Manifest {
             self.check_runtime(runtime, failures);
         }
         for (kind, runtime) in self.library_entries() {
-            let key = library_key(kind);
+            let key = kind.runtimes_key();
             if !is_segment_id(&runtime.id) || !runtime_ids.insert(runtime.id.as_str()) {
                 failures.push(manifest_invalid(
                     format!("runtime id `{}` is invalid or repeated", runtime.id),
@@ -504,7 +496,7 @@ impl Manifest {
 
     /// One runtime library: a listed file under `runtimes/<id>/`.
     fn check_library(&self, kind: Engine, runtime: &LibraryEntry, failures: &mut Vec<Failure>) {
-        let field = format!("{}[{}]", library_key(kind), runtime.id);
+        let field = format!("{}[{}]", kind.runtimes_key(), runtime.id);
         let area = format!("runtimes/{}/", runtime.id);
         if let Some(failure) = path_failure(&runtime.library, &field)
             .or_else(|| outside_area(&runtime.library, &area, &field))
@@ -942,7 +934,7 @@ mod tests {
             version: "1.31.1".into(),
             library: "runtimes/onnx/linux-x64/libonnxruntime.so".into(),
         };
-        manifest.libraries = BTreeMap::from([(library_key(Engine::Onnx), vec![entry.clone()])]);
+        manifest.libraries = BTreeMap::from([(Engine::Onnx.runtimes_key(), vec![entry.clone()])]);
         let bytes = manifest.to_bytes();
         let value: Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(value["onnxRuntimes"][0]["id"], "onnx", "{value}");
@@ -967,7 +959,7 @@ mod tests {
             version: "1.31.1".into(),
             library: library.into(),
         };
-        let key = library_key(Engine::Onnx);
+        let key = Engine::Onnx.runtimes_key();
         manifest.libraries = BTreeMap::from([(
             key.clone(),
             vec![onnx("onnx", "runtimes/onnx/linux-x64/libonnxruntime.so")],

@@ -118,9 +118,9 @@ pub(crate) const READERS: &[&dyn FormatReader] =
 /// own loader (ONNX Runtime's, the one kind whose runtime is a library); another kind
 /// is `ARCANE_USAGE`.
 pub(crate) fn library_version(kind: Engine, library: &std::path::Path) -> Result<String, Error> {
-    match kind.kind().starts() {
-        arcane_workspace::Starts::Worker => onnx::library_version(library),
-        _ => Err(Error::UnknownEngine {
+    match kind.kind().runtime_library() {
+        Some(_) => onnx::library_version(library),
+        None => Err(Error::UnknownEngine {
             value: kind.to_string(),
         }),
     }

@@ -32,27 +32,23 @@ pub(crate) struct Document {
     pub runtimes: Vec<Runtime>,
     #[serde(default)]
     pub models: Vec<Model>,
-    /// The library runtimes of each kind, under [`library_key`] (`onnxRuntimes`).
+    /// The library runtimes of each kind, under [`Engine::runtimes_key`]
+    /// (`onnxRuntimes`).
     #[serde(flatten)]
     pub libraries: BTreeMap<String, Vec<LibraryRuntime>>,
-}
-
-/// Where a kind's library runtimes are listed: `<kind>Runtimes`.
-pub(crate) fn library_key(kind: Engine) -> String {
-    format!("{kind}Runtimes")
 }
 
 impl Document {
     /// The library runtimes of `kind`, in registration order.
     pub(crate) fn libraries(&self, kind: Engine) -> &[LibraryRuntime] {
         self.libraries
-            .get(&library_key(kind))
+            .get(&kind.runtimes_key())
             .map_or(&[], Vec::as_slice)
     }
 
     /// The library runtimes of `kind`, to change.
     pub(crate) fn libraries_mut(&mut self, kind: Engine) -> &mut Vec<LibraryRuntime> {
-        self.libraries.entry(library_key(kind)).or_default()
+        self.libraries.entry(kind.runtimes_key()).or_default()
     }
 }
 

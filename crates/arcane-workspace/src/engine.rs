@@ -51,6 +51,22 @@ impl Engine {
             .find(|e| e.kind().rpc_namespace() == Some(namespace))
     }
 
+    /// The kinds whose runtime is a library ([`EngineKind::runtime_library`]: those
+    /// whose sessions run in Arcane's own workers), registered with `arcane runtime add
+    /// <kind> --library PATH`.
+    pub fn library_kinds() -> impl Iterator<Item = Engine> {
+        Self::ALL
+            .into_iter()
+            .filter(|e| e.kind().runtime_library().is_some())
+    }
+
+    /// Where this kind's runtime libraries are listed: `<kind>Runtimes`
+    /// (`onnxRuntimes`), in `registry.json`, a bundle's manifest and `arcane runtime
+    /// list --output json`.
+    pub fn runtimes_key(self) -> String {
+        format!("{self}Runtimes")
+    }
+
     /// The kind that forwards the `arcane/1` method `name`, with its row
     /// ([`EngineKind::forwarded_methods`]).
     pub fn forwarding(name: &str) -> Option<(Engine, ForwardedMethod)> {

@@ -99,30 +99,17 @@ fn parse_add_kind(value: &str) -> Result<AddKind, String> {
     let engine = value
         .parse::<Engine>()
         .map_err(|_| format!("unknown runtime `{value}`: expected {}", addable()))?;
-    Ok(match engine.kind().starts() {
-        arcane_localai::Starts::Worker => AddKind::Library(engine),
-        _ => AddKind::Engine(engine),
+    Ok(match engine.kind().runtime_library() {
+        Some(_) => AddKind::Library(engine),
+        None => AddKind::Engine(engine),
     })
-}
-
-/// The kinds whose runtime is a library (`arcane runtime add <kind> --library PATH`).
-fn library_kinds() -> impl Iterator<Item = Engine> {
-    Engine::ALL
-        .into_iter()
-        .filter(|e| e.kind().starts() == arcane_localai::Starts::Worker)
 }
 
 /// The kinds `arcane runtime add` registers, as a list for messages: those started from
 /// an executable, and those whose runtime is a library.
 fn addable() -> String {
-    let names: Vec<String> = Engine::ALL
-        .into_iter()
-        .filter(|e| {
-            matches!(
-                e.kind().starts(),
-                arcane_localai::Starts::Server { .. } | arcane_localai::Starts::Worker
-            )
-        })
+    let names: Vec<String> = Engine::registrable()
+        .chain(Engine::library_kinds())
         .map(|e| format!("`{e}`"))
         .collect();
     match names.split_last() {
@@ -300,9 +287,9 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
             let mut libraries = Vec::new();
             // Each library kind's under `<kind>Runtimes`, as the registry keeps them.
             let mut listed = json!({"runtimes": runtimes});
-            for kind in library_kinds() {
+            for kind in Engine::library_kinds() {
                 let of_kind = registry.library_runtimes(kind)?;
-                listed[format!("{kind}Runtimes")] = json!(of_kind);
+                listed[kind.runtimes_key()] = json!(of_kind);
                 libraries.extend(of_kind.into_iter().map(|r| (kind, r)));
             }
             context
@@ -388,7 +375,8 @@ fn add_runtime(context: &Context, registry: &Registry, add: AddArgs) -> Result<(
         }
         (AddKind::Engine(engine), Some(executable), None) => (engine, executable),
         (AddKind::Engine(engine), ..) => {
-            let libraries: Vec<String> = library_kinds().map(|k| format!("`{k}`")).collect();
+            let libraries: Vec<String> =
+                Engine::library_kinds().map(|k| format!("`{k}`")).collect();
             return Err(usage(&format!(
                 "`arcane runtime add {engine}` needs `--executable PATH` (`--library` is for {})",
                 libraries.join(", ")
@@ -433,7 +421,7 @@ fn describe(runtime: &Runtime) -> String {
 
 /// Whether `id` names a registered library runtime (of any kind).
 fn is_library(registry: &Registry, id: &str) -> Result<bool, CliError> {
-    for kind in library_kinds() {
+    for kind in Engine::library_kinds() {
         if registry.library_runtimes(kind)?.iter().any(|r| r.id == id) {
             return Ok(true);
         }
@@ -443,7 +431,7 @@ fn is_library(registry: &Registry, id: &str) -> Result<bool, CliError> {
 
 fn list_text(runtimes: &[Runtime], libraries: &[(Engine, LibraryRuntime)]) -> String {
     if runtimes.is_empty() && libraries.is_empty() {
-        let library = library_kinds()
+        let library = Engine::library_kinds()
             .map(|k| format!(" (or `arcane runtime add {k} --library PATH`)"))
             .collect::<String>();
         return format!(
