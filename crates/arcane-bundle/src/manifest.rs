@@ -923,6 +923,42 @@ mod tests {
         );
     }
 
+    /// A model whose format carries companions (a Piper voice's `.json`) needs each
+    /// listed beside it.
+    #[test]
+    fn a_models_companions_must_be_listed() {
+        let (format, engine) = model_formats()
+            .find(|(format, _)| !format.companions.is_empty())
+            .expect("a bundled format with companions");
+        let mut manifest = sample();
+        manifest.models[0].format = format.id.into();
+        manifest.models[0].engine = engine.as_str().into();
+        let companions = format.companions_of(&manifest.models[0].path);
+        assert!(!companions.is_empty());
+        let failures = manifest.check();
+        for companion in &companions {
+            assert!(
+                failures
+                    .iter()
+                    .any(|f| f.code == codes::BUNDLE_MODEL_MISSING
+                        && f.path.as_deref() == Some(companion.as_str())),
+                "{companion}: {failures:?}"
+            );
+        }
+        for companion in companions {
+            manifest.files.push(FileEntry {
+                path: companion,
+                size: 1,
+                sha256: digest('b'),
+                exec: false,
+            });
+        }
+        manifest
+            .files
+            .sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+        assert_eq!(manifest.check(), Vec::new());
+    }
+
     /// A kind's libraries are read and written under `<kind>Runtimes` (`onnxRuntimes`,
     /// as schema version 1 always had them); a key of no library kind is refused by
     /// name.

@@ -112,7 +112,7 @@ pub use whisper::{test_whisper_bytes, TINY_EN};
 /// ([`header::reader_of_file`]). A new format is a reader in its kind's module and a
 /// row here.
 pub(crate) const READERS: &[&dyn FormatReader] =
-    &[&piper::Voice, &onnx::Graph, &whisper::GGML, &gguf::Gguf];
+    &[&piper::Voice, &onnx::Graph, &whisper::Ggml, &gguf::Gguf];
 
 /// The version the library runtime of `kind` at `library` reports, read by the kind's
 /// own loader (ONNX Runtime's, the one kind whose runtime is a library); another kind

@@ -786,7 +786,7 @@ impl Registry {
                 // Refuse a file no format reader can read (or a FIFO, socket, device)
                 // before anything else, companions included (a Piper voice whose
                 // configuration is broken).
-                checked = Some(crate::read_header(&path)?.1);
+                checked = Some(crate::read_header(&path)?);
                 Source::File(path)
             }
             Source::Url(url) => {
@@ -862,13 +862,13 @@ impl Registry {
                     });
                 }
             }
-            if let Source::File(path) = &source {
-                stage_companions(path, &staged)?;
+            if let (Source::File(path), Some((reader, _))) = (&source, &checked) {
+                stage_companions(reader.format(), path, &staged)?;
             }
             let header = read_staged_header(&staged, &label)?;
             // What was staged must say what the source said when it was checked, else
             // the source (or a companion) changed meanwhile.
-            if let (Source::File(path), Some(checked)) = (&source, &checked) {
+            if let (Source::File(path), Some((_, checked))) = (&source, &checked) {
                 if &header != checked {
                     return Err(Error::SourceChanged { path: path.clone() });
                 }
@@ -1322,11 +1322,14 @@ fn make_executable(_path: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-/// Copies the companions of the model file `source` (those its format carries beside
+/// Copies the companions of the model file `source` (those its `format` carries beside
 /// it: a Piper voice's configuration) next to its staged copy `staged`. Anything at a
 /// companion's name is copied (and then refused by the reader if it is not a file).
-fn stage_companions(source: &Path, staged: &Path) -> Result<(), Error> {
-    let format = crate::reader_of_file(source).format();
+fn stage_companions(
+    format: arcane_workspace::ModelFormat,
+    source: &Path,
+    staged: &Path,
+) -> Result<(), Error> {
     let Some(name) = source.file_name().and_then(|n| n.to_str()) else {
         return Ok(());
     };

@@ -273,8 +273,8 @@ pub fn read_whisper(path: &Path) -> Result<WhisperInfo, Error> {
         .map_err(|e| Error::io("read", path, e))?
         .map_err(|error| Error::FormatInvalid {
             path: path.to_path_buf(),
-            label: GGML.format().label,
-            format: GGML.key(),
+            label: Ggml.format().label,
+            format: Ggml.key(),
             reason: error.to_string(),
             details: error.details(),
         })
@@ -283,9 +283,6 @@ pub fn read_whisper(path: &Path) -> Result<WhisperInfo, Error> {
 /// The whisper.cpp reader of the registry's table ([`crate::READERS`]): records
 /// `whisper`.
 pub(crate) struct Ggml;
-
-/// The one [`Ggml`] reader.
-pub(crate) const GGML: Ggml = Ggml;
 
 impl crate::header::FormatReader for Ggml {
     fn format(&self) -> arcane_workspace::ModelFormat {

@@ -125,7 +125,7 @@ pub struct WorkerOptions {
 
 impl WorkerOptions {
     /// The worker kinds whose runtime library is known (named by a flag, or found by
-    /// [`Self::or_configured`]): hosted even when the selection does not name them.
+    /// [`Self::or_registered`]): hosted even when the selection does not name them.
     pub fn named(&self) -> Vec<arcane_localai::Engine> {
         let onnx = self.onnx.library.as_ref().map(|_| onnx::KIND);
         onnx.into_iter().collect()

@@ -103,12 +103,12 @@ pub fn worker(args: &WorkerArgs) -> u8 {
 pub fn library(context: &Context, flag: Option<&Path>) -> Result<PathBuf, CliError> {
     if let Some(path) = flag
         .map(Path::to_path_buf)
-        .or_else(|| crate::config::library_override(arcane_registry::Engine::Onnx))
+        .or_else(|| crate::config::library_override(KIND))
     {
         return trusted_library(path);
     }
-    if let Some(runtime) = arcane_registry::Registry::new(&context.workspace)
-        .default_library_runtime(arcane_registry::Engine::Onnx)?
+    if let Some(runtime) =
+        arcane_registry::Registry::new(&context.workspace).default_library_runtime(KIND)?
     {
         return trusted_library(runtime.library);
     }

@@ -216,7 +216,7 @@ pub struct ConfigFile {
 /// Runs `arcane serve`: validates the engines, then runs the Core host on them until
 /// Ctrl-C/SIGTERM (exit 0), a failed first engine start (its error), or a cancelled
 /// start (130).
-pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
+pub fn run(context: &Context, mut args: Args) -> Result<u8, CliError> {
     // One owner per workspace: a running host is the answer, whatever these flags say.
     crate::cmd::ensure_workspace(context)?;
     let owner = arcane_core::endpoint::OwnerLock::acquire(&context.workspace)?;
@@ -245,7 +245,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     let mut options = crate::cmd::core::ServeOptions::new(configs);
     options.one_model = one_model;
     options.gateway = gateway;
-    options.workers = args.workers.clone();
+    options.workers = std::mem::take(&mut args.workers);
     options.workers.or_registered(context)?;
     if let Some(listen) = listen {
         options.listen = listen;
