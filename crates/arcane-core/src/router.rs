@@ -280,7 +280,7 @@ mod tests {
     const LLAMA: arcane_localai::Engine = arcane_localai::Engine::LlamaCpp;
 
     /// Whether one of `kinds` serves a path, as an upstream serving them answers.
-    fn paths(kinds: &[arcane_localai::Engine]) -> impl Fn(&str) -> bool + '_ {
+    fn serving(kinds: &[arcane_localai::Engine]) -> impl Fn(&str) -> bool + '_ {
         |path| {
             kinds
                 .iter()
@@ -289,7 +289,7 @@ mod tests {
     }
 
     fn find(method: Method, path: &str, routes_by_model: bool) -> Lookup {
-        lookup(TABLE, &paths(&[LLAMA]), &method, path, routes_by_model)
+        lookup(TABLE, &serving(&[LLAMA]), &method, path, routes_by_model)
     }
 
     #[test]
@@ -418,7 +418,7 @@ mod tests {
         assert_eq!(
             lookup(
                 table,
-                &paths(&[LLAMA]),
+                &serving(&[LLAMA]),
                 &Method::GET,
                 "/ui/index.html",
                 true
@@ -426,18 +426,24 @@ mod tests {
             Lookup::Found(Handler::Health)
         );
         assert_eq!(
-            lookup(table, &paths(&[LLAMA]), &Method::POST, "/ui", true),
+            lookup(table, &serving(&[LLAMA]), &Method::POST, "/ui", true),
             Lookup::MethodNotAllowed
         );
         // A kind's API paths are its own: Ollama's `/api/` only when Ollama is served
         // by a single engine; the gateway answers Ollama's API itself.
         let ollama = arcane_localai::Engine::Ollama;
         assert_eq!(
-            lookup(TABLE, &paths(&[LLAMA]), &Method::POST, "/api/chat", false),
+            lookup(TABLE, &serving(&[LLAMA]), &Method::POST, "/api/chat", false),
             Lookup::Unknown
         );
         assert_eq!(
-            lookup(TABLE, &paths(&[ollama]), &Method::POST, "/api/chat", false),
+            lookup(
+                TABLE,
+                &serving(&[ollama]),
+                &Method::POST,
+                "/api/chat",
+                false
+            ),
             Lookup::Found(Handler::Engine)
         );
     }
@@ -448,24 +454,24 @@ mod tests {
         let ollama = arcane_localai::Engine::Ollama;
         for kinds in [&[LLAMA][..], &[LLAMA, ollama][..]] {
             assert_eq!(
-                lookup(TABLE, &paths(kinds), &Method::POST, "/api/chat", true),
+                lookup(TABLE, &serving(kinds), &Method::POST, "/api/chat", true),
                 Lookup::Found(Handler::Api(crate::apis::Endpoint::Ollama(Endpoint::Chat)))
             );
             assert_eq!(
-                lookup(TABLE, &paths(kinds), &Method::DELETE, "/api/delete", true),
+                lookup(TABLE, &serving(kinds), &Method::DELETE, "/api/delete", true),
                 Lookup::Found(Handler::Api(crate::apis::Endpoint::Ollama(
                     Endpoint::Delete
                 )))
             );
         }
         assert_eq!(
-            lookup(TABLE, &paths(&[LLAMA]), &Method::GET, "/api/chat", true),
+            lookup(TABLE, &serving(&[LLAMA]), &Method::GET, "/api/chat", true),
             Lookup::MethodNotAllowed
         );
         assert_eq!(
             lookup(
                 TABLE,
-                &paths(&[LLAMA]),
+                &serving(&[LLAMA]),
                 &Method::HEAD,
                 "/api/blobs/sha256:0",
                 true
@@ -475,7 +481,7 @@ mod tests {
         assert_eq!(
             lookup(
                 TABLE,
-                &paths(&[LLAMA, ollama]),
+                &serving(&[LLAMA, ollama]),
                 &Method::HEAD,
                 "/api/blobs/sha256:0",
                 true
