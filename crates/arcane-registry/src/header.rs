@@ -59,7 +59,7 @@ pub struct Summary {
 
 /// The reader of the file at `path`: the first of the table that claims it, else the
 /// table's last (whose refusal names what was found).
-pub fn reader_of_file(path: &Path) -> &'static dyn FormatReader {
+fn reader_of_file(path: &Path) -> &'static dyn FormatReader {
     let readers = crate::READERS;
     readers
         .iter()

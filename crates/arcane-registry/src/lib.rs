@@ -84,8 +84,7 @@ pub use gguf::write_test_gguf;
 pub use gguf::{quantization_name, read_gguf, GgufInfo};
 pub use hash::{sha256_file, sha256_reader};
 pub use header::{
-    format_of_file, human_count, read_header, reader_of_file, reader_of_record, FormatReader,
-    Header, Summary,
+    format_of_file, human_count, read_header, reader_of_record, FormatReader, Header, Summary,
 };
 pub use id::{is_valid_id, normalize_sha256, MAX_ID_LEN};
 pub use piper::{
