@@ -60,11 +60,25 @@ impl Engine {
             .filter(|e| e.kind().runtime_library().is_some())
     }
 
-    /// Where this kind's runtime libraries are listed: `<kind>Runtimes`
-    /// (`onnxRuntimes`), in `registry.json`, a bundle's manifest and `arcane runtime
-    /// list --output json`.
+    /// Where this kind's runtime libraries are listed: `<kind>Runtimes`, the kind's id
+    /// in camel case (`onnxRuntimes`, `stableDiffusionCppRuntimes`), in
+    /// `registry.json`, a bundle's manifest and `arcane runtime list --output json`.
     pub fn runtimes_key(self) -> String {
-        format!("{self}Runtimes")
+        let mut key = String::new();
+        for (i, word) in self
+            .as_str()
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .enumerate()
+        {
+            let mut chars = word.chars();
+            if let (true, Some(first)) = (i > 0, chars.next()) {
+                key.push(first.to_ascii_uppercase());
+                key.push_str(chars.as_str());
+            } else {
+                key.push_str(word);
+            }
+        }
+        key + "Runtimes"
     }
 
     /// The kind that forwards the `arcane/1` method `name`, with its row
@@ -535,6 +549,17 @@ mod tests {
         // A value that merely looks like a flag's name is not one.
         assert_eq!(door_arg(doors, &args(&["--alias", "port"])), None);
         assert_eq!(door_arg(doors, &args(&["--portal"])), None);
+    }
+
+    #[test]
+    fn runtimes_keys_are_the_ids_in_camel_case() {
+        assert_eq!(Engine::Onnx.runtimes_key(), "onnxRuntimes");
+        assert_eq!(
+            Engine::StableDiffusion.runtimes_key(),
+            "stableDiffusionCppRuntimes"
+        );
+        let kinds: Vec<Engine> = Engine::library_kinds().collect();
+        assert_eq!(kinds, [Engine::Onnx, Engine::StableDiffusion]);
     }
 
     #[test]

@@ -37,7 +37,12 @@ fn row(kind: &dyn EngineKind) -> String {
 fn starts(kind: &dyn EngineKind) -> String {
     let library = kind
         .needs_library()
-        .map(|e| format!(", loading the registered `{e}` library"))
+        .map(|e| match e.kind().runtime_library() {
+            Some(own) if e.as_str() == kind.id() => {
+                format!(", loading its registered library (`{}`)", own.file)
+            }
+            _ => format!(", loading the registered `{e}` library"),
+        })
         .unwrap_or_default();
     match kind.starts() {
         Starts::Server { executable } => format!("the registered `{executable}`{library}"),

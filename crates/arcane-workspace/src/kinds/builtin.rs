@@ -10,7 +10,7 @@
 
 use crate::engine::{
     CommandLine, DevicePlan, EngineKind, Launch, ListenAt, ModelFormat, OwnedListen, Readiness,
-    Starts,
+    RuntimeLibrary, Starts,
 };
 
 /// The arguments that decide where a builtin engine listens and how it authenticates:
@@ -34,6 +34,9 @@ pub(crate) struct BuiltinKind {
     pub api_paths: &'static [&'static str],
     /// The kind whose runtime library its worker loads ([`EngineKind::needs_library`]).
     pub library: Option<crate::Engine>,
+    /// The library that is its own runtime, when it has one
+    /// ([`EngineKind::runtime_library`]).
+    pub runtime: Option<RuntimeLibrary>,
 }
 
 impl EngineKind for BuiltinKind {
@@ -81,6 +84,10 @@ impl EngineKind for BuiltinKind {
 
     fn needs_library(&self) -> Option<crate::Engine> {
         self.library
+    }
+
+    fn runtime_library(&self) -> Option<RuntimeLibrary> {
+        self.runtime
     }
 
     fn api_paths(&self) -> &'static [&'static str] {

@@ -15,10 +15,11 @@ mod llama_cpp;
 mod ollama;
 mod onnx;
 mod piper;
+mod stable_diffusion;
 mod whisper;
 
 /// An engine kind Arcane can run. Serialized by its id: `"llama.cpp"`, `"ollama"`,
-/// `"onnx"`, `"whisper.cpp"`, `"piper"` or `"command"`. Everything about a kind is in
+/// `"onnx"`, `"whisper.cpp"`, `"piper"`, `"stable-diffusion.cpp"` or `"command"`. Everything about a kind is in
 /// its descriptor ([`Engine::kind`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Engine {
@@ -37,6 +38,9 @@ pub enum Engine {
     /// Piper voices (text to speech on ONNX Runtime), served by Arcane's own worker.
     #[serde(rename = "piper")]
     Piper,
+    /// stable-diffusion.cpp image generation, served by Arcane's own worker.
+    #[serde(rename = "stable-diffusion.cpp")]
+    StableDiffusion,
     /// Any OpenAI-compatible server started from a command line the user gives.
     #[serde(rename = "command")]
     Command,
@@ -44,12 +48,13 @@ pub enum Engine {
 
 impl Engine {
     /// Every kind, in the order they are listed to users.
-    pub const ALL: [Engine; 6] = [
+    pub const ALL: [Engine; 7] = [
         Engine::LlamaCpp,
         Engine::Ollama,
         Engine::Onnx,
         Engine::Whisper,
         Engine::Piper,
+        Engine::StableDiffusion,
         Engine::Command,
     ];
 
@@ -65,6 +70,7 @@ impl Engine {
             Engine::Onnx => &onnx::Onnx,
             Engine::Whisper => &whisper::WHISPER,
             Engine::Piper => &piper::PIPER,
+            Engine::StableDiffusion => &stable_diffusion::STABLE_DIFFUSION,
             Engine::Command => &command::Command,
         }
     }
@@ -86,6 +92,8 @@ pub mod formats {
     pub const WHISPER_GGML: ModelFormat = super::whisper::GGML;
     /// A Piper voice.
     pub const PIPER_VOICE: ModelFormat = super::piper::VOICE;
+    /// A diffusion model for image generation.
+    pub const DIFFUSION: ModelFormat = super::stable_diffusion::DIFFUSION;
     /// Whatever a command's server reads.
     pub const ANY: ModelFormat = super::command::ANY;
 }

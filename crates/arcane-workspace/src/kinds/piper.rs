@@ -25,4 +25,5 @@ pub(crate) const PIPER: BuiltinKind = BuiltinKind {
     formats: &[VOICE],
     api_paths: &["/v1/audio/speech"],
     library: Some(crate::Engine::Onnx),
+    runtime: None,
 };

@@ -27,4 +27,5 @@ pub(crate) const WHISPER: BuiltinKind = BuiltinKind {
     formats: &[GGML],
     api_paths: &["/v1/audio/transcriptions", "/v1/audio/translations"],
     library: None,
+    runtime: None,
 };
