@@ -248,6 +248,50 @@ impl CoreClient {
         self.post_bytes(path, "application/json", body).await
     }
 
+    /// `POST path` with a JSON body whose answer is server-sent events
+    /// (`/v1/images/generations` with `stream: true`): calls `on_event(name, data)`
+    /// with each event as it arrives (`name` is `message` for an unnamed one), until
+    /// the stream ends or `on_event` returns `false`.
+    pub async fn post_for_events(
+        &self,
+        path: &str,
+        payload: Value,
+        mut on_event: impl FnMut(&str, &Value) -> bool,
+    ) -> Result<(), Error> {
+        let url = format!("{}{}", self.record.url, path);
+        let deadlines = self.deadlines.unwrap_or(Deadlines::GENERATION);
+        let body = Bytes::from(payload.to_string());
+        let response = self
+            .send_bytes(
+                Method::POST,
+                path,
+                Some("application/json"),
+                body,
+                deadlines,
+            )
+            .await?;
+        if response.status() != 200 {
+            return Err(refused(response, &url).await);
+        }
+        let mut name = String::from("message");
+        crate::http::stream_lines(response, &url, Peer::Host, |line| {
+            if let Some(event) = line.strip_prefix("event:") {
+                name = event.trim().to_string();
+                return true;
+            }
+            let Some(data) = line.strip_prefix("data:").map(str::trim) else {
+                return true;
+            };
+            let keep_going = match serde_json::from_str::<Value>(data) {
+                Ok(value) => on_event(&name, &value),
+                Err(_) => true,
+            };
+            name = String::from("message");
+            keep_going
+        })
+        .await
+    }
+
     /// `POST path` with `body`: the whole answer of a 200, else the host's error.
     async fn post_bytes(
         &self,

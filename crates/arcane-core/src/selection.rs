@@ -3,23 +3,21 @@
 //!
 //! | selected | services |
 //! |---|---|
-//! | a server kind (`llama.cpp`, `ollama`, and Arcane's own `whisper.cpp`, `piper`) | `execution-devices` (`localai.devices`, `localai.resolveTarget`) and `local-ai` (`localai.*`, `llama.*`, `ollama.*`) |
-//! | `llama.cpp` (0.89; later also `onnx`, `stable-diffusion.cpp`) | `model-assets` |
+//! | a server kind (`llama.cpp`, `ollama`, and Arcane's own `whisper.cpp`, `piper`, `stable-diffusion.cpp`) | `execution-devices` (`localai.devices`, `localai.resolveTarget`) and `local-ai` (`localai.*`, `llama.*`, `ollama.*`) |
+//! | a kind whose model the app may bring ([`EngineKind::model_assets`](arcane_localai::EngineKind::model_assets): `llama.cpp`, the image kind) | `model-assets` |
 //! | a worker kind (`onnx`) | `onnx` (`onnx.status`, `onnx.load`, `onnx.run`, `onnx.unload`) |
 //!
 //! A selection names engine kinds by their exact id ([`Engine`], the one identity type;
-//! what each kind is comes from its descriptor). Runtimes the SDK knows but Arcane does
-//! not host yet ([`NOT_YET_SUPPORTED`]) are an `ARCANE_USAGE` error at start, never a
-//! silent skip; unknown ids are too, and so is `command`, which needs a command line
-//! (a `[[model]]` table), not a selection.
+//! what each kind is comes from its descriptor). The SDK's image service is Arcane's
+//! image kind, supervised by `local-ai` like the speech kinds: its models answer
+//! `/v1/images/generations` through the front door. Unknown ids are an `ARCANE_USAGE`
+//! error at start, never a silent skip, and so is `command`, which needs a command
+//! line (a `[[model]]` table), not a selection.
 
 use arcane_localai::{Engine, Starts};
 use serde_json::json;
 
 use crate::error::Error;
-
-/// Runtime ids of the SDK that Arcane does not host yet.
-pub const NOT_YET_SUPPORTED: [&str; 1] = ["stable-diffusion.cpp"];
 
 /// Parses a runtime id of a selection (the kind's exact id, as in
 /// `arcane-app.json`).
@@ -28,17 +26,7 @@ pub fn parse(id: &str) -> Result<Engine, Error> {
     if let Some(engine) = Engine::ALL.into_iter().find(|e| e.as_str() == id) {
         return Ok(engine);
     }
-    let known: Vec<&str> = Engine::ALL
-        .iter()
-        .map(|e| e.as_str())
-        .chain(NOT_YET_SUPPORTED)
-        .collect();
-    if NOT_YET_SUPPORTED.contains(&id) {
-        return Err(Error::usage(
-            format!("runtime `{id}` is not supported by Arcane yet"),
-            json!({"runtime": id, "supported": supported()}),
-        ));
-    }
+    let known: Vec<&str> = Engine::ALL.iter().map(|e| e.as_str()).collect();
     Err(Error::usage(
         format!("unknown local AI runtime `{id}`"),
         json!({"runtime": id, "known": known}),
@@ -95,11 +83,7 @@ pub fn plan(selection: &[String]) -> Result<ServicePlan, Error> {
         }
     }
     plan.local_ai = !plan.engines.is_empty();
-    plan.model_assets = plan.engines.iter().any(|e| {
-        e.kind()
-            .formats()
-            .contains(&arcane_workspace::formats::GGUF)
-    });
+    plan.model_assets = plan.engines.iter().any(|e| e.kind().model_assets());
     Ok(plan)
 }
 
@@ -128,11 +112,19 @@ mod tests {
         let plan = super::plan(&ids(&["whisper.cpp", "piper"])).unwrap();
         assert!(plan.local_ai && plan.workers.is_empty() && !plan.model_assets);
         assert_eq!(plan.engines, [Engine::Whisper, Engine::Piper]);
+        // The image kind is supervised the same way, with the app's model assets.
+        let image = Engine::ALL
+            .into_iter()
+            .find(|e| e.kind().api_paths().contains(&"/v1/images/generations"))
+            .unwrap();
+        let plan = super::plan(&ids(&[image.as_str()])).unwrap();
+        assert!(plan.local_ai && plan.model_assets && plan.workers.is_empty());
+        assert_eq!(plan.engines, [image]);
     }
 
     #[test]
     fn unsupported_runtimes_are_usage_errors() {
-        for id in ["stable-diffusion.cpp", "mystery", "command", "LLAMA.CPP"] {
+        for id in ["mystery", "command", "LLAMA.CPP", "nemo-speech"] {
             let error = plan(&ids(&["llama.cpp", id])).unwrap_err();
             assert_eq!(error.code(), arcane_report::codes::ARCANE_USAGE, "{id}");
             assert!(error.to_string().contains(id), "{error}");

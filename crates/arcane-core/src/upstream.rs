@@ -339,13 +339,18 @@ pub async fn stream_lines(
 ) -> Result<(), Error> {
     let mut body = response.into_body();
     let mut buffer: Vec<u8> = Vec::new();
+    // How much of `buffer` is known to hold no newline: a long line (an image's
+    // base64) arriving in many frames is scanned once, not once per frame.
+    let mut scanned = 0;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| body_error(e, url, peer))?;
         let Ok(data) = frame.into_data() else {
             continue;
         };
         buffer.extend_from_slice(&data);
-        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+        while let Some(end) = buffer[scanned..].iter().position(|b| *b == b'\n') {
+            let end = scanned + end;
+            scanned = 0;
             let raw: Vec<u8> = buffer.drain(..=end).collect();
             let text = String::from_utf8_lossy(&raw);
             let text = text.trim();
@@ -353,6 +358,7 @@ pub async fn stream_lines(
                 return Ok(());
             }
         }
+        scanned = buffer.len();
     }
     let text = String::from_utf8_lossy(&buffer).trim().to_string();
     if !text.is_empty() {

@@ -16,7 +16,8 @@
 //! * a request's body is bounded ([`WorkerServer::max_body`], 413 past it);
 //! * every request carries a [`Cancel`] that fires when the client goes away before
 //!   the answer (hyper drops a request's future when its connection ends), so a
-//!   transcription nobody waits for stops;
+//!   transcription nobody waits for stops; an answer streamed as server-sent events
+//!   ([`event_stream`]) sees its client go away as its channel closing;
 //! * every failure is a JSON answer in OpenAI's shape with Arcane's stable code:
 //!   `{"error": {"message", "type", "param", "code", "details"}}`.
 
@@ -27,7 +28,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::Frame;
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
@@ -143,7 +146,7 @@ impl WorkerRequest {
 }
 
 /// An answer.
-pub type WorkerResponse = Response<Full<Bytes>>;
+pub type WorkerResponse = Response<BoxBody<Bytes, Infallible>>;
 
 /// A route's handler.
 pub type Handler = Arc<dyn Fn(WorkerRequest) -> BoxFuture<'static, WorkerResponse> + Send + Sync>;
@@ -201,22 +204,25 @@ impl ApiError {
 
     /// The answer.
     pub fn response(&self) -> WorkerResponse {
+        json_response(self.status, &json!({"error": self.body()}))
+    }
+
+    /// The `error` object of the answer (also what an event stream's `error` event
+    /// carries): `{"message", "type", "param", "code", "details"}`.
+    pub fn body(&self) -> Value {
         let kind = match self.status.as_u16() {
             401 => "authentication_error",
             404 => "not_found_error",
             400..=499 => "invalid_request_error",
             _ => "server_error",
         };
-        json_response(
-            self.status,
-            &json!({"error": {
-                "message": self.message,
-                "type": kind,
-                "param": self.param,
-                "code": self.code,
-                "details": self.details,
-            }}),
-        )
+        json!({
+            "message": self.message,
+            "type": kind,
+            "param": self.param,
+            "code": self.code,
+            "details": self.details,
+        })
     }
 }
 
@@ -231,12 +237,38 @@ pub fn json_response(status: StatusCode, body: &Value) -> WorkerResponse {
 
 /// An answer of `content_type`.
 pub fn bytes_response(status: StatusCode, content_type: &str, body: Bytes) -> WorkerResponse {
-    let mut response = Response::new(Full::new(body));
+    let mut response = Response::new(Full::new(body).boxed());
     *response.status_mut() = status;
     if let Ok(value) = HeaderValue::from_str(content_type) {
         response.headers_mut().insert(CONTENT_TYPE, value);
     }
     response
+}
+
+/// A `200 text/event-stream` answer whose body is what is sent on the returned channel
+/// (whole SSE frames, `event: …\ndata: …\n\n`), ending when the sender is dropped.
+/// When the client goes away the body is dropped, so the sender's
+/// [`closed`](tokio::sync::mpsc::Sender::closed) resolves: that is the stream's
+/// cancellation.
+pub fn event_stream(capacity: usize) -> (tokio::sync::mpsc::Sender<Bytes>, WorkerResponse) {
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(capacity.max(1));
+    let frames = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        let chunk = receiver.recv().await?;
+        Some((Ok::<_, Infallible>(Frame::data(chunk)), receiver))
+    });
+    let mut response = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(
+        hyper::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
+    (sender, response)
+}
+
+/// One server-sent event: `event: NAME` and `data: JSON`.
+pub fn sse_frame(name: &str, data: &Value) -> Bytes {
+    Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
 }
 
 /// A named part of a `multipart/form-data` body.

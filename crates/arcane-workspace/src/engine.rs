@@ -471,6 +471,12 @@ pub trait EngineKind: Sync + Send + fmt::Debug {
     fn takes_model_file(&self) -> bool {
         false
     }
+    /// Whether selecting it registers the SDK's `model-assets` service (a model
+    /// written in by the app, `modelAssets.*`): the kinds that load one file the app
+    /// may bring (llama.cpp's GGUF, stable-diffusion.cpp's checkpoint).
+    fn model_assets(&self) -> bool {
+        false
+    }
     /// Where its served models are listed: the path and the JSON array's key
     /// (`/v1/models`, `data`).
     fn model_list(&self) -> Option<(&'static str, &'static str)> {

@@ -37,6 +37,8 @@ pub(crate) struct BuiltinKind {
     /// The library that is its own runtime, when it has one
     /// ([`EngineKind::runtime_library`]).
     pub runtime: Option<RuntimeLibrary>,
+    /// Whether selecting it registers `model-assets` ([`EngineKind::model_assets`]).
+    pub model_assets: bool,
 }
 
 impl EngineKind for BuiltinKind {
@@ -88,6 +90,10 @@ impl EngineKind for BuiltinKind {
 
     fn runtime_library(&self) -> Option<RuntimeLibrary> {
         self.runtime
+    }
+
+    fn model_assets(&self) -> bool {
+        self.model_assets
     }
 
     fn api_paths(&self) -> &'static [&'static str] {

@@ -157,6 +157,10 @@ impl EngineKind for LlamaCpp {
         Some(("/v1/models", "data"))
     }
 
+    fn model_assets(&self) -> bool {
+        true
+    }
+
     fn api_paths(&self) -> &'static [&'static str] {
         API_PATHS
     }

@@ -26,4 +26,5 @@ pub(crate) const PIPER: BuiltinKind = BuiltinKind {
     api_paths: &["/v1/audio/speech"],
     library: Some(crate::Engine::Onnx),
     runtime: None,
+    model_assets: false,
 };

@@ -28,4 +28,5 @@ pub(crate) const WHISPER: BuiltinKind = BuiltinKind {
     api_paths: &["/v1/audio/transcriptions", "/v1/audio/translations"],
     library: None,
     runtime: None,
+    model_assets: false,
 };

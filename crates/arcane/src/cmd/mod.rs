@@ -15,6 +15,7 @@ pub mod devices;
 pub mod engine_worker;
 pub mod gateway;
 pub mod groups;
+pub mod image;
 pub mod launch;
 pub mod lock;
 pub mod logs;
@@ -23,6 +24,7 @@ pub mod onnx;
 pub mod open;
 pub mod piper;
 pub mod runtime;
+pub mod sd;
 pub mod serve;
 pub mod speech;
 pub mod status;
@@ -58,6 +60,10 @@ pub enum Command {
     ///
     /// Example: `arcane speak "Hello there." --model tts-1 --out hello.wav`
     Speak(speech::SpeakArgs),
+    /// Draw an image with the running host's image model and write it to a file.
+    ///
+    /// Example: `arcane imagine "a lighthouse at dusk" --out lighthouse.png --size 512x512`
+    Imagine(image::ImagineArgs),
     /// List the running host's models (`[[model]]`, or the main job's one model): state,
     /// device, pid, memory, requests in flight, when each unloads, why one failed.
     Ps(gateway::PsArgs),
@@ -112,6 +118,9 @@ pub enum Worker {
     /// The text-to-speech worker process the Core host starts (internal).
     #[command(name = "__piper-worker", hide = true)]
     Piper(piper::WorkerArgs),
+    /// The image-generation worker process the Core host starts (internal).
+    #[command(name = "__sd-worker", hide = true)]
+    Sd(sd::WorkerArgs),
 }
 
 /// What `arcane core` and `arcane serve` take for the services of the kinds whose
@@ -173,6 +182,7 @@ impl Worker {
             Worker::Onnx(args) => onnx::worker(args),
             Worker::Whisper(args) => whisper::worker(args),
             Worker::Piper(args) => piper::worker(args),
+            Worker::Sd(args) => sd::worker(args),
         }
     }
 }
@@ -204,6 +214,7 @@ impl Command {
             | Command::Chat(_)
             | Command::Transcribe(_)
             | Command::Speak(_)
+            | Command::Imagine(_)
             | Command::Ps(_)
             | Command::Logs(_)
             | Command::Load(_)
@@ -238,6 +249,7 @@ pub fn run(context: &Context, command: Command) -> Result<u8, CliError> {
         Command::Chat(args) => chat::run(context, args),
         Command::Transcribe(args) => speech::transcribe(context, args),
         Command::Speak(args) => speech::speak(context, args),
+        Command::Imagine(args) => image::imagine(context, args),
         Command::Ps(args) => gateway::ps(context, args),
         Command::Logs(args) => logs::run(context, args),
         Command::Load(args) => gateway::load(context, args, false),

@@ -990,14 +990,6 @@ pub(crate) fn table_config(
             base.join(p)
         }
     };
-    // A runtime the SDK knows but Arcane does not host yet is said to be so (not
-    // looked up as a runtime id, whose hint would be a `runtime add` that refuses it).
-    if arcane_core::selection::NOT_YET_SUPPORTED.contains(&runtime_name.as_str()) {
-        return Err(arcane_core::selection::parse(&runtime_name)
-            .err()
-            .map(CliError::from)
-            .unwrap_or_else(|| CommandError::usage("unsupported runtime", json!({})).into()));
-    }
     // The registered runtime: by engine name (its default runtime) or by id; Arcane's
     // own engines have none.
     let (engine, registered) = match engine_of(&runtime_name) {

@@ -307,7 +307,7 @@ fn stdio_answers_non_object_json_frames_and_stays_open() {
 
 #[test]
 fn an_unsupported_runtime_selection_is_a_usage_error_before_anything_starts() {
-    let runtime = "stable-diffusion.cpp";
+    let runtime = "nemo-speech";
     let workspace = TestWorkspace::new();
     let output = support::run(
         workspace

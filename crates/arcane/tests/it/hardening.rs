@@ -80,10 +80,11 @@ fn a_fifo_in_place_of_arcane_toml_is_refused() {
     assert!(error.to_string().contains("arcane.toml"), "{error}");
 }
 
-/// Item 16: `serve --runtime stable-diffusion.cpp` says the runtime is not supported yet, not
-/// to `runtime add` it (which refuses it too).
+/// Item 16, now that the image kind is hosted: `serve --runtime stable-diffusion.cpp`
+/// without a model asks for the model file, not to `runtime add` the kind (which has no
+/// executable).
 #[test]
-fn an_unsupported_runtime_is_named_as_such() {
+fn a_runtime_of_arcanes_own_without_a_model_asks_for_one() {
     let ws = TestWorkspace::new();
     let out = run(ws.arcane().args([
         "--output",
@@ -94,11 +95,12 @@ fn an_unsupported_runtime_is_named_as_such() {
     ]));
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     let error = json(&out)["error"].clone();
+    assert_eq!(error["code"], "ARCANE_USAGE", "{error}");
     assert!(
         error["message"]
             .as_str()
             .unwrap()
-            .contains("not supported by Arcane yet"),
+            .contains("serves one model file"),
         "{error}"
     );
     assert!(!error.to_string().contains("runtime add"), "{error}");

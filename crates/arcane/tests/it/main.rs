@@ -19,6 +19,7 @@ mod front_door;
 mod gateway;
 mod hardening;
 mod hostile_files;
+mod images;
 mod local_users;
 mod lock;
 mod logs;
