@@ -163,6 +163,18 @@ const DEFAULT_ALIGNMENT: u64 = 32;
 /// found) when the file is not GGUF, has an unsupported version (only 2 and 3 are
 /// read), or its header is truncated or malformed.
 pub fn read_gguf(path: &Path) -> Result<GgufInfo, Error> {
+    read_gguf_tensors(path, &mut |_, _, _| {})
+}
+
+/// Reads and checks the GGUF header of the file at `path` as [`read_gguf`] does, and
+/// hands each tensor's name, dimensions (ggml's order: `ne[0]`, the row width, first)
+/// and ggml type to `observe` once its size is checked; nothing is kept. A GGUF file
+/// says what it is only by its tensors' names when it has no `general.architecture`
+/// (stable-diffusion.cpp's `convert` writes none), so they are what tells it.
+pub(crate) fn read_gguf_tensors(
+    path: &Path,
+    observe: &mut dyn FnMut(&str, &[u64], u32),
+) -> Result<GgufInfo, Error> {
     let file = arcane_files::open_regular(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::InvalidInput {
             // A FIFO, socket, device or directory: named, never read (nor waited on).
@@ -181,6 +193,7 @@ pub fn read_gguf(path: &Path) -> Result<GgufInfo, Error> {
         size,
         path,
         array_elements: 0,
+        observe,
     };
     reader.header()
 }
@@ -207,6 +220,8 @@ struct Reader<'a> {
     path: &'a Path,
     /// The metadata array elements met so far (bounded by [`MAX_ARRAY_ELEMENTS`]).
     array_elements: u64,
+    /// Told each tensor once it is checked ([`read_gguf_tensors`]).
+    observe: &'a mut dyn FnMut(&str, &[u64], u32),
 }
 
 impl Reader<'_> {
@@ -332,6 +347,7 @@ impl Reader<'_> {
                 Some(end) if end <= room => end,
                 _ => return Err(self.impossible_tensor(&tensor, room)),
             };
+            (self.observe)(&tensor.name, &tensor.shape, tensor.kind);
             bytes = bytes.saturating_add(tensor.min_bytes);
             elements = elements.saturating_add(tensor.elements);
             if furthest.as_ref().is_none_or(|(e, _)| end > *e) {
@@ -398,6 +414,7 @@ impl Reader<'_> {
             name,
             shape,
             elements,
+            kind,
             offset,
         })
     }
@@ -600,6 +617,8 @@ struct Tensor {
     name: String,
     shape: Vec<u64>,
     elements: u64,
+    /// Its ggml type.
+    kind: u32,
     /// The least bytes its data can take (see [`min_tensor_bytes`]).
     min_bytes: u64,
     /// Where its data starts, from the start of the data section.

@@ -1,5 +1,7 @@
 //! The runtime and model registry of a workspace: which engine executables
-//! (`llama-server`, `ollama`) and which GGUF models Arcane may use, verified.
+//! (`llama-server`, `ollama`), runtime libraries (ONNX Runtime, stable-diffusion.cpp)
+//! and models (GGUF, ONNX, whisper.cpp, Piper, Stable Diffusion) Arcane may use,
+//! verified.
 //!
 //! # What it owns
 //!
@@ -24,9 +26,10 @@
 //!   into place last and removed on error or cancellation (and swept by the next
 //!   operation after a crash). An earlier install or model is never overwritten.
 //! * Everything is verified: a runtime must run `--version` and print its engine's
+//!   version; a runtime library must be loaded by its kind's own loader and report its
 //!   version; a model must be read by its format's reader ([`FormatReader`]: GGUF
-//!   v2/v3, ONNX, whisper.cpp's ggml, a Piper voice), bounded against hostile files; an
-//!   archive must match
+//!   v2/v3, ONNX, whisper.cpp's ggml, a Piper voice, a Stable Diffusion checkpoint in
+//!   safetensors or GGUF), bounded against hostile files; an archive must match
 //!   its SHA-256 *before* extraction, and extraction refuses absolute paths, `..`,
 //!   special files and links leaving the install directory; a download must match its
 //!   `Content-Length` and SHA-256.
@@ -74,6 +77,7 @@ mod piper;
 mod probe;
 mod progress;
 mod registry;
+mod sd;
 mod store;
 mod types;
 mod whisper;
@@ -95,6 +99,10 @@ pub use registry::{
     AddModel, AddRuntime, InstallRuntime, LockSettings, Registry, DEFAULT_MAX_EXPANSION_RATIO,
     DEFAULT_MAX_EXTRACTED_BYTES, DEFAULT_VERSION_TIMEOUT,
 };
+pub use sd::{
+    read_diffusion, DiffusionError, DiffusionInfo, MAX_SAFETENSORS_DIMS, MAX_SAFETENSORS_HEADER,
+    MAX_SAFETENSORS_TENSORS,
+};
 pub use types::{
     ArchiveOrigin, Engine, FileStamp, LibraryRuntime, Model, Runtime, Source, Storage,
 };
@@ -106,21 +114,70 @@ pub use whisper::{
 pub use whisper::{test_whisper_bytes, TINY_EN};
 
 /// The reader of every model format the registry records, in the order a file is
-/// tried: a Piper voice before the plain ONNX graph whose bytes it shares; GGUF last,
-/// so a file no reader claims is refused naming the magic it has
-/// ([`header::reader_of_file`]). A new format is a reader in its kind's module and a
-/// row here.
-pub(crate) const READERS: &[&dyn FormatReader] =
-    &[&piper::Voice, &onnx::Graph, &whisper::Ggml, &gguf::Gguf];
+/// tried: the longest signatures first — whisper.cpp's four-byte magic, then
+/// safetensors' nine bytes (before ONNX, whose two-byte claim one safetensors header
+/// length in 512 also matches); a Piper voice before the plain ONNX graph whose bytes
+/// it shares; GGUF last, so a file no reader claims is refused naming the magic it has
+/// ([`header::reader_of_file`]), and a GGUF of diffusion tensors is claimed before it.
+/// A new format is a reader in its kind's module and a row here.
+pub(crate) const READERS: &[&dyn FormatReader] = &[
+    &whisper::Ggml,
+    &sd::Checkpoint,
+    &piper::Voice,
+    &onnx::Graph,
+    &gguf::Gguf,
+];
+
+/// How the version of a library runtime is read.
+type LibraryProbe = fn(&std::path::Path) -> Result<String, Error>;
+
+/// Each kind whose runtime is a library, with its own loader's probe. A new library
+/// kind is a probe in its kind's module and a row here.
+const LIBRARY_PROBES: &[(Engine, LibraryProbe)] = &[
+    (Engine::Onnx, onnx::library_version),
+    (Engine::StableDiffusion, sd::library_version),
+];
 
 /// The version the library runtime of `kind` at `library` reports, read by the kind's
-/// own loader (ONNX Runtime's, the one kind whose runtime is a library); another kind
-/// is `ARCANE_USAGE`.
+/// own loader ([`LIBRARY_PROBES`]); a kind whose runtime is no library is
+/// `ARCANE_USAGE`.
 pub(crate) fn library_version(kind: Engine, library: &std::path::Path) -> Result<String, Error> {
-    match kind.kind().runtime_library() {
-        Some(_) => onnx::library_version(library),
+    let probe = LIBRARY_PROBES
+        .iter()
+        .find(|(engine, _)| *engine == kind)
+        .map(|(_, probe)| probe);
+    match probe {
+        Some(probe) => probe(library),
         None => Err(Error::UnknownEngine {
             value: kind.to_string(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arcane_report::Diagnostic;
+
+    #[test]
+    fn every_library_kind_has_its_own_probe() {
+        for kind in Engine::library_kinds() {
+            let rows = LIBRARY_PROBES.iter().filter(|(e, _)| *e == kind).count();
+            assert_eq!(rows, 1, "{kind}");
+        }
+        let missing = std::path::Path::new("/nonexistent/libstable-diffusion.so");
+        // stable-diffusion.cpp's loader answers for its kind, not ONNX Runtime's.
+        let error = library_version(Engine::StableDiffusion, missing).unwrap_err();
+        assert!(
+            error.to_string().contains("stable-diffusion.cpp"),
+            "{error}"
+        );
+        let error = library_version(Engine::Onnx, missing).unwrap_err();
+        assert!(
+            !error.to_string().contains("stable-diffusion.cpp"),
+            "{error}"
+        );
+        let error = library_version(Engine::LlamaCpp, missing).unwrap_err();
+        assert_eq!(error.code(), arcane_report::codes::ARCANE_USAGE);
     }
 }

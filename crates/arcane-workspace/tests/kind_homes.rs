@@ -26,6 +26,18 @@ const KINDS: &[(&str, &[&str], &[&str])] = &[
     ("onnx", &["onnx"], &["onnx", "piper"]),
     ("whisper.cpp", &["whisper"], &["whisper"]),
     ("piper", &["piper"], &["piper"]),
+    (
+        "stable-diffusion.cpp",
+        &[
+            "stable-diffusion",
+            "stable_diffusion",
+            "stablediffusion",
+            "sd.cpp",
+            "sd-cpp",
+            "sdcpp",
+        ],
+        &["stable-diffusion", "stable_diffusion", "/sd.rs", "/image.rs"],
+    ),
 ];
 
 fn sources(dir: &Path, found: &mut Vec<PathBuf>) {

@@ -11,3 +11,4 @@ mod archives;
 mod downloads;
 mod models;
 mod runtimes;
+mod sd;

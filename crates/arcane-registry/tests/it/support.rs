@@ -35,6 +35,18 @@ pub fn smollm2() -> PathBuf {
     real_part("ARCANE_TEST_MODEL")
 }
 
+/// The provisioned random-weight SDXS-512-DS safetensors (`ARCANE_SD_MODEL`); fails
+/// loudly when absent.
+pub fn sd_model() -> PathBuf {
+    real_part("ARCANE_SD_MODEL")
+}
+
+/// The provisioned `libstable-diffusion.so` (`ARCANE_SD_LIBRARY`); fails loudly when
+/// absent.
+pub fn sd_library() -> PathBuf {
+    real_part("ARCANE_SD_LIBRARY")
+}
+
 #[allow(clippy::disallowed_methods)]
 fn real_part(var: &str) -> PathBuf {
     let value = std::env::var_os(var).unwrap_or_else(|| {

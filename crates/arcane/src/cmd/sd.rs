@@ -3,7 +3,7 @@
 //! started and owned by the Core host as the `stable-diffusion.cpp` engine.
 //!
 //! One generation runs at a time (it already uses every thread it is given); others
-//! wait their turn. Each image is drawn in a child process ([`arcane_sd::Model::
+//! wait their turn. Each image is drawn in a child process ([`arcane_stable_diffusion::Model::
 //! generate_isolated`]), so a client that goes away — waiting or while its image is
 //! drawn — stops the work at once. With `stream: true` the answer is server-sent
 //! events: `image_generation.step` after each sampling step (`{step, steps, index}`),
@@ -19,7 +19,7 @@ use arcane_core::worker_http::{
     event_stream, json_response, sse_frame, ApiError, WorkerRequest, WorkerResponse, WorkerServer,
 };
 use arcane_report::{codes, Diagnostic};
-use arcane_sd::{Event, Generation, ImageRequest, Library, Model};
+use arcane_stable_diffusion::{Event, Generation, ImageRequest, Library, Model};
 use base64::Engine as _;
 use bytes::Bytes;
 use hyper::{Method, StatusCode};
@@ -178,7 +178,7 @@ async fn draw(
     index: u32,
     steps: Option<&mpsc::Sender<Bytes>>,
 ) -> Result<Vec<u8>, ApiError> {
-    let cancel = arcane_sd::Cancel::new();
+    let cancel = arcane_stable_diffusion::Cancel::new();
     // Whatever ends this future early (a client gone) cancels the child.
     let _guard = CancelOnDrop(cancel.clone());
     let (shared, generation, steps) = (shared.clone(), generation.clone(), steps.cloned());
@@ -221,7 +221,7 @@ fn log_drawn(generation: &Generation, index: u32, started: Instant) {
 }
 
 /// Cancels a generation when dropped.
-struct CancelOnDrop(arcane_sd::Cancel);
+struct CancelOnDrop(arcane_stable_diffusion::Cancel);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
@@ -262,7 +262,7 @@ fn random_seed() -> u64 {
 }
 
 /// The OpenAI-shaped answer for a library error.
-fn api_error(error: &arcane_sd::Error) -> ApiError {
+fn api_error(error: &arcane_stable_diffusion::Error) -> ApiError {
     let code = error.code();
     let status = match code {
         codes::ARCANE_USAGE => StatusCode::BAD_REQUEST,

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use arcane_sd::{Cancel, Event, Generation, ImageFormat, Library, Model};
+use arcane_stable_diffusion::{Cancel, Event, Generation, ImageFormat, Library, Model};
 
 fn provisioned(variable: &str) -> PathBuf {
     let path = std::env::var_os(variable)
@@ -57,7 +57,10 @@ fn small(seed: u64, format: ImageFormat) -> Generation {
     }
 }
 
-fn isolated(generation: &Generation, events: &mut Vec<Event>) -> Result<Vec<u8>, arcane_sd::Error> {
+fn isolated(
+    generation: &Generation,
+    events: &mut Vec<Event>,
+) -> Result<Vec<u8>, arcane_stable_diffusion::Error> {
     model().generate_isolated(generation, 0, &Cancel::new(), &mut |e| events.push(e))
 }
 
@@ -101,7 +104,7 @@ fn images_have_the_requested_size_and_format_and_the_seed_decides_the_bytes() {
     let here = model()
         .generate_here(&small(11, ImageFormat::Png), 0, &mut |_, _| {})
         .unwrap();
-    let here = arcane_sd::encode(&here, 64, 64, ImageFormat::Png, 90).unwrap();
+    let here = arcane_stable_diffusion::encode(&here, 64, 64, ImageFormat::Png, 90).unwrap();
     assert_eq!(here, first);
 }
 
@@ -134,7 +137,7 @@ fn a_cancelled_generation_stops_its_child_and_the_next_one_runs() {
     cancel.cancel();
     let outcome = worker.join().unwrap();
     assert!(
-        matches!(outcome, Err(arcane_sd::Error::Cancelled)),
+        matches!(outcome, Err(arcane_stable_diffusion::Error::Cancelled)),
         "{outcome:?}"
     );
     let steps_seen = 1 + rx.try_iter().count();
@@ -146,7 +149,7 @@ fn a_cancelled_generation_stops_its_child_and_the_next_one_runs() {
     // A cancelled token refuses a new generation at once; a fresh one generates.
     assert!(matches!(
         model().generate_isolated(&small(3, ImageFormat::Png), 0, &cancel, &mut |_| {}),
-        Err(arcane_sd::Error::Cancelled)
+        Err(arcane_stable_diffusion::Error::Cancelled)
     ));
     isolated(&small(3, ImageFormat::Png), &mut Vec::new()).unwrap();
 }
@@ -168,15 +171,16 @@ fn a_library_that_is_not_stable_diffusion_cpp_is_refused_by_name() {
     );
     let error = Library::load("/nonexistent/libstable-diffusion.so".as_ref()).unwrap_err();
     assert!(error.to_string().contains("/nonexistent"), "{error}");
-    let version = arcane_sd::library_version(&provisioned("ARCANE_SD_LIBRARY")).unwrap();
+    let version =
+        arcane_stable_diffusion::library_version(&provisioned("ARCANE_SD_LIBRARY")).unwrap();
     assert!(!version.is_empty());
 }
 
-/// Every size and offset the declarations in `arcane_sd::ffi` rely on, compared with
+/// Every size and offset the declarations in `arcane_stable_diffusion::ffi` rely on, compared with
 /// what a C compiler makes of the provisioned header.
 #[test]
 fn the_declarations_match_the_header() {
-    use arcane_sd::ffi::*;
+    use arcane_stable_diffusion::ffi::*;
     use std::mem::{offset_of, size_of};
     let library = provisioned("ARCANE_SD_LIBRARY");
     let include = library.parent().unwrap().parent().unwrap().join("include");
