@@ -36,7 +36,12 @@ const KINDS: &[(&str, &[&str], &[&str])] = &[
             "sd-cpp",
             "sdcpp",
         ],
-        &["stable-diffusion", "stable_diffusion", "/sd.rs", "/image.rs"],
+        &[
+            "stable-diffusion",
+            "stable_diffusion",
+            "/sd.rs",
+            "/image.rs",
+        ],
     ),
 ];
 

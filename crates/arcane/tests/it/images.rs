@@ -76,7 +76,13 @@ fn worker_lines(ws: &TestWorkspace) -> Vec<String> {
         .collect()
 }
 
+/// `arcane imagine` of a 64x64 image in two steps (or of the size `extra` names).
 fn imagine(ws: &TestWorkspace, out: &Path, extra: &[&str]) -> std::process::Output {
+    let size: &[&str] = if extra.contains(&"--size") {
+        &[]
+    } else {
+        &["--size", "64x64"]
+    };
     run(ws
         .arcane()
         .args([
@@ -87,7 +93,8 @@ fn imagine(ws: &TestWorkspace, out: &Path, extra: &[&str]) -> std::process::Outp
             "--model",
             "sd",
         ])
-        .args(["--size", "64x64", "--steps", "2", "--cfg-scale", "1"])
+        .args(["--steps", "2", "--cfg-scale", "1"])
+        .args(size)
         .args(extra)
         .arg("--out")
         .arg(out))
@@ -191,9 +198,13 @@ fn the_openai_client_and_arcane_imagine_draw_images_through_the_front_door() {
     // A refusal keeps the engine's code and names the value; nothing is written.
     let refused = out.path().join("refused.png");
     let drawn = imagine(&ws, &refused, &["--size", "65x64"]);
-    assert_eq!(drawn.status.code(), Some(1));
+    assert_eq!(drawn.status.code(), Some(2));
     let error = &json(&drawn)["error"];
     assert_eq!(error["code"], "ARCANE_USAGE", "{error}");
+    assert_eq!(
+        error["details"]["field"], "size",
+        "the engine's refusal: {error}"
+    );
     assert!(
         error["message"]
             .as_str()
