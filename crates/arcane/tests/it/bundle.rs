@@ -33,21 +33,31 @@ const SHOW_ENDPOINT: &str = "#!/bin/sh\nprintf 'endpoint=%s\\n' \"$ARCANE_CORE_E
 
 impl RealBundle {
     fn new() -> Self {
-        Self::build(None, false)
+        Self::build(None, false, false)
     }
 
     /// [`RealBundle::new`] with ONNX Runtime `library` registered and bundled too.
     fn with_onnx(library: &Path) -> Self {
-        Self::build(Some(library), false)
+        Self::build(Some(library), false, false)
     }
 
     /// [`RealBundle::with_onnx`] with the whisper.cpp model `tiny-en` and the Piper
     /// voice `joe` bundled beside the chat model.
     fn with_speech() -> Self {
-        Self::build(Some(&support::provisioned("ARCANE_ONNXRUNTIME")), true)
+        Self::build(
+            Some(&support::provisioned("ARCANE_ONNXRUNTIME")),
+            true,
+            false,
+        )
     }
 
-    fn build(onnx: Option<&Path>, speech: bool) -> Self {
+    /// [`RealBundle::new`] with stable-diffusion.cpp's library and the random-weight
+    /// image model `sdxs` bundled beside the chat model.
+    fn with_image() -> Self {
+        Self::build(None, false, true)
+    }
+
+    fn build(onnx: Option<&Path>, speech: bool, image: bool) -> Self {
         let workspace = TestWorkspace::new();
         let dir = tempfile::Builder::new()
             .prefix("arcane-bundle-cli-")
@@ -106,6 +116,30 @@ impl RealBundle {
                 );
             }
             models.extend(["--model", "tiny-en", "--model", "joe"]);
+        }
+
+        if image {
+            for (args, file) in [
+                (
+                    ["runtime", "add", "stable-diffusion.cpp", "--library"],
+                    "ARCANE_SD_LIBRARY",
+                ),
+                (["model", "add", "sdxs", "--file"], "ARCANE_SD_MODEL"),
+            ] {
+                let output = support::run(
+                    workspace
+                        .arcane()
+                        .args(args)
+                        .arg(support::provisioned(file)),
+                );
+                assert!(
+                    output.status.success(),
+                    "{args:?}: {}",
+                    support::stderr(&output)
+                );
+            }
+            runtimes.extend(["--runtime", "stable-diffusion.cpp"]);
+            models.extend(["--model", "sdxs"]);
         }
 
         let app = dir.path().join("app");
@@ -1470,5 +1504,69 @@ fn a_bundle_carries_whisper_models_and_voices_and_its_launcher_serves_them_besid
         body,
     );
     assert_eq!(status, 200, "{answer}");
+    host.terminate();
+}
+
+#[test]
+fn a_bundle_carries_the_image_library_and_model_and_its_launcher_draws_with_them() {
+    let real = RealBundle::with_image();
+    let manifest = real.manifest();
+    let image = manifest["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == "sdxs")
+        .unwrap_or_else(|| panic!("no image model: {manifest:#}"));
+    assert_eq!(image["engine"], "stable-diffusion.cpp", "{manifest:#}");
+    assert_eq!(image["format"], "diffusion", "{manifest:#}");
+    let library = manifest["stableDiffusionCppRuntimes"][0]["library"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no image library: {manifest:#}"))
+        .to_string();
+    let (code, report) = real.verify_json();
+    assert_eq!(code, 0, "{report:#}");
+
+    let state_root = real.dir.path().join("state");
+    // The launcher hands the core the bundled library, never the variable's.
+    let mut command = real.launch();
+    command
+        .env_remove("ARCANE_SD_LIBRARY")
+        .args(["--output", "ndjson", "launch", "--state-root"])
+        .arg(&state_root)
+        .stdin(Stdio::null());
+    let mut host = Serve::spawn(command);
+    host.wait_for("core.listening", START);
+    let out = real.dir.path().join("drawn.png");
+    let drawn = support::run(
+        Command::new(support::arcane_bin())
+            .env_remove("ARCANE_WORKSPACE")
+            .arg("--workspace")
+            .arg(&state_root)
+            .args([
+                "imagine",
+                "a lighthouse",
+                "--model",
+                "sdxs",
+                "--size",
+                "64x64",
+            ])
+            .args(["--steps", "1", "--cfg-scale", "1", "--out"])
+            .arg(&out),
+    );
+    assert!(drawn.status.success(), "{}", support::stderr(&drawn));
+    assert_eq!(&std::fs::read(&out).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
+    let worker = crate::front_door::process_tree(host.pid())
+        .into_iter()
+        .find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("__sd-worker"))
+        })
+        .expect("the image worker runs");
+    let cmdline = std::fs::read(format!("/proc/{worker}/cmdline")).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    assert!(
+        cmdline.contains(&*real.path(&library).to_string_lossy()),
+        "the worker loads {library} of the bundle: {cmdline}"
+    );
     host.terminate();
 }
