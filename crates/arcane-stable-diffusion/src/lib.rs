@@ -7,7 +7,8 @@
 //!   bounds (sides multiples of 64 up to [`MAX_SIDE`], at most [`MAX_IMAGES`] images and
 //!   [`MAX_STEPS`] steps, prompts of at most [`MAX_PROMPT_CHARS`]), each refusal naming
 //!   its field and value.
-//! * [`Model::generate_isolated`]: one image in a child process, cancellable by
+//! * [`Model::generate_isolated`]: one image in the generator, a child process forked
+//!   with the model loaded (killed and forked again after a cancellation), cancellable by
 //!   [`Cancel`], reporting each sampling step ([`Event`]); [`Model::generate_here`]
 //!   does the same work in this process (the benchmark's baseline).
 //! * [`encode`]: PNG, JPEG or lossless WebP.

@@ -90,8 +90,9 @@ pub struct Model {
     library: Library,
     path: PathBuf,
     ctx: *mut ffi::sd_ctx_t,
-    // One generation at a time: the progress callback is the library's global.
-    turn: Mutex<()>,
+    // One generation at a time (the progress callback is the library's global), and
+    // the process that draws for `generate_isolated` while it lives.
+    turn: Mutex<Option<crate::child::Generator>>,
 }
 
 // SAFETY: the context is only used under `turn` (or in a child process holding its own
@@ -135,7 +136,7 @@ impl Model {
             library,
             path: path.to_path_buf(),
             ctx,
-            turn: Mutex::new(()),
+            turn: Mutex::new(None),
         };
         // SAFETY: `ctx` is the live context just created.
         if !unsafe { (api.sd_ctx_supports_image_generation)(ctx) } {
@@ -166,10 +167,10 @@ impl Model {
         self.generate_unlocked(generation, index, on_step)
     }
 
-    /// Holds the model's one turn: one generation at a time, in this process or in a
-    /// child forked while it is held (whose copy of the lock stays held: the child
-    /// generates with [`Model::generate_unlocked`]).
-    pub(crate) fn turn(&self) -> std::sync::MutexGuard<'_, ()> {
+    /// Holds the model's one turn: one generation at a time, in this process or in the
+    /// generator process (forked while the turn is held, so its copy of the lock stays
+    /// held: it generates with [`Model::generate_unlocked`]).
+    pub(crate) fn turn(&self) -> std::sync::MutexGuard<'_, Option<crate::child::Generator>> {
         self.turn
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -228,6 +229,9 @@ impl Model {
 
 impl Drop for Model {
     fn drop(&mut self) {
+        if let Some(generator) = self.turn().take() {
+            generator.stop();
+        }
         // SAFETY: `ctx` is live and freed only here.
         unsafe { (self.library.api().free_sd_ctx)(self.ctx) };
     }

@@ -100,7 +100,7 @@ fn images_have_the_requested_size_and_format_and_the_seed_decides_the_bytes() {
         .generate_isolated(&small(11, ImageFormat::Png), 1, &Cancel::new(), &mut |_| {})
         .unwrap();
     assert_eq!(second, other);
-    // The child draws what this process draws.
+    // The generator draws what this process draws.
     let here = model()
         .generate_here(&small(11, ImageFormat::Png), 0, &mut |_, _| {})
         .unwrap();
@@ -109,7 +109,7 @@ fn images_have_the_requested_size_and_format_and_the_seed_decides_the_bytes() {
 }
 
 #[test]
-fn a_cancelled_generation_stops_its_child_and_the_next_one_runs() {
+fn a_cancelled_generation_stops_its_generator_and_the_next_one_runs() {
     let _turn = generating();
     let long = Generation {
         steps: 150,
@@ -146,12 +146,37 @@ fn a_cancelled_generation_stops_its_child_and_the_next_one_runs() {
     // SAFETY: waitpid with WNOHANG on any child only reports.
     let left = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
     assert_eq!(left, -1, "a child was left behind");
-    // A cancelled token refuses a new generation at once; a fresh one generates.
+    // A cancelled token refuses a new generation at once; a fresh one generates, in a
+    // fresh generator that keeps none of this process's descriptors (here, a pipe's
+    // write end: the read end sees its end once this process closes its own).
     assert!(matches!(
         model().generate_isolated(&small(3, ImageFormat::Png), 0, &cancel, &mut |_| {}),
         Err(arcane_stable_diffusion::Error::Cancelled)
     ));
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`.
+    assert_eq!(
+        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) },
+        0
+    );
     isolated(&small(3, ImageFormat::Png), &mut Vec::new()).unwrap();
+    // SAFETY: closing and reading descriptors this test owns.
+    unsafe {
+        libc::close(fds[1]);
+        let mut byte = 0u8;
+        let read = libc::read(fds[0], (&mut byte as *mut u8).cast(), 1);
+        libc::close(fds[0]);
+        assert_eq!(read, 0, "the generator kept a descriptor of its worker");
+    }
+    // The generator stays for the next image: one child runs, and it draws alike.
+    // SAFETY: waitpid with WNOHANG on any child only reports.
+    let running = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
+    assert_eq!(running, 0, "no generator waits for the next image");
+    let again = isolated(&small(3, ImageFormat::Png), &mut Vec::new()).unwrap();
+    assert_eq!(
+        again,
+        isolated(&small(3, ImageFormat::Png), &mut Vec::new()).unwrap()
+    );
 }
 
 #[test]

@@ -6,9 +6,8 @@
 //! page or local user could use it; Arcane never runs it. Its runtime is the library
 //! (`libstable-diffusion.so`, registered with `arcane runtime add stable-diffusion.cpp
 //! --library PATH`), which the worker loads and drives through its C API: the model is
-//! loaded once, and each generation runs in a child process of the worker, so that a
-//! client that goes away stops the computation at once and the memory a generation took
-//! is given back when it ends. The library is built for the CPU here; a GPU target is
+//! loaded once, and images are drawn in a child process of the worker, so that a client
+//! that goes away stops the computation at once (the child is killed). The library is built for the CPU here; a GPU target is
 //! refused, never silently run on the CPU.
 
 use crate::engine::{ModelFormat, RuntimeLibrary};

@@ -3,7 +3,7 @@
 //! started and owned by the Core host as the `stable-diffusion.cpp` engine.
 //!
 //! One generation runs at a time (it already uses every thread it is given); others
-//! wait their turn. Each image is drawn in a child process ([`arcane_stable_diffusion::Model::
+//! wait their turn. Each image is drawn in the generator, a child process of the worker ([`arcane_stable_diffusion::Model::
 //! generate_isolated`]), so a client that goes away — waiting or while its image is
 //! drawn — stops the work at once. With `stream: true` the answer is server-sent
 //! events: `image_generation.step` after each sampling step (`{step, steps, index}`),
@@ -170,8 +170,8 @@ fn stream(shared: Arc<Shared>, generation: Generation) -> WorkerResponse {
     response
 }
 
-/// Draws image `index` in a child process, sending each step to `steps` when the
-/// request streams. Dropping the future (its client went away) kills the child.
+/// Draws image `index` in the generator, sending each step to `steps` when the
+/// request streams. Dropping the future (its client went away) kills the generator.
 async fn draw(
     shared: &Arc<Shared>,
     generation: &Generation,
@@ -179,7 +179,7 @@ async fn draw(
     steps: Option<&mpsc::Sender<Bytes>>,
 ) -> Result<Vec<u8>, ApiError> {
     let cancel = arcane_stable_diffusion::Cancel::new();
-    // Whatever ends this future early (a client gone) cancels the child.
+    // Whatever ends this future early (a client gone) cancels the generation.
     let _guard = CancelOnDrop(cancel.clone());
     let (shared, generation, steps) = (shared.clone(), generation.clone(), steps.cloned());
     let started = Instant::now();
