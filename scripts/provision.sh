@@ -485,6 +485,9 @@ if [ ! -x "$ARCANE_SD_CLI" ] || [ ! -s "$ARCANE_SD_LIBRARY" ] || [ ! -s "$SD_DIR
   src="$build/stable_diffusion_cpp_python-$SD_PYTHON_VERSION/vendor/stable-diffusion.cpp"
   [ -f "$src/include/stable-diffusion.h" ] \
     || { rm -rf "$build"; die "no vendor/stable-diffusion.cpp in stable-diffusion-cpp-python $SD_PYTHON_VERSION"; }
+  # A source distribution has no git history to name the version from: name it after
+  # the distribution, so that `sd_version()` (what `arcane runtime list` shows) says it.
+  sed -i "s/set(SDCPP_BUILD_VERSION unknown)/set(SDCPP_BUILD_VERSION stable-diffusion-cpp-python-$SD_PYTHON_VERSION)/" "$src/CMakeLists.txt"
   { cmake -S "$src" -B "$build/out" -DCMAKE_BUILD_TYPE=Release -DSD_BUILD_SHARED_LIBS=ON \
       -DSD_BUILD_EXAMPLES=ON -DSD_WEBP=OFF -DSD_WEBM=OFF -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF \
       ${ARCANE_SD_CMAKE_ARGS:-} \

@@ -56,9 +56,14 @@ impl Library {
             (api.sd_set_log_callback)(Some(log_line), std::ptr::null_mut());
             (api.sd_set_progress_callback)(Some(no_progress), std::ptr::null_mut());
         }
+        // A build from a source distribution knows no commit.
+        let version = match commit.as_str() {
+            "" | "unknown" => version,
+            _ => format!("{version} ({commit})"),
+        };
         Ok(Library {
             path: path.to_path_buf(),
-            version: format!("{version} ({commit})"),
+            version,
             api,
             _library: library,
         })
@@ -69,7 +74,8 @@ impl Library {
         &self.path
     }
 
-    /// What the library says of itself: `<version> (<commit>)`.
+    /// What the library says of itself: `<version> (<commit>)`, or its version alone
+    /// when it knows no commit.
     pub fn version(&self) -> &str {
         &self.version
     }

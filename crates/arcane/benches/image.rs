@@ -1,6 +1,6 @@
 //! One image through the front door against the same image drawn in this process, in
 //! one run: `POST /v1/images/generations` to `arcane serve` (its stable-diffusion.cpp
-//! worker on 2 threads, which draws each image in a child process it forks) vs
+//! worker on 2 threads, which draws in the generator process it forks) vs
 //! `arcane_stable_diffusion::Model::generate_here` on 2 threads with the same library, model, seed and
 //! parameters, encoded to the same PNG (the baseline of the ratio; the target is at
 //! most 1.05x). Rounds alternate between the two so that a busy machine slows both.
