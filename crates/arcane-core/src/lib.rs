@@ -75,7 +75,6 @@ pub mod supervised;
 pub mod ui;
 pub mod upstream;
 pub mod web;
-pub mod worker_http;
 
 pub use error::{Error, FrameProblem, Peer, TimeoutPhase, Unready};
 pub use host::{AppInfo, Connection, Host, HostBuilder, HostState, Prepared, ShutdownHandle, Work};

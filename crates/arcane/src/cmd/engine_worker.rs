@@ -1,13 +1,13 @@
 //! What Arcane's own engines (`arcane __whisper-worker`, `arcane __piper-worker`) share
 //! on the command line: where they listen (`--socket`, or `--host`/`--port` with
 //! `--api-key-file`), the model, the thread count, and the runtime that serves them
-//! ([`arcane_core::worker_http`]). The supervisor writes these flags
+//! ([`arcane_worker_http`]). The supervisor writes these flags
 //! (`arcane_workspace`'s builtin command line); nobody else needs to.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
-use arcane_core::worker_http::{Listen, WorkerServer};
+use arcane_worker_http::{Listen, WorkerServer};
 
 /// The flags every builtin engine takes.
 #[derive(Debug, Clone, clap::Args)]

@@ -13,11 +13,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use arcane_core::worker_http::{
-    bytes_response, ApiError, WorkerRequest, WorkerResponse, WorkerServer,
-};
 use arcane_piper::{AudioFormat, Phonemizer, Voice};
 use arcane_report::codes;
+use arcane_worker_http::{bytes_response, ApiError, WorkerRequest, WorkerResponse, WorkerServer};
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
 

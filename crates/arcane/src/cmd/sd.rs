@@ -15,11 +15,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use arcane_core::worker_http::{
-    event_stream, json_response, sse_frame, ApiError, WorkerRequest, WorkerResponse, WorkerServer,
-};
 use arcane_report::{codes, Diagnostic};
 use arcane_stable_diffusion::{Event, Generation, ImageRequest, Library, Model};
+use arcane_worker_http::{
+    event_stream, json_response, sse_frame, ApiError, WorkerRequest, WorkerResponse, WorkerServer,
+};
 use base64::Engine as _;
 use bytes::Bytes;
 use hyper::{Method, StatusCode};

@@ -11,12 +11,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use arcane_core::worker_http::{
-    bytes_response, form_fields, ApiError, Cancel, WorkerRequest, WorkerResponse, WorkerServer,
-};
 use arcane_report::codes;
 use arcane_whisper::format;
 use arcane_whisper::{AudioError, Field, Model, RequestError, Task, TranscribeError};
+use arcane_worker_http::{
+    bytes_response, form_fields, ApiError, Cancel, WorkerRequest, WorkerResponse, WorkerServer,
+};
 use hyper::{Method, StatusCode};
 use serde_json::json;
 

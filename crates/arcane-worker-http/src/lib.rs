@@ -1,5 +1,7 @@
 //! The HTTP side of Arcane's own engines (`arcane __whisper-worker`, `arcane
-//! __piper-worker`): a small server for one model, behind the Core.
+//! __piper-worker`, `arcane __sd-worker`): a small server for one model, behind the
+//! Core. It is a crate of its own so that a worker links what it serves with, not the
+//! Core host.
 //!
 //! # Why a server, and why this one
 //!
@@ -21,6 +23,8 @@
 //! * every failure is a JSON answer in OpenAI's shape with Arcane's stable code:
 //!   `{"error": {"message", "type", "param", "code", "details"}}`.
 
+#![warn(missing_docs)]
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
@@ -36,7 +40,8 @@ use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
-use crate::service::BoxFuture;
+/// A boxed future a handler returns.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 /// Where a worker listens.
 #[derive(Debug, Clone)]
