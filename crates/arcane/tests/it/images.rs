@@ -171,6 +171,25 @@ fn the_openai_client_and_arcane_imagine_draw_images_through_the_front_door() {
     assert_eq!(said["images"][0]["seed"], 9, "{said}");
     let bytes = std::fs::read(&one).unwrap();
     assert_eq!(png_size(&bytes), (64, 64));
+    // A person is told where it went and which seed draws it again.
+    let human = run(ws
+        .arcane()
+        .args([
+            "imagine",
+            "a lighthouse at dusk",
+            "--model",
+            "sd",
+            "--size",
+            "64x64",
+        ])
+        .args(["--steps", "2", "--cfg-scale", "1", "--seed", "9", "--out"])
+        .arg(out.path().join("again.png")));
+    let said = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        said.contains("again.png") && said.contains("seed 9"),
+        "{said}"
+    );
+    assert_eq!(std::fs::read(out.path().join("again.png")).unwrap(), bytes);
     let many = out.path().join("many.webp");
     let drawn = imagine(&ws, &many, &["--seed", "9", "-n", "2"]);
     assert!(
