@@ -15,33 +15,19 @@
 //! ARCANE_WHISPER_CLI, ARCANE_PIPER_VOICE, ARCANE_ONNXRUNTIME).
 #![allow(clippy::print_stdout, clippy::disallowed_methods)]
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use support::{median, real, Host};
 
 const RUNS: usize = 7;
 const THREADS: usize = 2;
 const SENTENCE: &str = "The quick brown fox jumps over the lazy dog while the farmer watches from the porch near his old red barn.";
-
-fn real(var: &str) -> PathBuf {
-    let path =
-        PathBuf::from(std::env::var_os(var).unwrap_or_else(|| {
-            panic!("{var} is not set: source `scripts/provision.sh all`'s output")
-        }));
-    assert!(path.is_file(), "{var}={} is not a file", path.display());
-    path
-}
-
-fn median(mut samples: Vec<Duration>) -> f64 {
-    samples.sort();
-    samples[samples.len() / 2].as_secs_f64()
-}
 
 fn timed(mut run: impl FnMut()) -> Vec<Duration> {
     run(); // warm-up: the model loaded, caches filled
@@ -54,120 +40,19 @@ fn timed(mut run: impl FnMut()) -> Vec<Duration> {
         .collect()
 }
 
-/// `arcane` in a fresh workspace with the speech models registered and served.
-struct Host {
-    child: Child,
-    _workspace: tempfile::TempDir,
-    port: u16,
-    token: String,
-}
-
-impl Host {
-    fn start() -> Host {
-        let workspace = tempfile::tempdir().unwrap();
-        let arcane = |args: &[&str]| {
-            let mut command = Command::new(env!("CARGO_BIN_EXE_arcane"));
-            command
-                .arg("--workspace")
-                .arg(workspace.path())
-                .args(args)
-                .env_remove("ARCANE_WORKSPACE");
-            command
-        };
-        for (args, file) in [
-            (
-                &["model", "add", "tiny-en", "--file"][..],
-                real("ARCANE_WHISPER_MODEL"),
-            ),
-            (
-                &["model", "add", "joe", "--file"],
-                real("ARCANE_PIPER_VOICE"),
-            ),
-            (
-                &["runtime", "add", "onnx", "--library"],
-                real("ARCANE_ONNXRUNTIME"),
-            ),
-        ] {
-            let status = arcane(args)
-                .arg(file)
-                .stdout(Stdio::null())
-                .status()
-                .unwrap();
-            assert!(status.success(), "{args:?}");
-        }
-        std::fs::write(
-            workspace.path().join("arcane.toml"),
-            format!(
-                "[[model]]\nid = \"whisper-1\"\nmodel = \"tiny-en\"\nload = \"on-start\"\nargs = [\"--threads\", \"{THREADS}\"]\n\n[[model]]\nid = \"tts-1\"\nmodel = \"joe\"\nload = \"on-start\"\nargs = [\"--threads\", \"{THREADS}\"]\n"
-            ),
-        )
-        .unwrap();
-        // `core.listening` is printed once `core.json` is published: wait for that line.
-        let mut child = arcane(&["--output", "ndjson", "serve"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-        let (listening, heard) = std::sync::mpsc::channel();
-        // Read every line to the end (a closed pipe would fail the host's output).
-        std::thread::spawn(move || {
-            for line in std::io::BufRead::lines(stdout).map_while(Result::ok) {
-                if line.contains("\"core.listening\"") {
-                    let _ = listening.send(());
-                }
-            }
-        });
-        heard
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the host did not listen within a minute");
-        let record = workspace.path().join(".arcane/core.json");
-        let endpoint: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
-        let url = endpoint["url"].as_str().unwrap();
-        let port = url
-            .rsplit(':')
-            .next()
-            .unwrap()
-            .trim_end_matches('/')
-            .parse()
-            .unwrap();
-        Host {
-            child,
-            _workspace: workspace,
-            port,
-            token: endpoint["token"].as_str().unwrap().to_string(),
-        }
-    }
-
-    /// One request; the body of a 200, else a panic with the answer.
-    fn post(&self, path: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            self.port,
-            self.token,
-            body.len()
-        );
-        stream.write_all(head.as_bytes()).unwrap();
-        stream.write_all(body).unwrap();
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).unwrap();
-        let split = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-        assert!(
-            answer.starts_with(b"HTTP/1.1 200"),
-            "{}",
-            String::from_utf8_lossy(&answer)
-        );
-        answer.split_off(split)
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        // SIGTERM: the host stops its workers and exits.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
-    }
+/// `arcane serve` with the speech models registered and served on `THREADS` threads.
+fn start_host() -> Host {
+    Host::start(
+        &[
+            (&["model", "add", "tiny-en", "--file"], real("ARCANE_WHISPER_MODEL")),
+            (&["model", "add", "joe", "--file"], real("ARCANE_PIPER_VOICE")),
+            (&["runtime", "add", "onnx", "--library"], real("ARCANE_ONNXRUNTIME")),
+        ],
+        &format!(
+            "[[model]]\nid = \"whisper-1\"\nmodel = \"tiny-en\"\nload = \"on-start\"\nargs = [\"--threads\", \"{THREADS}\"]\n\n[[model]]\nid = \"tts-1\"\nmodel = \"joe\"\nload = \"on-start\"\nargs = [\"--threads\", \"{THREADS}\"]\n"
+        ),
+        "core.listening",
+    )
 }
 
 fn multipart(file: &[u8]) -> (String, Vec<u8>) {
@@ -198,7 +83,7 @@ fn main() {
     let wav_path = real("ARCANE_SPEECH_WAV");
     let wav = std::fs::read(&wav_path).unwrap();
     let model_path = real("ARCANE_WHISPER_MODEL");
-    let host = Host::start();
+    let host = start_host();
 
     // Transcription.
     let (content_type, body) = multipart(&wav);

@@ -51,6 +51,16 @@ struct Shared {
     turn: Semaphore,
 }
 
+impl Shared {
+    /// Waits for the one turn to draw.
+    async fn turn(&self) -> Result<tokio::sync::SemaphorePermit<'_>, ApiError> {
+        self.turn
+            .acquire()
+            .await
+            .map_err(|_| ApiError::failed("the worker is closing"))
+    }
+}
+
 /// Loads the library and the model, then serves until stopped; what does not load is
 /// said on stderr and exits 1.
 #[allow(clippy::print_stderr)]
@@ -111,11 +121,7 @@ async fn answer(shared: Arc<Shared>, request: WorkerRequest) -> WorkerResponse {
     let generation = parsed.generation;
     let gone = request.cancel.clone();
     let run = async {
-        let _turn = shared
-            .turn
-            .acquire()
-            .await
-            .map_err(|_| ApiError::failed("the worker is closing"))?;
+        let _turn = shared.turn().await?;
         let mut data = Vec::new();
         for index in 0..generation.count {
             let image = draw(&shared, &generation, index, None).await?;
@@ -139,11 +145,7 @@ fn stream(shared: Arc<Shared>, generation: Generation) -> WorkerResponse {
     tokio::spawn(async move {
         let gone = sender.clone();
         let run = async {
-            let _turn = shared
-                .turn
-                .acquire()
-                .await
-                .map_err(|_| ApiError::failed("the worker is closing"))?;
+            let _turn = shared.turn().await?;
             for index in 0..generation.count {
                 let image = draw(&shared, &generation, index, Some(&sender)).await?;
                 let mut event = datum(&generation, index, &image);
