@@ -366,11 +366,23 @@ fn piper_speaks_long_unpunctuated_text_in_bounded_memory_and_gives_it_back() {
         after.resident >> 20
     );
     assert_peak_within(after, voice, "the voice");
-    // What the long text took is given back, not kept until the voice is unloaded.
+    // What the long text took is given back, not kept until the voice is unloaded. On a
+    // loaded machine the worker's threads may hand it back a moment after the answer:
+    // waited for (a retained buffer never comes back, so the wait fails as the check
+    // did).
+    let mut resident = after.resident;
+    let mut given_back = || {
+        resident = memory(pid).resident;
+        resident <= warm.resident + (128 << 20)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !given_back() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert!(
-        after.resident <= warm.resident + (128 << 20),
-        "resident {} MiB after, {} MiB when warm",
-        after.resident >> 20,
+        resident <= warm.resident + (128 << 20),
+        "resident {} MiB 30 s after, {} MiB when warm",
+        resident >> 20,
         warm.resident >> 20
     );
     serve.terminate();
