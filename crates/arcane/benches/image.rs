@@ -105,16 +105,16 @@ fn main() {
     let (door, direct) = (median(door), median(direct));
     println!("one {size}x{size} image, {steps} steps, random-weight SDXS, {THREADS} threads, median of {ROUNDS} alternating rounds:");
     println!(
-        "  front door (sd worker, a child per image)  {:>8.1} ms",
+        "  front door (the worker's generator)   {:>8.1} ms",
         door * 1e3
     );
     println!(
-        "  in process (arcane_stable_diffusion)                    {:>8.1} ms   <- baseline",
+        "  in process (arcane_stable_diffusion)  {:>8.1} ms   <- baseline",
         direct * 1e3
     );
     let ratio = door / direct;
     let verdict = if ratio <= 1.05 { "met" } else { "NOT met" };
     println!(
-        "  front door / in process                   {ratio:>8.3}x   (target <= 1.05x: {verdict})"
+        "  front door / in process               {ratio:>8.3}x   (target <= 1.05x: {verdict})"
     );
 }
