@@ -34,8 +34,8 @@ fn model() -> &'static Model {
     })
 }
 
-/// Held by each test that generates, so that one test's look at this process's
-/// children sees no other test's.
+/// Held by each test that generates or runs a program, so that one test's look at
+/// this process's children (`waitpid(-1)`) sees, and reaps, no other test's.
 static GENERATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn generating() -> std::sync::MutexGuard<'static, ()> {
@@ -207,6 +207,7 @@ fn a_library_that_is_not_stable_diffusion_cpp_is_refused_by_name() {
 fn the_declarations_match_the_header() {
     use arcane_stable_diffusion::ffi::*;
     use std::mem::{offset_of, size_of};
+    let _turn = generating();
     let library = provisioned("ARCANE_SD_LIBRARY");
     let include = library.parent().unwrap().parent().unwrap().join("include");
     assert!(
