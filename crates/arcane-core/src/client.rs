@@ -251,7 +251,9 @@ impl CoreClient {
     /// `POST path` with a JSON body whose answer is server-sent events
     /// (`/v1/images/generations` with `stream: true`): calls `on_event(name, data)`
     /// with each event as it arrives (`name` is `message` for an unnamed one), until
-    /// the stream ends or `on_event` returns `false`.
+    /// the stream ends or `on_event` returns `false`. An `error` event (`{"error":
+    /// {code, message, details}}`, sent when the work fails after the answer began)
+    /// ends the stream as [`Error::Remote`], as a refusal before it would.
     pub async fn post_for_events(
         &self,
         path: &str,
@@ -274,6 +276,7 @@ impl CoreClient {
             return Err(refused(response, &url).await);
         }
         let mut name = String::from("message");
+        let mut failed = None;
         crate::http::stream_lines(response, &url, Peer::Host, |line| {
             if let Some(event) = line.strip_prefix("event:") {
                 name = event.trim().to_string();
@@ -282,14 +285,18 @@ impl CoreClient {
             let Some(data) = line.strip_prefix("data:").map(str::trim) else {
                 return true;
             };
-            let keep_going = match serde_json::from_str::<Value>(data) {
-                Ok(value) => on_event(&name, &value),
-                Err(_) => true,
+            let value = serde_json::from_str::<Value>(data).unwrap_or(Value::Null);
+            let keep_going = if name == "error" {
+                failed = Some(remote(&value["error"], 200));
+                false
+            } else {
+                value.is_null() || on_event(&name, &value)
             };
             name = String::from("message");
             keep_going
         })
-        .await
+        .await?;
+        failed.map_or(Ok(()), Err)
     }
 
     /// `POST path` with `body`: the whole answer of a 200, else the host's error.
@@ -373,5 +380,87 @@ pub(crate) fn remote(error: &Value, status: u16) -> Error {
             .map(str::to_string)
             .collect(),
         cause: arcane_report::Cause::of_error_json(error).map(Box::new),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arcane_report::{codes, Diagnostic};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A stand-in host on a loopback port that answers one request with `body` as a
+    /// `200 text/event-stream`.
+    async fn stand_in(body: &'static str) -> CoreClient {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = vec![0u8; 4096];
+            let _ = stream.read(&mut request).await;
+            let head =
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+            let _ = stream.write_all(format!("{head}{body}").as_bytes()).await;
+        });
+        CoreClient::new(EndpointRecord {
+            protocol: "arcane/1".into(),
+            url: format!("http://127.0.0.1:{port}"),
+            host: "127.0.0.1".into(),
+            port,
+            pid: std::process::id(),
+            token: "t".into(),
+            started_at: String::new(),
+            serving: Default::default(),
+        })
+    }
+
+    #[tokio::test]
+    async fn an_error_event_ends_a_stream_as_the_hosts_error() {
+        let client = stand_in(concat!(
+            "event: image_generation.step\ndata: {\"step\":1,\"steps\":4}\n\n",
+            "event: error\ndata: {\"type\":\"error\",\"error\":{\"code\":\"ARCANE_USAGE\",\"message\":\"size `65x64` is no multiple of 64\",\"details\":{\"field\":\"size\"}}}\n\n",
+            "event: image_generation.completed\ndata: {\"b64_json\":\"AA==\"}\n\n",
+        ))
+        .await;
+        let mut seen = Vec::new();
+        let outcome = client
+            .post_for_events("/v1/images/generations", json!({}), |name, data| {
+                seen.push((name.to_string(), data["step"].clone()));
+                true
+            })
+            .await;
+        let error = outcome.expect_err("the error event is the call's error");
+        assert_eq!(error.code(), codes::ARCANE_USAGE);
+        assert!(error.to_string().contains("65x64"), "{error}");
+        assert_eq!(error.details()["field"], "size");
+        // The events before it were seen; nothing after it.
+        assert_eq!(seen, [("image_generation.step".to_string(), json!(1))]);
+    }
+
+    #[tokio::test]
+    async fn a_stream_without_an_error_hands_over_every_event() {
+        let client = stand_in(concat!(
+            "event: image_generation.step\ndata: {\"step\":1}\n\n",
+            "data: {\"plain\":true}\n\n",
+            "event: image_generation.completed\ndata: {\"index\":0}\n\n",
+        ))
+        .await;
+        let mut names = Vec::new();
+        client
+            .post_for_events("/v1/images/generations", json!({}), |name, _| {
+                names.push(name.to_string());
+                true
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            names,
+            [
+                "image_generation.step",
+                "message",
+                "image_generation.completed"
+            ]
+        );
     }
 }

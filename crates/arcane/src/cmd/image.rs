@@ -107,11 +107,10 @@ pub fn imagine(context: &Context, args: ImagineArgs) -> Result<u8, CliError> {
         u64::from(args.steps) * u64::from(args.count.max(1)),
     );
     let mut drawn = Vec::new();
-    let mut failure = None;
     let streamed = crate::cmd::core::block_on_client(context, "the image", async {
         client
             .post_for_events("/v1/images/generations", payload, |name, data| {
-                on_event(name, data, bar.as_ref(), &mut drawn, &mut failure)
+                on_event(name, data, bar.as_ref(), &mut drawn)
             })
             .await
             .map_err(CliError::from)
@@ -120,20 +119,16 @@ pub fn imagine(context: &Context, args: ImagineArgs) -> Result<u8, CliError> {
         bar.finish_and_clear();
     }
     streamed?;
-    if let Some(error) = failure {
-        return Err(engine_error(&error).into());
-    }
     write(context, &args, &format, drawn)
 }
 
-/// Handles one event of the stream: a step moves the bar, an image is kept, an error
-/// is kept for the caller.
+/// Handles one event of the stream: a step moves the bar, an image is kept (an error
+/// event ends the stream in the client).
 fn on_event(
     name: &str,
     data: &Value,
     bar: Option<&indicatif::ProgressBar>,
     drawn: &mut Vec<Drawn>,
-    failure: &mut Option<Value>,
 ) -> bool {
     match name {
         "image_generation.step" => {
@@ -159,10 +154,6 @@ fn on_event(
                 });
             }
             true
-        }
-        "error" => {
-            *failure = Some(data["error"].clone());
-            false
         }
         _ => true,
     }
@@ -226,22 +217,6 @@ fn write(
         &json!({"images": written, "format": format, "size": args.size}),
     );
     Ok(0)
-}
-
-/// The engine's `error` event as a CLI error with its code.
-fn engine_error(error: &Value) -> CommandError {
-    let code = error["code"]
-        .as_str()
-        .and_then(|c| codes::ALL.iter().find(|known| **known == c).copied())
-        .unwrap_or(codes::LOCAL_AI_REQUEST_FAILED);
-    CommandError::new(
-        code,
-        error["message"]
-            .as_str()
-            .unwrap_or("the image failed")
-            .to_string(),
-        error["details"].clone(),
-    )
 }
 
 /// `png`, `jpeg` or `webp` from `out`'s extension (`png` when it names none).

@@ -30,26 +30,17 @@ id = "sd"
 model = "sdxs"
 "#,
     );
-    for args in [
-        vec![
-            "model".into(),
-            "add".into(),
-            "sdxs".into(),
-            "--file".into(),
-            provisioned("ARCANE_SD_MODEL"),
-        ],
-        vec![
-            "runtime".into(),
-            "add".into(),
-            "stable-diffusion.cpp".into(),
-            "--library".into(),
-            provisioned("ARCANE_SD_LIBRARY"),
-        ],
+    for (args, file) in [
+        (["model", "add", "sdxs", "--file"], "ARCANE_SD_MODEL"),
+        (
+            ["runtime", "add", "stable-diffusion.cpp", "--library"],
+            "ARCANE_SD_LIBRARY",
+        ),
     ] {
-        let out = run(ws.arcane().args(&args));
+        let out = run(ws.arcane().args(args).arg(provisioned(file)));
         assert!(
             out.status.success(),
-            "{}",
+            "{args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }

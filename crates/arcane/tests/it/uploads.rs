@@ -370,20 +370,15 @@ fn piper_speaks_long_unpunctuated_text_in_bounded_memory_and_gives_it_back() {
     // loaded machine the worker's threads may hand it back a moment after the answer:
     // waited for (a retained buffer never comes back, so the wait fails as the check
     // did).
-    let mut resident = after.resident;
-    let mut given_back = || {
-        resident = memory(pid).resident;
-        resident <= warm.resident + (128 << 20)
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !given_back() && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(
-        resident <= warm.resident + (128 << 20),
-        "resident {} MiB 30 s after, {} MiB when warm",
-        resident >> 20,
-        warm.resident >> 20
+    let bound = warm.resident + (128 << 20);
+    crate::support::wait_until(
+        Duration::from_secs(30),
+        &format!(
+            "the worker's resident memory to come back within 128 MiB of its warm {} MiB (it was {} MiB right after)",
+            warm.resident >> 20,
+            after.resident >> 20
+        ),
+        || memory(pid).resident <= bound,
     );
     serve.terminate();
 }
