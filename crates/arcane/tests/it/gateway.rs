@@ -117,7 +117,9 @@ args = ["--parallel", "2"]
 [[model]]
 id = "smol-b"
 model = "{model}"
-startup_timeout = 8
+# How long a load of smol-b waits for room (and may take): long enough for a load on a
+# machine busy with other tests, shorter than the endless stream below.
+startup_timeout = 25
 
 [devices.cpu]
 max_loaded = 1
@@ -205,7 +207,7 @@ max_loaded = 1
     assert_eq!(code, 200);
     let a_pid = row(&ps(&ws), "smol-a")["pid"].as_u64().unwrap() as u32;
     let endless = json!({"model": "smol-a", "messages": [{"role": "user", "content": "Count to one million."}],
-        "max_tokens": 6000, "ignore_eos": true, "stream": true})
+        "max_tokens": 8000, "ignore_eos": true, "stream": true})
     .to_string();
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
