@@ -48,6 +48,25 @@ impl Context {
         })
     }
 
+    /// The host library's context: this workspace and cancel token, and what a host
+    /// takes from the environment (read here, the one place that reads it).
+    pub fn host(&self) -> arcane_host::Context {
+        arcane_host::Context {
+            workspace: self.workspace.clone(),
+            cancel: self.cancel.clone(),
+            environment: arcane_host::Environment {
+                api_key: api_key(),
+                inherited_loader_path: inherited_loader_path(),
+                libraries: arcane_localai::Engine::ALL
+                    .into_iter()
+                    .filter_map(|kind| Some((kind, library_override(kind)?)))
+                    .collect(),
+                path: std::env::var_os("PATH"),
+                worker_executable: std::env::current_exe().ok(),
+            },
+        }
+    }
+
     /// Fails with `ARCANE_WORKSPACE_NOT_FOUND` when the workspace was named
     /// (`--workspace`, `ARCANE_WORKSPACE`) and nothing exists at that path: a misspelt
     /// name must not read as an empty workspace. The platform default may be missing
@@ -95,15 +114,12 @@ pub fn env_path(name: &str) -> Option<PathBuf> {
 /// The first executable file called `name` in a directory of `PATH` (absolute
 /// directories only: an empty or relative entry would mean the working directory).
 pub fn search_path(name: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .filter(|dir| dir.is_absolute())
-        .map(|dir| dir.join(name))
-        .find(|candidate| {
-            std::fs::metadata(candidate)
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+    let path = std::env::var_os("PATH");
+    arcane_host::Environment {
+        path,
+        ..Default::default()
+    }
+    .find_program(name)
 }
 
 /// The runtime library of `kind` its environment variable names

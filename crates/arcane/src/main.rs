@@ -9,7 +9,6 @@ mod cmd;
 mod config;
 mod error;
 mod output;
-mod toml_keys;
 
 use std::process::ExitCode;
 

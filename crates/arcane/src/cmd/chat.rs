@@ -50,7 +50,8 @@ pub struct Args {
 /// Runs `arcane chat`.
 pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     use std::io::IsTerminal;
-    let timeout = crate::cmd::serve::seconds("--timeout", args.timeout, Duration::from_secs(120))?;
+    let timeout =
+        arcane_host::settings::seconds("--timeout", args.timeout, Duration::from_secs(120))?;
     let client =
         CoreClient::from_workspace(&context.workspace)?.with_deadlines(Deadlines::uniform(timeout));
     let mut messages = Vec::new();

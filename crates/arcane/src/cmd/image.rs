@@ -76,7 +76,8 @@ struct Drawn {
 
 /// Runs `arcane imagine`.
 pub fn imagine(context: &Context, args: ImagineArgs) -> Result<u8, CliError> {
-    let timeout = crate::cmd::serve::seconds("--timeout", args.timeout, Duration::from_secs(600))?;
+    let timeout =
+        arcane_host::settings::seconds("--timeout", args.timeout, Duration::from_secs(600))?;
     let client =
         CoreClient::from_workspace(&context.workspace)?.with_deadlines(Deadlines::uniform(timeout));
     let format = args.format.clone().unwrap_or_else(|| format_of(&args.out));

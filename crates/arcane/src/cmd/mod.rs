@@ -14,7 +14,6 @@ pub mod core;
 pub mod devices;
 pub mod engine_worker;
 pub mod gateway;
-pub mod groups;
 pub mod image;
 pub mod launch;
 pub mod lock;
@@ -157,15 +156,20 @@ impl WorkerOptions {
     pub fn library_flag(kind: arcane_localai::Engine) -> Option<&'static str> {
         (kind == onnx::KIND).then_some(onnx::LIBRARY_FLAG)
     }
+}
 
-    /// The Core host's service of the worker kind `engine`.
-    pub fn service(
+impl arcane_host::Workers for WorkerOptions {
+    fn named(&self) -> Vec<arcane_localai::Engine> {
+        WorkerOptions::named(self)
+    }
+
+    fn service(
         &self,
         engine: arcane_localai::Engine,
-        context: &Context,
+        workspace: &std::path::Path,
     ) -> Result<std::sync::Arc<dyn arcane_core::service::Service>, CliError> {
         if engine == onnx::KIND {
-            return Ok(onnx::service(context, &self.onnx)?);
+            return Ok(onnx::service(workspace, &self.onnx)?);
         }
         Err(crate::error::CommandError::usage(
             format!("`{engine}` has no worker service"),
@@ -285,26 +289,7 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
 /// default workspace works on a fresh machine. Anything that does exist there (a link,
 /// a file) is left for the lock's own checks to refuse.
 pub fn ensure_workspace(context: &crate::config::Context) -> Result<(), crate::error::CliError> {
-    let path = &context.workspace;
-    match std::fs::symlink_metadata(path) {
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            use std::os::unix::fs::DirBuilderExt;
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(path)
-                .map_err(|e| {
-                    crate::error::CommandError::new(
-                        arcane_report::codes::ARCANE_IO,
-                        format!("cannot create the workspace `{}`", path.display()),
-                        serde_json::json!({"path": path}),
-                    )
-                    .caused_by(e)
-                    .into()
-                })
-        }
-        _ => Ok(()),
-    }
+    arcane_host::ensure_workspace(&context.workspace)
 }
 
 /// Refuses to remove `path` (the registered `kind` `id`) while a running Core host's

@@ -100,7 +100,7 @@ pub fn worker(args: &WorkerArgs) -> u8 {
 /// overrides), else the workspace's registered ONNX Runtime (`arcane runtime add onnx`:
 /// the one called `onnx`, or the only one); none is `ARCANE_PREREQUISITE_MISSING`
 /// saying how to get one.
-pub fn library(context: &Context, flag: Option<&Path>) -> Result<PathBuf, CliError> {
+pub fn library(workspace: &Path, flag: Option<&Path>) -> Result<PathBuf, CliError> {
     if let Some(path) = flag
         .map(Path::to_path_buf)
         .or_else(|| crate::config::library_override(KIND))
@@ -108,7 +108,7 @@ pub fn library(context: &Context, flag: Option<&Path>) -> Result<PathBuf, CliErr
         return trusted_library(path);
     }
     if let Some(runtime) =
-        arcane_registry::Registry::new(&context.workspace).default_library_runtime(KIND)?
+        arcane_registry::Registry::new(workspace).default_library_runtime(KIND)?
     {
         return trusted_library(runtime.library);
     }
@@ -214,8 +214,8 @@ pub struct OnnxOptions {
 /// The `onnx` service of the host in `context.workspace`: workers are this executable
 /// (`__onnx-worker`) on the library [`library`] finds, targets resolved by the live
 /// device probe (or `options.inventory`), models by [`workspace_model_path`].
-pub fn service(context: &Context, options: &OnnxOptions) -> Result<Arc<OnnxService>, CliError> {
-    let library = library(context, options.library.as_deref())?;
+pub fn service(workspace: &Path, options: &OnnxOptions) -> Result<Arc<OnnxService>, CliError> {
+    let library = library(workspace, options.library.as_deref())?;
     let program = std::env::current_exe().map_err(|e| {
         CommandError::new(
             codes::ARCANE_IO,
@@ -228,7 +228,8 @@ pub fn service(context: &Context, options: &OnnxOptions) -> Result<Arc<OnnxServi
         Some(path) => Arc::new(arcane_devices::Catalog::from_inventory_file(path)?),
         None => Arc::new(arcane_devices::LiveProbe),
     };
-    let workspace = context.workspace.clone();
+    let records = workspace.to_path_buf();
+    let workspace = workspace.to_path_buf();
     Ok(OnnxService::new(OnnxConfig {
         library,
         worker_program: program,
@@ -238,7 +239,7 @@ pub fn service(context: &Context, options: &OnnxOptions) -> Result<Arc<OnnxServi
         start_timeout: std::time::Duration::from_secs(60),
         cancel_grace: std::time::Duration::from_secs(2),
         max_workers: arcane_onnx_service::DEFAULT_MAX_WORKERS,
-        records: Some(context.workspace.clone()),
+        records: Some(records),
         workers_outlive_host: options.workers_outlive_host,
     }))
 }
@@ -275,7 +276,7 @@ fn read_inputs(specs: &[String]) -> Result<BTreeMap<String, arcane_onnx::Tensor>
 }
 
 fn run_model(context: &Context, args: RunArgs) -> Result<u8, CliError> {
-    let library = library(context, args.library.as_deref())?;
+    let library = library(&context.workspace, args.library.as_deref())?;
     let model = model_path(&context.workspace, &args.model).map_err(CliError)?;
     let inputs = read_inputs(&args.inputs)?;
     let runtime = Runtime::load(&library)?;

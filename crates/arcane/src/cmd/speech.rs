@@ -97,7 +97,7 @@ fn spinner(context: &Context, message: String) -> Option<indicatif::ProgressBar>
 }
 
 fn client(context: &Context, timeout: Option<f64>) -> Result<CoreClient, CliError> {
-    let timeout = crate::cmd::serve::seconds("--timeout", timeout, Duration::from_secs(600))?;
+    let timeout = arcane_host::settings::seconds("--timeout", timeout, Duration::from_secs(600))?;
     Ok(CoreClient::from_workspace(&context.workspace)?.with_deadlines(Deadlines::uniform(timeout)))
 }
 

@@ -24,7 +24,8 @@ pub struct Args {
 
 /// Runs `arcane status`: reads `core.json`, asks the host, prints the answer.
 pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
-    let timeout = crate::cmd::serve::seconds("--timeout", args.timeout, Duration::from_secs(10))?;
+    let timeout =
+        arcane_host::settings::seconds("--timeout", args.timeout, Duration::from_secs(10))?;
     let client =
         CoreClient::from_workspace(&context.workspace)?.with_deadlines(Deadlines::uniform(timeout));
     let (health, local_ai, devices, models) =

@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::de::{self, Deserializer, Visitor};
 use serde_json::json;
 
-use crate::error::CommandError;
+use crate::error::Refusal;
 
 /// The field names `T` deserializes (the `fields` serde passes to
 /// `deserialize_struct`); empty for a type that is not a struct.
@@ -55,7 +55,7 @@ pub fn refuse_unknown(
     place: &str,
     table: &toml::Table,
     known: &[&str],
-) -> Result<(), CommandError> {
+) -> Result<(), Refusal> {
     let Some(key) = table.keys().find(|k| !known.contains(&k.as_str())) else {
         return Ok(());
     };
@@ -65,7 +65,7 @@ pub fn refuse_unknown(
         .map(|k| format!("`{k}`"))
         .collect::<Vec<_>>()
         .join(", ");
-    let mut error = CommandError::usage(
+    let mut error = Refusal::usage(
         format!("unknown key `{key}` at {place} of `{}`", path.display()),
         json!({"path": path, "key": key, "table": place, "known": known, "suggestion": suggestion}),
     );

@@ -24,8 +24,8 @@ use arcane_core::gateway::Group;
 use arcane_report::codes;
 use serde_json::{json, Value};
 
-use crate::cmd::gateway::{GroupTable, ModelTable};
-use crate::error::{CliError, CommandError};
+use crate::error::{Error, Refusal};
+use crate::models::{GroupTable, ModelTable};
 
 /// Why a `[[group]]` table is refused (all `ARCANE_USAGE`, naming the values).
 #[derive(Debug, thiserror::Error)]
@@ -103,9 +103,9 @@ impl GroupError {
     }
 }
 
-impl From<GroupError> for CliError {
+impl From<GroupError> for Error {
     fn from(error: GroupError) -> Self {
-        CommandError::new(error.code(), error.to_string(), error.details()).into()
+        Refusal::new(error.code(), error.to_string(), error.details()).into()
     }
 }
 

@@ -1,0 +1,634 @@
+//! The model gateway's settings: `[[model]]`, `[[group]]` and `[devices.<id>]` in
+//! `arcane.toml` turned into the Core host's gateway [`Configuration`] (validated, the
+//! registry read, nothing started).
+//!
+//! ```toml
+//! [[model]]
+//! id = "smol-a"              # what clients name in `model`
+//! aliases = ["fast"]
+//! model = "smollm2-135m"     # a registered model id or a GGUF path
+//! device = "cpu"             # exact; never a fallback (default `cpu`)
+//! args = ["-c", "2048"]      # engine arguments
+//! keep_alive = "5m"          # seconds or a duration; 0: after each request; -1: never
+//! load = "on-demand"         # or "on-start"
+//!
+//! [[model]]
+//! id = "remote"
+//! url = "http://127.0.0.1:9000"   # an OpenAI-compatible server: routed, never started
+//!
+//! [[model]]
+//! id = "custom"              # any OpenAI-compatible server, started and owned by Arcane
+//! command = ["/opt/llama/llama-server", "--host", "${SOCKET}", "-m", "${MODEL}"]
+//! model = "smollm2-135m"     # optional: `${MODEL}` is its file
+//! env = { OMP_NUM_THREADS = "2" }
+//! health = "/health"         # readiness path: 200 ready, 503 loading
+//! require_key = true         # behind `${API_KEY_FILE}`: a server that answers without
+//!                            # the key once ready is refused (default: served, and
+//!                            # reported reachable without the token)
+//! pin = true                 # never evicted to make room (implied by keep_alive = -1
+//!                            # and load = "on-start"; `false` takes it back)
+//! unlisted = true            # routable, but not in `/v1/models`
+//! upstream_model = "org/name" # the `model` the engine is sent (answers keep the client's)
+//!
+//! [[group]]
+//! id = "chat"
+//! members = ["smol-a", "custom"]
+//! exclusive = true           # one member loaded at a time (required: see `groups`)
+//!
+//! [devices.cpu]
+//! max_loaded = 1
+//! memory = 8000000000        # bytes
+//! ```
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arcane_core::gateway::{Configuration, DeviceLimit, KeepAlive, ModelSpec};
+use arcane_core::localai::{AdoptLauncher, EngineLauncher};
+use arcane_core::supervised::SupervisedLauncher;
+use arcane_localai::Engine;
+use arcane_registry::Registry;
+use arcane_report::codes;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::{Error, Refusal};
+use crate::settings::EngineTable;
+use crate::Context;
+
+/// One `[[model]]` table.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelTable {
+    /// The id clients name.
+    pub id: String,
+    /// Other names.
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// A registered model id or a GGUF path.
+    pub model: Option<String>,
+    /// A registered runtime id (default: the registered llama.cpp).
+    pub runtime: Option<String>,
+    /// The engine executable to run instead of the registered runtime's (a bundle's
+    /// own `llama-server`).
+    pub executable: Option<std::path::PathBuf>,
+    /// The exact device (default `cpu`).
+    pub device: Option<String>,
+    /// Engine arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Idle time before unloading: seconds, or a duration string.
+    pub keep_alive: Option<toml::Value>,
+    /// `on-demand` (default) or `on-start`.
+    pub load: Option<String>,
+    /// An external OpenAI-compatible server instead of `model`.
+    pub url: Option<String>,
+    /// Seconds a load may take (default 120).
+    pub startup_timeout: Option<f64>,
+    /// The `command` kind: a server's program and arguments, with placeholders
+    /// (`${PORT}`, `${SOCKET}`, `${API_KEY_FILE}`, `${MODEL}`).
+    pub command: Option<Vec<String>>,
+    /// The `command` kind's environment (values may use the placeholders).
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// The `command` kind's readiness path (default `/health`).
+    pub health: Option<String>,
+    /// A `command` behind `${API_KEY_FILE}` whose server answers without the key once
+    /// ready is refused (`true`) rather than served and reported reachable without
+    /// the token (the default).
+    #[serde(default)]
+    pub require_key: bool,
+    /// `true`: never evicted to make room; `false`: evictable even with
+    /// `keep_alive = -1` or `load = "on-start"` (which pin it otherwise).
+    pub pin: Option<bool>,
+    /// Routable, but left out of `/v1/models` (and every listing shown to clients).
+    #[serde(default)]
+    pub unlisted: bool,
+    /// The model name the engine is sent instead of the client's (llama-swap's
+    /// `useModelName`).
+    pub upstream_model: Option<String>,
+}
+
+/// One `[[group]]` table: models of which at most one is loaded at a time.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupTable {
+    /// The group's id.
+    pub id: String,
+    /// The ids of its models (each in at most one group).
+    #[serde(default)]
+    pub members: Vec<String>,
+    /// Must be `true`: a group exists to keep its members from running together.
+    pub exclusive: Option<bool>,
+}
+
+/// One `[devices.<id>]` table.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceTable {
+    /// The most models loaded at once.
+    pub max_loaded: Option<usize>,
+    /// The memory budget in bytes.
+    pub memory: Option<u64>,
+}
+
+/// The gateway's configuration for `tables` (relative paths against `base`), its
+/// device limits and its `groups`: validated (the groups before any model is looked
+/// up), the registry read, nothing started.
+pub fn models(
+    context: &Context,
+    tables: &[ModelTable],
+    devices: &HashMap<String, DeviceTable>,
+    groups: &[GroupTable],
+    base: &Path,
+    parent_death_signal: bool,
+) -> Result<Configuration, Error> {
+    let groups = crate::groups::groups(groups, tables)?;
+    let registry = Registry::new(&context.workspace);
+    let mut specs = Vec::new();
+    for table in tables {
+        check_names(table, &specs)?;
+        specs.push(spec(context, &registry, table, base, parent_death_signal)?);
+    }
+    let mut limits: HashMap<String, DeviceLimit> = devices
+        .iter()
+        .map(|(id, d)| {
+            (
+                id.clone(),
+                DeviceLimit {
+                    max_loaded: d.max_loaded,
+                    memory: d.memory,
+                },
+            )
+        })
+        .collect();
+    default_budgets(&specs, &mut limits);
+    Ok(Configuration {
+        models: specs,
+        limits,
+        groups,
+    })
+}
+
+/// A device without a `memory` budget gets its memory less a margin (a tenth, at least
+/// 1 GiB) from the device catalog; one the catalog does not know gets none (its load
+/// fails with the resolver's error anyway).
+fn default_budgets(specs: &[ModelSpec], limits: &mut HashMap<String, DeviceLimit>) {
+    let wanted: Vec<&str> = specs
+        .iter()
+        .filter(|s| !s.external)
+        .map(|s| s.device.as_str())
+        .filter(|d| limits.get(*d).is_none_or(|l| l.memory.is_none()))
+        .collect();
+    if wanted.is_empty() {
+        return;
+    }
+    let catalog = arcane_devices::probe();
+    for device in wanted {
+        let total_mib = catalog
+            .devices
+            .iter()
+            .find(|d| d.device_id.as_deref() == Some(device))
+            .and_then(|d| d.memory_mib.or(d.dedicated_memory_mib));
+        if let Some(total) = total_mib.map(|mib| mib << 20) {
+            let margin = (total / 10).max(1 << 30);
+            limits.entry(device.to_string()).or_default().memory =
+                Some(total.saturating_sub(margin));
+        }
+    }
+}
+
+/// Refuses an empty or malformed id, a name used twice, and a model that names both
+/// `model` and `url`.
+fn check_names(table: &ModelTable, earlier: &[ModelSpec]) -> Result<(), Error> {
+    let valid = !table.id.is_empty()
+        && table
+            .id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+    if !valid {
+        return Err(Refusal::usage(
+            format!(
+                "the model id `{}` may use only letters, digits, `.`, `-` and `_`",
+                table.id
+            ),
+            json!({"id": table.id}),
+        )
+        .into());
+    }
+    let names = std::iter::once(&table.id).chain(&table.aliases);
+    for name in names {
+        if earlier
+            .iter()
+            .any(|s| &s.id == name || s.aliases.contains(name))
+        {
+            return Err(Refusal::usage(
+                format!("the model name `{name}` is used twice in `[[model]]`"),
+                json!({"name": name}),
+            )
+            .into());
+        }
+    }
+    if table
+        .upstream_model
+        .as_deref()
+        .is_some_and(|name| name.trim().is_empty())
+    {
+        return Err(Refusal::usage(
+            format!("`upstream_model` of model `{}` is empty", table.id),
+            json!({"id": table.id, "upstream_model": table.upstream_model}),
+        )
+        .into());
+    }
+    if table.command.is_some() {
+        return check_command_table(table);
+    }
+    if table.url.is_some() == table.model.is_some() {
+        return Err(Refusal::usage(
+            format!("model `{}` needs exactly one of `model` (a registered id or GGUF path), `url` (an external server) and `command` (a server Arcane starts)", table.id),
+            json!({"id": table.id}),
+        )
+        .into());
+    }
+    for (field, set) in [
+        ("env", !table.env.is_empty()),
+        ("health", table.health.is_some()),
+        ("require_key", table.require_key),
+    ] {
+        if set {
+            return Err(Refusal::usage(
+                format!(
+                    "`{field}` of model `{}` applies to a `command` only",
+                    table.id
+                ),
+                json!({"id": table.id, "field": field}),
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// A `command` table names no `url` (the server is Arcane's), no `runtime` and no
+/// `args` (the command line is the command), and a program.
+fn check_command_table(table: &ModelTable) -> Result<(), Error> {
+    let conflicts = [
+        ("url", table.url.is_some()),
+        ("runtime", table.runtime.is_some()),
+        ("executable", table.executable.is_some()),
+        ("args", !table.args.is_empty()),
+    ];
+    if let Some((field, _)) = conflicts.iter().find(|(_, set)| *set) {
+        return Err(Refusal::usage(
+            format!(
+                "model `{}` has a `command`, so `{field}` does not apply (the command line is the whole server invocation)",
+                table.id
+            ),
+            json!({"id": table.id, "field": field}),
+        )
+        .into());
+    }
+    let empty = table
+        .command
+        .as_ref()
+        .and_then(|c| c.first())
+        .is_none_or(|program| program.trim().is_empty());
+    if empty {
+        return Err(Refusal::usage(
+            format!(
+                "`command` of model `{}` is empty: its first element is the program",
+                table.id
+            ),
+            json!({"id": table.id}),
+        )
+        .into());
+    }
+    let template = table.command.as_deref().unwrap_or_default();
+    let keyed_port =
+        arcane_localai::command_template::needs(template.get(1..).unwrap_or_default(), &table.env)
+            .is_ok_and(|needs| needs.port && needs.key_file);
+    if table.require_key && !keyed_port {
+        return Err(Refusal::usage(
+            format!(
+                "`require_key` of model `{}` applies to a command on `${{PORT}}` behind `${{API_KEY_FILE}}`",
+                table.id
+            ),
+            json!({"id": table.id, "field": "require_key"}),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+fn spec(
+    context: &Context,
+    registry: &Registry,
+    table: &ModelTable,
+    base: &Path,
+    parent_death_signal: bool,
+) -> Result<ModelSpec, Error> {
+    let keep_alive = match &table.keep_alive {
+        None => KeepAlive::default(),
+        Some(value) => keep_alive(&table.id, value)?,
+    };
+    let load_on_start = match table.load.as_deref() {
+        None | Some("on-demand") => false,
+        Some("on-start") => true,
+        Some(other) => {
+            return Err(Refusal::usage(
+                format!(
+                    "`load` of model `{}` must be `on-demand` or `on-start`, not `{other}`",
+                    table.id
+                ),
+                json!({"id": table.id, "load": other}),
+            )
+            .into())
+        }
+    };
+    let load_timeout = crate::settings::seconds(
+        "startup_timeout",
+        table.startup_timeout,
+        Duration::from_secs(120),
+    )?;
+    let (launcher, device, memory, exposure, digest) = match &table.url {
+        Some(url) => (
+            AdoptLauncher::new(arcane_localai::Engine::DEFAULT, url, load_timeout)
+                as Arc<dyn EngineLauncher>,
+            "external".into(),
+            0,
+            Exposure::External,
+            None,
+        ),
+        None => {
+            let engine = EngineTable {
+                runtime: match &table.command {
+                    Some(_) => Some(Engine::Command.as_str().to_string()),
+                    None => table.runtime.clone(),
+                },
+                model: table.model.clone(),
+                executable: table.executable.as_ref().map(|e| base.join(e)),
+                alias: Some(table.id.clone()),
+                device: Some(table.device.clone().unwrap_or_else(|| "cpu".into())),
+                args: table.args.clone(),
+                startup_timeout: table.startup_timeout,
+                ..EngineTable::default()
+            };
+            let mut config = crate::settings::table_config(registry, &engine, base, context)?;
+            config.id = table.id.clone();
+            config.alias = Some(table.id.clone());
+            if let Some(command) = &table.command {
+                apply_command(&mut config, command, table, base, &context.environment)?;
+            }
+            let workspace = &context.workspace;
+            config.check(workspace).map_err(|error| {
+                let hint = format!("fix model `{}` in `arcane.toml`", table.id);
+                Error::from(error).with_hint(hint)
+            })?;
+            // A gateway model is always its own engine, whatever answers at 8080.
+            config.adopt_existing = false;
+            config.parent_death_signal = parent_death_signal;
+            let memory = config
+                .model
+                .as_deref()
+                .map_or(0, |p| memory_need(p, &table.args));
+            let device = config.device.clone().unwrap_or_else(|| "cpu".into());
+            let exposure = exposure_of(&config);
+            let check = registered_check(workspace, &config);
+            let digest = registered_digest(workspace, config.model.clone());
+            (
+                SupervisedLauncher::checked(workspace, config, check) as Arc<dyn EngineLauncher>,
+                device,
+                memory,
+                exposure,
+                digest,
+            )
+        }
+    };
+    // What a reload compares: the table as written, and the model file it names as
+    // it is now (edited in place, it is another model).
+    let stamp = table
+        .model
+        .as_deref()
+        .map(|m| base.join(m))
+        .and_then(|p| std::fs::metadata(p).ok())
+        .map(|m| (m.len(), m.modified().ok()));
+    let fingerprint = format!("{table:?} {stamp:?}");
+    Ok(ModelSpec {
+        fingerprint,
+        digest,
+        id: table.id.clone(),
+        aliases: table.aliases.clone(),
+        launcher,
+        device,
+        keep_alive,
+        load_on_start,
+        external: exposure == Exposure::External,
+        answers_as_id: exposure == Exposure::Alias,
+        reachable_without_token: matches!(exposure, Exposure::External | Exposure::OpenPort),
+        memory,
+        load_timeout,
+        pin: table.pin,
+        unlisted: table.unlisted,
+        upstream_model: table.upstream_model.clone(),
+    })
+}
+
+/// The gateway of one model: the engine `arcane serve` runs from its flags or the
+/// embedded default (no `[[model]]` tables), loaded when the host starts and kept
+/// (no idle unload), so `arcane ps|load|unload|reload` and model routing work on the
+/// main job as on any gateway. Its id is the model's (the registered id, else the file
+/// name); answers are named as the client asked. The engine still probes its url
+/// first and adopts a server that answers there (the SDK's rule).
+pub fn single(config: arcane_localai::EngineConfig, workspace: &Path) -> Configuration {
+    let id = config
+        .alias
+        .clone()
+        .or_else(|| {
+            config
+                .model
+                .as_deref()
+                .and_then(Path::file_stem)
+                .map(|s| s.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| config.engine.as_str().to_string());
+    let device = config.device.clone().unwrap_or_else(|| "cpu".into());
+    let memory = config
+        .model
+        .as_deref()
+        .map_or(0, |p| memory_need(p, &config.extra_args));
+    let fingerprint = format!("{config:?}");
+    let load_timeout = config.startup_timeout + Duration::from_secs(5);
+    let spec = ModelSpec {
+        fingerprint,
+        digest: registered_digest(workspace, config.model.clone()),
+        id,
+        aliases: Vec::new(),
+        device,
+        keep_alive: KeepAlive::Never,
+        load_on_start: true,
+        external: false,
+        // It may adopt a server that names its model its own way.
+        answers_as_id: false,
+        reachable_without_token: exposure_of(&config) == Exposure::OpenPort,
+        memory,
+        load_timeout,
+        pin: None,
+        unlisted: false,
+        upstream_model: None,
+        launcher: SupervisedLauncher::checked(
+            workspace,
+            config.clone(),
+            registered_check(workspace, &config),
+        ),
+    };
+    let mut limits = HashMap::new();
+    default_budgets(std::slice::from_ref(&spec), &mut limits);
+    Configuration {
+        models: vec![spec],
+        limits,
+        groups: Vec::new(),
+    }
+}
+
+/// The registered SHA-256 of the model file at `path` (`None`: not registered): the
+/// digest the Ollama API lists for the model.
+fn registered_digest(workspace: &Path, path: Option<std::path::PathBuf>) -> Option<String> {
+    let path = path?;
+    Registry::new(workspace)
+        .models()
+        .ok()?
+        .into_iter()
+        .find(|m| m.path == path)
+        .map(|m| m.sha256)
+}
+
+/// For a registered model file: a check, before every load, that the file is still
+/// the one registered (its stamp, else its SHA-256), so a file replaced or edited in
+/// place after `serve` started is refused at its next load, not served.
+fn registered_check(
+    workspace: &Path,
+    config: &arcane_localai::EngineConfig,
+) -> Option<arcane_core::supervised::LaunchCheck> {
+    let path = config.model.as_ref()?;
+    let registry = Registry::new(workspace);
+    let model = registry
+        .models()
+        .ok()?
+        .into_iter()
+        .find(|m| &m.path == path)?;
+    Some(Arc::new(move || {
+        registry
+            .check_model_file(&model, &arcane_report::CancelToken::new())
+            .map_err(|e| Box::new(e) as arcane_core::BoxError)
+    }))
+}
+
+/// Who reaches a model's engine besides the Core, and how it names itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Exposure {
+    /// An external url: not Arcane's to secure; answers with its own model names.
+    External,
+    /// Owned, behind a socket or key, started with `--alias ID`: answers as the id.
+    Alias,
+    /// Owned, behind a socket or key, naming models its own way (a `command`).
+    Closed,
+    /// Owned on a port with no key (a `command` on a bare `${PORT}`, Ollama).
+    OpenPort,
+}
+
+/// The exposure of an owned engine, from its kind and (for a `command`) the
+/// placeholders of its template.
+fn exposure_of(config: &arcane_localai::EngineConfig) -> Exposure {
+    let kind = config.engine.kind();
+    let listen = match kind.starts() {
+        arcane_localai::Starts::Command => {
+            arcane_localai::command_template::needs(&config.template, &config.template_env)
+                .map_or(arcane_localai::OwnedListen::OpenPort, |n| n.listen())
+        }
+        _ if kind.can_close_its_door() => config.listen,
+        _ => arcane_localai::OwnedListen::OpenPort,
+    };
+    match (listen, kind.starts()) {
+        (arcane_localai::OwnedListen::OpenPort, _) => Exposure::OpenPort,
+        (_, arcane_localai::Starts::Command) => Exposure::Closed,
+        _ => Exposure::Alias,
+    }
+}
+
+/// The `command` kind's program (a path, or a name found on `PATH`), its template,
+/// environment and readiness path.
+fn apply_command(
+    config: &mut arcane_localai::EngineConfig,
+    command: &[String],
+    table: &ModelTable,
+    base: &Path,
+    environment: &crate::Environment,
+) -> Result<(), Error> {
+    let (program, template) = command.split_first().unwrap_or((&table.id, &[]));
+    let executable = if program.contains('/') {
+        let path = Path::new(program);
+        if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            base.join(path)
+        }
+    } else {
+        environment.find_program(program).ok_or_else(|| {
+            Error::from(
+                Refusal::new(
+                    codes::ARCANE_NOT_FOUND,
+                    format!(
+                        "the program `{program}` of model `{}` is not on `PATH`",
+                        table.id
+                    ),
+                    json!({"id": table.id, "program": program}),
+                )
+                .hint("give its full path as the first element of `command`"),
+            )
+        })?
+    };
+    config.executable = Some(executable);
+    config.template = template.to_vec();
+    config.template_env = table.env.clone();
+    config.health = table.health.clone();
+    config.require_key = table.require_key;
+    config.runtime_version = None;
+    Ok(())
+}
+
+/// What a model needs on its device: its file, the key/value cache of its context
+/// (`-c`/`--ctx-size` in its arguments, else the context it was trained for), and a
+/// tenth for compute buffers. A header that does not say leaves the file alone.
+fn memory_need(model: &Path, args: &[String]) -> u64 {
+    let file = std::fs::metadata(model).map_or(0, |m| m.len());
+    let info = arcane_registry::read_gguf(model).ok();
+    let asked = args
+        .windows(2)
+        .find(|w| w[0] == "-c" || w[0] == "--ctx-size")
+        .and_then(|w| w[1].parse::<u64>().ok())
+        .filter(|c| *c > 0);
+    let context = asked
+        .or(info.as_ref().and_then(|i| i.context_length))
+        .unwrap_or(4096);
+    let cache = info.and_then(|i| i.kv_cache_bytes(context)).unwrap_or(0);
+    let need = file + cache;
+    need + need / 10
+}
+
+fn keep_alive(id: &str, value: &toml::Value) -> Result<KeepAlive, Error> {
+    let parsed = match value {
+        toml::Value::Integer(n) => KeepAlive::from_seconds(*n as f64),
+        toml::Value::Float(f) => KeepAlive::from_seconds(*f),
+        toml::Value::String(text) => KeepAlive::parse(text),
+        other => Err(format!("`{other}` is not a duration")),
+    };
+    parsed.map_err(|why| {
+        Refusal::usage(
+            format!("`keep_alive` of model `{id}`: {why}"),
+            json!({"id": id, "keep_alive": value.to_string()}),
+        )
+        .into()
+    })
+}
