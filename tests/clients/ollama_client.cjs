@@ -38,12 +38,13 @@ async function main() {
   const running = await client.ps();
   check("ps", running.models.some((m) => m.model === tagged && m.size_vram === 0), running);
   const generated = await client.generate({ model, prompt: "The sky is", options: { num_predict: 6 } });
-  check("generate", generated.done && generated.response.length > 0, generated);
+  check("generate", generated.done && generated.response.length > 0 && Array.isArray(generated.context), generated);
   const pieces = [];
   for await (const part of await client.generate({ model, prompt: "One, two,", raw: true, stream: true, options: { num_predict: 6 } })) {
     pieces.push(part);
   }
-  check("generate stream", pieces[pieces.length - 1].done && pieces.length > 1, pieces);
+  const final = pieces[pieces.length - 1];
+  check("generate stream", final.done && pieces.length > 1 && Array.isArray(final.context), pieces);
   const embedded = await client.embed({ model: embedModel, input: ["hello", "world"] });
   check("embed", embedded.embeddings.length === 2 && embedded.embeddings[0].length > 0, embedded);
   try {
@@ -57,7 +58,9 @@ async function main() {
     await wrong.list();
     check("wrong token", false, "no error");
   } catch (error) {
-    check("wrong token", error.status_code === 401, String(error));
+    // Ollama's shape (`error` a string, not `[object Object]`), saying where the token is.
+    const said = error.error;
+    check("wrong token", error.status_code === 401 && typeof said === "string" && said.includes("arcane token show"), said);
   }
 }
 

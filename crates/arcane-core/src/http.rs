@@ -378,11 +378,24 @@ pub(crate) fn error_response(status: StatusCode, error: &dyn Diagnostic) -> Resp
     json_response(status, &json!({"error": error_json(error)}))
 }
 
-fn refusal(status: StatusCode, message: &'static str) -> Response<HttpBody> {
-    let mut response = json_response(
-        status,
-        &json!({"error": {"code": codes::CORE_UNAUTHORIZED, "message": message, "details": {}}}),
+/// An error the front door answers itself for `path`: in the shape of the API the path
+/// belongs to ([`crate::apis::error_body`]), else Arcane's `{error: {code, message,
+/// details}}`.
+fn own_error(
+    path: &str,
+    status: StatusCode,
+    code: &'static str,
+    message: &str,
+    details: Value,
+) -> Response<HttpBody> {
+    let body = crate::apis::error_body(path, code, message).unwrap_or_else(
+        || json!({"error": {"code": code, "message": message, "details": details}}),
     );
+    json_response(status, &body)
+}
+
+fn refusal(path: &str, status: StatusCode, message: &'static str) -> Response<HttpBody> {
+    let mut response = own_error(path, status, codes::CORE_UNAUTHORIZED, message, json!({}));
     if status == StatusCode::UNAUTHORIZED {
         response.headers_mut().insert(
             hyper::header::WWW_AUTHENTICATE,
@@ -418,6 +431,7 @@ fn admit_door(shared: &Shared, request: &Request<Incoming>) -> Option<Response<H
         });
     if !host_ok {
         return Some(refusal(
+            request.uri().path(),
             StatusCode::MISDIRECTED_REQUEST,
             "the `Host` header must name the loopback listener",
         ));
@@ -432,6 +446,7 @@ fn admit_door(shared: &Shared, request: &Request<Incoming>) -> Option<Response<H
         });
         if !allowed {
             return Some(refusal(
+                request.uri().path(),
                 StatusCode::FORBIDDEN,
                 "cross-origin requests are refused",
             ));
@@ -470,8 +485,9 @@ fn admit_token(shared: &Shared, request: &Request<Incoming>) -> Option<Response<
     let presented = from_header.or(from_api_key).or(from_query).unwrap_or("");
     if disagree || !constant_time_eq(presented.as_bytes(), expected) || expected.is_empty() {
         return Some(refusal(
+            request.uri().path(),
             StatusCode::UNAUTHORIZED,
-            "a valid bearer token is required",
+            "a valid bearer token is required (the workspace's token is what `arcane token show` prints)",
         ));
     }
     None
@@ -487,7 +503,7 @@ async fn handle(
         return answer(shared, request, connection).await;
     };
     let mut response = if is_preflight(&request) && preflight_admissible(&shared, &request) {
-        preflight(&origin, request.headers())
+        preflight(&origin, &request)
     } else {
         answer(shared, request, connection).await
     };
@@ -514,8 +530,8 @@ fn preflight_admissible(shared: &Shared, request: &Request<Incoming>) -> bool {
 
 /// The preflight's answer: 204 with what may be sent, or 403 when the page asks for a
 /// method or header the Core does not take from pages.
-fn preflight(origin: &HeaderValue, request: &hyper::HeaderMap) -> Response<HttpBody> {
-    match crate::origins::AllowedOrigins::preflight(origin, request) {
+fn preflight(origin: &HeaderValue, request: &Request<Incoming>) -> Response<HttpBody> {
+    match crate::origins::AllowedOrigins::preflight(origin, request.headers()) {
         Some(headers) => {
             let mut response = Response::new(full(Bytes::new()));
             *response.status_mut() = StatusCode::NO_CONTENT;
@@ -523,6 +539,7 @@ fn preflight(origin: &HeaderValue, request: &hyper::HeaderMap) -> Response<HttpB
             response
         }
         None => refusal(
+            request.uri().path(),
             StatusCode::FORBIDDEN,
             "the preflight asks for a method or header the Core does not take from pages",
         ),
@@ -902,9 +919,12 @@ fn core_health(shared: &Shared) -> Response<HttpBody> {
 }
 
 fn method_not_allowed(path: &str) -> Response<HttpBody> {
-    json_response(
+    own_error(
+        path,
         StatusCode::METHOD_NOT_ALLOWED,
-        &json!({"error": {"code": codes::METHOD_NOT_ALLOWED, "message": format!("`{path}` does not accept this HTTP method"), "details": {"path": path}}}),
+        codes::METHOD_NOT_ALLOWED,
+        &format!("`{path}` does not accept this HTTP method"),
+        json!({"path": path}),
     )
 }
 
@@ -916,9 +936,12 @@ fn not_found(path: &str, engine: bool) -> Response<HttpBody> {
     } else {
         format!("no endpoint `{path}` (no engine is selected)")
     };
-    json_response(
+    own_error(
+        path,
         StatusCode::NOT_FOUND,
-        &json!({"error": {"code": codes::ARCANE_NOT_FOUND, "message": message, "details": {"path": path}}}),
+        codes::ARCANE_NOT_FOUND,
+        &message,
+        json!({"path": path}),
     )
 }
 

@@ -7,6 +7,7 @@
 
 use hyper::body::Incoming;
 use hyper::{Request, Response};
+use serde_json::Value;
 
 use crate::host::Host;
 use crate::passthrough::Upstream;
@@ -25,6 +26,23 @@ pub enum Endpoint {
 /// The rows of every translated API, before the engines' own paths (so a llama.cpp
 /// model answers `/api/chat` too).
 pub const ROWS: &[Row] = ollama::ROWS;
+
+/// An API's error body, made from a stable code and a message.
+type ErrorShape = fn(&str, &str) -> Value;
+
+/// Each API's error shape: a path under the prefix gets errors in the body its function
+/// makes.
+const ERROR_SHAPES: &[(&str, ErrorShape)] = &[(ollama::PREFIX, ollama::error_body)];
+
+/// The body of an error the front door answers itself for `path` (a refusal of the
+/// token, `Host` or `Origin`; an unknown path or method) in the shape of the API the
+/// path belongs to, so that API's clients can read it; `None` outside every API.
+pub fn error_body(path: &str, code: &str, message: &str) -> Option<Value> {
+    ERROR_SHAPES
+        .iter()
+        .find(|(prefix, _)| path.starts_with(prefix))
+        .map(|(_, body)| body(code, message))
+}
 
 /// Answers a request of `endpoint`'s API.
 pub async fn handle(

@@ -91,12 +91,42 @@ fn ollamas_clients_and_litellm_work_through_the_front_door_with_the_token() {
     let mut serve = start(&ws);
     let (port, token) = host_endpoint(&ws);
 
-    // No unauthenticated path: the listing needs the token, as `x-api-key` too.
-    let (code, _, _) = exchange(
-        port,
-        &format!("GET /api/tags HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"),
-    );
+    // No unauthenticated path: the listing needs the token, as `x-api-key` too. The
+    // refusal is in Ollama's shape under `/api/` (its clients read `error` as a
+    // string), Arcane's elsewhere, and both say where the token is.
+    let refused = |path: &str| {
+        let (code, _, body) = exchange(
+            port,
+            &format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"),
+        );
+        (code, serde_json::from_str::<Value>(&body).unwrap())
+    };
+    let (code, body) = refused("/api/tags");
     assert_eq!(code, 401);
+    assert_eq!(body["code"], "CORE_UNAUTHORIZED", "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("arcane token show"),
+        "{body}"
+    );
+    let (code, body) = refused("/v1/models");
+    assert_eq!(code, 401);
+    assert_eq!(body["error"]["code"], "CORE_UNAUTHORIZED", "{body}");
+    // The Core's own answers under `/api/` too: an unknown path, a wrong method.
+    for (request, status) in [("GET /api/nope", 404), ("GET /api/chat", 405)] {
+        let (code, _, body) = exchange(
+            port,
+            &format!("{request} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"),
+        );
+        assert_eq!(code, status, "{request}: {body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert!(
+            body["error"].as_str().unwrap().contains("/api/"),
+            "{request}: {body}"
+        );
+    }
     let (code, _, body) = exchange(
         port,
         &format!("GET /api/tags HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nx-api-key: {token}\r\nConnection: close\r\n\r\n"),

@@ -58,6 +58,16 @@ const fn row(verb: Verb, path: &'static str, endpoint: Endpoint) -> Row {
     }
 }
 
+/// Where Ollama's API lives: every path under it answers errors in Ollama's shape
+/// ([`error_body`]), the front door's own refusals included.
+pub const PREFIX: &str = "/api/";
+
+/// An error in Ollama's shape, `{"error": "…"}`, with Arcane's stable `code` beside it
+/// (Ollama's clients read `error` as a string and ignore the rest).
+pub fn error_body(code: &str, message: &str) -> Value {
+    json!({"error": message, "code": code})
+}
+
 /// Ollama's API on the front door, for every gateway model (this module):
 /// before the engines' rows, so a llama.cpp model answers `/api/chat` too; a model of
 /// the `ollama` kind still gets the request as it came. Any other `/api/` path is an
@@ -201,7 +211,7 @@ impl OllamaError {
 
     /// The body: `{"error": "…", "code": "…"}`.
     pub fn body(&self) -> Value {
-        json!({"error": self.to_string(), "code": self.code()})
+        error_body(self.code(), &self.to_string())
     }
 
     /// The response.

@@ -110,6 +110,12 @@ impl Reply {
         };
         line.insert("done".into(), json!(true));
         line.insert("done_reason".into(), json!(reason));
+        if self.kind == Kind::Generate {
+            // Ollama's token ids of the exchange, for a next request to continue from;
+            // the engines' OpenAI answers do not carry them. Clients that parse it as
+            // required (the Vercel AI SDK's provider) get an empty one.
+            line.insert("context".into(), json!([]));
+        }
         line.insert(
             "total_duration".into(),
             json!(self.started.elapsed().as_nanos() as u64),
@@ -446,6 +452,7 @@ mod tests {
         assert_eq!(value["response"], "Hi there");
         assert_eq!(value["done"], true);
         assert_eq!(value["eval_duration"], 1_500_000);
+        assert_eq!(value["context"], json!([]));
         assert!(value.get("message").is_none());
     }
 
