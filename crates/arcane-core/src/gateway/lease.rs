@@ -21,6 +21,9 @@ pub(super) struct Lease {
     status: Option<StatusCode>,
     usage: Option<Value>,
     finished: bool,
+    /// Whether it is a request, measured in the metrics (a load asked for by
+    /// `models.load` holds the model the same way, and is not one).
+    counted: bool,
 }
 
 impl crate::passthrough::Lease for Lease {
@@ -54,6 +57,12 @@ impl Lease {
         &self.model
     }
 
+    /// The same lease, not measured as a request (a load someone asked for).
+    pub(super) fn uncounted(mut self) -> Self {
+        self.counted = false;
+        self
+    }
+
     /// Counts the request in the model's metrics.
     fn measure(&self, metrics: &Metrics) {
         let label = Metrics::label(&self.model.spec.id);
@@ -85,7 +94,7 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if let Some(gateway) = self.gateway.upgrade() {
+        if let Some(gateway) = self.gateway.upgrade().filter(|_| self.counted) {
             self.measure(&gateway.metrics);
         }
         let idle = {
@@ -173,6 +182,7 @@ impl Gateway {
                         status: None,
                         usage: None,
                         finished: false,
+                        counted: true,
                     });
                 }
                 Phase::Failed(error) if waited_on_load => return Err(load_failed(&error)),

@@ -26,7 +26,13 @@ impl Gateway {
 
     pub(super) async fn load_method(&self, parameters: Value) -> MethodResult {
         let model = self.model_parameter(&parameters)?;
-        let lease = self.acquire(&model, None).await.map_err(refused)?;
+        // A load holds the model as a request would, and is not one (`/metrics`, the
+        // dashboard's requests and errors).
+        let lease = self
+            .acquire(&model, None)
+            .await
+            .map_err(refused)?
+            .uncounted();
         let model = Arc::clone(lease.model());
         drop(lease);
         Ok(model.row())

@@ -479,6 +479,9 @@ model = "smollm2-135m"
     );
     let mut serve = start(&ws);
     let (port, token) = host_endpoint(&ws);
+    // A load asked for (`arcane load`, the dashboard's button) is not a request.
+    let loaded = run(ws.arcane().args(["load", "smol-a"]));
+    assert!(loaded.status.success(), "{loaded:?}");
     let mut completion_tokens = 0;
     for _ in 0..3 {
         let (code, answer) = chat(&ws, Some("smol-a"));
