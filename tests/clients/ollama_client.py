@@ -134,6 +134,16 @@ try:
 except ollama.ResponseError as error:
     check("num_ctx", error.status_code == 400 and "123457" in error.error, error)
 
+# The context `show` reports is the one the model is served with (its `-c 2048`, not
+# the file's 8192), and a client that sends it back as `num_ctx` (llama-index does),
+# or less, is served.
+served = shown.modelinfo["llama.context_length"]
+answers = [
+    client.chat(model=model, messages=[{"role": "user", "content": "hi"}], options={"num_ctx": n, "num_predict": 2})
+    for n in (served, 256)
+]
+check("num_ctx served", served == 2048 and all(a.done for a in answers), (served, answers))
+
 wrong = ollama.Client(host=root, headers={"Authorization": "Bearer wrong-token"}, timeout=30)
 try:
     wrong.list()

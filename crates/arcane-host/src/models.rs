@@ -604,11 +604,7 @@ fn apply_command(
 fn memory_need(model: &Path, args: &[String]) -> u64 {
     let file = std::fs::metadata(model).map_or(0, |m| m.len());
     let info = arcane_registry::read_gguf(model).ok();
-    let asked = args
-        .windows(2)
-        .find(|w| w[0] == "-c" || w[0] == "--ctx-size")
-        .and_then(|w| w[1].parse::<u64>().ok())
-        .filter(|c| *c > 0);
+    let asked = arcane_workspace::context_arg(args);
     let context = asked
         .or(info.as_ref().and_then(|i| i.context_length))
         .unwrap_or(4096);

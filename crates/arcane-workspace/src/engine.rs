@@ -366,6 +366,44 @@ pub fn door_arg<'a>(door_args: &[&str], args: &'a [String]) -> Option<&'a str> {
     })
 }
 
+/// The value of the first of `args` named one of `names`: `-c 2048` or
+/// `--ctx-size=2048` alike.
+fn arg_value<'a>(names: &[&str], args: &'a [String]) -> Option<&'a str> {
+    args.iter().enumerate().find_map(|(i, arg)| {
+        let (name, inline) = match arg.split_once('=') {
+            Some((name, value)) if name.starts_with("--") => (name, Some(value)),
+            _ => (arg.as_str(), None),
+        };
+        if !names.contains(&name) {
+            return None;
+        }
+        inline.or_else(|| args.get(i + 1).map(String::as_str))
+    })
+}
+
+/// The context, in tokens, an engine started with `args` holds (llama-server's
+/// `-c`/`--ctx-size`, which the servers of the `command` kind mostly share); `None`
+/// when the arguments leave it to the model (absent, or `0`).
+pub fn context_arg(args: &[String]) -> Option<u64> {
+    arg_value(&["-c", "--ctx-size"], args)?
+        .parse()
+        .ok()
+        .filter(|c| *c > 0)
+}
+
+/// The context one request gets from an engine started with `args`: [`context_arg`],
+/// shared among the `-np`/`--parallel` slots unless `-kvu`/`--kv-unified` lets each
+/// use all of it (llama-server's rule); `None` when the model's own context applies.
+pub fn request_context(args: &[String]) -> Option<u64> {
+    let context = context_arg(args)?;
+    let unified = args.iter().any(|a| a == "-kvu" || a == "--kv-unified");
+    let slots = arg_value(&["-np", "--parallel"], args)
+        .and_then(|n| n.parse::<u64>().ok())
+        .filter(|n| *n > 0 && !unified)
+        .unwrap_or(1);
+    Some(context / slots)
+}
+
 /// Whether `path` is one of `api_paths` ([`EngineKind::api_paths`]): an entry ending in
 /// `/` stands for every path below it (`/v1/` matches `/v1/models`, not `/v1`), any
 /// other for exactly itself. The one reading of those lists: the front door's engine
@@ -613,5 +651,26 @@ mod tests {
                 assert_eq!(name, name.to_ascii_lowercase());
             }
         }
+    }
+
+    #[test]
+    fn the_context_of_the_arguments_is_read_in_every_spelling_and_shared_by_slots() {
+        let args = |list: &[&str]| list.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        assert_eq!(context_arg(&args(&["-c", "2048"])), Some(2048));
+        assert_eq!(
+            context_arg(&args(&["--ctx-size=4096", "-c", "1"])),
+            Some(4096)
+        );
+        assert_eq!(context_arg(&args(&["-c", "0"])), None);
+        assert_eq!(context_arg(&args(&["--jinja"])), None);
+        assert_eq!(
+            request_context(&args(&["-c", "2048", "-np", "2"])),
+            Some(1024)
+        );
+        assert_eq!(
+            request_context(&args(&["-c", "2048", "--parallel=4", "--kv-unified"])),
+            Some(2048)
+        );
+        assert_eq!(request_context(&args(&["-c", "2048"])), Some(2048));
     }
 }

@@ -19,6 +19,9 @@ const MODELS: &str = r#"
 [[model]]
 id = "smol"
 model = "smollm2-135m"
+# As `docs/gateway.toml.example` writes it: less than the file's 8192, which
+# `/api/show` must not report (a client sends it back as `num_ctx`).
+args = ["-c", "2048"]
 
 [[model]]
 id = "smol-embed"
@@ -281,6 +284,7 @@ fn ollamas_clients_and_litellm_work_through_the_front_door_with_the_token() {
             "unknown model",
             "pull refused",
             "num_ctx",
+            "num_ctx served",
             "wrong token",
         ],
     );

@@ -148,8 +148,8 @@ pub enum OllamaError {
     /// The request is malformed or asks for what the model cannot do.
     #[error("{0}")]
     BadRequest(String),
-    /// `num_ctx` differs from the context the model is loaded with.
-    #[error("num_ctx {asked} differs from the context `{model}` is loaded with ({loaded} tokens); Arcane does not reload a model per request: set its context in `arcane.toml` (`args = [\"-c\", \"{asked}\"]` in its [[model]] table), run `arcane reload`, or leave `num_ctx` out")]
+    /// `num_ctx` is more than the context the model is loaded with.
+    #[error("num_ctx {asked} is more than the context `{model}` is loaded with ({loaded} tokens per request); Arcane does not reload a model per request: set its context in `arcane.toml` (`args = [\"-c\", \"{asked}\"]` in its [[model]] table), run `arcane reload`, or ask for at most {loaded}")]
     ContextMismatch {
         /// The model.
         model: String,
@@ -399,7 +399,7 @@ pub struct Exchange<'a> {
 /// Checks a routed engine must pass before the request is sent.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Needs {
-    /// `num_ctx` asked for: it must be the loaded context.
+    /// `num_ctx` asked for: it must be at most the loaded context.
     pub context: Option<u64>,
     /// Images sent: the engine must have vision.
     pub vision: bool,
@@ -552,14 +552,14 @@ impl Exchange<'_> {
     }
 }
 
-/// Checks `needs` against the engine's `/props`: the loaded context (a `num_ctx` that
-/// differs is a 400 naming both), vision for images.
+/// Checks `needs` against the engine's `/props`: the loaded context (a `num_ctx` up to
+/// it is served; more is a 400 naming both), vision for images.
 pub fn check_needs(props: &Value, needs: Needs, model: &str) -> Result<(), OllamaError> {
     if let Some(asked) = needs.context {
         let loaded = props["default_generation_settings"]["n_ctx"]
             .as_u64()
             .or_else(|| props["n_ctx"].as_u64());
-        if let Some(loaded) = loaded.filter(|loaded| *loaded != asked) {
+        if let Some(loaded) = loaded.filter(|loaded| asked > *loaded) {
             return Err(OllamaError::ContextMismatch {
                 model: model.to_string(),
                 asked,
@@ -632,7 +632,7 @@ mod tests {
     }
 
     #[test]
-    fn a_num_ctx_other_than_the_loaded_one_is_refused_naming_both() {
+    fn a_num_ctx_over_the_loaded_one_is_refused_naming_both_and_one_under_it_served() {
         let props = json!({"default_generation_settings": {"n_ctx": 2048}, "modalities": {"vision": false}});
         let needs = Needs {
             context: Some(8192),
@@ -644,11 +644,13 @@ mod tests {
             text.contains("8192") && text.contains("2048") && text.contains("arcane reload"),
             "{text}"
         );
-        let same = Needs {
-            context: Some(2048),
-            vision: false,
-        };
-        assert!(check_needs(&props, same, "smol").is_ok());
+        for served in [2048, 512] {
+            let needs = Needs {
+                context: Some(served),
+                vision: false,
+            };
+            assert!(check_needs(&props, needs, "smol").is_ok(), "{served}");
+        }
         let images = Needs {
             context: None,
             vision: true,

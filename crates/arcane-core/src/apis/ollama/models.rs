@@ -182,8 +182,11 @@ pub async fn show(facts: &ModelFacts, asked: &str) -> Result<Response<HttpBody>,
         if let Some(file_type) = gguf.file_type {
             info.insert("general.file_type".into(), json!(file_type));
         }
+        // The context it is (or will be) served with, which a client may send back as
+        // `num_ctx`: its arguments' when they set one, else the model's own.
+        let served = arcane_workspace::request_context(&facts.args).or(gguf.context_length);
         for (key, value) in [
-            ("context_length", gguf.context_length),
+            ("context_length", served),
             ("block_count", gguf.block_count),
             ("embedding_length", gguf.embedding_length),
             ("attention.head_count", gguf.head_count),

@@ -2,7 +2,7 @@
 //! fields. Sampling options map one to one (`num_predict` is `max_tokens`); options
 //! that choose how a model is loaded (`num_gpu`, `num_thread`, `use_mmap`, …) are
 //! Arcane's configuration, not a request's, and are ignored as Ollama ignores options
-//! it does not know; `num_ctx` must be the loaded context (checked against the engine,
+//! it does not know; `num_ctx` must be at most the loaded context (checked against the engine,
 //! see [`super::check_needs`]). The table is in `docs/ollama-api.md`.
 
 use serde_json::{json, Map, Value};
