@@ -33,8 +33,10 @@ pub const DEFAULT_DEVICE: &str = "cpu";
 #[cfg_attr(feature = "clap", derive(clap::Args))]
 #[cfg_attr(feature = "clap", command(disable_version_flag = true))]
 pub struct Flags {
-    /// Read engines from this TOML file (default: `<workspace>/arcane.toml` when it
-    /// exists; see `docs/arcane.toml.example`).
+    /// Read the configuration from this TOML file (see `docs/arcane.toml.example`).
+    /// Default: `arcane.toml` in the current directory when there is one (`arcane
+    /// serve` only), else `<workspace>/arcane.toml` when it exists; `serve` names the
+    /// file it read on its first line.
     #[cfg_attr(feature = "clap", arg(long, value_name = "FILE"))]
     pub config: Option<PathBuf>,
 
@@ -207,6 +209,9 @@ pub struct ConfigFile {
     /// the reader, never read from the file.
     #[serde(skip)]
     pub has_settings: bool,
+    /// The file it was read from (absolute): set by the reader.
+    #[serde(skip)]
+    pub path: PathBuf,
 }
 
 /// What a host runs for `arcane.toml` and `flags`, validated before anything starts:
@@ -220,6 +225,7 @@ pub fn options(context: &Context, flags: &Flags) -> Result<ServeOptions, Error> 
     let log_budget = log_budget(file.as_ref())?;
     let web = packaged_web(flags, file.as_ref(), &base)?;
     let had_file = file.as_ref().is_some_and(|f| f.has_settings);
+    let config_file = file.as_ref().map(|f| f.path.clone());
     let mut gateway = model_gateway(context, flags, file.as_ref(), &base)?;
     let mut one_model = false;
     let configs = if gateway.is_some() {
@@ -235,6 +241,7 @@ pub fn options(context: &Context, flags: &Flags) -> Result<ServeOptions, Error> 
         configs
     };
     let mut options = ServeOptions::new(configs);
+    options.config_file = config_file;
     options.one_model = one_model;
     options.gateway = gateway;
     if let Some(listen) = listen {
@@ -801,6 +808,7 @@ fn read_config(
     check_keys(&path, &table)?;
     let mut file: ConfigFile = toml::from_str(&text).map_err(invalid)?;
     file.has_settings = !table.is_empty();
+    file.path = path.clone();
     if table.contains_key("engine") && file.engine.is_empty() {
         return Err(Refusal::usage(
             format!("`engine` in `{}` lists no engines", path.display()),
@@ -1049,7 +1057,7 @@ pub(crate) fn table_config(
         } else {
             let registered = registry.model(model).map_err(|e| {
                 let hint = if model == DEFAULT_MODEL {
-                    "register it with `arcane model add smollm2-135m --file PATH` (scripts/run.sh does this), or pass `--model PATH`"
+                    "register it with `arcane model add smollm2-135m --file PATH` (scripts/run.sh does this), pass `--model PATH`, or configure models in an `arcane.toml` (read from the current directory, else the workspace)"
                 } else {
                     "list models with `arcane model list`, or pass a GGUF path"
                 };

@@ -315,6 +315,9 @@ pub struct ServeOptions {
     pub log_budget: Option<usize>,
     /// The application's packaged web, opened (served at `/ui/app/`).
     pub web: Option<Arc<arcane_core::web::WebRoot>>,
+    /// The configuration file these options were read from (`None`: no file; the flags
+    /// or the embedded default).
+    pub config_file: Option<PathBuf>,
 }
 
 impl ServeOptions {
@@ -332,6 +335,7 @@ impl ServeOptions {
             allowed_origins: Default::default(),
             log_budget: None,
             web: None,
+            config_file: None,
         }
     }
 }

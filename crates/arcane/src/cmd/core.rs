@@ -162,22 +162,31 @@ fn host_timeout(context: &Context, what: &str, error: CliError) -> CliError {
 /// How `arcane serve` says what its host does: events and notes on the CLI's output,
 /// and the documented JSON lines (`core.listening` in `--output ndjson`, the closing
 /// summary in `--output json`).
-pub struct Said<'a>(pub &'a Context);
+pub struct Said<'a> {
+    /// The command's context (its output).
+    pub context: &'a Context,
+    /// The configuration file the host was configured from (`None`: none).
+    pub config: Option<std::path::PathBuf>,
+}
 
 impl Presenter for Said<'_> {
     fn event(&self, event: &Event) {
-        self.0.output.event(event);
+        self.context.output.event(event);
     }
 
     fn listening(&self, listening: &Listening) {
-        let (output, url) = (&self.0.output, &listening.url);
+        let (output, url) = (&self.context.output, &listening.url);
+        output.note(&match &self.config {
+            Some(path) => format!("configuration: `{}`", path.display()),
+            None => "configuration: none (no `arcane.toml` here or in the workspace): the flags, else the embedded default".into(),
+        });
         output.note(&format!(
             "Core host listening on {url}: clients use this address (OpenAI base URL {url}/v1) with the token `arcane token show` prints (endpoint in `{}`)",
             listening.endpoint_file.display()
         ));
         if output.mode == crate::cli::OutputMode::Ndjson {
-            let summary =
-                json!({"url": url, "pid": listening.pid, "endpointFile": listening.endpoint_file});
+            let summary = json!({"url": url, "pid": listening.pid,
+                "endpointFile": listening.endpoint_file, "configFile": self.config});
             output.result(
                 "",
                 &json!({"type": event_types::CORE_LISTENING, "data": summary}),
@@ -186,12 +195,17 @@ impl Presenter for Said<'_> {
     }
 
     fn ready(&self, ready: &Ready<'_>) {
-        announce(self.0, &ready.listening.url, ready.llama, ready.gateway);
+        announce(
+            self.context,
+            &ready.listening.url,
+            ready.llama,
+            ready.gateway,
+        );
     }
 
     fn closed(&self, listening: &Listening) {
-        if self.0.output.mode == crate::cli::OutputMode::Json {
-            self.0.output.result(
+        if self.context.output.mode == crate::cli::OutputMode::Json {
+            self.context.output.result(
                 "",
                 &json!({"url": listening.url, "pid": listening.pid, "state": "closed"}),
             );

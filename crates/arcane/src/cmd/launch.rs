@@ -163,7 +163,10 @@ fn serve_command(
         .arg0(launcher.path())
         .arg("--workspace")
         .arg(&launch.state_root)
-        .arg("serve");
+        .arg("serve")
+        // `serve` reads an `arcane.toml` in its current directory: a bundle's host is
+        // configured by the bundle alone, never by a file where the user stands.
+        .current_dir(&launch.state_root);
     if let Some(runtime) = &launch.runtime {
         command
             .arg("--runtime")

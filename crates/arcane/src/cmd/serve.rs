@@ -33,11 +33,42 @@ pub fn run(context: &Context, mut args: Args) -> Result<u8, CliError> {
     crate::cmd::ensure_workspace(context)?;
     let owner = arcane_core::endpoint::OwnerLock::acquire(&context.workspace)?;
     let host = context.host();
+    if args.flags.config.is_none() {
+        args.flags.config = local_config(context);
+    }
     let mut options = arcane_host::settings::options(&host, &args.flags)?;
     args.workers.or_registered(context)?;
     options.workers = std::sync::Arc::new(args.workers);
-    arcane_host::serve(&host, options, owner, &crate::cmd::core::Said(context))
+    let said = crate::cmd::core::Said {
+        context,
+        config: options.config_file.clone(),
+    };
+    arcane_host::serve(&host, options, owner, &said)
 }
+
+/// `arcane.toml` in the current directory, when there is one: a project's own
+/// configuration comes before the workspace's (as `docker compose` reads the project's
+/// file), and the workspace's, when there is one too, is not read (said in a note).
+fn local_config(context: &Context) -> Option<std::path::PathBuf> {
+    let local = std::path::absolute(LOCAL_CONFIG).ok()?;
+    // Anything there counts (a FIFO or a directory is refused by the reader).
+    std::fs::symlink_metadata(&local).ok()?;
+    let workspace = context.workspace.join(LOCAL_CONFIG);
+    let same = |a: &std::path::Path, b: &std::path::Path| {
+        std::fs::canonicalize(a).ok() == std::fs::canonicalize(b).ok()
+    };
+    if workspace.exists() && !same(&local, &workspace) {
+        context.output.note(&format!(
+            "reading `{}` from the current directory; the workspace's `{}` is not read (`--config` names another)",
+            local.display(),
+            workspace.display()
+        ));
+    }
+    Some(local)
+}
+
+/// The configuration file's name, in the current directory and in the workspace.
+const LOCAL_CONFIG: &str = "arcane.toml";
 
 /// The human line for one of this command's events.
 pub fn human_event(event: &Event, verbose: u8) -> Option<String> {

@@ -922,6 +922,57 @@ fn a_repeated_model_flag_makes_a_gateway_llama_methods_act_on_it_and_a_failed_lo
     serve.terminate();
 }
 
+/// `arcane.toml` in the current directory comes before the workspace's (as `docker
+/// compose` reads a project's file), `--config` before both, and `serve` names the file
+/// it read (`configFile` of `core.listening`, and its first line for a person).
+#[test]
+fn an_arcane_toml_in_the_current_directory_is_read_and_named() {
+    let table = |id: &str| format!("[[model]]\nid = \"{id}\"\nmodel = \"smollm2-135m\"\n");
+    let ws = gateway_workspace(&table("from-workspace"));
+    let project = tempfile::tempdir().unwrap();
+    let local = project.path().join("arcane.toml");
+    std::fs::write(&local, table("from-project")).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let served = |cwd: &std::path::Path, args: &[&std::ffi::OsStr]| {
+        let mut command = ws.arcane();
+        command
+            .current_dir(cwd)
+            .args(["--output", "ndjson", "serve"])
+            .args(args);
+        let mut serve = Serve::spawn(command);
+        let listening = serve.wait_for("core.listening", START);
+        crate::support::wait_until(START, "core.json", || {
+            std::fs::read_to_string(ws.path().join(".arcane/core.json"))
+                .is_ok_and(|t| t.contains("token"))
+        });
+        let (port, token) = host_endpoint(&ws);
+        let (code, body) = call(port, &token, "GET", "/v1/models", None);
+        assert_eq!(code, 200, "{body}");
+        let ids: Vec<Value> = parsed("/v1/models", &body)["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].clone())
+            .collect();
+        serve.terminate();
+        (listening["data"]["configFile"].clone(), ids)
+    };
+    let workspace_file = ws.path().join("arcane.toml");
+    assert_eq!(
+        served(project.path(), &[]),
+        (json!(local), vec![json!("from-project")])
+    );
+    let flag = [std::ffi::OsStr::new("--config"), workspace_file.as_os_str()];
+    assert_eq!(
+        served(project.path(), &flag),
+        (json!(workspace_file), vec![json!("from-workspace")])
+    );
+    assert_eq!(
+        served(elsewhere.path(), &[]),
+        (json!(workspace_file), vec![json!("from-workspace")])
+    );
+}
+
 /// Issue 18, part 4: one mode. `arcane serve` on the embedded default (no `[[model]]`)
 /// is a gateway of that one model: `ps`, `unload`, `load` and `reload` work on it, an
 /// unknown model is OpenAI's 404 naming the known one, and no model still selects it.
