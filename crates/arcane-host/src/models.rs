@@ -329,10 +329,6 @@ fn spec(
     base: &Path,
     parent_death_signal: bool,
 ) -> Result<ModelSpec, Error> {
-    let keep_alive = match &table.keep_alive {
-        None => KeepAlive::default(),
-        Some(value) => keep_alive(&table.id, value)?,
-    };
     let load_on_start = match table.load.as_deref() {
         None | Some("on-demand") => false,
         Some("on-start") => true,
@@ -346,6 +342,15 @@ fn spec(
             )
             .into())
         }
+    };
+    let keep_alive = match &table.keep_alive {
+        // A model meant to be there (loaded at start, or pinned) stays loaded unless its
+        // table says how long it may idle.
+        None if table.pin != Some(false) && (load_on_start || table.pin == Some(true)) => {
+            KeepAlive::Never
+        }
+        None => KeepAlive::default(),
+        Some(value) => keep_alive(&table.id, value)?,
     };
     let load_timeout = crate::settings::seconds(
         "startup_timeout",
@@ -627,4 +632,39 @@ fn keep_alive(id: &str, value: &toml::Value) -> Result<KeepAlive, Error> {
         )
         .into()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A model loaded at start, or pinned, is meant to be there: without a `keep_alive`
+    /// of its own it never unloads for idleness; with one, or with `pin = false`, the
+    /// usual rule holds.
+    #[test]
+    fn a_model_meant_to_be_there_stays_unless_its_table_says_how_long_it_may_idle() {
+        let workspace = tempfile::tempdir().unwrap();
+        let context = Context::new(workspace.path());
+        let idle = |load: Option<&str>, pin: Option<bool>, keep_alive: Option<&str>| {
+            let table = ModelTable {
+                id: "m".into(),
+                url: Some("http://127.0.0.1:9".into()),
+                load: load.map(String::from),
+                pin,
+                keep_alive: keep_alive.map(|k| toml::Value::String(k.into())),
+                ..ModelTable::default()
+            };
+            let base = workspace.path();
+            let configuration =
+                models(&context, &[table], &HashMap::new(), &[], base, true).unwrap();
+            configuration.models[0].keep_alive
+        };
+        let five_minutes = KeepAlive::For(Duration::from_secs(300));
+        assert_eq!(idle(Some("on-start"), None, None), KeepAlive::Never);
+        assert_eq!(idle(None, Some(true), None), KeepAlive::Never);
+        assert_eq!(idle(None, None, None), five_minutes);
+        // `pin = false`: not meant to stay, so the default holds.
+        assert_eq!(idle(Some("on-start"), Some(false), None), five_minutes);
+        assert_eq!(idle(Some("on-start"), None, Some("5m")), five_minutes);
+    }
 }

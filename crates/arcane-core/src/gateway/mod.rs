@@ -169,15 +169,15 @@ impl ModelSpec {
         match self.pin {
             Some(false) => None,
             Some(true) => Some(Pinned::Explicit),
-            None if self.keep_alive == KeepAlive::Never => Some(Pinned::KeepAliveNever),
             None if self.load_on_start => Some(Pinned::OnStart),
+            None if self.keep_alive == KeepAlive::Never => Some(Pinned::KeepAliveNever),
             None => None,
         }
     }
 }
 
-/// Why a model is pinned: never evicted to make room for another (its own
-/// `keep_alive` still unloads it; `arcane unload` still does).
+/// Why a model is pinned: never evicted to make room for another (a `keep_alive` its
+/// table gives still unloads it, as `arcane unload` does; without one it stays).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pinned {
     /// `pin = true`.
