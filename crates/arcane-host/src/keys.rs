@@ -69,12 +69,46 @@ pub fn refuse_unknown(
         format!("unknown key `{key}` at {place} of `{}`", path.display()),
         json!({"path": path, "key": key, "table": place, "known": known, "suggestion": suggestion}),
     );
-    if let Some(suggestion) = suggestion {
+    if let Some(instead) = llama_swap(key) {
+        error = error.hint(format!(
+            "`{key}` is llama-swap's; arcane.toml says {instead} (docs/llama-swap.md maps every key)"
+        ));
+    } else if let Some(suggestion) = suggestion {
         error = error.hint(format!("did you mean `{suggestion}`?"));
     }
     Err(error.hint(format!(
         "the keys known there are {listed} (see `docs/arcane.toml.example`)"
     )))
+}
+
+/// Keys of llama-swap's `config.yaml` that someone moving from it writes, and what
+/// `arcane.toml` says instead (the whole mapping is `docs/llama-swap.md`).
+const LLAMA_SWAP: &[(&str, &str)] = &[
+    (
+        "ttl",
+        "`keep_alive` (`-1`: never; llama-swap's `ttl: 0` is `-1` here)",
+    ),
+    (
+        "cmd",
+        "`model` and `args` for llama-server, or `command = [...]` for another server",
+    ),
+    ("proxy", "`url`, for a server Arcane does not start"),
+    ("checkEndpoint", "`health`"),
+    ("healthCheckTimeout", "`startup_timeout`, per model"),
+    ("useModelName", "`upstream_model`"),
+    ("preload", "`load = \"on-start\"`"),
+    ("persistent", "`pin = true`"),
+    ("swap", "`exclusive = true`"),
+    ("models", "`[[model]]` tables"),
+    ("groups", "`[[group]]` tables"),
+];
+
+/// What `arcane.toml` says for llama-swap's key `key`, when it is one.
+fn llama_swap(key: &str) -> Option<&'static str> {
+    LLAMA_SWAP
+        .iter()
+        .find(|(theirs, _)| *theirs == key)
+        .map(|(_, ours)| *ours)
 }
 
 /// The known key closest to `key`, when it is close enough to be a misspelling.
@@ -131,5 +165,23 @@ mod tests {
         assert_eq!(error.details["known"], json!(["engine"]));
         assert_eq!(error.details["suggestion"], "engine");
         assert!(refuse_unknown(Path::new("x"), "the top level", &table, &["engines"]).is_ok());
+    }
+
+    #[test]
+    fn a_llama_swap_key_is_told_what_arcane_toml_says_instead() {
+        let table: toml::Table = toml::from_str("ttl = 60\n").unwrap();
+        let known = ["id", "keep_alive", "load"];
+        let error = refuse_unknown(
+            Path::new("/w/arcane.toml"),
+            "`[[model]]` #1",
+            &table,
+            &known,
+        )
+        .unwrap_err();
+        assert!(
+            error.hints[0].contains("llama-swap") && error.hints[0].contains("`keep_alive`"),
+            "{:?}",
+            error.hints
+        );
     }
 }

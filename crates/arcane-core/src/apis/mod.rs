@@ -44,6 +44,13 @@ pub fn error_body(path: &str, code: &str, message: &str) -> Option<Value> {
         .map(|(_, body)| body(code, message))
 }
 
+/// For a path no row serves that a translated API's client reaches when it is given the
+/// OpenAI base URL (`…/v1`) instead of the host's root: the API's name and the path it
+/// meant, for a 404 that says what to change.
+pub fn misplaced(path: &str) -> Option<(&'static str, &str)> {
+    ollama::meant(path).map(|meant| ("Ollama", meant))
+}
+
 /// Answers a request of `endpoint`'s API.
 pub async fn handle(
     host: &Host,

@@ -326,7 +326,14 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
                 .as_str()
                 .map(|w| format!("; waiting up to {w}"))
                 .unwrap_or_default();
+            // This process's own holder is another of its operations (a host stopping
+            // its engines while one of its tasks holds the lock), not someone else.
+            let own = data["holder"]["pid"].as_u64() == Some(u64::from(std::process::id()));
             let line = match data["reason"].as_str() {
+                _ if own => format!(
+                    "waiting for the workspace lock: another operation of this process (`{}`) holds it",
+                    data["holder"]["operation"].as_str().unwrap_or("?")
+                ),
                 Some("unreadable-record") => "waiting for the workspace lock: its record is unreadable (see `arcane lock status`)".to_string(),
                 Some("other-scope") => "waiting for the workspace lock: its record belongs to another workspace (see `arcane lock status`)".to_string(),
                 Some("foreign-host") => format!("waiting for the workspace lock held by {holder}, on another host"),
@@ -435,6 +442,21 @@ mod tests {
             "waiting for the workspace lock held by pid 412 (`arcane serve`) on host `h` since 10:02:11Z, operation `serve`; waiting up to 30 s"
         );
         assert!(human_event(&event, 1).unwrap().contains("/w/.arcane"));
+    }
+
+    /// A wait for a lock this very process holds (a host stopping while another of its
+    /// operations holds it) never names its own pid as if someone else held it.
+    #[test]
+    fn a_wait_for_this_process_own_lock_says_so() {
+        let event = Event::new(
+            arcane_report::event_types::WORKSPACE_OPERATION_WAITING,
+            json!({"holder": {"pid": std::process::id(), "command": "arcane serve", "operation": "engine-records"}}),
+        );
+        let line = human_event(&event, 0).unwrap();
+        assert_eq!(
+            line,
+            "waiting for the workspace lock: another operation of this process (`engine-records`) holds it"
+        );
     }
 
     #[test]

@@ -118,15 +118,23 @@ fn ollamas_clients_and_litellm_work_through_the_front_door_with_the_token() {
     assert_eq!(code, 401);
     assert_eq!(body["error"]["code"], "CORE_UNAUTHORIZED", "{body}");
     // The Core's own answers under `/api/` too: an unknown path, a wrong method.
-    for (request, status) in [("GET /api/nope", 404), ("GET /api/chat", 405)] {
+    // A client given the OpenAI base URL (`…/v1`) is told to drop it, in its shape.
+    for (request, status) in [
+        ("GET /api/nope", 404),
+        ("GET /api/chat", 405),
+        ("GET /v1/api/tags", 404),
+    ] {
         let (code, _, body) = exchange(
             port,
             &format!("{request} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"),
         );
         assert_eq!(code, status, "{request}: {body}");
         let body: Value = serde_json::from_str(&body).unwrap();
-        assert!(
-            body["error"].as_str().unwrap().contains("/api/"),
+        let said = body["error"].as_str().unwrap();
+        assert!(said.contains("/api/"), "{request}: {body}");
+        assert_eq!(
+            said.contains("without `/v1`"),
+            request.contains("/v1/"),
             "{request}: {body}"
         );
     }

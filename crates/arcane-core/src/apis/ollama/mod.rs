@@ -62,6 +62,13 @@ const fn row(verb: Verb, path: &'static str, endpoint: Endpoint) -> Row {
 /// ([`error_body`]), the front door's own refusals included.
 pub const PREFIX: &str = "/api/";
 
+/// The path an Ollama client meant when it was given the OpenAI base URL (`…/v1`)
+/// instead of the host's root (`/v1/api/chat` for `/api/chat`).
+pub fn meant(path: &str) -> Option<&str> {
+    path.strip_prefix("/v1")
+        .filter(|rest| rest.starts_with(PREFIX))
+}
+
 /// An error in Ollama's shape, `{"error": "…"}`, with Arcane's stable `code` beside it
 /// (Ollama's clients read `error` as a string and ignore the rest).
 pub fn error_body(code: &str, message: &str) -> Value {
