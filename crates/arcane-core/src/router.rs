@@ -104,7 +104,8 @@ pub enum Handler {
     Engine,
     /// `GET /ui`: the dashboard with a session, else its login page ([`crate::ui`]).
     UiPage,
-    /// `GET /ui/app.js`, `GET /ui/app.css`: the dashboard's embedded files.
+    /// `GET /ui/app.js`, `GET /ui/app.css`, `GET /ui/icon.svg` (and `GET /favicon.ico`):
+    /// the dashboard's embedded files, which reveal nothing.
     UiAsset,
     /// `POST /ui/session`: a login code traded for a session cookie.
     UiLogin,

@@ -25,8 +25,18 @@ pub const LOGIN: Asset = Asset {
     content_type: "text/html; charset=utf-8",
 };
 
-/// The script and the style sheet, by path.
+/// The icon: the pages link it, and a browser that asks the origin for
+/// `/favicon.ico` (for any page) gets it too, with no token or session (it reveals
+/// nothing; a 401 there only fills the browser's console).
+const ICON: Asset = Asset {
+    body: include_str!("../../ui/icon.svg"),
+    content_type: "image/svg+xml",
+};
+
+/// The script, the style sheet and the icon, by path.
 const FILES: &[(&str, Asset)] = &[
+    ("/ui/icon.svg", ICON),
+    ("/favicon.ico", ICON),
     (
         "/ui/app.js",
         Asset {
@@ -62,9 +72,14 @@ mod tests {
             assert!(!page.contains("<script>"), "scripts are files, not inline");
             assert!(!page.contains("style="), "styles are in app.css");
             assert!(page.contains(r#"<script src="/ui/app.js" defer></script>"#));
+            assert!(page.contains(r#"<link rel="icon" href="/ui/icon.svg""#));
         }
-        for path in ["/ui/app.js", "/ui/app.css"] {
-            let body = file(path).unwrap().body;
+        for path in ["/ui/app.js", "/ui/app.css", "/ui/icon.svg"] {
+            // SVG's namespace is a name, not an address anything is fetched from.
+            let body = file(path)
+                .unwrap()
+                .body
+                .replace(r#"xmlns="http://www.w3.org/2000/svg""#, "");
             assert!(
                 !body.contains("http://") && !body.contains("https://"),
                 "{path}"

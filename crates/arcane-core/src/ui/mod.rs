@@ -79,6 +79,16 @@ pub const UI_ROWS: &[Row] = &[
         Handler::UiAsset,
     ),
     ui_row(
+        Verb::Get,
+        PathPattern::Exact("/ui/icon.svg"),
+        Handler::UiAsset,
+    ),
+    ui_row(
+        Verb::Get,
+        PathPattern::Exact("/favicon.ico"),
+        Handler::UiAsset,
+    ),
+    ui_row(
         Verb::Post,
         PathPattern::Exact("/ui/session"),
         Handler::UiLogin,

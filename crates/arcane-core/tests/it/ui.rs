@@ -264,6 +264,13 @@ async fn without_a_session_ui_is_a_login_page_that_reveals_no_model() {
     let (status, head, _) = dash.send("GET", "/ui/app.js", &[], "").await;
     assert_eq!(status, 200);
     assert!(head.contains("content-type: text/javascript"), "{head}");
+    // And the icon, also where a browser asks for it on any page of the origin.
+    for path in ["/ui/icon.svg", "/favicon.ico"] {
+        let (status, head, body) = dash.send("GET", path, &[], "").await;
+        assert_eq!(status, 200, "{path}: {body}");
+        assert!(head.contains("content-type: image/svg+xml"), "{head}");
+        assert!(!body.contains(SECRET_MODEL));
+    }
     dash.host.close().await.unwrap();
 }
 
