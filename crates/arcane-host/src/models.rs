@@ -387,10 +387,20 @@ fn spec(
                 apply_command(&mut config, command, table, base, &context.environment)?;
             }
             let workspace = &context.workspace;
-            config.check(workspace).map_err(|error| {
-                let hint = format!("fix model `{}` in `arcane.toml`", table.id);
-                Error::from(error).with_hint(hint)
-            })?;
+            let fix = || format!("fix model `{}` in `arcane.toml`", table.id);
+            config
+                .check(workspace)
+                .map_err(|error| Error::from(error).with_hint(fix()))?;
+            // A device this machine lacks is refused now, not at the first request (the
+            // CPU is always there).
+            if config
+                .device
+                .as_deref()
+                .is_some_and(|device| device != "cpu")
+            {
+                arcane_localai::check_target(&config, &arcane_devices::LiveProbe)
+                    .map_err(|error| Error::from(error).with_hint(fix()))?;
+            }
             // A gateway model is always its own engine, whatever answers at 8080.
             config.adopt_existing = false;
             config.parent_death_signal = parent_death_signal;

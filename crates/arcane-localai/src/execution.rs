@@ -31,23 +31,11 @@ pub(crate) async fn resolve(
     config: &EngineConfig,
     source: &SharedDeviceSource,
 ) -> Result<Resolved, Error> {
-    let plan = config.engine.kind().device_plan();
-    if plan == DevicePlan::EngineChooses {
+    let Some(request) = request(config) else {
         return Ok(Resolved {
             launch: DeviceLaunch::default(),
             execution: None,
         });
-    }
-    let request = ResolveRequest {
-        target: config.device.clone(),
-        runtime_backend: match (plan, config.device.as_deref()) {
-            (DevicePlan::EnvOnly, Some("cpu") | None) | (DevicePlan::CpuOnly, _) => {
-                arcane_devices::Backend::Cpu
-            }
-            (DevicePlan::EnvOnly, Some(_)) => arcane_devices::Backend::Cuda,
-            _ => config.runtime_backend,
-        },
-        requested_backend: config.backend,
     };
     let source = source.clone();
     let engine = config.engine.as_str().to_string();
@@ -67,6 +55,42 @@ pub(crate) async fn resolve(
         },
         execution: Some(plan.into_execution()),
     })
+}
+
+/// What the resolver is asked for `config`'s target; `None` for a kind that chooses
+/// its own devices.
+fn request(config: &EngineConfig) -> Option<ResolveRequest> {
+    let plan = config.engine.kind().device_plan();
+    if plan == DevicePlan::EngineChooses {
+        return None;
+    }
+    Some(ResolveRequest {
+        target: config.device.clone(),
+        runtime_backend: match (plan, config.device.as_deref()) {
+            (DevicePlan::EnvOnly, Some("cpu") | None) | (DevicePlan::CpuOnly, _) => {
+                arcane_devices::Backend::Cpu
+            }
+            (DevicePlan::EnvOnly, Some(_)) => arcane_devices::Backend::Cuda,
+            _ => config.runtime_backend,
+        },
+        requested_backend: config.backend,
+    })
+}
+
+/// Resolves `config`'s target on `source` now, before anything starts, so a device
+/// this machine does not have is refused when the configuration is read rather than
+/// at the first request (the same resolution runs again at every start). Blocking:
+/// discovery reads sysfs and may load NVML.
+pub fn check_target(config: &EngineConfig, source: &dyn DeviceSource) -> Result<(), Error> {
+    let Some(request) = request(config) else {
+        return Ok(());
+    };
+    arcane_devices::resolve(&request, source)
+        .map(drop)
+        .map_err(|source| Error::Execution {
+            engine: config.engine.as_str().to_string(),
+            source,
+        })
 }
 
 /// The execution record as snapshot JSON.

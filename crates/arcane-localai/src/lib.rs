@@ -85,7 +85,7 @@ pub use command::{DeviceLaunch, EngineCommand, NONCE_VARIABLE};
 pub use config::{Engine, EngineConfig, OwnedListen, RestartPolicy};
 pub use endpoint::{ApiKey, ConnectFailure, Endpoint, EngineAddress, EngineStream};
 pub use error::Error;
-pub use execution::SharedDeviceSource;
+pub use execution::{check_target, SharedDeviceSource};
 pub use listen::private_run_dir;
 pub use process::{ExitInfo, StopStep};
 pub use state::{

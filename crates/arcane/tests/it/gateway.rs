@@ -1076,6 +1076,53 @@ fn a_ready_engine_that_stops_answering_is_stopped_and_the_next_request_reloads_i
     assert_ne!(row(&ps(&ws), "m")["pid"].as_u64(), Some(pid as u64));
 }
 
+/// A `[[model]]` on a device this machine does not have is refused when the
+/// configuration is read, with the resolver's code and the model to fix; nothing
+/// starts (it used to start and fail at the first request).
+#[test]
+fn a_device_this_machine_lacks_is_refused_when_the_configuration_is_read() {
+    let gpu = "GPU-00000000-1111-2222-3333-444444444444";
+    let ws = gateway_workspace(&format!(
+        "[[model]]\nid = \"far\"\nmodel = \"smollm2-135m\"\ndevice = \"{gpu}\"\n"
+    ));
+    let mut child = ws
+        .arcane()
+        .args(["--output", "json", "serve"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = crate::support::wait_for_exit(&mut child, START, "serve to refuse");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "{out}");
+    let error = &serde_json::from_str::<Value>(&out).unwrap()["error"];
+    assert!(
+        error["code"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("LOCAL_AI_EXECUTION_TARGET")),
+        "{error}"
+    );
+    assert_eq!(error["details"]["target"], gpu, "{error}");
+    assert!(
+        error["hints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h.as_str().unwrap().contains("model `far`")),
+        "{error}"
+    );
+    assert!(
+        !ws.path().join(".arcane/core.json").exists(),
+        "it never listened"
+    );
+}
+
 /// `[[group]]` mistakes are refused before anything starts, naming the value: an
 /// unknown member, a model in two groups, no members, `exclusive = false`, an unknown
 /// key.
