@@ -437,6 +437,11 @@ impl Gateway {
                 };
                 view.models = vec![model.entry()];
                 let mut status = serde_json::to_value(view.status()).ok()?;
+                if snapshot.is_none() {
+                    // No engine runs: it is named by its model (a running one names
+                    // itself), never by its kind as if one engine served them all.
+                    status["id"] = json!(model.spec.id);
+                }
                 status["model"] = json!(model.spec.id);
                 Some(status)
             })

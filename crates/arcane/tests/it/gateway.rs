@@ -142,6 +142,13 @@ max_loaded = 1
         listed.iter().all(|m| m["state"] == "unloaded"),
         "{listed:?}"
     );
+    // `arcane status` names each model's engine by the model, loaded or not.
+    let status = crate::support::stdout(&run(ws.arcane().arg("status")));
+    assert!(
+        status.contains("engine  smol-a") && status.contains("engine  smol-b"),
+        "{status}"
+    );
+    assert!(!status.contains("engine  llama.cpp"), "{status}");
     // Nothing loaded, and healthy: models load on demand.
     let (status, _, body) = crate::front_door::exchange(
         port,
