@@ -175,7 +175,8 @@ async function refreshModels() {
     view.models = result.models || [];
     renderModels();
     const ids = view.models.map((m) => m.id);
-    fillSelect($("chat-model"), ids);
+    // The playground offers the models that chat (no voice, transcriber or embedder).
+    fillSelect($("chat-model"), view.models.filter((m) => m.chat).map((m) => m.id));
     const before = $("logs-model").value;
     fillSelect($("logs-model"), ids);
     if ($("logs-model").value !== before || !view.logs) followLogs();

@@ -391,6 +391,14 @@ pub fn context_arg(args: &[String]) -> Option<u64> {
         .filter(|c| *c > 0)
 }
 
+/// Whether an engine started with `args` answers only with vectors: llama-server with
+/// `--embeddings` or `--reranking` serves embeddings (or scores), not chat or
+/// completions.
+pub fn serves_only_vectors(args: &[String]) -> bool {
+    const VECTOR_ONLY: [&str; 4] = ["--embeddings", "--embedding", "--reranking", "--rerank"];
+    args.iter().any(|arg| VECTOR_ONLY.contains(&arg.as_str()))
+}
+
 /// The context one request gets from an engine started with `args`: [`context_arg`],
 /// shared among the `-np`/`--parallel` slots unless `-kvu`/`--kv-unified` lets each
 /// use all of it (llama-server's rule); `None` when the model's own context applies.
@@ -672,5 +680,17 @@ mod tests {
             Some(2048)
         );
         assert_eq!(request_context(&args(&["-c", "2048"])), Some(2048));
+    }
+
+    #[test]
+    fn an_engine_started_for_embeddings_or_scores_serves_only_vectors() {
+        let args = |list: &[&str]| list.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        assert!(serves_only_vectors(&args(&[
+            "--embeddings",
+            "--pooling",
+            "mean"
+        ])));
+        assert!(serves_only_vectors(&args(&["--reranking"])));
+        assert!(!serves_only_vectors(&args(&["-c", "2048", "--jinja"])));
     }
 }

@@ -241,7 +241,16 @@ impl Model {
             "url": url,
             "pinned": self.spec.pinned().map(super::Pinned::setting),
             "unlisted": self.spec.unlisted,
+            "chat": self.chats(),
         })
+    }
+
+    /// Whether it answers chat (`/v1/chat/completions`): its kind serves the path and
+    /// its engine was not started to serve only vectors (a voice, a transcriber or an
+    /// embedding model does not).
+    fn chats(&self) -> bool {
+        self.spec.serves("/v1/chat/completions")
+            && !arcane_workspace::serves_only_vectors(&self.spec.launcher.args())
     }
 
     /// How long to wait before a load after `failures` consecutive failures: none for

@@ -151,6 +151,13 @@ fn ollamas_clients_and_litellm_work_through_the_front_door_with_the_token() {
         .map(|m| m["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["smol:latest", "smol-embed:latest"], "{body}");
+    // The dashboard's playground offers the models that chat: not an embedder.
+    let rows = crate::gateway::ps(&ws);
+    let chats: Vec<(&str, bool)> = rows
+        .iter()
+        .map(|r| (r["id"].as_str().unwrap(), r["chat"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(chats, [("smol", true), ("smol-embed", false)], "{rows:?}");
     // Listing loads nothing.
     let (code, ps) = call(port, &token, "GET", "/api/ps", None);
     assert_eq!(

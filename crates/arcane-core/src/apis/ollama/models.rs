@@ -146,10 +146,7 @@ pub async fn ps(catalog: &[ModelFacts]) -> Response<HttpBody> {
 /// with `--embeddings` (llama-server then serves only embeddings), else `completion`,
 /// with `tools` when its chat template mentions tools and `vision` with a projector.
 pub fn capabilities(args: &[String], template: Option<&str>) -> Vec<&'static str> {
-    if args
-        .iter()
-        .any(|a| a == "--embeddings" || a == "--embedding")
-    {
+    if arcane_workspace::serves_only_vectors(args) {
         return vec!["embedding"];
     }
     let mut capabilities = vec!["completion"];
