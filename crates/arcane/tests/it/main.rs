@@ -10,6 +10,7 @@ mod support;
 mod bridge;
 mod browser;
 mod bundle;
+mod clients_doc;
 mod command_kind;
 mod core;
 mod devices;
