@@ -90,7 +90,7 @@ const LLAMA_SWAP: &[(&str, &str)] = &[
     ),
     (
         "cmd",
-        "`model` and `args` for llama-server, or `command = [...]` for another server",
+        "`model` and `args` for the engine Arcane starts from a model file, or `command = [...]` for another server",
     ),
     ("proxy", "`url`, for a server Arcane does not start"),
     ("checkEndpoint", "`health`"),
