@@ -23,8 +23,7 @@ use serde_json::json;
 use crate::error::{Error, Refusal};
 use crate::Context;
 
-/// The services a host gets (built by [`build_host`]).
-pub use arcane_core::server::HostParts;
+use arcane_core::server::HostParts;
 
 /// What a host tells the person or program that runs it, in order. Every method has a
 /// default that says nothing.
@@ -96,7 +95,7 @@ impl Workers for NoWorkers {
 /// Ollama is selected, `model-assets` when llama.cpp is; unsupported runtimes are a
 /// usage error before anything starts. `launcher` makes the engine launcher for each
 /// selected engine; `drain` bounds how long a shutdown waits for passthrough work.
-pub fn build_host(
+fn build_host(
     context: &Context,
     runtimes: &[String],
     observer: Arc<dyn EventSink>,
@@ -143,7 +142,7 @@ pub fn build_host(
 
 /// Fires the host's shutdown when the CLI's cancel token fires (first SIGINT/SIGTERM;
 /// a second signal exits at once, see `config`).
-pub fn shutdown_on_signal(context: &Context, host: &Host) {
+fn shutdown_on_signal(context: &Context, host: &Host) {
     let cancel = context.cancel.clone();
     let handle = host.shutdown_handle();
     std::thread::spawn(move || {
@@ -169,31 +168,14 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, Error> {
         })
 }
 
-/// Per-engine choices that override what the registry implies.
-#[derive(Debug, Clone, Default)]
-pub struct EngineOptions {
-    /// The engine's listener URL (default: its kind's, [`Engine::default_url`]).
-    pub url: Option<String>,
-    /// The registered model id llama.cpp serves (default: the first registered one).
-    pub model: Option<String>,
-    /// The execution target (`cpu` or a device id from `arcane devices`).
-    pub device: Option<String>,
-}
-
-/// The engine configuration for `engine` from the workspace registry: the registered
-/// executable of that engine (none registered: adopt-only) and, for a kind that serves
-/// one model file, the chosen (or first) registered model of a format it loads.
-pub fn engine_config(
-    context: &Context,
-    engine: Engine,
-    options: &EngineOptions,
-) -> Result<EngineConfig, Error> {
+/// The engine configuration for `engine` from the workspace registry (`arcane core
+/// --stdio`'s runtime selection): the registered executable of that engine (none
+/// registered: adopt-only at its kind's url) and, for a kind that serves one model
+/// file, the first registered model of a format it loads.
+fn engine_config(context: &Context, engine: Engine) -> Result<EngineConfig, Error> {
     let registry = arcane_registry::Registry::new(&context.workspace);
     let mut config = EngineConfig::new(engine);
     config.inherited_loader_path = context.environment.inherited_loader_path.clone();
-    if let Some(url) = &options.url {
-        config.url = url.clone();
-    }
     if let Some(record) = registry
         .runtimes()?
         .into_iter()
@@ -205,36 +187,21 @@ pub fn engine_config(
         config.runtime_version = Some(record.version);
     }
     if engine.kind().takes_model_file() {
-        let model = match &options.model {
-            Some(id) => Some(registry.model(id)?),
-            // The first registered model of a format this kind serves.
-            None => registry.models()?.into_iter().find(|m| {
-                m.format()
-                    .is_some_and(|format| engine.kind().formats().contains(&format))
-            }),
-        };
+        let model = registry.models()?.into_iter().find(|m| {
+            m.format()
+                .is_some_and(|format| engine.kind().formats().contains(&format))
+        });
         if let Some(model) = model {
             registry.check_model_file(&model, &context.cancel)?;
             config.alias = Some(model.id);
             config.model = Some(model.path);
         }
-        config.device = options.device.clone();
     }
     Ok(config)
 }
 
-/// The production launcher for `runtime`: the supervisor over [`engine_config`].
-pub fn launcher(
-    context: &Context,
-    engine: Engine,
-    options: &EngineOptions,
-) -> Result<Arc<dyn EngineLauncher>, Error> {
-    let config = engine_config(context, engine, options)?;
-    Ok(SupervisedLauncher::new(&context.workspace, config))
-}
-
 /// The `model-assets` service over the workspace's registered models.
-pub fn model_assets(workspace: &std::path::Path) -> Arc<ModelAssetsService> {
+fn model_assets(workspace: &std::path::Path) -> Arc<ModelAssetsService> {
     let workspace = workspace.to_path_buf();
     ModelAssetsService::new(move || {
         let models = arcane_registry::Registry::new(&workspace)
@@ -258,7 +225,6 @@ pub fn serve_stdio(
     let outcome = runtime.block_on(async {
         // Events never go to stdout here: it carries frames.
         let observer: Arc<dyn EventSink> = Arc::new(arcane_report::NullSink);
-        let engines = EngineOptions::default();
         let drain = arcane_core::host::DEFAULT_DRAIN_DEADLINE;
         // `[[model]]` tables in `arcane.toml` make the same gateway as `arcane serve`.
         let gateway = crate::settings::workspace_gateway(context)?;
@@ -267,7 +233,10 @@ pub fn serve_stdio(
             runtimes,
             observer,
             drain,
-            &|runtime| launcher(context, runtime, &engines),
+            &|runtime| {
+                let config = engine_config(context, runtime)?;
+                Ok(SupervisedLauncher::new(&context.workspace, config) as Arc<dyn EngineLauncher>)
+            },
             workers,
             gateway,
         )?;
