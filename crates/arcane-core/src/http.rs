@@ -931,21 +931,18 @@ fn method_not_allowed(path: &str) -> Response<HttpBody> {
 /// The Core's 404 for a path no row serves (`engine`: an engine is selected, the
 /// gateway's) or an engine path with no engine selected.
 fn not_found(path: &str, engine: bool) -> Response<HttpBody> {
-    if let Some((api, meant)) = crate::apis::misplaced(path) {
-        // Answered in the API's own shape: its client reads it.
-        let message = format!(
-            "no endpoint `{path}`: {api}'s API is at `{meant}`; give the client the host's root URL, without `/v1`"
-        );
-        let body = crate::apis::error_body(meant, codes::ARCANE_NOT_FOUND, &message);
-        return json_response(StatusCode::NOT_FOUND, &body.unwrap_or_default());
-    }
-    let message = if engine {
-        format!("no endpoint `{path}`")
-    } else {
-        format!("no endpoint `{path}` (no engine is selected)")
+    // A translated API's client given the OpenAI base URL: told what to change, in its
+    // API's shape (the path it meant decides the shape).
+    let (message, shaped_as) = match crate::apis::misplaced(path) {
+        Some((api, meant)) => (
+            format!("no endpoint `{path}`: {api}'s API is at `{meant}`; give the client the host's root URL, without `/v1`"),
+            meant,
+        ),
+        None if engine => (format!("no endpoint `{path}`"), path),
+        None => (format!("no endpoint `{path}` (no engine is selected)"), path),
     };
     own_error(
-        path,
+        shaped_as,
         StatusCode::NOT_FOUND,
         codes::ARCANE_NOT_FOUND,
         &message,

@@ -346,9 +346,7 @@ fn spec(
     let keep_alive = match &table.keep_alive {
         // A model meant to be there (loaded at start, or pinned) stays loaded unless its
         // table says how long it may idle.
-        None if table.pin != Some(false) && (load_on_start || table.pin == Some(true)) => {
-            KeepAlive::Never
-        }
+        None if table.pin.unwrap_or(load_on_start) => KeepAlive::Never,
         None => KeepAlive::default(),
         Some(value) => keep_alive(&table.id, value)?,
     };
