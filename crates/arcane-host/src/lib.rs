@@ -153,12 +153,19 @@ impl Host {
     /// and validated, then the host starts. Returns 0 after a requested stop; a failed
     /// first start is its error.
     pub fn serve(self, presenter: &dyn Presenter) -> Result<u8, Error> {
-        ensure_workspace(&self.context.workspace)?;
-        let owner = arcane_core::endpoint::OwnerLock::acquire(&self.context.workspace)?;
+        let owner = own(&self.context.workspace)?;
         let mut options = settings::options(&self.context, &self.flags)?;
         options.workers = self.workers;
         serve(&self.context, options, owner, presenter)
     }
+}
+
+/// Creates the workspace when it is missing and takes its owner lock, before anything
+/// else is read: one host per workspace, and a second one is `CORE_ALREADY_RUNNING`
+/// naming the first, whatever its own settings would say.
+pub fn own(workspace: &Path) -> Result<arcane_core::endpoint::OwnerLock, Error> {
+    ensure_workspace(workspace)?;
+    Ok(arcane_core::endpoint::OwnerLock::acquire(workspace)?)
 }
 
 /// Creates the workspace directory (mode 0700, parents included) when nothing is at

@@ -30,8 +30,7 @@ pub struct Args {
 /// start (130).
 pub fn run(context: &Context, mut args: Args) -> Result<u8, CliError> {
     // One owner per workspace: a running host is the answer, whatever these flags say.
-    crate::cmd::ensure_workspace(context)?;
-    let owner = arcane_core::endpoint::OwnerLock::acquire(&context.workspace)?;
+    let owner = arcane_host::own(&context.workspace)?;
     let host = context.host();
     if args.flags.config.is_none() {
         args.flags.config = local_config(context);
