@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -92,15 +92,13 @@ fn engines_of(pid: u32) -> Vec<u32> {
     .collect()
 }
 
-fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "the host did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// The exit of `child`, waited for on a thread blocked in wait(2), within [`PATIENCE`].
+fn wait_exit(mut child: Child) -> std::process::ExitStatus {
+    let (exited, exit) = mpsc::channel();
+    std::thread::spawn(move || exited.send(child.wait()));
+    exit.recv_timeout(PATIENCE)
+        .expect("the host did not stop")
+        .unwrap()
 }
 
 #[test]
@@ -116,7 +114,7 @@ fn the_embedding_example_serves_a_chat_from_arcane_toml_and_stops_its_engine() {
         server.display().to_string()
     );
     std::fs::write(workspace.path().join("arcane.toml"), toml).unwrap();
-    let (mut host, said) = start(workspace.path());
+    let (host, said) = start(workspace.path());
     let line = said
         .recv_timeout(PATIENCE)
         .expect("the host says where it listens");
@@ -149,7 +147,6 @@ fn the_embedding_example_serves_a_chat_from_arcane_toml_and_stops_its_engine() {
 
     // One host per workspace: a second one is refused, naming the first.
     let (mut second, _) = start(workspace.path());
-    assert_eq!(wait_exit(&mut second).code(), Some(1));
     let mut refused = String::new();
     second
         .stderr
@@ -157,12 +154,13 @@ fn the_embedding_example_serves_a_chat_from_arcane_toml_and_stops_its_engine() {
         .unwrap()
         .read_to_string(&mut refused)
         .unwrap();
+    assert_eq!(wait_exit(second).code(), Some(1));
     assert!(refused.starts_with("CORE_ALREADY_RUNNING"), "{refused}");
 
     // Ctrl-C: a clean stop, and the engine is gone with it.
     // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
     assert_eq!(unsafe { libc::kill(host.id() as i32, libc::SIGINT) }, 0);
-    assert_eq!(wait_exit(&mut host).code(), Some(0));
+    assert_eq!(wait_exit(host).code(), Some(0));
     let gone = |pid: u32| {
         !std::path::Path::new(&format!("/proc/{pid}")).exists()
             || std::fs::read_to_string(format!("/proc/{pid}/stat"))

@@ -216,10 +216,18 @@ impl RealBundle {
         self.bundle.join("bin/arcane")
     }
 
-    /// `<bundle>/bin/arcane` with a clean environment.
+    /// `<bundle>/bin/arcane` with a clean environment, run where a user stands beside an
+    /// `arcane.toml` that does not parse: a bundle's host is configured by the bundle
+    /// alone, so no launch may read it.
     fn launch(&self) -> Command {
+        let here = self.dir.path().join("where-the-user-stands");
+        std::fs::create_dir_all(&here).unwrap();
+        std::fs::write(here.join("arcane.toml"), "not toml [").unwrap();
         let mut command = Command::new(self.launcher());
-        command.env_remove("ARCANE_WORKSPACE").env("NO_COLOR", "1");
+        command
+            .env_remove("ARCANE_WORKSPACE")
+            .env("NO_COLOR", "1")
+            .current_dir(here);
         command
     }
 

@@ -978,6 +978,20 @@ fn an_arcane_toml_in_the_current_directory_is_read_and_named() {
         served(elsewhere.path(), &[]),
         (json!(workspace_file), vec![json!("from-workspace")])
     );
+    // A local file that does not parse is refused, never skipped for the workspace's,
+    // and a person is told which file hides which.
+    std::fs::write(&local, "not toml [").unwrap();
+    let refused = run(ws.arcane().current_dir(project.path()).arg("serve"));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(said.contains(&local.display().to_string()), "{said}");
+    assert!(
+        said.contains(&format!(
+            "the workspace's `{}` is not read",
+            workspace_file.display()
+        )),
+        "{said}"
+    );
 }
 
 /// Issue 18, part 4: one mode. `arcane serve` on the embedded default (no `[[model]]`)
