@@ -50,15 +50,32 @@ pub(crate) fn gateway_workspace(toml: &str) -> TestWorkspace {
 /// Starts `arcane serve` on the gateway and waits until its service is ready.
 pub(crate) fn start(ws: &TestWorkspace) -> Serve {
     let mut serve = Serve::start(ws, &[]);
-    serve.wait_for("core.listening", Duration::from_secs(60));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !std::fs::read_to_string(ws.path().join(".arcane/core.json"))
-        .is_ok_and(|t| t.contains("token"))
-    {
-        assert!(Instant::now() < deadline, "no core.json");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    listening(ws, &mut serve);
     serve
+}
+
+/// Waits until `serve` listens and its endpoint record has the token; its
+/// `core.listening` line.
+fn listening(ws: &TestWorkspace, serve: &mut Serve) -> Value {
+    let line = serve.wait_for("core.listening", Duration::from_secs(60));
+    crate::support::wait_until(Duration::from_secs(60), "core.json", || {
+        std::fs::read_to_string(ws.path().join(".arcane/core.json"))
+            .is_ok_and(|t| t.contains("token"))
+    });
+    line
+}
+
+/// The ids `/v1/models` lists.
+fn listed_ids(ws: &TestWorkspace) -> Vec<Value> {
+    let (port, token) = host_endpoint(ws);
+    let (code, body) = call(port, &token, "GET", "/v1/models", None);
+    assert_eq!(code, 200, "{body}");
+    parsed("/v1/models", &body)["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].clone())
+        .collect()
 }
 
 fn chat(ws: &TestWorkspace, model: Option<&str>) -> (u16, Value) {
@@ -869,15 +886,8 @@ fn a_repeated_model_flag_makes_a_gateway_llama_methods_act_on_it_and_a_failed_lo
     let bad = bad.display().to_string();
     let mut serve = Serve::start(&ws, &["--model", "a=smollm2-135m", "--model", &bad]);
     serve.wait_for("core.listening", Duration::from_secs(60));
+    assert_eq!(listed_ids(&ws), [json!("a"), json!("broken")]);
     let (port, token) = host_endpoint(&ws);
-    let (_, body) = call(port, &token, "GET", "/v1/models", None);
-    let ids: Vec<Value> = parsed("/v1/models", &body)["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].clone())
-        .collect();
-    assert_eq!(ids, [json!("a"), json!("broken")]);
     // No `model`: the default (the first).
     let (code, answer) = chat(&ws, None);
     assert_eq!(code, 200, "{answer}");
@@ -947,20 +957,8 @@ fn an_arcane_toml_in_the_current_directory_is_read_and_named() {
             .args(["--output", "ndjson", "serve"])
             .args(args);
         let mut serve = Serve::spawn(command);
-        let listening = serve.wait_for("core.listening", START);
-        crate::support::wait_until(START, "core.json", || {
-            std::fs::read_to_string(ws.path().join(".arcane/core.json"))
-                .is_ok_and(|t| t.contains("token"))
-        });
-        let (port, token) = host_endpoint(&ws);
-        let (code, body) = call(port, &token, "GET", "/v1/models", None);
-        assert_eq!(code, 200, "{body}");
-        let ids: Vec<Value> = parsed("/v1/models", &body)["data"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m["id"].clone())
-            .collect();
+        let listening = listening(&ws, &mut serve);
+        let ids = listed_ids(&ws);
         serve.terminate();
         (listening["data"]["configFile"].clone(), ids)
     };
@@ -1242,17 +1240,7 @@ exclusive = true
     assert_eq!(row(&rows, "smol-b")["state"], "ready");
     assert_eq!(row(&rows, "smol-c")["state"], "ready");
     assert_eq!(engines_of(&serve).len(), 2);
-    let (port, token) = host_endpoint(&ws);
-    let (status, body) = call(port, &token, "GET", "/v1/models", None);
-    assert_eq!(status, 200, "{body}");
-    let listed: Value = serde_json::from_str(&body).unwrap();
-    let ids: Vec<&str> = listed["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["id"].as_str())
-        .collect();
-    assert_eq!(ids, ["smol-a", "smol-c"], "{body}");
+    assert_eq!(listed_ids(&ws), [json!("smol-a"), json!("smol-c")]);
     serve.terminate();
 }
 
