@@ -127,12 +127,7 @@ pub fn groups(tables: &[GroupTable], models: &[ModelTable]) -> Result<Vec<Group>
 
 /// The group's own keys: a well-formed unique id, `exclusive = true`, members.
 fn check_table(table: &GroupTable, earlier: &[Group]) -> Result<(), GroupError> {
-    let valid = !table.id.is_empty()
-        && table
-            .id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
-    if !valid {
+    if !crate::models::is_name(&table.id) {
         return Err(GroupError::BadId(table.id.clone()));
     }
     if earlier.iter().any(|g| g.id == table.id) {

@@ -200,15 +200,19 @@ fn default_budgets(specs: &[ModelSpec], limits: &mut HashMap<String, DeviceLimit
     }
 }
 
+/// Whether `id` may name a model or a group: letters, digits, `.`, `-` and `_`, at least
+/// one of them.
+pub(crate) fn is_name(id: &str) -> bool {
+    !id.is_empty()
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+}
+
 /// Refuses an empty or malformed id, a name used twice, and a model that names both
 /// `model` and `url`.
 fn check_names(table: &ModelTable, earlier: &[ModelSpec]) -> Result<(), Error> {
-    let valid = !table.id.is_empty()
-        && table
-            .id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
-    if !valid {
+    if !is_name(&table.id) {
         return Err(Refusal::usage(
             format!(
                 "the model id `{}` may use only letters, digits, `.`, `-` and `_`",
