@@ -128,7 +128,7 @@ def main():
 
         def unload_and_load():
             page.click(f'{row} button[data-action="unload"]')
-            page.wait_for_selector(f'{row}[data-state="unloaded"]', timeout=WAIT)
+            page.wait_for_selector(f'{row}[data-state="stopped"]', timeout=WAIT)
             after_unload = page.inner_text(row)
             page.click(f'{row} button[data-action="load"]')
             page.wait_for_selector(f'{row}[data-state="ready"]', timeout=WAIT)

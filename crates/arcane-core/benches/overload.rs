@@ -196,7 +196,7 @@ impl arcane_report::EventSink for Counts {
         use std::sync::atomic::Ordering;
         match event.kind.as_str() {
             "local-ai.engine.busy" => self.busy.fetch_add(1, Ordering::Relaxed),
-            "local-ai.model.failed" => self.died.fetch_add(1, Ordering::Relaxed),
+            "local-ai.model.error" => self.died.fetch_add(1, Ordering::Relaxed),
             _ => 0,
         };
     }

@@ -566,6 +566,7 @@ fn engine_state_text(state: &Unready) -> String {
         Unready::In(EngineState::Stopped) => "is stopped".into(),
         Unready::In(EngineState::Starting) => "is still starting".into(),
         Unready::In(EngineState::Loading) => "is still loading its model".into(),
+        Unready::In(EngineState::Stopping) => "is stopping".into(),
         Unready::NotSelected => "is not selected on this host".into(),
         other => format!("is not ready ({other})"),
     }

@@ -136,7 +136,7 @@ function renderModels() {
     body.append(el("tr", {}, el("td", { colSpan: 8, class: "muted" }, "no models")));
   }
   for (const m of view.models) {
-    const busy = view.pending.has(m.id) || m.state === "loading" || m.state === "unloading";
+    const busy = view.pending.has(m.id) || m.state === "starting" || m.state === "loading" || m.state === "stopping";
     const loaded = m.state === "ready";
     const button = el("button", {
       type: "button",
@@ -149,7 +149,7 @@ function renderModels() {
     const name = el("td", {}, el("strong", {}, m.id));
     if (m.aliases && m.aliases.length) name.append(el("span", { class: "muted" }, ` (${m.aliases.join(", ")})`));
     const state = el("td", {}, el("span", { class: "state", data: { state: m.state } }, m.state));
-    if (m.lastError) state.append(el("div", { class: "error" }, m.lastError));
+    if (m.lastError) state.append(el("div", { class: "error" }, m.lastError.message ?? JSON.stringify(m.lastError)));
     body.append(el("tr", { data: { model: m.id, state: m.state } },
       name, state,
       el("td", {}, m.device),

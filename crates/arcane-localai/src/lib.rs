@@ -21,8 +21,9 @@
 //! # Events
 //!
 //! Every state change goes through one table ([`transition`]: which [`Change`] is
-//! allowed in which [`ServerState`]) and is published exactly once as
-//! `local-ai.server.<state>` (`starting`, `loading`, `ready`, `error`, `stopped`) with
+//! allowed in which [`EngineState`]; the host and the gateway use the same one) and is
+//! published exactly once as `local-ai.server.<state>` (a supervisor enters
+//! `starting`, `loading`, `ready`, `error` and `stopped`) with
 //! a [`ServerSnapshot`] as data (camelCase:
 //! `{id, engine, url, state, available, owned, managed, external, execution, error, pid,
 //! version, restarts, stopStep, exit}`). Process events: `process.starting {command,
@@ -89,7 +90,8 @@ pub use execution::{check_target, SharedDeviceSource};
 pub use listen::private_run_dir;
 pub use process::{ExitInfo, StopStep};
 pub use state::{
-    is_valid_transition, transition, Change, InvalidTransition, ServerSnapshot, ServerState,
+    is_valid_transition, transition, Change, EngineState, InvalidTransition, ServerSnapshot,
+    Subject,
 };
 pub use supervisor::{
     AdoptedServer, ExitHook, OwnedServer, Server, StateObserver, StopReport, Supervisor,

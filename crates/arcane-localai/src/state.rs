@@ -1,27 +1,39 @@
-//! Server states, the one table of allowed state changes, and the snapshot every
+//! Engine states, the one table of allowed state changes, and the snapshot every
 //! `local-ai.server.<state>` event carries.
+//!
+//! One enum ([`EngineState`]) and one table ([`transition`]) serve every user: the
+//! supervisor of one engine process, the host's record of each engine it selected,
+//! and every model of the gateway. Each says what happened as a [`Change`]; the
+//! table alone says which state that enters, or refuses it. An event names the state
+//! it entered in the same words: `local-ai.server.<state>` for an engine,
+//! `local-ai.model.<state>` for a gateway model ([`EngineState::event_type`]).
 //!
 //! # The transition table
 //!
 //! A server enters `starting` when its start begins (announced once, not a change).
-//! From then on every state change is one [`Change`], and [`transition`] is the only
-//! place that says which are allowed:
+//! A record that has no engine yet (a host's slot, a gateway model) begins `stopped`.
 //!
-//! | from \ change | spawned | loading | ready | failed | gave-up | stopped |
-//! |---|---|---|---|---|---|---|
-//! | `starting` | `starting` | `loading` | `ready` | `error` | — | `stopped` |
-//! | `loading` | — | — | `ready` | `error` | — | `stopped` |
-//! | `ready` | — | — | — | `error` | — | `stopped` |
-//! | `error` | `starting` | — | — | — | `error` | `stopped` |
-//! | `stopped` | — | — | — | — | — | — |
+//! | from \ change | start | spawned | loading | ready | failed | gave-up | stop | stopped | close |
+//! |---|---|---|---|---|---|---|---|---|---|
+//! | `stopped` | `starting` | — | — | — | — | — | — | — | `closed` |
+//! | `starting` | — | `starting` | `loading` | `ready` | `error` | — | — | `stopped` | `closed` |
+//! | `loading` | — | — | — | `ready` | `error` | — | — | `stopped` | `closed` |
+//! | `ready` | — | — | — | — | `error` | — | `stopping` | `stopped` | `closed` |
+//! | `stopping` | — | — | — | — | — | — | — | `stopped` | `closed` |
+//! | `error` | `starting` | `starting` | — | — | — | `error` | `stopping` | `stopped` | `closed` |
+//! | `closed` | — | — | — | — | — | — | — | — | — |
 //!
+//! * `start` begins a new start (a first load, `recover`, a load after an unload):
+//!   never while an engine starts, runs or stops, so one record has one engine.
 //! * `starting → starting` happens once per owned process: the start was announced
 //!   while probing, and `spawned` says Arcane now owns a process (`owned: true`, `pid`).
-//! * `error → starting` is a restart after a crash (`--restart on-failure`).
+//! * `error → starting` by `spawned` is a restart after a crash (`--restart
+//!   on-failure`); by `start`, a new start after a failed one.
 //! * `error → error` is allowed for one change only, `gave-up`: the restart policy is
 //!   exhausted, and that final `error` says so ("gave up restarting …").
-//! * `stopped` is terminal: a stopped server is never started again (a new start is a
-//!   new server).
+//! * `stop` begins stopping a running engine, or the remains of a crashed one; while
+//!   `stopping` nothing new starts, and only `stopped` (or `close`) follows.
+//! * `closed` is terminal: the host disposed of the engine while shutting down.
 
 use arcane_report::event_types;
 use serde::{Deserialize, Serialize};
@@ -29,68 +41,122 @@ use serde_json::Value;
 
 use crate::process::{ExitInfo, StopStep};
 
-/// The state of a supervised server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The state of an engine, or of a gateway model (whose engine it describes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ServerState {
+pub enum EngineState {
+    /// No engine runs: never started, stopped (owned), released (adopted) or unloaded.
+    Stopped,
     /// Probing, or an owned engine was started and is not answering yet.
     Starting,
     /// The engine answers `503 Loading model`.
     Loading,
     /// The engine answers its readiness probe; requests may be sent.
     Ready,
-    /// Starting failed, or the engine crashed; the snapshot's `error` says why.
+    /// The engine is being stopped; nothing new starts until it is down.
+    Stopping,
+    /// Starting failed, or the engine crashed; the record's `error` says why.
     Error,
-    /// The server was stopped (owned) or released (adopted).
-    Stopped,
+    /// The host disposed of the engine while shutting down, for good.
+    Closed,
 }
 
-impl ServerState {
+/// Whose state an event announces: `local-ai.server.<state>` or `local-ai.model.<state>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subject {
+    /// One engine process (the supervisor's snapshot).
+    Server,
+    /// One model of the gateway.
+    Model,
+}
+
+impl EngineState {
     /// Every state, for tables and tests.
-    pub const ALL: [ServerState; 5] = [
-        ServerState::Starting,
-        ServerState::Loading,
-        ServerState::Ready,
-        ServerState::Error,
-        ServerState::Stopped,
+    pub const ALL: [EngineState; 7] = [
+        EngineState::Stopped,
+        EngineState::Starting,
+        EngineState::Loading,
+        EngineState::Ready,
+        EngineState::Stopping,
+        EngineState::Error,
+        EngineState::Closed,
     ];
 
-    /// `starting`, `loading`, `ready`, `error` or `stopped`.
+    /// `stopped`, `starting`, `loading`, `ready`, `stopping`, `error` or `closed`.
     pub fn as_str(self) -> &'static str {
         match self {
-            ServerState::Starting => "starting",
-            ServerState::Loading => "loading",
-            ServerState::Ready => "ready",
-            ServerState::Error => "error",
-            ServerState::Stopped => "stopped",
+            EngineState::Stopped => "stopped",
+            EngineState::Starting => "starting",
+            EngineState::Loading => "loading",
+            EngineState::Ready => "ready",
+            EngineState::Stopping => "stopping",
+            EngineState::Error => "error",
+            EngineState::Closed => "closed",
         }
     }
 
-    /// The event type published on entering this state: `local-ai.server.<state>`.
-    pub fn event_type(self) -> &'static str {
-        match self {
-            ServerState::Starting => event_types::LOCAL_AI_SERVER_STARTING,
-            ServerState::Loading => event_types::LOCAL_AI_SERVER_LOADING,
-            ServerState::Ready => event_types::LOCAL_AI_SERVER_READY,
-            ServerState::Error => event_types::LOCAL_AI_SERVER_ERROR,
-            ServerState::Stopped => event_types::LOCAL_AI_SERVER_STOPPED,
+    /// The event type published on entering this state: `local-ai.<subject>.<state>`.
+    pub fn event_type(self, subject: Subject) -> &'static str {
+        use event_types as e;
+        let [server, model] = match self {
+            EngineState::Stopped => [e::LOCAL_AI_SERVER_STOPPED, e::LOCAL_AI_MODEL_STOPPED],
+            EngineState::Starting => [e::LOCAL_AI_SERVER_STARTING, e::LOCAL_AI_MODEL_STARTING],
+            EngineState::Loading => [e::LOCAL_AI_SERVER_LOADING, e::LOCAL_AI_MODEL_LOADING],
+            EngineState::Ready => [e::LOCAL_AI_SERVER_READY, e::LOCAL_AI_MODEL_READY],
+            EngineState::Stopping => [e::LOCAL_AI_SERVER_STOPPING, e::LOCAL_AI_MODEL_STOPPING],
+            EngineState::Error => [e::LOCAL_AI_SERVER_ERROR, e::LOCAL_AI_MODEL_ERROR],
+            EngineState::Closed => [e::LOCAL_AI_SERVER_CLOSED, e::LOCAL_AI_MODEL_CLOSED],
+        };
+        match subject {
+            Subject::Server => server,
+            Subject::Model => model,
         }
     }
 
-    /// Whether the server answers requests.
+    /// Whether the engine answers requests.
     pub fn is_ready(self) -> bool {
-        self == ServerState::Ready
+        self == EngineState::Ready
     }
 
-    /// Whether this start has settled: ready, failed or stopped (not starting or loading).
+    /// Whether the current start has settled (ready, failed, stopped or closed): a
+    /// request that needs the engine stops waiting. `stopping` has not: what follows
+    /// it is `stopped`, and then a new start.
     pub fn is_settled(self) -> bool {
-        !matches!(self, ServerState::Starting | ServerState::Loading)
+        !matches!(
+            self,
+            EngineState::Starting | EngineState::Loading | EngineState::Stopping
+        )
+    }
+
+    /// Whether an engine holds (or is about to hold) its device: starting, loading,
+    /// ready or stopping.
+    pub fn occupies(self) -> bool {
+        matches!(
+            self,
+            EngineState::Starting
+                | EngineState::Loading
+                | EngineState::Ready
+                | EngineState::Stopping
+        )
+    }
+
+    /// Seconds after which a retry may succeed: only while it starts, loads or stops.
+    pub fn retry_after(self) -> Option<u64> {
+        (!self.is_settled()).then_some(2)
     }
 }
 
-/// One change of a server's state: what happened, which decides the state it enters.
+impl std::fmt::Display for EngineState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One change of a state: what happened, which decides the state it enters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
+    /// A new start begins (a first load, a restart asked for): `starting`.
+    Start,
     /// An owned engine process was spawned (first launch or restart): `starting`.
     Spawned,
     /// The engine answers `503 Loading model`: `loading`.
@@ -101,66 +167,82 @@ pub enum Change {
     Failed,
     /// The restart policy is exhausted after a crash: the final `error`, saying so.
     GaveUp,
+    /// Stopping a running (or crashed) engine begins: `stopping`.
+    Stop,
     /// Stopped (owned), released (adopted) or cancelled while starting: `stopped`.
     Stopped,
+    /// The host disposed of the engine while shutting down: `closed`.
+    Close,
 }
 
 impl Change {
     /// Every change, for tables and tests.
-    pub const ALL: [Change; 6] = [
+    pub const ALL: [Change; 9] = [
+        Change::Start,
         Change::Spawned,
         Change::Loading,
         Change::Ready,
         Change::Failed,
         Change::GaveUp,
+        Change::Stop,
         Change::Stopped,
+        Change::Close,
     ];
 
     /// The state this change enters.
-    pub fn target(self) -> ServerState {
+    pub fn target(self) -> EngineState {
         match self {
-            Change::Spawned => ServerState::Starting,
-            Change::Loading => ServerState::Loading,
-            Change::Ready => ServerState::Ready,
-            Change::Failed | Change::GaveUp => ServerState::Error,
-            Change::Stopped => ServerState::Stopped,
+            Change::Start | Change::Spawned => EngineState::Starting,
+            Change::Loading => EngineState::Loading,
+            Change::Ready => EngineState::Ready,
+            Change::Failed | Change::GaveUp => EngineState::Error,
+            Change::Stop => EngineState::Stopping,
+            Change::Stopped => EngineState::Stopped,
+            Change::Close => EngineState::Closed,
         }
     }
 
-    /// `spawned`, `loading`, `ready`, `failed`, `gave-up` or `stopped`.
+    /// `start`, `spawned`, `loading`, `ready`, `failed`, `gave-up`, `stop`, `stopped`
+    /// or `close`.
     pub fn as_str(self) -> &'static str {
         match self {
+            Change::Start => "start",
             Change::Spawned => "spawned",
             Change::Loading => "loading",
             Change::Ready => "ready",
             Change::Failed => "failed",
             Change::GaveUp => "gave-up",
+            Change::Stop => "stop",
             Change::Stopped => "stopped",
+            Change::Close => "close",
         }
     }
 }
 
 /// A state change the table does not allow: a bug in the caller, refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("invalid state change `{}` of a server in state `{}`", .change.as_str(), .from.as_str())]
+#[error("invalid state change `{}` in state `{}`", .change.as_str(), .from.as_str())]
 pub struct InvalidTransition {
-    /// The state the server was in (and stays in).
-    pub from: ServerState,
+    /// The state it was in (and stays in).
+    pub from: EngineState,
     /// The change that was asked for.
     pub change: Change,
 }
 
 /// The one table of allowed state changes (see the module documentation): the state
 /// `change` enters from `from`, or the refusal.
-pub fn transition(from: ServerState, change: Change) -> Result<ServerState, InvalidTransition> {
-    use ServerState::{Error, Loading, Ready, Starting};
+pub fn transition(from: EngineState, change: Change) -> Result<EngineState, InvalidTransition> {
+    use EngineState::{Error, Loading, Ready, Starting, Stopped, Stopping};
     let allowed = match change {
+        Change::Start => matches!(from, Stopped | Error),
         Change::Spawned => matches!(from, Starting | Error),
         Change::Loading => matches!(from, Starting),
         Change::Ready => matches!(from, Starting | Loading),
         Change::Failed => matches!(from, Starting | Loading | Ready),
         Change::GaveUp => matches!(from, Error),
-        Change::Stopped => matches!(from, Starting | Loading | Ready | Error),
+        Change::Stop => matches!(from, Ready | Error),
+        Change::Stopped => matches!(from, Starting | Loading | Ready | Stopping | Error),
+        Change::Close => from != EngineState::Closed,
     };
     if allowed {
         Ok(change.target())
@@ -170,7 +252,7 @@ pub fn transition(from: ServerState, change: Change) -> Result<ServerState, Inva
 }
 
 /// Whether some allowed change leads from `from` to `to` (the table seen as state pairs).
-pub fn is_valid_transition(from: ServerState, to: ServerState) -> bool {
+pub fn is_valid_transition(from: EngineState, to: EngineState) -> bool {
     Change::ALL
         .iter()
         .any(|change| transition(from, *change) == Ok(to))
@@ -205,7 +287,7 @@ pub struct ServerSnapshot {
     /// the Core's token.
     pub key_ignored: bool,
     /// The state.
-    pub state: ServerState,
+    pub state: EngineState,
     /// `state == ready`.
     pub available: bool,
     /// Arcane spawned and owns the process.
@@ -241,7 +323,7 @@ impl ServerSnapshot {
             socket: None,
             api_key: None,
             key_ignored: false,
-            state: ServerState::Starting,
+            state: EngineState::Starting,
             available: false,
             owned: false,
             managed: false,
@@ -277,12 +359,12 @@ impl ServerSnapshot {
     /// Applies `change` through the table ([`transition`]): the new `state`, `available`,
     /// and `error` / `stopStep` cleared outside the one state they belong to. A refused
     /// change leaves the snapshot untouched.
-    pub fn apply(&mut self, change: Change) -> Result<ServerState, InvalidTransition> {
+    pub fn apply(&mut self, change: Change) -> Result<EngineState, InvalidTransition> {
         let state = transition(self.state, change)?;
-        if state != ServerState::Error {
+        if state != EngineState::Error {
             self.error = None;
         }
-        if state != ServerState::Stopped {
+        if state != EngineState::Stopped {
             self.stop_step = None;
         }
         self.state = state;
@@ -294,84 +376,116 @@ impl ServerSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ServerState::{Error, Loading, Ready, Starting, Stopped};
+    use EngineState::{Closed, Error, Loading, Ready, Starting, Stopped, Stopping};
 
-    /// Every (state, change) pair, written out: the table in the module documentation.
-    #[test]
-    fn the_table_allows_exactly_the_documented_changes() {
-        let expected = |from: ServerState, change: Change| -> Option<ServerState> {
-            match (from, change) {
-                (Starting, Change::Spawned) => Some(Starting),
-                (Starting, Change::Loading) => Some(Loading),
-                (Starting, Change::Ready) => Some(Ready),
-                (Starting, Change::Failed) => Some(Error),
-                (Starting, Change::Stopped) => Some(Stopped),
-                (Loading, Change::Ready) => Some(Ready),
-                (Loading, Change::Failed) => Some(Error),
-                (Loading, Change::Stopped) => Some(Stopped),
-                (Ready, Change::Failed) => Some(Error),
-                (Ready, Change::Stopped) => Some(Stopped),
-                (Error, Change::Spawned) => Some(Starting),
-                (Error, Change::GaveUp) => Some(Error),
-                (Error, Change::Stopped) => Some(Stopped),
-                _ => None,
-            }
-        };
-        let mut allowed = 0;
-        for from in ServerState::ALL {
-            for change in Change::ALL {
-                let got = transition(from, change);
-                match expected(from, change) {
-                    Some(to) => {
-                        assert_eq!(got, Ok(to), "{from:?} --{change:?}-->");
-                        allowed += 1;
-                    }
-                    None => assert_eq!(
-                        got,
-                        Err(InvalidTransition { from, change }),
-                        "{from:?} --{change:?}--> must be refused"
-                    ),
-                }
-            }
-        }
-        assert_eq!(allowed, 13);
+    fn state_named(name: &str) -> Option<EngineState> {
+        EngineState::ALL.into_iter().find(|s| s.as_str() == name)
     }
 
-    /// Every (from, to) state pair: `stopped` is terminal, `error -> error` exists (only
-    /// through `gave-up`), and no state goes back to `loading` once past it.
-    #[test]
-    fn every_state_pair_is_judged() {
-        let pairs = |from: ServerState, to: ServerState| {
-            matches!(
-                (from, to),
-                (Starting, Starting | Loading | Ready | Error | Stopped)
-                    | (Loading, Ready | Error | Stopped)
-                    | (Ready, Error | Stopped)
-                    | (Error, Starting | Error | Stopped)
-            )
-        };
-        for from in ServerState::ALL {
-            for to in ServerState::ALL {
-                assert_eq!(
-                    is_valid_transition(from, to),
-                    pairs(from, to),
-                    "{from:?} -> {to:?}"
-                );
+    /// The table in the module documentation, read cell by cell: `(from, change) ->
+    /// to`, or `None` for a `—`.
+    fn documented() -> Vec<(EngineState, Change, Option<EngineState>)> {
+        let rows: Vec<Vec<String>> = include_str!("state.rs")
+            .lines()
+            .take_while(|line| line.starts_with("//!"))
+            .filter_map(|line| line.strip_prefix("//! |"))
+            .map(|row| {
+                row.split('|')
+                    .map(|c| c.trim().trim_matches('`').to_string())
+                    .collect()
+            })
+            .collect();
+        let changes: Vec<Change> = rows[0][1..]
+            .iter()
+            .filter(|c| !c.is_empty())
+            .map(|name| {
+                Change::ALL
+                    .into_iter()
+                    .find(|c| c.as_str() == name)
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(
+            changes,
+            Change::ALL,
+            "the header lists every change in order"
+        );
+        let mut cells = Vec::new();
+        for row in &rows[2..] {
+            let from = state_named(&row[0]).unwrap_or_else(|| panic!("row `{}`", row[0]));
+            for (change, cell) in changes.iter().zip(&row[1..]) {
+                let to = (cell != "—").then(|| state_named(cell).unwrap());
+                cells.push((from, *change, to));
             }
         }
+        cells
+    }
+
+    #[test]
+    fn the_table_is_exactly_the_documented_one() {
+        let cells = documented();
+        assert_eq!(cells.len(), EngineState::ALL.len() * Change::ALL.len());
+        let mut allowed = 0;
+        for (from, change, to) in cells {
+            match to {
+                Some(to) => {
+                    assert_eq!(transition(from, change), Ok(to), "{from} --{change:?}-->");
+                    allowed += 1;
+                }
+                None => assert_eq!(
+                    transition(from, change),
+                    Err(InvalidTransition { from, change }),
+                    "{from} --{change:?}--> must be refused"
+                ),
+            }
+        }
+        assert_eq!(allowed, 24);
+    }
+
+    /// What the supervisor, the host and the gateway rely on.
+    #[test]
+    fn the_rules_every_user_relies_on() {
+        // Nothing starts over an engine that starts, runs or stops.
+        for from in [Starting, Loading, Ready, Stopping, Closed] {
+            assert!(
+                transition(from, Change::Start).is_err(),
+                "start from {from}"
+            );
+        }
+        // `closed` is terminal.
+        for to in EngineState::ALL {
+            assert!(!is_valid_transition(Closed, to), "closed -> {to}");
+        }
+        // `error -> error` only through `gave-up`.
         let into_error: Vec<Change> = Change::ALL
             .into_iter()
             .filter(|c| transition(Error, *c) == Ok(Error))
             .collect();
         assert_eq!(into_error, [Change::GaveUp]);
+        // `stopping` only ends.
+        let after_stopping: Vec<EngineState> = EngineState::ALL
+            .into_iter()
+            .filter(|to| is_valid_transition(Stopping, *to))
+            .collect();
+        assert_eq!(after_stopping, [Stopped, Closed]);
+        // Only a running or crashed engine is stopped through `stopping`.
+        let stoppable: Vec<EngineState> = EngineState::ALL
+            .into_iter()
+            .filter(|from| transition(*from, Change::Stop).is_ok())
+            .collect();
+        assert_eq!(stoppable, [Ready, Error]);
     }
 
     #[test]
-    fn each_state_has_its_event_type() {
-        for state in ServerState::ALL {
+    fn each_state_has_its_event_types() {
+        for state in EngineState::ALL {
             assert_eq!(
-                state.event_type(),
-                format!("local-ai.server.{}", state.as_str())
+                state.event_type(Subject::Server),
+                format!("local-ai.server.{state}")
+            );
+            assert_eq!(
+                state.event_type(Subject::Model),
+                format!("local-ai.model.{state}")
             );
         }
     }
@@ -381,7 +495,7 @@ mod tests {
         let refused = transition(Stopped, Change::Ready).unwrap_err();
         assert_eq!(
             refused.to_string(),
-            "invalid state change `ready` of a server in state `stopped`"
+            "invalid state change `ready` in state `stopped`"
         );
     }
 }

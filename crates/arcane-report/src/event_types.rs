@@ -94,34 +94,46 @@ event_types! {
     /// An orphan of an earlier Arcane was stopped.
     PROCESS_ORPHAN_STOPPED = "process.orphan.stopped",
 
-    // --- engine states (`arcane-localai`) ---------------------------------------------
+    // --- engine and model states (`arcane-localai`'s one table) -----------------------
     /// An engine entered `starting` (a server snapshot as data).
     LOCAL_AI_SERVER_STARTING = "local-ai.server.starting",
     /// An engine entered `loading`.
     LOCAL_AI_SERVER_LOADING = "local-ai.server.loading",
     /// An engine entered `ready`.
     LOCAL_AI_SERVER_READY = "local-ai.server.ready",
+    /// An engine entered `stopping` (the state exists for every record; a supervisor
+    /// stops in one step and does not announce it).
+    LOCAL_AI_SERVER_STOPPING = "local-ai.server.stopping",
     /// An engine entered `error`.
     LOCAL_AI_SERVER_ERROR = "local-ai.server.error",
     /// An engine entered `stopped`.
     LOCAL_AI_SERVER_STOPPED = "local-ai.server.stopped",
+    /// An engine entered `closed` (the host's record; a supervisor does not announce it).
+    LOCAL_AI_SERVER_CLOSED = "local-ai.server.closed",
     /// A ready engine did not answer its readiness probe in time but worked meanwhile
     /// (its processes used CPU time): load, not a fault; it is not stopped, and the
     /// next probe waits longer `{id, engine, probeTimeoutMs}`.
     LOCAL_AI_ENGINE_BUSY = "local-ai.engine.busy",
-    /// The model gateway started loading a model `{model, device, reason}` (`reason`:
-    /// `request`, `on-start`, `load`).
+    /// The model gateway started loading a model `{model, device, state, reason}`
+    /// (`reason`: `request`, `on-start`, `load`).
+    LOCAL_AI_MODEL_STARTING = "local-ai.model.starting",
+    /// A model's engine answers `503 Loading model` `{model, device, state}`.
     LOCAL_AI_MODEL_LOADING = "local-ai.model.loading",
-    /// A model is loaded and answers `{model, device, pid, url}`.
+    /// A model is loaded and answers `{model, device, state, pid, url}`.
     LOCAL_AI_MODEL_READY = "local-ai.model.ready",
-    /// A model was unloaded `{model, device, reason}` (`keep-alive`, `request`, `shutdown`,
-    /// `group`, or `crashed` once a crashed engine is down and the model may load again).
-    LOCAL_AI_MODEL_UNLOADED = "local-ai.model.unloaded",
-    /// A model was unloaded to make room on its device `{model, device, for}`.
-    LOCAL_AI_MODEL_EVICTED = "local-ai.model.evicted",
-    /// A model failed to load, or its engine died `{model, device, reason, error}`
-    /// (`reason`: `load-failed`, `crashed`).
-    LOCAL_AI_MODEL_FAILED = "local-ai.model.failed",
+    /// A model's engine is being stopped `{model, device, state, reason, for?}`.
+    LOCAL_AI_MODEL_STOPPING = "local-ai.model.stopping",
+    /// A model failed to load, its engine died, or its external server stopped
+    /// answering `{model, device, state, reason, error}` (`reason`: `load-failed`,
+    /// `crashed`, `unreachable`).
+    LOCAL_AI_MODEL_ERROR = "local-ai.model.error",
+    /// A model's engine is down `{model, device, state, reason, for?, group?}`
+    /// (`reason`: `keep-alive`, `request`, `shutdown`, `evicted` with `for`, `group`,
+    /// or `crashed` once a crashed engine is down and the model may load again).
+    LOCAL_AI_MODEL_STOPPED = "local-ai.model.stopped",
+    /// A model entered `closed` (the state exists for every record; a gateway model
+    /// ends `stopped`).
+    LOCAL_AI_MODEL_CLOSED = "local-ai.model.closed",
     /// The gateway read its configuration again `{added, removed, changed, unchanged}`
     /// (`arcane reload`, SIGHUP), or could not `{error}`.
     LOCAL_AI_MODELS_RELOADED = "local-ai.models.reloaded",

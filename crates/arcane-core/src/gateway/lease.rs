@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::metrics::Metrics;
-use super::model::{Model, Phase};
+use super::model::Model;
 use super::*;
 
 /// Held by a forwarded request until its answer is sent: the model counts it in flight
@@ -136,7 +136,7 @@ impl Drop for Waiting {
             inner.waiting = inner.waiting.saturating_sub(1);
             inner.waiting == 0 && inner.in_flight == 0
         };
-        if idle && matches!(self.model.current(), Phase::Ready(_)) {
+        if idle && self.model.state().is_ready() {
             if let Some(gateway) = self.gateway.upgrade() {
                 gateway.schedule_idle(&self.model);
             }
@@ -162,11 +162,11 @@ impl Gateway {
         loop {
             let mut phase = model.phase.subscribe();
             let current = phase.borrow_and_update().clone();
-            match current {
-                Phase::Ready(_) => {
+            match current.state {
+                EngineState::Ready => {
                     let mut inner = model.lock();
                     // Checked again under the lock an unload takes to begin.
-                    if !matches!(model.current(), Phase::Ready(_)) {
+                    if !model.state().is_ready() {
                         continue;
                     }
                     inner.in_flight += 1;
@@ -185,19 +185,24 @@ impl Gateway {
                         counted: true,
                     });
                 }
-                Phase::Failed(error) if waited_on_load => return Err(load_failed(&error)),
-                Phase::Loading | Phase::Unloading => {
-                    waited_on_load |= matches!(current, Phase::Loading);
+                EngineState::Error if waited_on_load => {
+                    return Err(load_failed(current.error.as_ref().unwrap_or(&Value::Null)))
+                }
+                EngineState::Starting | EngineState::Loading | EngineState::Stopping => {
+                    waited_on_load |= current.state != EngineState::Stopping;
                     let left = deadline.saturating_duration_since(Instant::now());
                     if tokio::time::timeout(left, phase.changed()).await.is_err() {
                         return Err(not_ready(&model.spec.id, "its load did not finish in time"));
                     }
                 }
-                Phase::Unloaded | Phase::Failed(_) if !self.is_routed(&model) => {
+                EngineState::Closed => {
+                    return Err(not_ready(&model.spec.id, "the host is shutting down"))
+                }
+                EngineState::Stopped | EngineState::Error if !self.is_routed(&model) => {
                     model = self.successor(&model)?;
                     _waiting = Waiting::new(&model, self.me.clone());
                 }
-                Phase::Unloaded | Phase::Failed(_) => {
+                EngineState::Stopped | EngineState::Error => {
                     self.load(&model, "request").await?;
                     waited_on_load = true;
                 }

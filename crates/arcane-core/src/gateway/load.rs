@@ -1,17 +1,17 @@
-//! A model's load and what ends it: the launch, `ready` or `failed`, and an engine
+//! A model's load and what ends it: the launch, `ready` or `error`, and an engine
 //! that dies (a crash) or an external server that stops answering.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use arcane_localai::ServerSnapshot;
-use arcane_report::{codes, error_json, event_types};
+use arcane_report::{codes, error_json};
 use hyper::StatusCode;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::metrics::Metrics;
-use super::model::{Model, Phase};
+use super::model::Model;
 use super::placement::Reason;
 use super::*;
 
@@ -28,7 +28,8 @@ impl Gateway {
         let placement = self.placement.lock().await;
         // A model a reload replaced meanwhile is never started (its requests follow its
         // successor); placement decisions and reloads take the same lock.
-        if !self.is_routed(model) || !matches!(model.current(), Phase::Unloaded | Phase::Failed(_))
+        if !self.is_routed(model)
+            || !matches!(model.state(), EngineState::Stopped | EngineState::Error)
         {
             return Ok(());
         }
@@ -36,7 +37,7 @@ impl Gateway {
             return Err(refused);
         }
         self.make_room(model).await?;
-        if !model.become_(Phase::Loading) {
+        if !self.enter(model, &[Change::Start], |_| {}, json!({"reason": reason})) {
             return Ok(());
         }
         drop(placement);
@@ -44,11 +45,6 @@ impl Gateway {
             .loads
             .get_or_create(&Metrics::label(&model.spec.id))
             .inc();
-        self.emit(
-            event_types::LOCAL_AI_MODEL_LOADING,
-            json!({"model": model.spec.id, "device": model.spec.device, "reason": reason}),
-        );
-        self.changed.notify_waiters();
         let Some(me) = self.me.upgrade() else {
             return Ok(());
         };
@@ -67,7 +63,7 @@ impl Gateway {
         }
     }
 
-    /// The load itself: launch, then `ready` (or `failed`).
+    /// The load itself: launch, then `ready` (or `error`).
     pub(super) async fn run_load(self: Arc<Self>, model: Arc<Model>) {
         let Some(context) = self.started().await else {
             return;
@@ -112,15 +108,12 @@ impl Gateway {
             inner.retry_at = None;
             inner.ready_since = Some(Instant::now());
         }
-        if model.become_(Phase::Ready(access.clone())) {
+        let data = json!({"pid": snapshot.pid, "url": access.address.to_string(), "reachableWithoutToken": model.spec.reachable_without_token || snapshot.key_ignored, "keyIgnored": snapshot.key_ignored});
+        if self.enter(model, &[Change::Ready], |p| p.access = Some(access), data) {
             self.metrics
                 .loaded
                 .get_or_create(&Metrics::label(&model.spec.id))
                 .set(1);
-            self.emit(
-                event_types::LOCAL_AI_MODEL_READY,
-                json!({"model": model.spec.id, "device": model.spec.device, "pid": snapshot.pid, "url": access.address.to_string(), "reachableWithoutToken": model.spec.reachable_without_token || snapshot.key_ignored, "keyIgnored": snapshot.key_ignored}),
-            );
             self.schedule_idle(model);
         }
     }
@@ -136,25 +129,29 @@ impl Gateway {
             inner.retry_at = Some(Instant::now() + wait);
             inner.last_error = Some(error.clone());
         }
-        model.become_(Phase::Failed(error.clone()));
-        self.emit(
-            event_types::LOCAL_AI_MODEL_FAILED,
-            json!({"model": model.spec.id, "device": model.spec.device, "reason": "load-failed", "error": error}),
-        );
+        let data = json!({"reason": "load-failed", "error": error});
+        self.enter(model, &[Change::Failed], |p| p.error = Some(error), data);
     }
 
-    /// Sees the supervisor's snapshots: an engine that died while ready is a crash.
+    /// Sees the supervisor's snapshots: an engine answering `503 Loading model` makes a
+    /// starting model `loading`; an engine that died while ready is a crash.
     pub(super) fn observer(&self, model: &Arc<Model>) -> arcane_localai::StateObserver {
         let gateway = self.me.clone();
         let model = Arc::downgrade(model);
         Arc::new(move |snapshot: &ServerSnapshot| {
-            use arcane_localai::ServerState;
             let (Some(gateway), Some(model)) = (gateway.upgrade(), model.upgrade()) else {
                 return;
             };
-            let died = matches!(snapshot.state, ServerState::Error | ServerState::Stopped);
-            if died && matches!(model.current(), Phase::Ready(_)) && !model.lock().stopping {
-                gateway.crashed(&model, snapshot);
+            match (model.state(), snapshot.state) {
+                (EngineState::Starting, EngineState::Loading) => {
+                    gateway.enter(&model, &[Change::Loading], |_| {}, json!({}));
+                }
+                (EngineState::Ready, EngineState::Error | EngineState::Stopped)
+                    if !model.lock().stopping =>
+                {
+                    gateway.crashed(&model, snapshot);
+                }
+                _ => {}
             }
         })
     }
@@ -184,44 +181,43 @@ impl Gateway {
         let label = Metrics::label(&model.spec.id);
         self.metrics.crashes.get_or_create(&label).inc();
         self.metrics.loaded.get_or_create(&label).set(0);
-        self.emit(
-            event_types::LOCAL_AI_MODEL_FAILED,
-            json!({"model": model.spec.id, "device": model.spec.device, "reason": "crashed", "error": error, "exit": snapshot.exit}),
-        );
-        // Nothing new is routed to the dying engine, and no replacement starts while it
-        // still holds its socket, port and memory: requests wait in `unloading` until
-        // the supervisor has it down (at once after a crash, a kill for an unresponsive
-        // one), then the next one loads it again.
-        model.become_(Phase::Unloading);
-        self.changed.notify_waiters();
+        // `error`, then `stopping`, as one step: nothing new is routed to the dying
+        // engine, and no replacement starts while it still holds its socket, port and
+        // memory. Requests wait in `stopping` until the supervisor has it down (at once
+        // after a crash, a kill for an unresponsive one); then the next one loads it
+        // again.
+        let data = json!({"reason": Reason::Crashed.name(), "error": error, "exit": snapshot.exit});
+        if !self.enter(model, &[Change::Failed, Change::Stop], |_| {}, data) {
+            return;
+        }
         let (gateway, model) = (self.me.clone(), Arc::clone(model));
         tokio::spawn(async move {
             if let Some(handle) = handle {
                 let _ = handle.stop().await;
             }
-            model.become_(Phase::Unloaded);
             if let Some(gateway) = gateway.upgrade() {
-                gateway.emit(
-                    event_types::LOCAL_AI_MODEL_UNLOADED,
-                    json!({"model": model.spec.id, "device": model.spec.device, "reason": Reason::Crashed.name()}),
-                );
-                gateway.changed.notify_waiters();
+                let data = json!({"reason": Reason::Crashed.name()});
+                gateway.enter(&model, &[Change::Stopped], |_| {}, data);
             }
         });
     }
 
-    /// An external model that did not answer: released, so the next request adopts
-    /// (probes) it again.
+    /// An external model that did not answer: released, in `error` saying so (its
+    /// `lastError` too), so the next request adopts (probes) it again.
     pub(super) fn lost_external(&self, model: &Arc<Model>) {
         let handle = model.lock().handle.take();
-        if model.become_(Phase::Unloaded) {
+        let url = model.spec.launcher.url();
+        let error = json!({"code": codes::LOCAL_AI_SERVER_FAILED, "message": format!("the server of `{}` at {url} stopped answering", model.spec.id), "details": {"model": model.spec.id, "url": url}});
+        let data = json!({"reason": "unreachable", "error": error});
+        if self.enter(
+            model,
+            &[Change::Failed],
+            |p| p.error = Some(error.clone()),
+            data,
+        ) {
+            model.lock().last_error = Some(error);
             let label = Metrics::label(&model.spec.id);
             self.metrics.loaded.get_or_create(&label).set(0);
-            self.emit(
-                event_types::LOCAL_AI_MODEL_FAILED,
-                json!({"model": model.spec.id, "device": model.spec.device, "reason": "unreachable"}),
-            );
-            self.changed.notify_waiters();
         }
         if let Some(handle) = handle {
             // Releasing an adopted server signals nothing.

@@ -25,23 +25,30 @@
 //!   Placement decisions are made one at a time, in `placement`.
 //! * **Listing.** `unlisted` models are routed to but shown in no client listing
 //!   (`Gateway::listed`); `upstream_model` is the name the engine is sent.
-//! * **Crashes.** An engine that dies leaves its model `unloaded`; the next request
-//!   loads it again (`arcane ps` shows the crash).
+//! * **Crashes.** An engine that dies puts its model in `error`, then `stopping` at
+//!   once (nothing new is routed to it, and no second engine starts beside the dead
+//!   one's remains), then `stopped` once it is down; the next request loads it again
+//!   (`arcane ps` shows the crash).
+//! * **States.** A model's state is its engine's: `stopped`, `starting`, `loading`,
+//!   `ready`, `stopping`, `error`, changed only through `arcane_localai::transition`,
+//!   the table the supervisor and the host use too.
 //!
-//! One module per concept: `model` (a model's phases and their one table), `lease`
+//! One module per concept: `model` (a model's phase), `lease`
 //! (routing one request and holding it in flight), `load` (loads, crashes, lost external
 //! servers), `placement` (eviction, unloading, the idle clock), `reload`, `service` (the
 //! passthrough's [`Upstream`] and the Core [`Service`]), `keep_alive`, `metrics`.
 //!
 //! Methods: `models.list` (the `arcane ps` rows), `models.load {model}`,
 //! `models.unload {model}`; `llama.status|models|load|unload` act on the same models,
-//! and `localai.status` lists them as `models`. Events: `local-ai.model.loading|ready|
-//! unloaded|evicted|failed`.
+//! and `localai.status` lists them as `models`. Events: `local-ai.model.<state>`
+//! (`starting|loading|ready|stopping|stopped|error`) `{model, device, state, reason?,
+//! …}`, one for each state entered.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use arcane_localai::{Change, EngineState, Subject};
 use arcane_report::codes;
 use hyper::StatusCode;
 use serde_json::{json, Value};
@@ -321,6 +328,32 @@ impl Gateway {
         }
     }
 
+    /// The one way a model changes state: `changes` through the table as one step
+    /// (`edit` fills in what the last state carries; see `Model::enter`), each state
+    /// entered announced as `local-ai.model.<state>` `{model, device, state, …data}`,
+    /// and every waiter woken. `false`, and nothing announced, when the table refuses.
+    fn enter(
+        &self,
+        model: &Model,
+        changes: &[Change],
+        edit: impl FnOnce(&mut model::Phase),
+        data: Value,
+    ) -> bool {
+        let Some(states) = model.enter(changes, edit) else {
+            return false;
+        };
+        for state in states {
+            let mut event =
+                json!({"model": model.spec.id, "device": model.spec.device, "state": state});
+            if let (Some(event), Value::Object(data)) = (event.as_object_mut(), &data) {
+                event.extend(data.clone());
+            }
+            self.emit(state.event_type(Subject::Model), event);
+        }
+        self.changed.notify_waiters();
+        true
+    }
+
     /// The model `name` selects (`None`: the default), or OpenAI's 404.
     /// The model a request names (`None`: the first that serves `path`), refused
     /// with a 404 — before anything is loaded — when it is unknown or does not serve
@@ -412,7 +445,7 @@ impl Gateway {
     /// supervisor's snapshot while loaded, else `stopped` (or `error` after a failed
     /// load). `arcane status` shows a gateway's engines as it shows a single engine's.
     pub fn engines(&self) -> Vec<Value> {
-        use crate::localai::status::{EngineView, HostChange};
+        use crate::localai::status::EngineView;
         self.models()
             .iter()
             .filter_map(|model| {
@@ -424,15 +457,15 @@ impl Gateway {
                         view.observe(snapshot);
                         view
                     }
+                    // No engine: the model's own state and error.
                     None => {
-                        // No engine: the model's phase, as the host's table says it.
-                        let mut view = EngineView::new(runtime, model.spec.launcher.url());
-                        let _ = match model.current() {
-                            model::Phase::Failed(error) => view.apply(HostChange::Failed(error)),
-                            model::Phase::Loading => Ok(()),
-                            _ => view.apply(HostChange::Stopped),
-                        };
-                        view
+                        let phase = model.current();
+                        EngineView::not_running(
+                            runtime,
+                            model.spec.launcher.url(),
+                            phase.state,
+                            phase.error,
+                        )
                     }
                 };
                 view.models = vec![model.entry()];

@@ -1,11 +1,13 @@
-//! One configured model: its phase (the one table of what may follow what is
-//! [`Phase::may_become`]), what it holds while loaded, its requests in flight and its
-//! idle clock. Its clocks are tokio's (`tokio::time::Instant`), so a test with paused
-//! time drives the idle clock, the backoff and the waits alike.
+//! One configured model: its phase (its [`EngineState`] through the one table,
+//! `arcane_localai::transition`, with what that state carries), what it holds while
+//! loaded, its requests in flight and its idle clock. Its clocks are tokio's
+//! (`tokio::time::Instant`), so a test with paused time drives the idle clock, the
+//! backoff and the waits alike.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arcane_localai::{Change, EngineState};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -14,51 +16,54 @@ use super::{KeepAlive, ModelSpec};
 use crate::localai::EngineHandle;
 use crate::upstream::EngineAccess;
 
-/// Where a model is in its life.
+/// Where a model is in its life: the state of its engine (`stopped` while none runs,
+/// `stopping` while one is being stopped: evicted, idle, asked to, or crashed), how
+/// its engine is reached while `ready`, and its last load's error while `error` (a new
+/// request tries again, after the backoff).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Phase {
-    /// No engine runs for it.
-    Unloaded,
-    /// Its engine is starting; requests wait for it.
-    Loading,
-    /// Its engine answers here.
-    Ready(EngineAccess),
-    /// Its engine is being stopped (evicted, idle, or asked to); requests wait.
-    Unloading,
-    /// Its last load failed with this error; a new request tries again (after the
-    /// backoff).
-    Failed(Value),
+pub(crate) struct Phase {
+    pub state: EngineState,
+    pub access: Option<EngineAccess>,
+    pub error: Option<Value>,
 }
 
 impl Phase {
-    /// The wire name.
-    pub(crate) fn name(&self) -> &'static str {
-        match self {
-            Self::Unloaded => "unloaded",
-            Self::Loading => "loading",
-            Self::Ready(_) => "ready",
-            Self::Unloading => "unloading",
-            Self::Failed(_) => "failed",
+    fn stopped() -> Self {
+        Self {
+            state: EngineState::Stopped,
+            access: None,
+            error: None,
         }
     }
 
-    /// Whether the model occupies its device (counts against `max_loaded` and memory).
-    pub(crate) fn occupies(&self) -> bool {
-        matches!(self, Self::Loading | Self::Ready(_) | Self::Unloading)
+    /// The phase after `changes`, applied in order through the table, with `edit`
+    /// filling in what the last state carries (the access is kept only while `ready`,
+    /// the error only while `error`), and the states entered; `None` when the table
+    /// refuses any of them.
+    fn step(
+        &self,
+        changes: &[Change],
+        edit: impl FnOnce(&mut Phase),
+    ) -> Option<(Phase, Vec<EngineState>)> {
+        let mut next = self.clone();
+        let mut entered = Vec::with_capacity(changes.len());
+        for change in changes {
+            next.state = arcane_localai::transition(next.state, *change).ok()?;
+            entered.push(next.state);
+        }
+        edit(&mut next);
+        if next.state != EngineState::Ready {
+            next.access = None;
+        }
+        if next.state != EngineState::Error {
+            next.error = None;
+        }
+        Some((next, entered))
     }
 
-    /// The allowed changes: a load starts only from `unloaded` or `failed` and ends
-    /// `ready` or `failed`; only a ready model is unloaded; an unload ends `unloaded`;
-    /// a ready model whose engine died is `unloaded` (the next request reloads it).
-    pub(crate) fn may_become(&self, next: &Phase) -> bool {
-        use Phase::*;
-        matches!(
-            (self, next),
-            (Unloaded | Failed(_), Loading)
-                | (Loading, Ready(_) | Failed(_))
-                | (Ready(_), Unloading | Unloaded)
-                | (Unloading, Unloaded)
-        )
+    /// How its engine is reached, while `ready`.
+    pub(crate) fn ready(&self) -> Option<&EngineAccess> {
+        self.access.as_ref().filter(|_| self.state.is_ready())
     }
 }
 
@@ -133,7 +138,7 @@ impl Model {
                 load_failures: 0,
                 ready_since: None,
             }),
-            phase: watch::Sender::new(Phase::Unloaded),
+            phase: watch::Sender::new(Phase::stopped()),
         })
     }
 
@@ -145,17 +150,30 @@ impl Model {
         self.phase.borrow().clone()
     }
 
-    /// Moves to `next` if the table allows it from the current phase.
-    pub(crate) fn become_(&self, next: Phase) -> bool {
-        let mut changed = false;
+    /// The state it is in.
+    pub(crate) fn state(&self) -> EngineState {
+        self.phase.borrow().state
+    }
+
+    /// Applies `changes` in order, as one step, if the table allows every one of them
+    /// from the current phase (then `edit` fills in what the last state carries): the
+    /// states entered, or `None` and the phase unchanged. Only
+    /// [`Gateway::enter`](super::Gateway) calls it, and announces what it returns.
+    pub(super) fn enter(
+        &self,
+        changes: &[Change],
+        edit: impl FnOnce(&mut Phase),
+    ) -> Option<Vec<EngineState>> {
+        let mut entered = None;
         self.phase.send_if_modified(|phase| {
-            if phase.may_become(&next) {
-                *phase = next;
-                changed = true;
-            }
-            changed
+            let Some((next, states)) = phase.step(changes, edit) else {
+                return false;
+            };
+            *phase = next;
+            entered = Some(states);
+            true
         });
-        changed
+        entered
     }
 
     /// Whether `name` is this model's id or one of its aliases.
@@ -179,7 +197,7 @@ impl Model {
             "created": 0,
             "owned_by": "arcane",
             "aliases": self.spec.aliases,
-            "state": self.current().name(),
+            "state": self.state(),
             "device": self.spec.device,
             "reachableWithoutToken": self.reachable_without_token(&inner),
             "keyIgnored": key_ignored(&inner),
@@ -188,9 +206,8 @@ impl Model {
 
     /// What the front door's other APIs list of it (Ollama's `/api/tags`, `/api/ps`).
     pub(crate) fn facts(&self) -> crate::passthrough::ModelFacts {
-        let phase = self.current();
+        let loaded = self.state().is_ready();
         let inner = self.lock();
-        let loaded = matches!(phase, Phase::Ready(_));
         crate::passthrough::ModelFacts {
             id: self.spec.id.clone(),
             aliases: self.spec.aliases.clone(),
@@ -216,16 +233,13 @@ impl Model {
         let inner = self.lock();
         let unloads_in = inner
             .unload_at
-            .filter(|_| inner.in_flight == 0 && matches!(phase, Phase::Ready(_)))
+            .filter(|_| inner.in_flight == 0 && phase.state.is_ready())
             .map(|at| at.saturating_duration_since(Instant::now()).as_secs_f64());
-        let url = match &phase {
-            Phase::Ready(access) => Some(access.address.to_string()),
-            _ => None,
-        };
+        let url = phase.ready().map(|access| access.address.to_string());
         json!({
             "id": self.spec.id,
             "aliases": self.spec.aliases,
-            "state": phase.name(),
+            "state": phase.state,
             "device": self.spec.device,
             "external": self.spec.external,
             "reachableWithoutToken": self.reachable_without_token(&inner),
@@ -266,36 +280,46 @@ impl Model {
 mod tests {
     use super::*;
 
+    /// A step of several changes is taken whole or not at all, and the phase keeps
+    /// only what its state carries.
     #[test]
-    fn the_phase_table_allows_only_the_documented_changes() {
+    fn a_step_is_taken_whole_and_keeps_what_its_state_carries() {
         let access = EngineAccess::tcp("http://127.0.0.1:1").unwrap();
-        let all = [
-            Phase::Unloaded,
-            Phase::Loading,
-            Phase::Ready(access),
-            Phase::Unloading,
-            Phase::Failed(json!({})),
-        ];
-        let allowed: Vec<(&str, &str)> = all
-            .iter()
-            .flat_map(|from| {
-                all.iter()
-                    .filter(move |to| from.may_become(to))
-                    .map(move |to| (from.name(), to.name()))
-            })
-            .collect();
-        assert_eq!(
-            allowed,
-            [
-                ("unloaded", "loading"),
-                ("loading", "ready"),
-                ("loading", "failed"),
-                ("ready", "unloaded"),
-                ("ready", "unloading"),
-                ("unloading", "unloaded"),
-                ("failed", "loading"),
-            ]
+        let stopped = Phase::stopped();
+        assert!(
+            stopped.step(&[Change::Ready], |_| {}).is_none(),
+            "ready needs a start"
         );
+        let (starting, _) = stopped.step(&[Change::Start], |_| {}).unwrap();
+        let (ready, entered) = starting
+            .step(&[Change::Ready], |p| p.access = Some(access.clone()))
+            .unwrap();
+        assert_eq!(entered, [EngineState::Ready]);
+        assert_eq!(ready.ready(), Some(&access));
+        // A crash: `error`, then `stopping`, in one step; neither the access nor the
+        // error stays with `stopping`.
+        let (stopping, entered) = ready
+            .step(&[Change::Failed, Change::Stop], |p| {
+                p.error = Some(json!({"message": "died"}))
+            })
+            .unwrap();
+        assert_eq!(entered, [EngineState::Error, EngineState::Stopping]);
+        assert_eq!(
+            (stopping.state, stopping.ready(), stopping.error.clone()),
+            (EngineState::Stopping, None, None)
+        );
+        // A failed load keeps its error while `error`.
+        let (failed, _) = starting
+            .step(&[Change::Failed], |p| {
+                p.error = Some(json!({"message": "no"}))
+            })
+            .unwrap();
+        assert_eq!(failed.error, Some(json!({"message": "no"})));
+        // Refused as a whole: `stopped` would be allowed, `ready` after it is not, and
+        // nothing is taken half.
+        assert!(ready
+            .step(&[Change::Stopped, Change::Ready], |_| {})
+            .is_none());
     }
 
     #[test]

@@ -11,12 +11,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arcane_report::{codes, event_types};
+use arcane_report::codes;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::metrics::Metrics;
-use super::model::{Model, Phase};
+use super::model::Model;
 use super::*;
 
 /// Why a model is being unloaded.
@@ -60,7 +60,7 @@ impl Holder {
         Self {
             id: model.spec.id.clone(),
             in_flight: model.lock().in_flight,
-            state: model.current().name(),
+            state: model.state().as_str(),
             memory: model.spec.memory,
             pinned: model.spec.pinned(),
         }
@@ -234,7 +234,7 @@ enum Step {
 
 /// Whether `model` could be unloaded now (ready, nothing in flight).
 fn idle(model: &Model) -> bool {
-    matches!(model.current(), Phase::Ready(_)) && model.lock().in_flight == 0
+    model.state().is_ready() && model.lock().in_flight == 0
 }
 
 impl Gateway {
@@ -276,7 +276,7 @@ impl Gateway {
         let everyone = self.everyone();
         let others: Vec<&Arc<Model>> = everyone
             .iter()
-            .filter(|m| !Arc::ptr_eq(m, model) && m.current().occupies())
+            .filter(|m| !Arc::ptr_eq(m, model) && m.state().occupies())
             .collect();
         namesake_step(model, &others)
             .or_else(|| self.group_step(model, &others))
@@ -327,12 +327,20 @@ impl Gateway {
     /// Stops `model`'s engine (a ready model only; one with requests in flight only
     /// at shutdown).
     pub(super) async fn unload(&self, model: &Arc<Model>, reason: Reason, for_model: Option<&str>) {
+        let data = match reason {
+            Reason::Evicted => json!({"reason": reason.name(), "for": for_model}),
+            Reason::Group => {
+                json!({"reason": reason.name(), "for": for_model, "group": self.group_of(&model.spec.id).map(|g| g.id)})
+            }
+            _ => json!({"reason": reason.name()}),
+        };
         let handle = {
             let mut inner = model.lock();
             let busy = inner.in_flight > 0 && reason != Reason::Shutdown;
+            // Only a ready model is unloaded (a crashed one is stopped by `crashed`).
             if busy
-                || !matches!(model.current(), Phase::Ready(_))
-                || !model.become_(Phase::Unloading)
+                || !model.state().is_ready()
+                || !self.enter(model, &[Change::Stop], |_| {}, data.clone())
             {
                 return;
             }
@@ -351,28 +359,12 @@ impl Gateway {
             // A clean unload: the next load starts without a backoff.
             inner.load_failures = 0;
         }
-        model.become_(Phase::Unloaded);
         let label = Metrics::label(&model.spec.id);
         self.metrics.loaded.get_or_create(&label).set(0);
         if reason == Reason::Evicted {
             self.metrics.evictions.get_or_create(&label).inc();
         }
-        let (kind, data) = match reason {
-            Reason::Evicted => (
-                event_types::LOCAL_AI_MODEL_EVICTED,
-                json!({"model": model.spec.id, "device": model.spec.device, "for": for_model}),
-            ),
-            Reason::Group => (
-                event_types::LOCAL_AI_MODEL_UNLOADED,
-                json!({"model": model.spec.id, "device": model.spec.device, "reason": reason.name(), "for": for_model, "group": self.group_of(&model.spec.id).map(|g| g.id)}),
-            ),
-            _ => (
-                event_types::LOCAL_AI_MODEL_UNLOADED,
-                json!({"model": model.spec.id, "device": model.spec.device, "reason": reason.name()}),
-            ),
-        };
-        self.emit(kind, data);
-        self.changed.notify_waiters();
+        self.enter(model, &[Change::Stopped], |_| {}, data);
     }
 
     /// Starts the idle clock of a model with nothing in flight.
@@ -441,8 +433,7 @@ fn device_step(model: &Model, limit: DeviceLimit, others: &[&Arc<Model>]) -> Ste
     if fits_count && fits_memory {
         return Step::Fits;
     }
-    let movable =
-        |m: &&Arc<Model>| m.spec.pinned().is_none() || matches!(m.current(), Phase::Unloading);
+    let movable = |m: &&Arc<Model>| m.spec.pinned().is_none() || m.state() == EngineState::Stopping;
     let victim = occupants
         .iter()
         .filter(|m| m.spec.pinned().is_none() && idle(m))

@@ -7,7 +7,7 @@ use std::time::Duration;
 use arcane_report::{error_json, event_types};
 use serde_json::{json, Value};
 
-use super::model::{Model, Phase};
+use super::model::Model;
 use super::placement::Reason;
 use super::*;
 
@@ -121,7 +121,7 @@ impl Gateway {
     /// the meantime (a waiter of its load, leased between the idle check and the
     /// unload) is tried again once that request ends, never given up on.
     pub(super) fn retire(&self, model: Arc<Model>) {
-        if !model.current().occupies() {
+        if !model.state().occupies() {
             return;
         }
         self.retiring
@@ -134,12 +134,12 @@ impl Gateway {
         tokio::spawn(async move {
             loop {
                 let notified = gateway.changed.notified();
-                let phase = model.current();
+                let state = model.state();
                 let idle = model.lock().in_flight == 0;
-                match phase {
+                match state {
                     // Not done until the phase says so: the unload may have found a
                     // request in flight after all (see above).
-                    Phase::Ready(_) if idle => {
+                    EngineState::Ready if idle => {
                         #[cfg(test)]
                         if let Some(race) = gateway
                             .retire_race
@@ -151,7 +151,7 @@ impl Gateway {
                         }
                         gateway.unload(&model, Reason::Requested, None).await;
                     }
-                    phase if !phase.occupies() => break,
+                    state if !state.occupies() => break,
                     _ => {
                         // Woken by a request's end or a phase change; checked again at
                         // least every second.

@@ -6,7 +6,7 @@ use arcane_report::codes;
 use hyper::StatusCode;
 use serde_json::{json, Value};
 
-use super::model::{Model, Phase};
+use super::model::Model;
 use super::placement::Reason;
 use super::*;
 
@@ -65,9 +65,12 @@ impl Upstream for Gateway {
             })
             .as_str()
             .to_string();
-        match first.map(|m| m.current()) {
-            Some(Phase::Ready(access)) => UpstreamTarget::Ready { access },
-            Some(Phase::Failed(_)) => UpstreamTarget::Unavailable {
+        let phase = first.map(|m| m.current());
+        match phase.as_ref().map(|p| (p.state, p.ready())) {
+            Some((_, Some(access))) => UpstreamTarget::Ready {
+                access: access.clone(),
+            },
+            Some((EngineState::Error, _)) => UpstreamTarget::Unavailable {
                 runtime,
                 state: crate::error::Unready::Unanswered("the default model failed to load".into()),
                 retry_after: None,
@@ -107,7 +110,7 @@ impl Upstream for Gateway {
             let lease = self.acquire(&model, keep_alive).await?;
             // A reload may have replaced the model: the lease's is the one serving.
             let model = Arc::clone(lease.model());
-            let Phase::Ready(access) = model.current() else {
+            let Some(access) = model.current().ready().cloned() else {
                 return Err(not_ready(&model.spec.id, "it was unloaded"));
             };
             // An owned llama.cpp answers with the model's id; an external server, a
@@ -171,7 +174,7 @@ impl Service for Gateway {
         Box::pin(async move {
             self.context.send_replace(Some(context));
             for model in self.models().iter().filter(|m| m.spec.load_on_start) {
-                // A failed start load is reported as `local-ai.model.failed`; requests
+                // A failed start load is reported as `local-ai.model.error`; requests
                 // try again.
                 let _ = self.load(model, "on-start").await;
             }
@@ -215,7 +218,7 @@ impl Service for Gateway {
             let loading = || {
                 self.models()
                     .iter()
-                    .any(|m| matches!(m.current(), Phase::Loading))
+                    .any(|m| matches!(m.state(), EngineState::Starting | EngineState::Loading))
             };
             let settled = async {
                 loop {

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use arcane_localai::{ServerSnapshot, ServerState, StateObserver};
+use arcane_localai::{EngineState, ServerSnapshot, StateObserver};
 use arcane_report::{codes, CancelToken, Event, EventSink};
 use hyper::StatusCode;
 use serde_json::{json, Value};
@@ -95,9 +95,9 @@ struct FakeLauncher {
 }
 
 impl FakeLauncher {
-    fn snapshot(id: &str, state: ServerState) -> ServerSnapshot {
+    fn snapshot(id: &str, state: EngineState) -> ServerSnapshot {
         let mut snapshot = ServerSnapshot::new(id, Engine::DEFAULT.as_str(), "http://127.0.0.1:9");
-        snapshot.available = state == ServerState::Ready;
+        snapshot.available = state == EngineState::Ready;
         snapshot.state = state;
         snapshot
     }
@@ -167,7 +167,7 @@ const STOP_TAKES: Duration = Duration::from_millis(100);
 
 impl EngineHandle for FakeHandle {
     fn snapshot(&self) -> ServerSnapshot {
-        FakeLauncher::snapshot(&self.id, ServerState::Ready)
+        FakeLauncher::snapshot(&self.id, EngineState::Ready)
     }
 
     fn stop(self: Box<Self>) -> BoxFuture<'static, Result<(), BoxError>> {
@@ -370,7 +370,7 @@ impl Rig {
             .find(|m| m.spec.id == id)
             .unwrap_or_else(|| panic!("no model `{id}`"));
         let mut phase = model.phase.subscribe();
-        let reached = tokio::time::timeout(WAIT, phase.wait_for(|p| p.name() == state))
+        let reached = tokio::time::timeout(WAIT, phase.wait_for(|p| p.state.as_str() == state))
             .await
             .is_ok_and(|reached| reached.is_ok());
         assert!(reached, "`{id}` never became {state}: {}", self.row(id));
@@ -436,10 +436,12 @@ async fn with_one_slot_loading_b_evicts_idle_a_first() {
     drop(rig.route("b").await);
     // A is stopped before B starts: the device never holds two.
     assert_eq!(rig.log.entries(), log(&["launch a", "stop a", "launch b"]));
-    assert_eq!(rig.states(), [state("a", "unloaded"), state("b", "ready")]);
+    assert_eq!(rig.states(), [state("a", "stopped"), state("b", "ready")]);
     assert_eq!(
-        rig.events("local-ai.model.evicted"),
-        [json!({"model": "a", "device": "cpu", "for": "b"})]
+        rig.events("local-ai.model.stopped"),
+        [
+            json!({"model": "a", "device": "cpu", "state": "stopped", "reason": "evicted", "for": "b"})
+        ]
     );
     // Back to A: B is evicted in turn, and A is launched a second time.
     drop(rig.route("a").await);
@@ -468,7 +470,7 @@ async fn eviction_picks_the_least_recently_used_idle_model() {
         rig.states(),
         [
             state("a", "ready"),
-            state("b", "unloaded"),
+            state("b", "stopped"),
             state("c", "ready")
         ]
     );
@@ -486,7 +488,7 @@ async fn a_model_with_a_request_in_flight_is_not_evicted_the_load_waits_for_it()
     assert!(!b.is_finished());
     assert_eq!(rig.log.entries(), log(&["launch a"]));
     assert_eq!(rig.row("a")["inFlight"], 1);
-    assert_eq!(rig.states(), [state("a", "ready"), state("b", "unloaded")]);
+    assert_eq!(rig.states(), [state("a", "ready"), state("b", "stopped")]);
     // A's request ends: A is evicted and B loads.
     drop(held);
     let routed = tokio::time::timeout(WAIT, b).await.expect("B's load ended");
@@ -508,7 +510,7 @@ async fn a_load_that_waits_too_long_for_a_busy_device_fails_naming_the_holder() 
     );
     // A was never touched; B never launched.
     assert_eq!(rig.log.entries(), log(&["launch a"]));
-    assert_eq!(rig.states(), [state("a", "ready"), state("b", "unloaded")]);
+    assert_eq!(rig.states(), [state("a", "ready"), state("b", "stopped")]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -534,7 +536,7 @@ async fn a_memory_budget_evicts_the_least_recently_used_like_max_loaded() {
     assert_eq!(
         rig.states(),
         [
-            state("a", "unloaded"),
+            state("a", "stopped"),
             state("b", "ready"),
             state("c", "ready")
         ]
@@ -568,7 +570,7 @@ async fn a_model_bigger_than_the_budget_is_refused_naming_both() {
     assert_eq!(rig.log.entries(), log(&["launch small"]));
     assert_eq!(
         rig.states(),
-        [state("small", "ready"), state("big", "unloaded")]
+        [state("small", "ready"), state("big", "stopped")]
     );
 }
 
@@ -579,7 +581,7 @@ async fn concurrent_requests_for_a_cold_model_share_one_launch() {
     let waiting: Vec<_> = (0..5).map(|_| rig.spawn_route("a")).collect();
     rig.log.wait_for("launch a", 1).await;
     settle().await;
-    assert_eq!(rig.states(), [state("a", "loading")]);
+    assert_eq!(rig.states(), [state("a", "starting")]);
     gate.add_permits(1);
     let mut routes = Vec::new();
     for task in waiting {
@@ -590,7 +592,7 @@ async fn concurrent_requests_for_a_cold_model_share_one_launch() {
     }
     assert_eq!(rig.log.entries(), log(&["launch a"]));
     assert_eq!(rig.row("a")["inFlight"], 5);
-    assert_eq!(rig.events("local-ai.model.loading").len(), 1);
+    assert_eq!(rig.events("local-ai.model.starting").len(), 1);
     drop(routes);
     assert_eq!(rig.row("a")["inFlight"], 0);
 }
@@ -611,7 +613,7 @@ async fn a_failed_launch_answers_every_waiter_and_holds_back_the_next_load() {
         assert_eq!(refused.body["error"]["code"], codes::LOCAL_AI_SERVER_FAILED);
         assert_eq!(refused.body["error"]["message"], "the engine exploded");
     }
-    assert_eq!(rig.states(), [state("a", "failed")]);
+    assert_eq!(rig.states(), [state("a", "error")]);
     assert_eq!(rig.row("a")["lastError"]["message"], "the engine exploded");
     // The next request right after is refused with the error and a Retry-After, and
     // does not launch again.
@@ -648,11 +650,11 @@ async fn keep_alive_zero_unloads_once_the_request_has_finished() {
         "unloaded mid-request"
     );
     drop(held);
-    rig.until_state("a", "unloaded").await;
+    rig.until_state("a", "stopped").await;
     assert_eq!(rig.log.entries(), log(&["launch a", "stop a"]));
     assert_eq!(
-        rig.events("local-ai.model.unloaded"),
-        [json!({"model": "a", "device": "cpu", "reason": "keep-alive"})]
+        rig.events("local-ai.model.stopped"),
+        [json!({"model": "a", "device": "cpu", "state": "stopped", "reason": "keep-alive"})]
     );
 }
 
@@ -674,7 +676,7 @@ async fn a_request_that_gives_up_during_the_load_leaves_the_model_to_its_idle_cl
     assert!(request.await.is_err_and(|e| e.is_cancelled()));
     gate.add_permits(1);
     // Nobody is waiting for it any more: it unloads instead of staying loaded forever.
-    rig.until_state("a", "unloaded").await;
+    rig.until_state("a", "stopped").await;
     assert_eq!(rig.log.entries(), log(&["launch a", "stop a"]));
 }
 
@@ -682,7 +684,7 @@ async fn a_request_that_gives_up_during_the_load_leaves_the_model_to_its_idle_cl
 async fn a_request_keep_alive_of_zero_overrides_the_configured_one() {
     let rig = Rig::new(vec![model("a")], max_loaded(1));
     drop(rig.route_with("a", Some(json!(0))).await);
-    rig.until_state("a", "unloaded").await;
+    rig.until_state("a", "stopped").await;
     assert_eq!(rig.log.entries(), log(&["launch a", "stop a"]));
 }
 
@@ -703,7 +705,7 @@ async fn keep_alive_unloads_after_its_idle_time_and_a_request_restarts_the_clock
     settle().await;
     assert_eq!(rig.states(), [state("a", "ready")]);
     tokio::time::advance(Duration::from_secs(101)).await;
-    rig.until_state("a", "unloaded").await;
+    rig.until_state("a", "stopped").await;
     assert_eq!(rig.log.entries(), log(&["launch a", "stop a"]));
 }
 
@@ -726,7 +728,8 @@ async fn keep_alive_minus_one_never_unloads() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_engine_that_dies_leaves_its_model_unloaded_and_the_next_request_reloads_it() {
+async fn an_engine_that_dies_puts_its_model_in_error_then_stopping_and_the_next_request_reloads_it()
+{
     let rig = Rig::new(vec![model("a")], max_loaded(1));
     drop(rig.route("a").await);
     let observer = rig.launchers["a"]
@@ -735,15 +738,55 @@ async fn an_engine_that_dies_leaves_its_model_unloaded_and_the_next_request_relo
         .unwrap_or_else(|p| p.into_inner())
         .clone()
         .expect("the launch got an observer");
-    observer(&FakeLauncher::snapshot("a", ServerState::Error));
-    // Nothing new is routed to the dying engine: `unloading` until its supervisor has
-    // it down. A request that comes meanwhile waits, then loads a new one.
-    assert_eq!(rig.states(), [state("a", "unloading")]);
+    observer(&FakeLauncher::snapshot("a", EngineState::Error));
+    // `error`, then `stopping` in the same step: nothing new is routed to the dying
+    // engine until its supervisor has it down, and no request can see `error` and
+    // start a second engine beside it. A request that comes meanwhile waits, then
+    // loads a new one.
+    assert_eq!(rig.states(), [state("a", "stopping")]);
     assert_eq!(rig.row("a")["crashes"], 1);
+    let crashed = |kind: &str| {
+        rig.events(kind)
+            .iter()
+            .filter(|e| e["reason"] == "crashed")
+            .count()
+    };
+    assert_eq!(
+        (
+            crashed("local-ai.model.error"),
+            crashed("local-ai.model.stopping")
+        ),
+        (1, 1)
+    );
     drop(rig.route("a").await);
     // The replacement starts only once the dying engine is stopped (its stop takes a
     // while: a replacement started at once would be logged first).
     assert_eq!(rig.log.entries(), log(&["launch a", "stop a", "launch a"]));
+    assert_eq!(rig.states(), [state("a", "ready")]);
+}
+
+/// A starting model whose engine answers `503 Loading model` (its supervisor's
+/// `loading`) is `loading` too, announced in the same words, and `ready` after it.
+#[tokio::test(start_paused = true)]
+async fn a_model_is_loading_while_its_engine_loads_its_weights() {
+    let gate = Arc::new(Semaphore::new(0));
+    let rig = Rig::with_gate(vec![model("a")], max_loaded(1), Some(Arc::clone(&gate)));
+    let request = rig.spawn_route("a");
+    rig.log.wait_for("launch a", 1).await;
+    let observer = rig.launchers["a"]
+        .observer
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+        .expect("the launch got an observer");
+    observer(&FakeLauncher::snapshot("a", EngineState::Loading));
+    assert_eq!(rig.states(), [state("a", "loading")]);
+    assert_eq!(rig.events("local-ai.model.loading").len(), 1);
+    gate.add_permits(1);
+    let Ok(Ok(Ok(route))) = tokio::time::timeout(WAIT, request).await else {
+        panic!("the request for `a` was not routed");
+    };
+    drop(route);
     assert_eq!(rig.states(), [state("a", "ready")]);
 }
 
@@ -954,9 +997,12 @@ async fn a_pinned_model_is_never_evicted_and_the_load_that_needed_room_fails_nam
     assert_eq!(rig.log.entries(), log(&["launch embed"]));
     assert_eq!(
         rig.states(),
-        [state("embed", "ready"), state("coder", "unloaded")]
+        [state("embed", "ready"), state("coder", "stopped")]
     );
-    assert!(rig.events("local-ai.model.evicted").is_empty());
+    assert!(rig
+        .events("local-ai.model.stopped")
+        .iter()
+        .all(|e| e["reason"] != "evicted"));
 }
 
 /// `keep_alive = -1` and `load = "on-start"` pin as `pin = true` does; `pin = false`
@@ -1024,8 +1070,10 @@ async fn eviction_passes_over_a_pinned_model_for_an_unpinned_one() {
         log(&["launch embed", "launch a", "stop a", "launch b"])
     );
     assert_eq!(
-        rig.events("local-ai.model.evicted"),
-        [json!({"model": "a", "device": "cpu", "for": "b"})]
+        rig.events("local-ai.model.stopped"),
+        [
+            json!({"model": "a", "device": "cpu", "state": "stopped", "reason": "evicted", "for": "b"})
+        ]
     );
 }
 
@@ -1049,16 +1097,17 @@ async fn an_exclusive_group_swaps_its_idle_member_and_leaves_others_alone() {
     assert_eq!(
         rig.states(),
         [
-            state("a", "unloaded"),
+            state("a", "stopped"),
             state("b", "ready"),
             state("solo", "ready")
         ]
     );
     assert_eq!(
-        rig.events("local-ai.model.unloaded"),
-        [json!({"model": "a", "device": "cpu", "reason": "group", "for": "b", "group": "chat"})]
+        rig.events("local-ai.model.stopped"),
+        [
+            json!({"model": "a", "device": "cpu", "state": "stopped", "reason": "group", "for": "b", "group": "chat"})
+        ]
     );
-    assert!(rig.events("local-ai.model.evicted").is_empty());
 }
 
 /// A busy member is not unloaded under its request: the other member's load waits for
@@ -1130,7 +1179,7 @@ async fn a_reload_changes_group_membership() {
         [
             state("a", "ready"),
             state("b", "ready"),
-            state("c", "unloaded")
+            state("c", "stopped")
         ]
     );
 }
@@ -1209,8 +1258,8 @@ async fn a_request_before_the_gateway_started_still_reports_its_load() {
     // No yield since `Rig::new` started the host: the gateway's start has not run.
     drop(rig.route("a").await);
     assert_eq!(
-        rig.events("local-ai.model.loading"),
-        [json!({"model": "a", "device": "cpu", "reason": "request"})]
+        rig.events("local-ai.model.starting"),
+        [json!({"model": "a", "device": "cpu", "state": "starting", "reason": "request"})]
     );
     assert_eq!(rig.events("local-ai.model.ready").len(), 1);
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use arcane_localai::probe::{self, ProbeOutcome};
 use arcane_localai::{
-    Change, Endpoint, Engine, EngineAddress, ServerSnapshot, ServerState, StateObserver,
+    Change, Endpoint, Engine, EngineAddress, EngineState, ServerSnapshot, StateObserver,
 };
 use arcane_report::{error_json, CancelToken, Event, EventSink};
 use serde_json::Value;
@@ -68,8 +68,12 @@ struct Adoption {
 impl Adoption {
     fn emit(&self) {
         let data = serde_json::to_value(&self.snapshot).unwrap_or(Value::Null);
-        self.events
-            .emit(Event::new(self.snapshot.state.event_type(), data));
+        self.events.emit(Event::new(
+            self.snapshot
+                .state
+                .event_type(arcane_localai::Subject::Server),
+            data,
+        ));
         (self.observer)(&self.snapshot);
     }
 
@@ -136,7 +140,7 @@ impl EngineLauncher for AdoptLauncher {
                         }) as Box<dyn EngineHandle>);
                     }
                     ProbeOutcome::Loading => {
-                        if adoption.snapshot.state != ServerState::Loading {
+                        if adoption.snapshot.state != EngineState::Loading {
                             adoption.change(Change::Loading, |_| {});
                         }
                         format!("`{probe_url}` answered HTTP 503 (loading the model)")

@@ -13,7 +13,7 @@ use hyper::Method;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use super::status::{EngineState, EngineView, HostChange, LocalAiStatus};
+use super::status::{EngineState, EngineView, LocalAiStatus};
 use super::{EngineHandle, EngineLauncher};
 use crate::error::{Error, Unready};
 use crate::http::{engine_client, Deadlines, EngineAccess, EngineClient, Upstream, UpstreamTarget};
@@ -21,6 +21,7 @@ use crate::service::{
     BoxError, BoxFuture, MethodResult, MethodSpec, RequestContext, Service, ServiceContext,
 };
 use arcane_localai::Engine;
+use arcane_localai::{Change, InvalidTransition};
 
 /// One selected engine.
 pub(super) struct Slot {
@@ -149,9 +150,13 @@ impl LocalAiService {
     /// the new state; `false` when refused. A refusal is reported as
     /// `local-ai.transition.refused`, as the supervisor reports its own, except on a
     /// closed slot, where a late failure or stop is expected and ignored.
-    fn decide(&self, slot: &Slot, change: HostChange) -> bool {
+    fn decide(
+        &self,
+        slot: &Slot,
+        change: impl FnOnce(&mut EngineView) -> Result<(), InvalidTransition>,
+    ) -> bool {
         let mut outcome = Ok(());
-        self.update(slot, |view| outcome = view.apply(change));
+        self.update(slot, |view| outcome = change(view));
         let Err(refused) = outcome else { return true };
         if refused.from != EngineState::Closed {
             if let Some(context) = self.context.lock().ok().and_then(|c| c.clone()) {
@@ -161,7 +166,7 @@ impl LocalAiService {
                         "id": slot.view.borrow().status().id,
                         "engine": slot.runtime.as_str(),
                         "from": refused.from.as_str(),
-                        "change": refused.change,
+                        "change": refused.change.as_str(),
                         "message": refused.to_string(),
                     }),
                 );
@@ -192,7 +197,7 @@ impl LocalAiService {
         };
         // One engine per slot: a start while one runs is refused by the table, and
         // nothing is launched.
-        if !self.decide(&slot, HostChange::Start) {
+        if !self.decide(&slot, |view| view.apply(Change::Start)) {
             return;
         }
         let cancel = CancelToken::new();
@@ -214,7 +219,7 @@ impl LocalAiService {
                 }
                 Err(error) => {
                     let record = error_json(&*error);
-                    me.decide(&slot, HostChange::Failed(record));
+                    me.decide(&slot, |view| view.fail(record));
                 }
             }
         });
@@ -314,7 +319,7 @@ impl LocalAiService {
         };
         // The host stopped it, whether its handle said so (an owned engine's
         // supervisor does, an adopted one's does not): a new start may follow.
-        self.decide(slot, HostChange::Stopped);
+        self.decide(slot, |view| view.apply(Change::Stopped));
         stopped
     }
 
@@ -475,7 +480,7 @@ impl Service for LocalAiService {
                 if let Err(error) = self.stop_slot(slot).await {
                     first_error.get_or_insert(error);
                 }
-                self.decide(slot, HostChange::Close);
+                self.decide(slot, |view| view.apply(Change::Close));
             }
             match first_error {
                 Some(error) => Err(error),

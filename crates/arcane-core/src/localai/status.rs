@@ -8,183 +8,20 @@
 //!
 //! # One state model
 //!
-//! The states are the supervisor's ([`ServerState`]) plus `closed`, and every change
-//! goes through a table: what the supervisor reports was already checked by its
-//! [`arcane_localai::transition`]; what the host decides itself is a [`HostChange`],
-//! checked by [`host_transition`], which defers to the supervisor's table and adds
-//! only what the host alone does:
-//!
-//! | from \ change | start | failed | stopped | close |
-//! |---|---|---|---|---|
-//! | `starting` | `starting` | `error` | `stopped` | `closed` |
-//! | `loading` | — | `error` | `stopped` | `closed` |
-//! | `ready` | — | `error` | `stopped` | `closed` |
-//! | `error` | `starting` | `error` | `stopped` | `closed` |
-//! | `stopped` | `starting` | — | `stopped` | `closed` |
-//! | `closed` | — | — | — | `closed` |
-//!
-//! * `start` is a new server (a first launch, `recover`, `llama.load` after an
-//!   unload): never while one runs (`loading`, `ready`), so a slot has one engine.
-//! * `error → error` and `stopped → stopped`: the supervisor reported the failure or
-//!   the stop first; the host's record of the same event replaces or confirms it.
-//! * `closed` is terminal, and a late snapshot of a closed engine is ignored.
+//! The states and the table are `arcane-localai`'s ([`EngineState`],
+//! [`arcane_localai::transition`]), the same the supervisor and the gateway use. What
+//! the supervisor reports was already checked by that table; what the host decides
+//! itself (`start`, `failed`, `stopped`, `close`) goes through it too. A record of the
+//! state the engine is already in (the host's `stopped` after the supervisor reported
+//! the stop, its `failed` after the supervisor's `error`) confirms that state and
+//! changes nothing. A late snapshot of a closed engine is ignored.
 
-use arcane_localai::{Change, ServerSnapshot, ServerState};
+use arcane_localai::{Change, InvalidTransition, ServerSnapshot};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use arcane_localai::Engine;
-
-/// An engine's state as the host reports it: the supervisor's [`ServerState`], or
-/// `closed` once the host has disposed of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EngineState {
-    /// Probing, or an owned engine was started and is not answering yet.
-    #[default]
-    Starting,
-    /// The engine answers `503 Loading model`.
-    Loading,
-    /// The engine answers; requests may be sent.
-    Ready,
-    /// Starting failed, or the engine crashed.
-    Error,
-    /// Stopped (owned) or released (adopted), e.g. by `llama.unload`.
-    Stopped,
-    /// The host disposed of the engine while shutting down.
-    Closed,
-}
-
-impl EngineState {
-    /// `starting`, `loading`, `ready`, `error`, `stopped` or `closed`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Closed => "closed",
-            Self::Starting => ServerState::Starting.as_str(),
-            Self::Loading => ServerState::Loading.as_str(),
-            Self::Ready => ServerState::Ready.as_str(),
-            Self::Error => ServerState::Error.as_str(),
-            Self::Stopped => ServerState::Stopped.as_str(),
-        }
-    }
-
-    /// Whether requests may be sent.
-    pub fn is_ready(self) -> bool {
-        self == Self::Ready
-    }
-
-    /// Whether the current start has settled (ready, failed, stopped or closed): a
-    /// request that needs the engine stops waiting.
-    pub fn is_settled(self) -> bool {
-        !matches!(self, Self::Starting | Self::Loading)
-    }
-
-    /// The supervisor's state this is (`closed` is the host's alone).
-    pub fn server_state(self) -> Option<ServerState> {
-        match self {
-            Self::Starting => Some(ServerState::Starting),
-            Self::Loading => Some(ServerState::Loading),
-            Self::Ready => Some(ServerState::Ready),
-            Self::Error => Some(ServerState::Error),
-            Self::Stopped => Some(ServerState::Stopped),
-            Self::Closed => None,
-        }
-    }
-
-    /// Seconds after which a retry may succeed: only while it is starting or loading.
-    pub fn retry_after(self) -> Option<u64> {
-        (!self.is_settled()).then_some(2)
-    }
-}
-
-impl From<ServerState> for EngineState {
-    fn from(state: ServerState) -> Self {
-        match state {
-            ServerState::Starting => Self::Starting,
-            ServerState::Loading => Self::Loading,
-            ServerState::Ready => Self::Ready,
-            ServerState::Error => Self::Error,
-            ServerState::Stopped => Self::Stopped,
-        }
-    }
-}
-
-impl std::fmt::Display for EngineState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A decision the host makes about an engine itself, beside what its supervisor
-/// reports (the table is in the module documentation).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum HostChange {
-    /// A new start begins: `starting`, the last error cleared.
-    Start,
-    /// The start failed (or was cancelled) before it handed over an engine: `error`
-    /// with this record.
-    Failed(Value),
-    /// The host stopped the engine (`llama.unload`): `stopped`.
-    Stopped,
-    /// The host disposed of the engine while shutting down: `closed`, for good.
-    Close,
-}
-
-impl HostChange {
-    /// `start`, `failed`, `stopped` or `close`.
-    pub(crate) fn as_str(&self) -> &'static str {
-        match self {
-            Self::Start => "start",
-            Self::Failed(_) => "failed",
-            Self::Stopped => "stopped",
-            Self::Close => "close",
-        }
-    }
-}
-
-/// A host decision the table does not allow: the state stays as it was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the host cannot `{change}` an engine in state `{from}`")]
-pub(crate) struct RefusedChange {
-    /// The state the engine was in (and stays in).
-    pub from: EngineState,
-    /// The change asked for ([`HostChange::as_str`]).
-    pub change: &'static str,
-}
-
-/// The host's table: the state `change` enters from `from`, or the refusal.
-pub(crate) fn host_transition(
-    from: EngineState,
-    change: &HostChange,
-) -> Result<EngineState, RefusedChange> {
-    let supervisor = |change: Change| {
-        from.server_state()
-            .is_some_and(|state| arcane_localai::transition(state, change).is_ok())
-    };
-    let allowed = match change {
-        HostChange::Start => matches!(
-            from,
-            EngineState::Starting | EngineState::Error | EngineState::Stopped
-        ),
-        HostChange::Failed(_) => supervisor(Change::Failed) || from == EngineState::Error,
-        HostChange::Stopped => supervisor(Change::Stopped) || from == EngineState::Stopped,
-        HostChange::Close => true,
-    };
-    let to = match change {
-        HostChange::Start => EngineState::Starting,
-        HostChange::Failed(_) => EngineState::Error,
-        HostChange::Stopped => EngineState::Stopped,
-        HostChange::Close => EngineState::Closed,
-    };
-    if allowed {
-        Ok(to)
-    } else {
-        Err(RefusedChange {
-            from,
-            change: change.as_str(),
-        })
-    }
-}
+pub use arcane_localai::EngineState;
 
 /// One engine on the wire (camelCase): `{id, url, state, available, owned, managed,
 /// external, reachableWithoutToken, keyIgnored, execution, error, models}`, plus, once the
@@ -360,10 +197,25 @@ impl EngineView {
         Self {
             runtime,
             url,
-            state: EngineState::Starting,
+            state: EngineState::Stopped,
             error: None,
             server: None,
             models: Vec::new(),
+        }
+    }
+
+    /// A record of an engine that is not running, in `state` (a gateway model's
+    /// `stopped` or `error`, with its error): what `arcane status` shows of it.
+    pub(crate) fn not_running(
+        runtime: Engine,
+        url: String,
+        state: EngineState,
+        error: Option<Value>,
+    ) -> Self {
+        Self {
+            state,
+            error,
+            ..Self::new(runtime, url)
         }
     }
 
@@ -400,21 +252,31 @@ impl EngineView {
         if self.state == EngineState::Closed {
             return;
         }
-        self.state = snapshot.state.into();
+        self.state = snapshot.state;
         self.error = snapshot.error.clone();
         self.server = Some(snapshot.clone());
     }
 
-    /// Applies the host's own decision through [`host_transition`]; a refused one
-    /// changes nothing. A new start clears the last error; `stopped` and `closed` keep
-    /// what was known.
-    pub(crate) fn apply(&mut self, change: HostChange) -> Result<(), RefusedChange> {
-        self.state = host_transition(self.state, &change)?;
-        match change {
-            HostChange::Start => self.error = None,
-            HostChange::Failed(error) => self.error = Some(error),
-            HostChange::Stopped | HostChange::Close => {}
+    /// Applies the host's own decision through the table; a refused one changes
+    /// nothing. A decision the state already records (the supervisor reported it
+    /// first) confirms it. A new start clears the last error.
+    pub(crate) fn apply(&mut self, change: Change) -> Result<(), InvalidTransition> {
+        let confirms =
+            matches!(change, Change::Failed | Change::Stopped) && self.state == change.target();
+        if !confirms {
+            self.state = arcane_localai::transition(self.state, change)?;
         }
+        if change == Change::Start {
+            self.error = None;
+        }
+        Ok(())
+    }
+
+    /// The host's `failed`: the start ended with `error` before it handed over an
+    /// engine (or was cancelled).
+    pub(crate) fn fail(&mut self, error: Value) -> Result<(), InvalidTransition> {
+        self.apply(Change::Failed)?;
+        self.error = Some(error);
         Ok(())
     }
 
@@ -479,7 +341,7 @@ mod tests {
                 "url"
             ]
         );
-        assert_eq!(before["state"], "starting");
+        assert_eq!(before["state"], "stopped");
         let mut snapshot = ServerSnapshot::new("llama.cpp", "llama.cpp", "http://127.0.0.1:8080");
         snapshot.apply(arcane_localai::Change::Ready).unwrap();
         view.observe(&snapshot);
@@ -517,27 +379,27 @@ mod tests {
         assert_eq!(serde_json::to_value(&parsed).unwrap(), before);
     }
 
-    /// The host's own decisions go through its table: a new start clears the old
-    /// error; `closed` is the host's alone and ends every change, snapshots included.
+    /// The host's own decisions go through the one table: a new start clears the old
+    /// error; `closed` ends every change, snapshots included.
     #[test]
-    fn the_host_decides_through_its_table() {
+    fn the_host_decides_through_the_table() {
         let mut view = EngineView::new(Engine::Ollama, "http://127.0.0.1:11434".into());
-        view.apply(HostChange::Failed(json!({"message": "boom"})))
-            .unwrap();
+        view.apply(Change::Start).unwrap();
+        view.fail(json!({"message": "boom"})).unwrap();
         assert_eq!(view.status().error_message(), Some("boom"));
-        view.apply(HostChange::Start).unwrap();
+        view.apply(Change::Start).unwrap();
         assert_eq!(view.status().error, None);
-        view.apply(HostChange::Close).unwrap();
+        view.apply(Change::Close).unwrap();
         let status = view.status();
         assert_eq!(status.state, EngineState::Closed);
         assert!(!status.available);
         assert_eq!(serde_json::to_value(status).unwrap()["state"], "closed");
         // Nothing reopens a closed engine: not the host, not a late snapshot.
-        let refused = view.apply(HostChange::Start).unwrap_err();
+        let refused = view.apply(Change::Start).unwrap_err();
         assert_eq!(refused.from, EngineState::Closed);
         assert_eq!(
             refused.to_string(),
-            "the host cannot `start` an engine in state `closed`"
+            "invalid state change `start` in state `closed`"
         );
         let mut late = ServerSnapshot::new("ollama", "ollama", "http://127.0.0.1:11434");
         late.apply(Change::Ready).unwrap();
@@ -546,74 +408,49 @@ mod tests {
     }
 
     /// A running engine is never started a second time over itself: `start` is refused
-    /// from `loading` and `ready`, and the state stays.
+    /// from `starting`, `loading` and `ready`, and the state stays.
     #[test]
     fn a_running_engine_cannot_be_started_again() {
         let mut view = EngineView::new(Engine::LlamaCpp, "http://127.0.0.1:8080".into());
+        view.apply(Change::Start).unwrap();
+        assert!(view.apply(Change::Start).is_err());
         let mut snapshot = ServerSnapshot::new("llama.cpp", "llama.cpp", "http://127.0.0.1:8080");
         snapshot.apply(Change::Ready).unwrap();
         view.observe(&snapshot);
         assert_eq!(
-            view.apply(HostChange::Start),
-            Err(RefusedChange {
+            view.apply(Change::Start),
+            Err(InvalidTransition {
                 from: EngineState::Ready,
-                change: "start"
+                change: Change::Start
             })
         );
         assert_eq!(view.state(), EngineState::Ready);
         // Stopping it first (as `recover` does) allows the new start.
-        view.apply(HostChange::Stopped).unwrap();
-        view.apply(HostChange::Start).unwrap();
+        view.apply(Change::Stopped).unwrap();
+        view.apply(Change::Start).unwrap();
         assert_eq!(view.state(), EngineState::Starting);
     }
 
-    /// Every cell of the table in the module documentation, checked against the
-    /// function: the documentation cannot drift from the rule.
+    /// The host's record of what the supervisor already reported confirms it: its
+    /// `stopped` after the supervisor's, its `failed` (with its own record) after the
+    /// supervisor's `error`. A `stopped` never stands in for a start.
     #[test]
-    fn the_documented_table_is_the_rule() {
-        use EngineState::*;
-        let changes = [
-            HostChange::Start,
-            HostChange::Failed(Value::Null),
-            HostChange::Stopped,
-            HostChange::Close,
-        ];
-        let rows: [(EngineState, [Option<EngineState>; 4]); 6] = [
-            (
-                Starting,
-                [Some(Starting), Some(Error), Some(Stopped), Some(Closed)],
-            ),
-            (Loading, [None, Some(Error), Some(Stopped), Some(Closed)]),
-            (Ready, [None, Some(Error), Some(Stopped), Some(Closed)]),
-            (
-                Error,
-                [Some(Starting), Some(Error), Some(Stopped), Some(Closed)],
-            ),
-            (Stopped, [Some(Starting), None, Some(Stopped), Some(Closed)]),
-            (Closed, [None, None, None, Some(Closed)]),
-        ];
-        for (from, expected) in rows {
-            for (change, want) in changes.iter().zip(expected) {
-                assert_eq!(
-                    host_transition(from, change).ok(),
-                    want,
-                    "{from} + {}",
-                    change.as_str()
-                );
-            }
-        }
-        let doc = include_str!("status.rs");
-        for (from, expected) in rows {
-            let cells: Vec<String> = expected
-                .iter()
-                .map(|to| to.map_or("—".to_string(), |to| format!("`{to}`")))
-                .collect();
-            let row = format!("//! | `{from}` | {} |", cells.join(" | "));
-            assert!(
-                doc.contains(&row),
-                "the module documentation lacks the row {row}"
-            );
-        }
+    fn a_decision_the_supervisor_reported_first_confirms_it() {
+        let mut view = EngineView::new(Engine::LlamaCpp, "http://127.0.0.1:8080".into());
+        view.apply(Change::Start).unwrap();
+        let mut snapshot = ServerSnapshot::new("llama.cpp", "llama.cpp", "http://127.0.0.1:8080");
+        snapshot.apply(Change::Failed).unwrap();
+        view.observe(&snapshot);
+        view.fail(json!({"message": "the host's record"})).unwrap();
+        assert_eq!(view.state(), EngineState::Error);
+        assert_eq!(view.status().error_message(), Some("the host's record"));
+        snapshot.apply(Change::Stopped).unwrap();
+        view.observe(&snapshot);
+        view.apply(Change::Stopped).unwrap();
+        assert_eq!(view.state(), EngineState::Stopped);
+        // From `stopped`, a failure is not a confirmation but a refused change.
+        assert!(view.fail(json!({"message": "late"})).is_err());
+        assert_eq!(view.state(), EngineState::Stopped);
     }
 
     #[test]

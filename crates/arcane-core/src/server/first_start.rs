@@ -124,7 +124,7 @@ impl FirstStartWatch {
                 self.announced = true;
                 Next::Announce(None)
             }
-            event_types::LOCAL_AI_MODEL_FAILED if event.data["reason"] == "load-failed" => {
+            event_types::LOCAL_AI_MODEL_ERROR if event.data["reason"] == "load-failed" => {
                 self.first = FirstStart::Failed(event.data["error"].clone());
                 Next::Shutdown
             }
@@ -284,7 +284,7 @@ mod tests {
         let mut watch = FirstStartWatch::new(false).waiting_for_models(vec!["m".into()]);
         let failed = json!({"model": "m", "reason": "load-failed", "error": {"message": "no"}});
         assert_eq!(
-            watch.observe_event(&event(event_types::LOCAL_AI_MODEL_FAILED, failed)),
+            watch.observe_event(&event(event_types::LOCAL_AI_MODEL_ERROR, failed)),
             Next::Shutdown
         );
         assert_eq!(watch.outcome(), Outcome::Failed(json!({"message": "no"})));

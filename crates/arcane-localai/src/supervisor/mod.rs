@@ -425,8 +425,10 @@ impl Publisher {
     /// Emits `local-ai.server.<state>` for `snapshot`, then tells the observer.
     fn emit_state(&self, snapshot: &ServerSnapshot) {
         let data = serde_json::to_value(snapshot).unwrap_or(Value::Null);
-        self.events
-            .emit(Event::new(snapshot.state.event_type(), data));
+        self.events.emit(Event::new(
+            snapshot.state.event_type(crate::state::Subject::Server),
+            data,
+        ));
         if let Some(observer) = &self.observer {
             observer(snapshot);
         }
@@ -522,7 +524,7 @@ struct Watchdog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::ServerState;
+    use crate::state::EngineState;
     use arcane_report::Collector;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -558,7 +560,7 @@ mod tests {
         assert_eq!(seen.load(Ordering::SeqCst), 2);
         assert!(watched.has_changed().unwrap());
         let snapshot = watched.borrow_and_update().clone();
-        assert_eq!(snapshot.state, ServerState::Ready);
+        assert_eq!(snapshot.state, EngineState::Ready);
         assert!(snapshot.available);
         assert_eq!(events.events()[1].data["state"], "ready");
         assert_eq!(events.events()[1].data["version"], "b1");
@@ -576,7 +578,7 @@ mod tests {
         assert_eq!(
             refused,
             Err(InvalidTransition {
-                from: ServerState::Stopped,
+                from: EngineState::Stopped,
                 change: Change::Ready
             })
         );
@@ -589,14 +591,14 @@ mod tests {
         assert_eq!(seen.load(Ordering::SeqCst), 1);
         assert!(!watched.has_changed().unwrap());
         let snapshot = publisher.snapshot();
-        assert_eq!(snapshot.state, ServerState::Stopped);
+        assert_eq!(snapshot.state, EngineState::Stopped);
         assert_eq!(snapshot.version, None);
     }
 
     /// In debug builds a refused change is also a panic: it is a bug in the supervisor.
     #[test]
     #[cfg(debug_assertions)]
-    #[should_panic(expected = "invalid state change `gave-up` of a server in state `ready`")]
+    #[should_panic(expected = "invalid state change `gave-up` in state `ready`")]
     fn an_invalid_change_panics_in_debug_builds() {
         let (_events, _seen, publisher) = publisher();
         publisher.publish(Change::Ready, |_| {});

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arcane_localai::{Error, RestartPolicy, Server, ServerState, StopStep};
+use arcane_localai::{EngineState, Error, RestartPolicy, Server, StopStep};
 use arcane_report::{codes, CancelToken, Diagnostic};
 
 use crate::support::*;
@@ -25,7 +25,7 @@ async fn owned_server_listens_on_its_private_socket_answers_and_stops_with_sigte
     config.alias = Some("smol".into());
     let server = owned(supervisor.start(config, CancelToken::new()).await.unwrap());
     let snapshot = server.snapshot();
-    assert_eq!(snapshot.state, ServerState::Ready);
+    assert_eq!(snapshot.state, EngineState::Ready);
     assert!(snapshot.available && snapshot.owned && snapshot.managed && !snapshot.external);
     let pid = server.pid().unwrap();
     let _guard = PidGuard(pid);
@@ -87,7 +87,7 @@ async fn owned_server_listens_on_its_private_socket_answers_and_stops_with_sigte
         "the ownership record is removed after stop"
     );
     assert!(!socket.exists(), "the socket file is removed after stop");
-    assert_eq!(server.snapshot().state, ServerState::Stopped);
+    assert_eq!(server.snapshot().state, EngineState::Stopped);
     // Idempotent: the same report again, no second stop.
     assert_eq!(server.stop().await.step, StopStep::Sigterm);
     assert_eq!(
@@ -346,7 +346,7 @@ async fn a_crash_after_ready_is_an_error_event_with_the_exit_status() {
         .await
         .unwrap();
     assert_eq!(report.exit.and_then(|e| e.code), Some(7));
-    assert_eq!(report.snapshot.state, ServerState::Error);
+    assert_eq!(report.snapshot.state, EngineState::Error);
     let error = &events_of(&events, "local-ai.server.error")[0];
     assert_eq!(error["exit"]["code"], 7);
     assert_eq!(error["error"]["details"]["exitCode"], 7);
@@ -407,7 +407,7 @@ async fn giving_up_after_the_last_restart_is_a_clear_error() {
     let report = tokio::time::timeout(Duration::from_secs(60), server.wait())
         .await
         .expect("down for good after its one restart");
-    assert_eq!(report.snapshot.state, ServerState::Error);
+    assert_eq!(report.snapshot.state, EngineState::Error);
     assert_eq!(report.snapshot.restarts, 1);
     let errors = events_of(&events, "local-ai.server.error");
     let gave_up: Vec<_> = errors

@@ -4,7 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use arcane_localai::{Engine, EngineConfig, Server, ServerState, StopStep};
+use arcane_localai::{Engine, EngineConfig, EngineState, Server, StopStep};
 use arcane_report::{codes, CancelToken, Diagnostic};
 
 use crate::support::*;
@@ -46,7 +46,7 @@ async fn a_managed_ollama_is_started_with_serve_and_its_variables() {
         Server::Adopted(_) => panic!("nothing listened: it must be owned"),
     };
     let snapshot = server.snapshot();
-    assert_eq!(snapshot.state, ServerState::Ready);
+    assert_eq!(snapshot.state, EngineState::Ready);
     assert_eq!(snapshot.version.as_deref(), Some("0.5.1"));
     assert_eq!(snapshot.execution, None, "Ollama has no execution record");
     let invocation: serde_json::Value =

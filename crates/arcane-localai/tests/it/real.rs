@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use arcane_localai::{Engine, EngineConfig, Server, ServerState, StopStep};
+use arcane_localai::{Engine, EngineConfig, EngineState, Server, StopStep};
 use arcane_report::CancelToken;
 
 use crate::support::*;
@@ -34,7 +34,7 @@ async fn real_llama_server_on_the_cpu_answers_a_chat_and_stops() {
     let pid = server.pid().unwrap();
     let _guard = PidGuard(pid);
     let snapshot = server.snapshot();
-    assert_eq!(snapshot.state, ServerState::Ready);
+    assert_eq!(snapshot.state, EngineState::Ready);
     let execution = snapshot.execution.expect("an execution record");
     assert_eq!(execution["resolution"], "matched");
     assert_eq!(execution["configuredTarget"]["device"], "none");

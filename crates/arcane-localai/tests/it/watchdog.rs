@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use arcane_localai::{EngineConfig, Server, ServerState, StopStep};
+use arcane_localai::{EngineConfig, EngineState, Server, StopStep};
 use arcane_report::CancelToken;
 
 use crate::support::*;
@@ -73,7 +73,7 @@ async fn a_busy_engine_whose_probes_go_unanswered_is_not_stopped_and_finishes_it
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("hello from the fake"), "{body}");
     let snapshot = server.snapshot();
-    assert_eq!(snapshot.state, ServerState::Ready);
+    assert_eq!(snapshot.state, EngineState::Ready);
     assert_eq!(snapshot.pid, Some(pid), "the same engine, never restarted");
     // The probes did go unanswered, and were judged as load.
     let busy = events_of(events, "local-ai.engine.busy");
@@ -101,7 +101,7 @@ async fn a_stopped_engine_is_found_and_killed_without_waiting_out_the_grace() {
         .expect("the stopped engine was killed without the stop grace");
     assert_eq!(report.step, StopStep::Sigkill);
     assert_eq!(report.exit.and_then(|e| e.signal), Some(libc::SIGKILL));
-    assert_eq!(report.snapshot.state, ServerState::Error);
+    assert_eq!(report.snapshot.state, EngineState::Error);
     let errors = events_of(events, "local-ai.server.error");
     let error = &errors[0]["error"];
     assert_eq!(error["details"]["stopped"], true, "{error}");

@@ -129,7 +129,7 @@ fn with_reasons(mut text: String, rows: &[Value]) -> String {
         let Some(message) = row["lastError"]["message"].as_str() else {
             continue;
         };
-        if row["state"] == "failed" || row["crashes"].as_u64().is_some_and(|c| c > 0) {
+        if row["state"] == "error" || row["crashes"].as_u64().is_some_and(|c| c > 0) {
             text.push_str(&format!(
                 "\n{}: {message}",
                 row["id"].as_str().unwrap_or("?")

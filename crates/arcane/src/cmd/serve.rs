@@ -111,7 +111,7 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
             Some(_) => Some(format!("{engine} stopped")),
             None => Some(format!("{engine} stopped")),
         },
-        event_types::LOCAL_AI_MODEL_LOADING => Some(format!(
+        event_types::LOCAL_AI_MODEL_STARTING => Some(format!(
             "loading model `{}` on `{}`",
             text("model"),
             text("device")
@@ -121,24 +121,24 @@ pub fn human_event(event: &Event, verbose: u8) -> Option<String> {
             text("model"),
             data["pid"]
         )),
-        event_types::LOCAL_AI_MODEL_UNLOADED => Some(format!(
-            "unloaded model `{}` ({})",
-            text("model"),
-            text("reason")
-        )),
-        event_types::LOCAL_AI_MODEL_EVICTED => Some(format!(
+        event_types::LOCAL_AI_MODEL_STOPPED if data["reason"] == "evicted" => Some(format!(
             "evicted model `{}` from `{}` to make room for `{}`",
             text("model"),
             text("device"),
             text("for")
         )),
-        event_types::LOCAL_AI_MODEL_FAILED => Some(format!(
+        event_types::LOCAL_AI_MODEL_STOPPED => Some(format!(
+            "unloaded model `{}` ({})",
+            text("model"),
+            text("reason")
+        )),
+        event_types::LOCAL_AI_MODEL_ERROR => Some(format!(
             "model `{}` {}: {}",
             text("model"),
-            if data["reason"] == "crashed" {
-                "crashed"
-            } else {
-                "failed to load"
+            match data["reason"].as_str() {
+                Some("crashed") => "crashed",
+                Some("unreachable") => "is unreachable",
+                _ => "failed to load",
             },
             data["error"]["message"].as_str().unwrap_or("?")
         )),

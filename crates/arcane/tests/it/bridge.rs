@@ -191,7 +191,7 @@ fn three_bridges_share_one_host_and_end_with_it() {
     bridges[0].send("unload", "models.unload", json!({"model": "smol"}));
     assert_eq!(bridges[0].response("unload")["ok"], true);
     for bridge in &mut bridges[1..] {
-        let unloaded = bridge.event("local-ai.model.unloaded");
+        let unloaded = bridge.event("local-ai.model.stopped");
         assert_eq!(unloaded["data"]["model"], "smol");
     }
     bridges[1].send("load", "models.load", json!({"model": "smol"}));

@@ -183,10 +183,10 @@ command = ["/bin/sh", "-c", "echo 'error: unknown argument: --bogus' >&2; exit 3
     );
     assert!(code >= 500, "{code} {body}");
     assert!(body.contains("error: unknown argument: --bogus"), "{body}");
-    let failed = serve.wait_for("local-ai.model.failed", Duration::from_secs(10));
+    let failed = serve.wait_for("local-ai.model.error", Duration::from_secs(10));
     assert_eq!(failed["data"]["model"], "broken");
     let rows = ps(&ws);
-    assert_eq!(row(&rows, "broken")["state"], "failed", "{rows:#?}");
+    assert_eq!(row(&rows, "broken")["state"], "error", "{rows:#?}");
     assert!(row(&rows, "broken")["lastError"]
         .to_string()
         .contains("--bogus"));

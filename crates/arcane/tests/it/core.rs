@@ -1331,7 +1331,7 @@ fn core_stdio_serves_the_gateway_of_arcane_toml() {
         .as_array()
         .unwrap()
         .iter()
-        .all(|m| m["state"] == "unloaded"));
+        .all(|m| m["state"] == "stopped"));
     // Loading by alias starts its engine; the row says ready with a pid.
     let mut load = request("a", "models.load");
     load["parameters"] = json!({"model": "fast"});

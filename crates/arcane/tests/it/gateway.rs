@@ -155,10 +155,7 @@ max_loaded = 1
         listed.iter().map(|m| m["id"].clone()).collect::<Vec<_>>(),
         [json!("smol-a"), json!("smol-b")]
     );
-    assert!(
-        listed.iter().all(|m| m["state"] == "unloaded"),
-        "{listed:?}"
-    );
+    assert!(listed.iter().all(|m| m["state"] == "stopped"), "{listed:?}");
     // `arcane status` names each model's engine by the model, loaded or not.
     let status = crate::support::stdout(&run(ws.arcane().arg("status")));
     assert!(
@@ -206,14 +203,10 @@ max_loaded = 1
         );
         assert_eq!(engines_of(&serve).len(), 1, "max_loaded = 1 on the CPU");
     }
-    assert!(
-        serve.count("local-ai.model.evicted") >= 3,
-        "{:#?}",
-        serve.seen()
-    );
+    assert!(serve.evictions() >= 3, "{:#?}", serve.seen());
     // `arcane ps` agrees with /proc.
     let rows = ps(&ws);
-    assert_eq!(row(&rows, "smol-a")["state"], "unloaded");
+    assert_eq!(row(&rows, "smol-a")["state"], "stopped");
     let b = row(&rows, "smol-b");
     assert_eq!(b["state"], "ready");
     let pid = b["pid"].as_u64().unwrap() as u32;
@@ -301,7 +294,7 @@ args = ["--parallel", "2"]
         assert_eq!(code, 200, "{body}");
     }
     assert_eq!(
-        serve.count("local-ai.model.loading"),
+        serve.count("local-ai.model.starting"),
         1,
         "{:#?}",
         serve.seen()
@@ -313,10 +306,10 @@ args = ["--parallel", "2"]
     );
     let pid = row(&ps(&ws), "smol-a")["pid"].as_u64().unwrap() as u32;
     // Idle for keep_alive: unloaded, its process gone.
-    let unloaded = serve.wait_for("local-ai.model.unloaded", Duration::from_secs(60));
+    let unloaded = serve.wait_for("local-ai.model.stopped", Duration::from_secs(60));
     assert_eq!(unloaded["data"]["reason"], "keep-alive");
     assert!(wait_gone(pid, Duration::from_secs(10)));
-    assert_eq!(row(&ps(&ws), "smol-a")["state"], "unloaded");
+    assert_eq!(row(&ps(&ws), "smol-a")["state"], "stopped");
     // The next request reloads it; a request's own keep_alive overrides the model's.
     let (port, token) = host_endpoint(&ws);
     let body = json!({"model": "smol-a", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "keep_alive": -1});
@@ -394,7 +387,7 @@ args = ["--parallel", "2"]
     );
     // `arcane unload` and `arcane load` act on it directly.
     assert!(run(ws.arcane().args(["unload", "smol-a"])).status.success());
-    assert_eq!(row(&ps(&ws), "smol-a")["state"], "unloaded");
+    assert_eq!(row(&ps(&ws), "smol-a")["state"], "stopped");
     assert!(run(ws.arcane().args(["load", "smol-a"])).status.success());
     assert_eq!(row(&ps(&ws), "smol-a")["state"], "ready");
     serve.terminate();
@@ -483,9 +476,17 @@ fn an_external_url_entry_is_routed_to_and_never_signalled() {
     assert_eq!(code, 200, "{answer}");
     drop(external);
     assert_eq!(chat(&ws, Some("remote")).0, 502);
-    let lost = serve.wait_for("local-ai.model.failed", Duration::from_secs(30));
+    let lost = serve.wait_for("local-ai.model.error", Duration::from_secs(30));
     assert_eq!(lost["data"]["reason"], "unreachable", "{lost}");
-    assert_eq!(row(&ps(&ws), "remote")["state"], "unloaded");
+    // It stays in `error`, saying why, until the next request adopts it again.
+    let remote = row(&ps(&ws), "remote").clone();
+    assert_eq!(remote["state"], "error", "{remote}");
+    assert!(
+        remote["lastError"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("stopped answering")),
+        "{remote}"
+    );
     let external = External::start(port);
     assert_eq!(chat(&ws, Some("remote")).0, 200);
     serve.terminate();
@@ -569,19 +570,19 @@ model = "smollm2-135m"
         status.contains("model   smol-a") && status.contains("ready on `cpu`"),
         "{status}"
     );
-    // The engine dies: the model is unloaded with the crash on record, and the next
-    // request loads it again.
+    // The engine dies: the model is in `error`, then stopped with the crash on record,
+    // and the next request loads it again.
     let pid = row(&ps(&ws), "smol-a")["pid"].as_u64().unwrap() as u32;
     signal(pid, "KILL");
-    let failed = serve.wait_for("local-ai.model.failed", Duration::from_secs(60));
+    let failed = serve.wait_for("local-ai.model.error", Duration::from_secs(60));
     assert_eq!(failed["data"]["reason"], "crashed", "{failed}");
-    // It is `unloading` until the dead engine is down, then `unloaded`, and says so.
-    let unloaded = serve.wait_for("local-ai.model.unloaded", Duration::from_secs(60));
+    // It is `stopping` until the dead engine is down, then `stopped`, and says so.
+    let unloaded = serve.wait_for("local-ai.model.stopped", Duration::from_secs(60));
     assert_eq!(unloaded["data"]["reason"], "crashed", "{unloaded}");
     let crashed = row(&ps(&ws), "smol-a").clone();
     assert_eq!(
         (crashed["state"].clone(), crashed["crashes"].clone()),
-        (json!("unloaded"), json!(1))
+        (json!("stopped"), json!(1))
     );
     let (code, answer) = chat(&ws, Some("smol-a"));
     assert_eq!(code, 200, "{answer}");
@@ -854,7 +855,9 @@ memory = {}
     let mut serve = start(&ws);
     assert_eq!(chat(&ws, Some("smol-a")).0, 200);
     assert_eq!(chat(&ws, Some("smol-b")).0, 200);
-    let evicted = serve.wait_for("local-ai.model.evicted", Duration::from_secs(30));
+    let evicted = serve.wait_line("an eviction", Duration::from_secs(30), |l| {
+        l["type"] == "local-ai.model.stopped" && l["data"]["reason"] == "evicted"
+    });
     assert_eq!(evicted["data"]["model"], "smol-a");
     assert_eq!(evicted["data"]["for"], "smol-b");
     assert_eq!(engines_of(&serve).len(), 1);
@@ -902,7 +905,7 @@ fn a_repeated_model_flag_makes_a_gateway_llama_methods_act_on_it_and_a_failed_lo
     let models = rpc("llama.models", json!({}));
     assert_eq!(models["result"]["models"][0]["state"], "ready", "{models}");
     let unloaded = rpc("llama.unload", json!({"model": "a"}));
-    assert_eq!(unloaded["result"]["state"], "unloaded", "{unloaded}");
+    assert_eq!(unloaded["result"]["state"], "stopped", "{unloaded}");
     let loaded = rpc("llama.load", json!({"model": "a"}));
     assert_eq!(loaded["result"]["state"], "ready", "{loaded}");
     // Four requests wait on one failing load; each gets the engine's error.
@@ -932,10 +935,10 @@ fn a_repeated_model_flag_makes_a_gateway_llama_methods_act_on_it_and_a_failed_lo
     let loads = serve
         .seen()
         .iter()
-        .filter(|l| l["type"] == "local-ai.model.loading" && l["data"]["model"] == "broken")
+        .filter(|l| l["type"] == "local-ai.model.starting" && l["data"]["model"] == "broken")
         .count();
     assert_eq!(loads, 1, "one load for every waiter");
-    assert_eq!(row(&ps(&ws), "broken")["state"], "failed");
+    assert_eq!(row(&ps(&ws), "broken")["state"], "error");
     serve.terminate();
 }
 
@@ -1024,7 +1027,7 @@ fn the_main_job_is_a_gateway_of_one_model() {
         wait_gone(pid, Duration::from_secs(10)),
         "the engine outlived its unload"
     );
-    assert_eq!(row(&ps(&ws), "smollm2-135m")["state"], "unloaded");
+    assert_eq!(row(&ps(&ws), "smollm2-135m")["state"], "stopped");
     let out = run(ws.arcane().args(["load", "smollm2-135m"]));
     assert!(out.status.success(), "{}", crate::support::stderr(&out));
     let again = ps(&ws);
@@ -1069,7 +1072,7 @@ fn a_ready_engine_that_stops_answering_is_stopped_and_the_next_request_reloads_i
             call(port, &token, "POST", "/v1/chat/completions", Some(body)).0
         })
     };
-    let failed = serve.wait_for("local-ai.model.failed", START);
+    let failed = serve.wait_for("local-ai.model.error", START);
     assert_eq!(failed["data"]["model"], "m", "{failed}");
     assert!(
         failed
@@ -1228,15 +1231,15 @@ exclusive = true
     let (code, answer) = chat(&ws, Some("smol-b"));
     assert_eq!(code, 200, "{answer}");
     assert_eq!(answer["model"], "smol-b");
-    let unloaded = serve.wait_for("local-ai.model.unloaded", Duration::from_secs(30));
+    let unloaded = serve.wait_for("local-ai.model.stopped", Duration::from_secs(30));
     assert_eq!(
         unloaded["data"],
-        json!({"model": "smol-a", "device": "cpu", "reason": "group", "for": "smol-b", "group": "chat"})
+        json!({"model": "smol-a", "device": "cpu", "state": "stopped", "reason": "group", "for": "smol-b", "group": "chat"})
     );
-    assert_eq!(serve.count("local-ai.model.evicted"), 0);
+    assert_eq!(serve.evictions(), 0);
     // `smol-c`, outside the group, still runs beside `smol-b`.
     let rows = ps(&ws);
-    assert_eq!(row(&rows, "smol-a")["state"], "unloaded");
+    assert_eq!(row(&rows, "smol-a")["state"], "stopped");
     assert_eq!(row(&rows, "smol-b")["state"], "ready");
     assert_eq!(row(&rows, "smol-c")["state"], "ready");
     assert_eq!(engines_of(&serve).len(), 2);

@@ -350,7 +350,7 @@ fn a_model_file_changed_while_serving_is_refused_at_its_next_load() {
     let rows = crate::gateway::ps(&ws);
     assert_eq!(
         crate::gateway::row(&rows, "m")["state"],
-        "failed",
+        "error",
         "{rows:#?}"
     );
 }

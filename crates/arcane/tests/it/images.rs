@@ -113,7 +113,7 @@ fn the_openai_client_and_arcane_imagine_draw_images_through_the_front_door() {
         json!(["sd"]),
         "{body}"
     );
-    assert_eq!(row(&ws, "smol")["state"], "unloaded");
+    assert_eq!(row(&ws, "smol")["state"], "stopped");
 
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/openai_images.py");
@@ -145,7 +145,7 @@ fn the_openai_client_and_arcane_imagine_draw_images_through_the_front_door() {
     );
     assert_eq!(
         row(&ws, "smol")["state"],
-        "unloaded",
+        "stopped",
         "the image model drew, not `smol`"
     );
 

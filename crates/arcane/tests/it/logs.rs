@@ -120,7 +120,7 @@ fn the_engines_output_and_the_hosts_lines_are_kept_and_followed_per_model() {
     let unload = run(ws.arcane().args(["unload", "smol"]));
     assert!(unload.status.success(), "{}", stderr(&unload));
     follower.wait_for("the unload", |l| {
-        text(l).starts_with("local-ai.model.unloaded")
+        text(l).starts_with("local-ai.model.stopped")
     });
     let load = run(ws.arcane().args(["load", "smol"]));
     assert!(load.status.success(), "{}", stderr(&load));

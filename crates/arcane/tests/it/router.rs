@@ -24,12 +24,12 @@ aliases = ["bee"]
 model = "{model}"
 "#;
 
-/// The models `loading` events named so far.
+/// The models `starting` events named so far.
 fn loaded(serve: &mut Serve) -> Vec<String> {
     serve
         .seen()
         .iter()
-        .filter(|l| l["type"] == "local-ai.model.loading")
+        .filter(|l| l["type"] == "local-ai.model.starting")
         .filter_map(|l| l["data"]["model"].as_str().map(str::to_string))
         .collect()
 }
@@ -74,7 +74,7 @@ fn the_front_door_answers_unknown_paths_aliases_and_bad_models_without_loading_a
     let entry = parsed("/v1/models/bee", &body);
     assert_eq!(entry["id"], "bee", "{body}");
     assert_eq!(entry["object"], "model", "{body}");
-    assert_eq!(entry["state"], "unloaded", "{body}");
+    assert_eq!(entry["state"], "stopped", "{body}");
     let (code, body) = call(port, &token, "GET", "/v1/models/smol-b", None);
     assert_eq!(code, 200, "{body}");
     assert_eq!(parsed("/v1/models/smol-b", &body)["id"], "smol-b");
@@ -123,8 +123,8 @@ fn the_front_door_answers_unknown_paths_aliases_and_bad_models_without_loading_a
 
     // None of it loaded a model.
     assert_eq!(loaded(&mut serve), Vec::<String>::new());
-    assert_eq!(state(&ws, "smol-a"), "unloaded");
-    assert_eq!(state(&ws, "smol-b"), "unloaded");
+    assert_eq!(state(&ws, "smol-a"), "stopped");
+    assert_eq!(state(&ws, "smol-b"), "stopped");
 }
 
 #[test]
@@ -176,6 +176,6 @@ fn the_model_a_body_names_is_found_whatever_its_spelling_and_only_it_loads() {
     }
     // The default model never loaded.
     assert_eq!(loaded(&mut serve), ["smol-b"], "{:#?}", serve.seen());
-    assert_eq!(state(&ws, "smol-a"), "unloaded");
+    assert_eq!(state(&ws, "smol-a"), "stopped");
     assert_eq!(state(&ws, "smol-b"), "ready");
 }

@@ -143,6 +143,15 @@ impl Serve {
         self.seen().iter().filter(|l| l["type"] == kind).count()
     }
 
+    /// How many models were stopped to make room on their device (`stopped` with
+    /// `reason: "evicted"`).
+    pub(crate) fn evictions(&mut self) -> usize {
+        self.seen()
+            .iter()
+            .filter(|l| l["type"] == "local-ai.model.stopped" && l["data"]["reason"] == "evicted")
+            .count()
+    }
+
     pub(crate) fn wait_for(&mut self, kind: &str, limit: Duration) -> Value {
         self.wait_line(&format!("`{kind}`"), limit, |value| value["type"] == kind)
     }

@@ -153,7 +153,7 @@ fn the_openai_client_transcribes_and_speaks_beside_chat_and_a_killed_host_leaves
     );
     assert_eq!(
         row(&ws, "smol")["state"],
-        "unloaded",
+        "stopped",
         "nothing loaded for it"
     );
     let (status, body) = speak(None);
@@ -165,7 +165,7 @@ fn the_openai_client_transcribes_and_speaks_beside_chat_and_a_killed_host_leaves
     );
     assert_eq!(
         row(&ws, "smol")["state"],
-        "unloaded",
+        "stopped",
         "the voice spoke, not `smol`"
     );
     assert_eq!(row(&ws, "tts-1")["state"], "ready");

@@ -85,7 +85,7 @@ fn the_dashboard_logs_in_once_by_its_link_and_drives_the_real_model() {
         switched["unloaded"]
             .as_str()
             .unwrap_or_default()
-            .contains("unloaded"),
+            .contains("stopped"),
         "{switched}"
     );
     assert!(
@@ -107,7 +107,7 @@ fn the_dashboard_logs_in_once_by_its_link_and_drives_the_real_model() {
     // Events arrived live; logs are followed; counts show.
     let live = &steps["events-and-logs"];
     let events = live["events"].as_array().expect("events");
-    for kind in ["local-ai.model.unloaded", "local-ai.model.ready"] {
+    for kind in ["local-ai.model.stopped", "local-ai.model.ready"] {
         assert!(
             events
                 .iter()
