@@ -33,9 +33,9 @@ use tokio::sync::{oneshot, watch};
 use crate::dispatch::{Client, Deliver, Dispatch, FrameSink, Session};
 use crate::endpoint::EndpointRecord;
 use crate::error::{Error, Peer};
-use crate::http::{collect, engine_client, full, Deadlines, EngineClient};
 use crate::protocol::{Control, Request as RpcRequest, Response, PROTOCOL};
 use crate::service::BoxFuture;
+use crate::upstream::{collect, engine_client, full, Deadlines, EngineClient};
 
 /// How long one relayed request may take: a model load or a long generation (the
 /// host's own deadlines apply inside).
@@ -199,7 +199,7 @@ async fn read_events(
     shared: Arc<Mutex<Shared>>,
     closed: watch::Sender<bool>,
 ) {
-    let _ = crate::http::stream_lines(response, &url, Peer::Host, |line| {
+    let _ = crate::upstream::stream_lines(response, &url, Peer::Host, |line| {
         let Some(frame) = line.strip_prefix("data:").map(str::trim) else {
             return true;
         };

@@ -14,9 +14,9 @@ use serde_json::{json, Value};
 
 use crate::endpoint::{running_endpoint, EndpointRecord};
 use crate::error::{Error, Peer};
-use crate::http::{collect, engine_client, full, Deadlines, EngineClient, HttpBody};
 use crate::localai::LocalAiStatus;
 use crate::protocol::PROTOCOL;
+use crate::upstream::{collect, engine_client, full, Deadlines, EngineClient, HttpBody};
 
 /// A connection to a running Core host.
 pub struct CoreClient {
@@ -167,7 +167,7 @@ impl CoreClient {
             return Err(refused(response, &url).await);
         }
         let mut answer = String::new();
-        crate::http::stream_lines(response, &url, Peer::Host, |line| {
+        crate::upstream::stream_lines(response, &url, Peer::Host, |line| {
             let Some(data) = line.strip_prefix("data:").map(str::trim) else {
                 return true;
             };
@@ -277,7 +277,7 @@ impl CoreClient {
         }
         let mut name = String::from("message");
         let mut failed = None;
-        crate::http::stream_lines(response, &url, Peer::Host, |line| {
+        crate::upstream::stream_lines(response, &url, Peer::Host, |line| {
             if let Some(event) = line.strip_prefix("event:") {
                 name = event.trim().to_string();
                 return true;
@@ -341,7 +341,7 @@ impl CoreClient {
         if response.status() != 200 {
             return Err(refused(response, &url).await);
         }
-        crate::http::stream_lines(response, &url, Peer::Host, |line| {
+        crate::upstream::stream_lines(response, &url, Peer::Host, |line| {
             if let Ok(value) = serde_json::from_str::<Value>(line.trim()) {
                 on_line(value);
             }

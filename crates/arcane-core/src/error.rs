@@ -225,7 +225,7 @@ pub enum Error {
     },
 
     /// An engine or the Core host did not answer within a deadline (see
-    /// [`Deadlines`](crate::http::Deadlines)).
+    /// [`Deadlines`](crate::upstream::Deadlines)).
     #[error("`{url}` did not {} within {}", phase.describe(), seconds(*deadline))]
     Timeout {
         /// The URL asked.

@@ -1,11 +1,19 @@
 //! The Arcane Core host: the one process an application talks to.
 //!
-//! This crate owns the service registry and lifecycle, the `arcane/1` protocol, its
-//! transports (stdio `Content-Length` framing and authenticated loopback HTTP with a
-//! Server-Sent-Events stream), the OpenAI-compatible passthrough to the ready
-//! llama.cpp engine, and the built-in local-AI services (`localai.*`, `llama.*`,
-//! `ollama.*`). It does not supervise processes itself (that is `arcane-localai`) and
-//! never prints, exits or reads the environment.
+//! This crate owns the service registry and lifecycle, the `arcane/1` protocol and its
+//! stdio transport (`Content-Length` framing), the one HTTP client every exchange with
+//! an engine or a host goes through ([`upstream`]), the built-in local-AI services
+//! (`localai.*`, `llama.*`, `ollama.*`: [`localai`]) and the routing contract the
+//! front door and the model gateway meet at ([`route`]). It does not supervise
+//! processes itself (that is `arcane-localai`) and never prints, exits or reads the
+//! environment.
+//!
+//! The crates above it, each with one job and no import running backwards:
+//! `arcane-gateway` (many models, each on its own device, routed by model and path)
+//! implements [`route::Upstream`]; `arcane-front-door` (the loopback HTTP listener and
+//! its admission, the route table, the passthrough, Ollama's API, the dashboard and the
+//! web root) serves a [`Host`] and calls an [`route::Upstream`]; `arcane-host` starts
+//! them from `arcane.toml`.
 //!
 //! # Main types
 //!
@@ -17,9 +25,9 @@
 //! * [`protocol`]: the frames, documented on their types; [`framing`]: stdio framing.
 //! * [`dispatch::Dispatch`]: the one `arcane/1` endpoint both transports serve (the
 //!   [`Host`], or a host in another process).
-//! * [`stdio::serve`], [`http::serve`]: the transports; [`endpoint`]: `core.json`, the
-//!   stable port and the one-owner-per-workspace lock; [`client`]: a small client for
-//!   the CLI's `arcane status` and `arcane chat`.
+//! * [`stdio::serve`]: the stdio transport; [`endpoint`]: `core.json`, the stable port
+//!   and the one-owner-per-workspace lock; [`client`]: a small client for the CLI's
+//!   `arcane status` and `arcane chat`; [`bridge`]: stdio to a host over HTTP.
 //!
 //! The full protocol reference is below (from `docs/protocol.md`).
 //!
@@ -41,13 +49,10 @@
 //! # });
 //! ```
 //!
-//! Benchmarks: `cargo bench -p arcane-core --bench host` (with `LLAMA_SERVER` and
-//! `ARCANE_TEST_MODEL` set for the passthrough part); `--bench ollama_api` compares
-//! Ollama's `/api/chat` with the same request on `/v1/chat/completions`.
+//! Its benchmarks run through the front door: `cargo bench -p arcane-front-door`.
 #![warn(missing_docs)]
 #![doc = include_str!("../../../docs/protocol.md")]
 
-pub mod apis;
 pub mod bridge;
 pub mod client;
 pub mod dispatch;
@@ -55,26 +60,16 @@ pub mod duration;
 pub mod endpoint;
 mod error;
 pub mod framing;
-pub mod gateway;
 pub mod host;
-pub mod http;
-pub mod limits;
 pub mod localai;
 pub mod logs;
-pub mod origins;
-pub mod passthrough;
 pub mod protocol;
-pub mod request_model;
-pub mod response_lines;
-pub mod router;
+pub mod route;
 pub mod selection;
-pub mod server;
 pub mod service;
 pub mod stdio;
 pub mod supervised;
-pub mod ui;
 pub mod upstream;
-pub mod web;
 
 pub use error::{Error, FrameProblem, Peer, TimeoutPhase, Unready};
 pub use host::{AppInfo, Connection, Host, HostBuilder, HostState, Prepared, ShutdownHandle, Work};

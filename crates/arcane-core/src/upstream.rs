@@ -295,7 +295,7 @@ impl Body for StallBody {
 }
 
 /// Maps a body error to the crate's error: a stall is [`Error::Timeout`].
-pub(crate) fn body_error(error: BodyError, url: &str, peer: Peer) -> Error {
+pub fn body_error(error: BodyError, url: &str, peer: Peer) -> Error {
     match error.downcast::<Stalled>() {
         Ok(stalled) => Error::Timeout {
             url: url.into(),

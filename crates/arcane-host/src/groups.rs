@@ -20,7 +20,7 @@
 //! swap them, which a pin forbids (`keep_alive = -1` and `load = "on-start"` only imply
 //! a pin, and a group's swap comes first for them).
 
-use arcane_core::gateway::Group;
+use arcane_gateway::Group;
 use arcane_report::codes;
 use serde_json::{json, Value};
 

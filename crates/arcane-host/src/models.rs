@@ -45,9 +45,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arcane_core::gateway::{Configuration, DeviceLimit, KeepAlive, ModelSpec};
 use arcane_core::localai::{AdoptLauncher, EngineLauncher};
 use arcane_core::supervised::SupervisedLauncher;
+use arcane_gateway::{Configuration, DeviceLimit, KeepAlive, ModelSpec};
 use arcane_localai::Engine;
 use arcane_registry::Registry;
 use arcane_report::codes;

@@ -302,9 +302,9 @@ fn single_gateway(
     flags: &Flags,
     config: EngineConfig,
     had_file: bool,
-) -> std::sync::Arc<arcane_core::gateway::Gateway> {
+) -> std::sync::Arc<arcane_gateway::Gateway> {
     let configuration = crate::models::single(config, &context.workspace);
-    let gateway = arcane_core::gateway::Gateway::configured(configuration);
+    let gateway = arcane_gateway::Gateway::configured(configuration);
     let (context, flags) = (context.clone(), flags.clone());
     gateway.set_reloader(std::sync::Arc::new(move || {
         let again = || -> Result<_, Error> {
@@ -330,7 +330,7 @@ fn single_gateway(
 /// --stdio` serves the same models.
 pub(crate) fn workspace_gateway(
     context: &Context,
-) -> Result<Option<std::sync::Arc<arcane_core::gateway::Gateway>>, Error> {
+) -> Result<Option<std::sync::Arc<arcane_gateway::Gateway>>, Error> {
     let flags = Flags::default();
     let (file, base) = load_config(&context.workspace, &flags)?;
     model_gateway(context, &flags, file.as_ref(), &base)
@@ -344,11 +344,11 @@ fn model_gateway(
     flags: &Flags,
     file: Option<&ConfigFile>,
     base: &Path,
-) -> Result<Option<std::sync::Arc<arcane_core::gateway::Gateway>>, Error> {
+) -> Result<Option<std::sync::Arc<arcane_gateway::Gateway>>, Error> {
     let Some(configuration) = gateway_models(context, flags, file, base)? else {
         return Ok(None);
     };
-    let gateway = arcane_core::gateway::Gateway::configured(configuration);
+    let gateway = arcane_gateway::Gateway::configured(configuration);
     let (context, flags) = (context.clone(), flags.clone());
     let had_file = file.is_some_and(|f| f.has_settings);
     gateway.set_reloader(std::sync::Arc::new(move || {
@@ -373,7 +373,7 @@ fn gateway_models(
     flags: &Flags,
     file: Option<&ConfigFile>,
     base: &Path,
-) -> Result<Option<arcane_core::gateway::Configuration>, Error> {
+) -> Result<Option<arcane_gateway::Configuration>, Error> {
     if flags.model.len() > 1 {
         if file
             .as_ref()
@@ -492,12 +492,12 @@ fn flag_models(
 fn allowed_origins(
     flags: &Flags,
     file: Option<&ConfigFile>,
-) -> Result<arcane_core::origins::AllowedOrigins, Error> {
+) -> Result<arcane_front_door::origins::AllowedOrigins, Error> {
     let from_file = file
         .map(|f| f.allowed_origins.as_slice())
         .unwrap_or_default();
     let all: Vec<&String> = from_file.iter().chain(&flags.allow_origin).collect();
-    Ok(arcane_core::origins::AllowedOrigins::parse(&all)?)
+    Ok(arcane_front_door::origins::AllowedOrigins::parse(&all)?)
 }
 
 /// The packaged web of `--web` or `web` in `arcane.toml` (relative to the file),
@@ -507,15 +507,15 @@ fn packaged_web(
     flags: &Flags,
     file: Option<&ConfigFile>,
     base: &Path,
-) -> Result<Option<std::sync::Arc<arcane_core::web::WebRoot>>, Error> {
+) -> Result<Option<std::sync::Arc<arcane_front_door::web::WebRoot>>, Error> {
     let dir = match (&flags.web, file.and_then(|f| f.web.as_ref())) {
         (Some(flag), _) => std::path::absolute(flag).unwrap_or_else(|_| flag.clone()),
         (None, Some(configured)) => base.join(configured),
         (None, None) => return Ok(None),
     };
-    Ok(Some(std::sync::Arc::new(arcane_core::web::WebRoot::open(
-        &dir,
-    )?)))
+    Ok(Some(std::sync::Arc::new(
+        arcane_front_door::web::WebRoot::open(&dir)?,
+    )))
 }
 
 /// `log_buffer` of `arcane.toml`: a number of bytes or a size string.

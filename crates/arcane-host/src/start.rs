@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use arcane_core::localai::{EngineLauncher, EngineStatus, LocalAiStatus, ModelAssetsService};
 use arcane_core::selection::plan;
-use arcane_core::server::{self, FirstStartWatch, Next, Outcome, ServerBuilder};
 use arcane_core::service::Service;
 use arcane_core::supervised::{LiveDevices, SupervisedLauncher};
 use arcane_core::{AppInfo, Host};
+use arcane_front_door::server::{self, FirstStartWatch, Next, Outcome, ServerBuilder};
 use arcane_localai::{Engine, EngineConfig};
 use arcane_report::{codes, Event, EventSink};
 use serde_json::json;
@@ -23,7 +23,7 @@ use serde_json::json;
 use crate::error::{Error, Refusal};
 use crate::Context;
 
-use arcane_core::server::HostParts;
+use arcane_front_door::server::HostParts;
 
 /// What a host tells the person or program that runs it, in order. Every method has a
 /// default that says nothing.
@@ -61,7 +61,7 @@ pub struct Ready<'a> {
     /// The supervised llama.cpp engine's status, when the host runs one.
     pub llama: Option<&'a EngineStatus>,
     /// The model gateway, when the host has one.
-    pub gateway: Option<&'a arcane_core::gateway::Gateway>,
+    pub gateway: Option<&'a arcane_gateway::Gateway>,
 }
 
 /// The services of the kinds whose sessions run in Arcane's own workers (ONNX
@@ -102,7 +102,7 @@ fn build_host(
     drain: std::time::Duration,
     launcher: &dyn Fn(Engine) -> Result<Arc<dyn EngineLauncher>, Error>,
     workers: &dyn Workers,
-    gateway: Option<Arc<arcane_core::gateway::Gateway>>,
+    gateway: Option<Arc<arcane_gateway::Gateway>>,
 ) -> Result<HostParts, Error> {
     let plan = plan(runtimes)?;
     // With `[[model]]` tables the gateway serves the engines (and answers `localai.*`
@@ -273,17 +273,17 @@ pub struct ServeOptions {
     /// The worker kinds' services: each one a library is given for is hosted too.
     pub workers: Arc<dyn Workers>,
     /// The model gateway (`[[model]]`), instead of `configs`.
-    pub gateway: Option<Arc<arcane_core::gateway::Gateway>>,
+    pub gateway: Option<Arc<arcane_gateway::Gateway>>,
     /// The gateway is the one model of the flags or the embedded default: the host is
     /// announced once it is loaded, and its failed first load is the command's error
     /// (as for a single engine).
     pub one_model: bool,
     /// Origins whose web pages may read answers (CORS), besides the listener's own.
-    pub allowed_origins: arcane_core::origins::AllowedOrigins,
+    pub allowed_origins: arcane_front_door::origins::AllowedOrigins,
     /// Bytes of log lines kept, all models together (default 1 MiB).
     pub log_budget: Option<usize>,
     /// The application's packaged web, opened (served at `/ui/app/`).
-    pub web: Option<Arc<arcane_core::web::WebRoot>>,
+    pub web: Option<Arc<arcane_front_door::web::WebRoot>>,
     /// The configuration file these options were read from (`None`: no file; the flags
     /// or the embedded default).
     pub config_file: Option<PathBuf>,

@@ -197,8 +197,12 @@ impl Http {
             host.start();
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let address = listener.local_addr().unwrap().to_string();
-            let options = arcane_core::http::HttpOptions::new(token.clone());
-            tokio::spawn(arcane_core::http::serve(host.clone(), listener, options));
+            let options = arcane_front_door::http::HttpOptions::new(token.clone());
+            tokio::spawn(arcane_front_door::http::serve(
+                host.clone(),
+                listener,
+                options,
+            ));
             (host, address)
         });
         let stream = std::net::TcpStream::connect(&address).unwrap();

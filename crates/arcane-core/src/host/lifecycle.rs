@@ -168,7 +168,7 @@ impl Host {
 
     /// Publishes `core.http.connection-limit` (the HTTP transport refused a connection
     /// because `max` were open).
-    pub(crate) fn publish_connection_limit(&self, max: usize) {
+    pub fn publish_connection_limit(&self, max: usize) {
         self.inner.publish(
             "core.http.connection-limit",
             serde_json::json!({

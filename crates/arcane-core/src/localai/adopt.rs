@@ -15,8 +15,8 @@ use serde_json::Value;
 
 use super::{EngineHandle, EngineLauncher};
 use crate::error::{Error, Unready};
-use crate::http::Deadlines;
 use crate::service::{BoxError, BoxFuture};
+use crate::upstream::Deadlines;
 
 /// How long to wait between two probes of an engine that is not ready yet.
 const PROBE_INTERVAL: Duration = Duration::from_millis(100);

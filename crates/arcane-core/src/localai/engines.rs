@@ -16,10 +16,11 @@ use tokio::sync::watch;
 use super::status::{EngineState, EngineView, LocalAiStatus};
 use super::{EngineHandle, EngineLauncher};
 use crate::error::{Error, Unready};
-use crate::http::{engine_client, Deadlines, EngineAccess, EngineClient, Upstream, UpstreamTarget};
+use crate::route::{Upstream, UpstreamTarget};
 use crate::service::{
     BoxError, BoxFuture, MethodResult, MethodSpec, RequestContext, Service, ServiceContext,
 };
+use crate::upstream::{engine_client, Deadlines, EngineAccess, EngineClient};
 use arcane_localai::Engine;
 use arcane_localai::{Change, InvalidTransition};
 

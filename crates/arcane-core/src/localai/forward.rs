@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 
 use super::engines::LocalAiService;
 use crate::error::{Error, Peer};
-use crate::http::{collect, full, Deadlines, EngineAccess, EngineClient, HttpBody};
 use crate::service::{MethodResult, RequestContext};
+use crate::upstream::{collect, full, Deadlines, EngineAccess, EngineClient, HttpBody};
 use arcane_localai::Takes;
 
 impl LocalAiService {
@@ -112,7 +112,7 @@ impl LocalAiService {
             .await?;
         let mut content = String::new();
         let mut last = Value::Null;
-        crate::http::stream_lines(response, &url, Peer::Engine, |line| {
+        crate::upstream::stream_lines(response, &url, Peer::Engine, |line| {
             let Ok(chunk) = serde_json::from_str::<Value>(line) else {
                 return true;
             };
@@ -208,7 +208,7 @@ pub(crate) async fn engine_json(
 /// options sent to `/v1/chat/completions`; streamed (`stream: true`) as `llama.chunk`
 /// events tied to the request, the whole answer returned at the end. The local-AI
 /// service and the model gateway both answer `llama.chat` with it.
-pub(crate) async fn chat(
+pub async fn chat(
     client: &EngineClient,
     access: &EngineAccess,
     parameters: Value,
@@ -285,7 +285,7 @@ pub(crate) async fn chat(
     let mut finish_reason = Value::Null;
     let mut last = Value::Null;
     let mut chunks = 0usize;
-    crate::http::stream_lines(response, &url, Peer::Engine, |line| {
+    crate::upstream::stream_lines(response, &url, Peer::Engine, |line| {
         let Some(data) = line.strip_prefix("data:").map(str::trim) else {
             return true;
         };

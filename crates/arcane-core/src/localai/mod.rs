@@ -14,7 +14,7 @@
 //! `llama.status` answer at once from the service's own state (what the supervisor
 //! published, and the models fetched when the engine became ready); they never ask
 //! the engine, so a hung engine cannot hang them. Every call to an engine has
-//! [`Deadlines`](crate::http::Deadlines). Methods that need an engine
+//! [`Deadlines`](crate::upstream::Deadlines). Methods that need an engine
 //! (`llama.chat`, `llama.models`, `llama.load`, `ollama.*`) wait for it to settle and
 //! fail with `LOCAL_AI_SERVER_NOT_READY` when it failed or stopped.
 //!
@@ -49,7 +49,7 @@ mod engines;
 mod forward;
 mod orphans;
 
-pub(crate) use forward::chat;
+pub use forward::chat;
 pub(crate) mod status;
 
 pub use adopt::AdoptLauncher;
@@ -57,7 +57,7 @@ pub use assets::ModelAssetsService;
 pub use devices::DevicesService;
 pub use engines::LocalAiService;
 pub use orphans::EngineRecordsService;
-pub use status::{EngineState, EngineStatus, ExitStatus, LocalAiStatus, ProcessStatus};
+pub use status::{describe, EngineState, EngineStatus, ExitStatus, LocalAiStatus, ProcessStatus};
 
 /// Starts (or adopts) one engine. Implemented over `arcane-localai`'s supervisor by the
 /// CLI.

@@ -179,6 +179,30 @@ impl LocalAiStatus {
     }
 }
 
+/// The wire record of an engine described from outside the host's own slots (a
+/// gateway model's): the supervisor's `snapshot` while an engine runs, else a record
+/// of no engine at `url` in `state` with its `error` (`stopped`, `starting`, or
+/// `error` after a failed load), serving `models`.
+pub fn describe(
+    runtime: Engine,
+    url: String,
+    snapshot: Option<&ServerSnapshot>,
+    state: EngineState,
+    error: Option<Value>,
+    models: Vec<Value>,
+) -> EngineStatus {
+    let mut view = EngineView::new(runtime, url);
+    match snapshot {
+        Some(snapshot) => view.observe(snapshot),
+        None => {
+            view.state = state;
+            view.error = error;
+        }
+    }
+    view.models = models;
+    view.status()
+}
+
 /// What the host holds for one engine: the supervisor's latest snapshot, and the
 /// state the host reports (the snapshot's, unless the host changed it since).
 #[derive(Debug, Clone)]
@@ -204,21 +228,6 @@ impl EngineView {
         }
     }
 
-    /// A record of an engine that is not running, in `state` (a gateway model's
-    /// `stopped` or `error`, with its error): what `arcane status` shows of it.
-    pub(crate) fn not_running(
-        runtime: Engine,
-        url: String,
-        state: EngineState,
-        error: Option<Value>,
-    ) -> Self {
-        Self {
-            state,
-            error,
-            ..Self::new(runtime, url)
-        }
-    }
-
     /// The state the host reports.
     pub(crate) fn state(&self) -> EngineState {
         self.state
@@ -231,13 +240,15 @@ impl EngineView {
 
     /// How to reach the engine: the supervisor's address and key once it reported,
     /// else the configured url.
-    pub(crate) fn access(&self) -> Option<crate::http::EngineAccess> {
+    pub(crate) fn access(&self) -> Option<crate::upstream::EngineAccess> {
         match &self.server {
-            Some(server) => server.address().map(|address| crate::http::EngineAccess {
-                address,
-                key: server.api_key.clone(),
-            }),
-            None => crate::http::EngineAccess::tcp(&self.url).ok(),
+            Some(server) => server
+                .address()
+                .map(|address| crate::upstream::EngineAccess {
+                    address,
+                    key: server.api_key.clone(),
+                }),
+            None => crate::upstream::EngineAccess::tcp(&self.url).ok(),
         }
     }
 

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use arcane_core::client::CoreClient;
-use arcane_core::http::Deadlines;
+use arcane_front_door::http::Deadlines;
 use arcane_report::{codes, Diagnostic};
 use serde_json::{json, Value};
 

@@ -218,7 +218,7 @@ fn announce(
     context: &Context,
     url: &str,
     llama: Option<&EngineStatus>,
-    gateway: Option<&arcane_core::gateway::Gateway>,
+    gateway: Option<&arcane_gateway::Gateway>,
 ) {
     let output = &context.output;
     let one_model = gateway.filter(|g| g.rows().len() == 1 && !g.on_start_models().is_empty());

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use arcane_core::client::CoreClient;
-use arcane_core::http::Deadlines;
+use arcane_front_door::http::Deadlines;
 use serde_json::{json, Value};
 
 use crate::config::Context;

@@ -6,7 +6,7 @@
 //! (`ui.code.issue`) and a link `http://arcane-<random>.localhost:PORT/ui#code=…`: the
 //! code is in the fragment, which the browser never sends to a server; the page trades
 //! it for a session cookie and removes it from the address bar. A code is good once,
-//! for 60 seconds (see `arcane_core::ui::session`).
+//! for 60 seconds (see `arcane_front_door::ui::session`).
 //!
 //! # Never on a command line
 //!
@@ -45,7 +45,7 @@ pub fn run(context: &Context, args: Args) -> Result<u8, CliError> {
     let issued = crate::cmd::core::block_on_client(context, "`arcane open`", async {
         Ok::<_, CliError>(
             client
-                .call(arcane_core::ui::ISSUE_METHOD, json!({}))
+                .call(arcane_front_door::ui::ISSUE_METHOD, json!({}))
                 .await?,
         )
     })?;
@@ -180,7 +180,7 @@ fn remove_old_pages(run: &Path) {
                     .modified()
                     .ok()
                     .and_then(|at| at.elapsed().ok())
-                    .is_some_and(|age| age > arcane_core::ui::CODE_LIFETIME)
+                    .is_some_and(|age| age > arcane_front_door::ui::CODE_LIFETIME)
         });
         if expired {
             let _ = std::fs::remove_file(entry.path());
@@ -212,7 +212,7 @@ mod tests {
                 .unwrap();
             path
         };
-        let old = arcane_core::ui::CODE_LIFETIME * 2;
+        let old = arcane_front_door::ui::CODE_LIFETIME * 2;
         let expired = page("open-0123456789abcdef.html", old);
         let fresh = page("open-fedcba9876543210.html", std::time::Duration::ZERO);
         let other = page("llama.cpp.key", old);

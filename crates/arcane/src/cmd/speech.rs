@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use arcane_core::client::{CoreClient, Upload};
-use arcane_core::http::Deadlines;
+use arcane_front_door::http::Deadlines;
 use arcane_report::codes;
 use bytes::Bytes;
 use serde_json::{json, Value};
