@@ -387,6 +387,17 @@ impl Rig {
             .collect()
     }
 
+    /// The state observer `id`'s last launch was given (to report what its supervisor
+    /// would: a crash, `loading`).
+    fn observer(&self, id: &str) -> StateObserver {
+        self.launchers[id]
+            .observer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .expect("the launch got an observer")
+    }
+
     fn fail_next_launches(&self, id: &str, message: &'static str) {
         *self.launchers[id]
             .outcome
@@ -732,12 +743,7 @@ async fn an_engine_that_dies_puts_its_model_in_error_then_stopping_and_the_next_
 {
     let rig = Rig::new(vec![model("a")], max_loaded(1));
     drop(rig.route("a").await);
-    let observer = rig.launchers["a"]
-        .observer
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone()
-        .expect("the launch got an observer");
+    let observer = rig.observer("a");
     observer(&FakeLauncher::snapshot("a", EngineState::Error));
     // `error`, then `stopping` in the same step: nothing new is routed to the dying
     // engine until its supervisor has it down, and no request can see `error` and
@@ -773,12 +779,7 @@ async fn a_model_is_loading_while_its_engine_loads_its_weights() {
     let rig = Rig::with_gate(vec![model("a")], max_loaded(1), Some(Arc::clone(&gate)));
     let request = rig.spawn_route("a");
     rig.log.wait_for("launch a", 1).await;
-    let observer = rig.launchers["a"]
-        .observer
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone()
-        .expect("the launch got an observer");
+    let observer = rig.observer("a");
     observer(&FakeLauncher::snapshot("a", EngineState::Loading));
     assert_eq!(rig.states(), [state("a", "loading")]);
     assert_eq!(rig.events("local-ai.model.loading").len(), 1);
