@@ -187,15 +187,15 @@ impl Gateway {
         // after a crash, a kill for an unresponsive one); then the next one loads it
         // again.
         let data = json!({"reason": Reason::Crashed.name(), "error": error, "exit": snapshot.exit});
-        if !self.enter(model, &[Change::Failed, Change::Stop], |_| {}, data) {
-            return;
-        }
+        let stopping = self.enter(model, &[Change::Failed, Change::Stop], |_| {}, data);
         let (gateway, model) = (self.me.clone(), Arc::clone(model));
         tokio::spawn(async move {
+            // The handle taken above is stopped even when the table refused the step
+            // (the model changed meanwhile): it is this task's to stop, or nobody's.
             if let Some(handle) = handle {
                 let _ = handle.stop().await;
             }
-            if let Some(gateway) = gateway.upgrade() {
+            if let Some(gateway) = gateway.upgrade().filter(|_| stopping) {
                 let data = json!({"reason": Reason::Crashed.name()});
                 gateway.enter(&model, &[Change::Stopped], |_| {}, data);
             }
