@@ -31,7 +31,7 @@
 # ARCANE_NODE_CLIENTS, ARCANE_ONNXRUNTIME, ARCANE_ONNX_PYTHON, ARCANE_SILERO_VAD,
 # ARCANE_SPEECH_WAV, ARCANE_CHROMIUM, ARCANE_BROWSER_PYTHON, ARCANE_WHISPER_MODEL,
 # ARCANE_WHISPER_CLI, ARCANE_WHISPER_VAD, ARCANE_PIPER_VOICE, ARCANE_ESPEAK,
-# ARCANE_SPEECH_FLAC, ARCANE_SPEECH_MP3, ARCANE_SPEECH_OGG, ARCANE_SD_LIBRARY,
+# ARCANE_SPEECH_FLAC, ARCANE_SPEECH_MP3, ARCANE_SPEECH_OGG, ARCANE_SOUNDFILE_PYTHON, ARCANE_SD_LIBRARY,
 # ARCANE_SD_CLI, ARCANE_SD_MODEL), and writes them to "$ARCANE_CACHE/embedded.env" for other
 # scripts to source. `all` rewrites that file whole; `main` replaces only its own two
 # lines and keeps the test-only ones an earlier `all` wrote, so the file stays valid
@@ -430,16 +430,19 @@ say "espeak-ng: $ARCANE_ESPEAK (\"hello world\" is /$(printf '%s' "$ipa" | tr -d
 SOUNDFILE_VERSION="0.13.1"
 SOUNDFILE_VENV="$CACHE/soundfile-$SOUNDFILE_VERSION"
 SPEECH_DIR="$(dirname "$ARCANE_SPEECH_WAV")"
+# The tests also decode the voices' MP3 and Ogg Opus answers with it (libsndfile's own
+# decoders, not Arcane's): ARCANE_SOUNDFILE_PYTHON.
+if [ ! -e "$SOUNDFILE_VENV/.complete" ]; then
+  say "installing soundfile $SOUNDFILE_VERSION (libsndfile) to encode the speech clip as FLAC, MP3 and Ogg/Vorbis"
+  rm -rf "$SOUNDFILE_VENV"
+  python3 -m venv "$SOUNDFILE_VENV" || die "could not create a Python virtual environment in $SOUNDFILE_VENV"
+  "$SOUNDFILE_VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q \
+      "soundfile==$SOUNDFILE_VERSION" >&2 \
+    || { rm -rf "$SOUNDFILE_VENV"; die "installing soundfile from PyPI failed (see the pip output above)"; }
+  touch "$SOUNDFILE_VENV/.complete"
+fi
+ARCANE_SOUNDFILE_PYTHON="$SOUNDFILE_VENV/bin/python"
 if [ ! -s "$SPEECH_DIR/jfk.mp3" ] || [ ! -s "$SPEECH_DIR/jfk.flac" ] || [ ! -s "$SPEECH_DIR/jfk.ogg" ]; then
-  if [ ! -e "$SOUNDFILE_VENV/.complete" ]; then
-    say "installing soundfile $SOUNDFILE_VERSION (libsndfile) to encode the speech clip as FLAC, MP3 and Ogg/Vorbis"
-    rm -rf "$SOUNDFILE_VENV"
-    python3 -m venv "$SOUNDFILE_VENV" || die "could not create a Python virtual environment in $SOUNDFILE_VENV"
-    "$SOUNDFILE_VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q \
-        "soundfile==$SOUNDFILE_VERSION" >&2 \
-      || { rm -rf "$SOUNDFILE_VENV"; die "installing soundfile from PyPI failed (see the pip output above)"; }
-    touch "$SOUNDFILE_VENV/.complete"
-  fi
   "$SOUNDFILE_VENV/bin/python" - "$ARCANE_SPEECH_WAV" "$SPEECH_DIR" <<'PY' >&2 || die "encoding jfk.wav as FLAC, MP3 and Ogg/Vorbis failed"
 import os, sys, soundfile
 source, out = sys.argv[1], sys.argv[2]
@@ -552,8 +555,8 @@ say "browser: $ARCANE_CHROMIUM driven by $ARCANE_BROWSER_PYTHON"
   printf 'ARCANE_WHISPER_MODEL=%q\nARCANE_WHISPER_CLI=%q\nARCANE_WHISPER_VAD=%q\n' \
     "$ARCANE_WHISPER_MODEL" "$ARCANE_WHISPER_CLI" "$ARCANE_WHISPER_VAD"
   printf 'ARCANE_PIPER_VOICE=%q\nARCANE_ESPEAK=%q\n' "$ARCANE_PIPER_VOICE" "$ARCANE_ESPEAK"
-  printf 'ARCANE_SPEECH_FLAC=%q\nARCANE_SPEECH_MP3=%q\nARCANE_SPEECH_OGG=%q\n' \
-    "$ARCANE_SPEECH_FLAC" "$ARCANE_SPEECH_MP3" "$ARCANE_SPEECH_OGG"
+  printf 'ARCANE_SPEECH_FLAC=%q\nARCANE_SPEECH_MP3=%q\nARCANE_SPEECH_OGG=%q\nARCANE_SOUNDFILE_PYTHON=%q\n' \
+    "$ARCANE_SPEECH_FLAC" "$ARCANE_SPEECH_MP3" "$ARCANE_SPEECH_OGG" "$ARCANE_SOUNDFILE_PYTHON"
   printf 'ARCANE_SD_LIBRARY=%q\nARCANE_SD_CLI=%q\nARCANE_SD_MODEL=%q\n' \
     "$ARCANE_SD_LIBRARY" "$ARCANE_SD_CLI" "$ARCANE_SD_MODEL"
 } | publish

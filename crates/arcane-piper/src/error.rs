@@ -121,6 +121,9 @@ pub enum Error {
         /// ONNX Runtime's (or arcane-onnx's) message.
         message: String,
     },
+    /// The audio could not be encoded in the format asked for.
+    #[error(transparent)]
+    Encode(#[from] arcane_audio::EncodeError),
 }
 
 fn stderr_suffix(stderr: &str) -> String {
@@ -149,7 +152,7 @@ impl Error {
             | Self::PhonemizerTimeout { .. }
             | Self::PhonemizerFailed { .. } => codes::TTS_PHONEMIZER_FAILED,
             Self::Cancelled => codes::ARCANE_CANCELLED,
-            Self::Runtime { .. } => codes::LOCAL_AI_SERVER_FAILED,
+            Self::Runtime { .. } | Self::Encode(_) => codes::LOCAL_AI_SERVER_FAILED,
         }
     }
 
@@ -192,6 +195,9 @@ impl Diagnostic for Error {
                 executable, stderr, ..
             } => json!({"executable": executable, "stderr": stderr}),
             Self::Runtime { context, .. } => json!({"context": context}),
+            Self::Encode(arcane_audio::EncodeError::Codec { format, .. }) => {
+                json!({"format": format.as_str()})
+            }
         }
     }
 

@@ -46,6 +46,27 @@ pub const MAX_REQUEST_PHONEMES: usize = 24_576;
 /// Silence between two sentences, in seconds (Piper's default).
 pub const SENTENCE_SILENCE_SECONDS: f32 = 0.2;
 
+/// A text checked and phonemized by [`Voice::prepare`], ready for [`Voice::speak`]:
+/// each sentence as the ids of the runs it takes.
+#[derive(Debug, Clone)]
+pub struct Script {
+    runs: Vec<Vec<Vec<i64>>>,
+    speed: f32,
+    phonemes: usize,
+}
+
+impl Script {
+    /// How many sentences will be spoken (each one a piece of a streamed answer).
+    pub fn sentences(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// How many phonemes the text made.
+    pub fn phonemes(&self) -> usize {
+        self.phonemes
+    }
+}
+
 /// A loaded voice: the ONNX graph plus its `.onnx.json` beside it.
 pub struct Voice {
     model: PathBuf,
@@ -161,13 +182,10 @@ impl Voice {
         phoneme_ids(&self.config.phoneme_ids, phonemes)
     }
 
-    /// Text to mono f32 samples in [-1, 1] at `sample_rate()`. `speed` 0.25..=4.0
-    /// (OpenAI's `speed`; 1.0 = the voice's own length_scale; length_scale is divided
-    /// by speed). `cancel` stops it (arcane_onnx::RunCancel).
+    /// Text to mono f32 samples in [-1, 1] at `sample_rate()`, all at once: what
+    /// [`Voice::prepare`] and [`Voice::speak`] give, joined.
     ///
-    /// Errors: `ARCANE_USAGE` for empty or too long text, a bad speed or text with
-    /// nothing to speak; `TTS_PHONEMIZER_FAILED` when espeak-ng fails;
-    /// `ARCANE_CANCELLED`; `LOCAL_AI_SERVER_FAILED` when ONNX Runtime fails.
+    /// Errors: those of [`Voice::prepare`] and [`Voice::speak`].
     pub fn synthesize(
         &self,
         phonemizer: &Phonemizer,
@@ -175,6 +193,31 @@ impl Voice {
         speed: f32,
         cancel: &RunCancel,
     ) -> Result<Vec<f32>, Error> {
+        if cancel.is_cancelled() {
+            return Err(Error::Cancelled);
+        }
+        let script = self.prepare(phonemizer, text, speed)?;
+        let mut audio = Vec::new();
+        self.speak(&script, cancel, |sentence| {
+            audio.extend_from_slice(&sentence);
+            Ok(())
+        })?;
+        Ok(audio)
+    }
+
+    /// Checks `text` and `speed` and phonemizes the text into a [`Script`], before any
+    /// audio is made: whatever is wrong with a request is found here, so a streamed
+    /// answer never fails for its input after its first byte. `speed` 0.25..=4.0
+    /// (OpenAI's `speed`; 1.0 = the voice's own length_scale, which is divided by it).
+    ///
+    /// Errors: `ARCANE_USAGE` for empty or too long text, a bad speed or text with
+    /// nothing to speak; `TTS_PHONEMIZER_FAILED` when espeak-ng fails.
+    pub fn prepare(
+        &self,
+        phonemizer: &Phonemizer,
+        text: &str,
+        speed: f32,
+    ) -> Result<Script, Error> {
         check_text(text)?;
         if !(MIN_SPEED..=MAX_SPEED).contains(&speed) {
             return Err(Error::BadSpeed {
@@ -183,41 +226,56 @@ impl Voice {
                 max: MAX_SPEED,
             });
         }
-        if cancel.is_cancelled() {
-            return Err(Error::Cancelled);
-        }
         let sentences = phonemizer.sentences(self.espeak_voice(), text)?;
         let phonemes: usize = sentences.iter().map(|s| s.chars().count()).sum();
         let max = request_phonemes(speed);
         if phonemes > max {
             return Err(Error::TooManyPhonemes { phonemes, max });
         }
-        let sentence_ids: Vec<Vec<Vec<i64>>> = sentences
+        let runs: Vec<Vec<Vec<i64>>> = sentences
             .iter()
             .map(|s| self.chunk_ids(s, speed))
             .filter(|chunks| !chunks.is_empty())
             .collect();
-        if sentence_ids.is_empty() {
+        if runs.is_empty() {
             return Err(Error::NothingToSay {
                 text: text.chars().take(64).collect(),
             });
         }
+        Ok(Script {
+            runs,
+            speed,
+            phonemes,
+        })
+    }
+
+    /// Speaks `script` sentence by sentence: `each` gets every sentence's samples as
+    /// soon as they are made (after the first, preceded by
+    /// [`SENTENCE_SILENCE_SECONDS`] of silence), each scaled so its peak fills the
+    /// range. An error from `each` stops it and is returned; `cancel` stops it between
+    /// runs and inside one.
+    ///
+    /// Errors: `ARCANE_CANCELLED`; `LOCAL_AI_SERVER_FAILED` when ONNX Runtime fails.
+    pub fn speak(
+        &self,
+        script: &Script,
+        cancel: &RunCancel,
+        mut each: impl FnMut(Vec<f32>) -> Result<(), Error>,
+    ) -> Result<(), Error> {
         let silence = (SENTENCE_SILENCE_SECONDS * self.sample_rate() as f32) as usize;
-        let mut audio = Vec::new();
-        for (i, chunks) in sentence_ids.into_iter().enumerate() {
-            if i > 0 {
-                audio.resize(audio.len() + silence, 0.0);
-            }
+        for (i, chunks) in script.runs.iter().enumerate() {
+            let mut audio = vec![0.0; if i > 0 { silence } else { 0 }];
             let start = audio.len();
             for ids in chunks {
                 if cancel.is_cancelled() {
                     return Err(Error::Cancelled);
                 }
-                audio.extend(self.run(ids, speed, cancel)?);
+                audio.extend(self.run(ids.clone(), script.speed, cancel)?);
             }
             normalize(&mut audio[start..]);
+            each(audio)?;
         }
-        Ok(audio)
+        Ok(())
     }
 
     /// One sentence's phonemes as the ids of the runs it takes: pieces of at most

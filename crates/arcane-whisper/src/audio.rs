@@ -2,7 +2,7 @@
 //!
 //! WAV (integer or float samples), FLAC, MP3 and Ogg/Vorbis are decoded by
 //! `symphonia`; channels are averaged to mono and the result is resampled to 16 kHz by
-//! `rubato`'s band-limited FFT resampler, packet by packet as it is decoded. The
+//! a band-limited FFT resampler (`arcane_audio::Resampler`), packet by packet as it is decoded. The
 //! container is recognised by its first bytes, so a file whose format is not one of
 //! these is refused naming the format it is (MP4/M4A, WebM, …) rather than a decoder's
 //! error.
@@ -21,8 +21,7 @@
 use std::io::Cursor;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rubato::audioadapter_buffers::direct::InterleavedSlice;
-use rubato::{Fft, FixedSync, Indexing, Resampler};
+use arcane_audio::Resampler;
 use symphonia::core::codecs::audio::AudioDecoderOptions;
 use symphonia::core::errors::Error as SymphoniaError;
 use symphonia::core::formats::probe::Hint;
@@ -369,7 +368,7 @@ struct Decoding {
     rate: u32,
     channels: usize,
     mono: Vec<f32>,
-    resampling: Option<Resampling>,
+    resampling: Option<Resampler>,
 }
 
 impl Decoding {
@@ -424,7 +423,7 @@ impl Decoding {
                 .map(|frame| frame.iter().sum::<f32>() / packet.channels as f32),
         );
         if self.resampling.is_none() {
-            let resampling = Resampling::new(packet.rate).map_err(|e| damaged(self.format, e))?;
+            let resampling = resampler(packet.rate).map_err(|e| damaged(self.format, e))?;
             self.resampling = Some(resampling);
         }
         if let Some(resampling) = &mut self.resampling {
@@ -456,109 +455,17 @@ impl Decoding {
 /// above the lower Nyquist frequency is filtered out, not folded back). `rate` must
 /// lie in [`MIN_SAMPLE_RATE`]..=[`MAX_SAMPLE_RATE`].
 pub fn resample(samples: &[f32], rate: u32) -> Result<Vec<f32>, String> {
-    let mut resampling = Resampling::new(rate)?;
+    let mut resampling = resampler(rate)?;
     resampling.push(samples)?;
     resampling.finish()
 }
 
-/// A resampler fed piece by piece: only its 16 kHz output and less than one chunk of
-/// input are held.
-struct Resampling {
-    /// `None` at 16 kHz: samples are kept as they are.
-    fft: Option<Fft<f32>>,
-    pending: Vec<f32>,
-    scratch: Vec<f32>,
-    output: Vec<f32>,
-    input_frames: usize,
-}
-
-impl Resampling {
-    fn new(rate: u32) -> Result<Resampling, String> {
-        if !(MIN_SAMPLE_RATE..=MAX_SAMPLE_RATE).contains(&rate) {
-            return Err(format!("cannot resample from {rate} Hz"));
-        }
-        let fft = (rate != SAMPLE_RATE)
-            .then(|| {
-                Fft::<f32>::new(
-                    rate as usize,
-                    SAMPLE_RATE as usize,
-                    1024,
-                    1,
-                    FixedSync::Input,
-                )
-                .map_err(|e| e.to_string())
-            })
-            .transpose()?;
-        let scratch = vec![0.0; fft.as_ref().map_or(0, |f| f.output_frames_max())];
-        Ok(Resampling {
-            fft,
-            pending: Vec::new(),
-            scratch,
-            output: Vec::new(),
-            input_frames: 0,
-        })
+/// A resampler from `rate` (checked against Whisper's bounds) to [`SAMPLE_RATE`].
+fn resampler(rate: u32) -> Result<Resampler, String> {
+    if !(MIN_SAMPLE_RATE..=MAX_SAMPLE_RATE).contains(&rate) {
+        return Err(format!("cannot resample from {rate} Hz"));
     }
-
-    fn push(&mut self, samples: &[f32]) -> Result<(), String> {
-        self.input_frames += samples.len();
-        let Some(chunk) = self.fft.as_ref().map(|f| f.input_frames_next()) else {
-            self.output.extend_from_slice(samples);
-            return Ok(());
-        };
-        self.pending.extend_from_slice(samples);
-        let pending = std::mem::take(&mut self.pending);
-        let mut pieces = pending.chunks_exact(chunk);
-        for piece in &mut pieces {
-            self.process(piece, None)?;
-        }
-        self.pending = pieces.remainder().to_vec();
-        Ok(())
-    }
-
-    /// Runs one chunk (`partial`: how many frames of a short last one are real).
-    fn process(&mut self, input: &[f32], partial: Option<usize>) -> Result<(), String> {
-        let Some(fft) = &mut self.fft else {
-            return Ok(());
-        };
-        let source = InterleavedSlice::new(input, 1, input.len()).map_err(|e| e.to_string())?;
-        let frames = self.scratch.len();
-        let mut sink =
-            InterleavedSlice::new_mut(&mut self.scratch, 1, frames).map_err(|e| e.to_string())?;
-        let indexing = Indexing {
-            input_offset: 0,
-            output_offset: 0,
-            active_channels_mask: None,
-            partial_len: partial,
-        };
-        let (_, produced) = fft
-            .process_into_buffer(&source, &mut sink, Some(&indexing))
-            .map_err(|e| e.to_string())?;
-        self.output.extend_from_slice(&self.scratch[..produced]);
-        Ok(())
-    }
-
-    /// The whole output: the last partial chunk run, the filter's delay trimmed off
-    /// the start, as long as the input's duration at 16 kHz.
-    fn finish(mut self) -> Result<Vec<f32>, String> {
-        let Some((ratio, delay)) = self
-            .fft
-            .as_ref()
-            .map(|f| (f.resample_ratio(), f.output_delay()))
-        else {
-            return Ok(self.output);
-        };
-        let expected = (ratio * self.input_frames as f64).ceil() as usize;
-        let pending = std::mem::take(&mut self.pending);
-        if !pending.is_empty() {
-            self.process(&pending, Some(pending.len()))?;
-        }
-        while self.output.len() < expected + delay {
-            self.process(&[], Some(0))?;
-        }
-        self.output.drain(..delay);
-        self.output.truncate(expected);
-        Ok(self.output)
-    }
+    Resampler::new(rate, SAMPLE_RATE)
 }
 
 #[cfg(test)]
@@ -728,7 +635,7 @@ mod tests {
             .into_iter()
             .map(|x| x as f32)
             .collect();
-        let flac = arcane_piper::encode(&samples, 44_100, arcane_piper::AudioFormat::Flac);
+        let flac = arcane_audio::encode(&samples, 44_100, arcane_audio::AudioFormat::Flac).unwrap();
         let audio = decode(&flac).unwrap();
         assert_eq!(audio.format, "flac");
         assert_eq!(audio.source_rate, 44_100);
@@ -832,7 +739,7 @@ mod tests {
             let whole = resample(&samples, rate).unwrap();
             let expected = (samples.len() as f64 * 16_000.0 / f64::from(rate)).ceil() as usize;
             assert_eq!(whole.len(), expected, "{rate}");
-            let mut pieces = Resampling::new(rate).unwrap();
+            let mut pieces = resampler(rate).unwrap();
             for piece in samples.chunks(777) {
                 pieces.push(piece).unwrap();
             }

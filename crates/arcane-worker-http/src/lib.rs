@@ -250,12 +250,15 @@ pub fn bytes_response(status: StatusCode, content_type: &str, body: Bytes) -> Wo
     response
 }
 
-/// A `200 text/event-stream` answer whose body is what is sent on the returned channel
-/// (whole SSE frames, `event: …\ndata: …\n\n`), ending when the sender is dropped.
-/// When the client goes away the body is dropped, so the sender's
+/// A `200` answer of `content_type` whose body is what is sent on the returned
+/// channel, chunk by chunk as it comes, ending when the sender is dropped. When the
+/// client goes away the body is dropped, so the sender's
 /// [`closed`](tokio::sync::mpsc::Sender::closed) resolves: that is the stream's
-/// cancellation.
-pub fn event_stream(capacity: usize) -> (tokio::sync::mpsc::Sender<Bytes>, WorkerResponse) {
+/// cancellation (the request's [`Cancel`] no longer fires once the answer began).
+pub fn body_stream(
+    content_type: &str,
+    capacity: usize,
+) -> (tokio::sync::mpsc::Sender<Bytes>, WorkerResponse) {
     let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(capacity.max(1));
     let frames = futures_util::stream::unfold(receiver, |mut receiver| async move {
         let chunk = receiver.recv().await?;
@@ -263,7 +266,9 @@ pub fn event_stream(capacity: usize) -> (tokio::sync::mpsc::Sender<Bytes>, Worke
     });
     let mut response = Response::new(BodyExt::boxed(StreamBody::new(frames)));
     let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    if let Ok(value) = HeaderValue::from_str(content_type) {
+        headers.insert(CONTENT_TYPE, value);
+    }
     headers.insert(
         hyper::header::CACHE_CONTROL,
         HeaderValue::from_static("no-cache"),
@@ -271,7 +276,14 @@ pub fn event_stream(capacity: usize) -> (tokio::sync::mpsc::Sender<Bytes>, Worke
     (sender, response)
 }
 
-/// One server-sent event: `event: NAME` and `data: JSON`.
+/// A `200 text/event-stream` [`body_stream`]: what is sent are whole SSE frames
+/// ([`sse_frame`]).
+pub fn event_stream(capacity: usize) -> (tokio::sync::mpsc::Sender<Bytes>, WorkerResponse) {
+    body_stream("text/event-stream", capacity)
+}
+
+/// One server-sent event: `event: NAME` and `data: JSON` (NAME is also the `type` of
+/// the events of OpenAI's streamed audio, which clients read from `data`).
 pub fn sse_frame(name: &str, data: &Value) -> Bytes {
     Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
 }

@@ -9,6 +9,9 @@
 //! * **Speech** of a 20-word sentence by the `en_US-joe-medium` voice: `POST
 //!   /v1/audio/speech` vs the voice in this process; the real-time factor (seconds of
 //!   audio per second of work) of each on this CPU.
+//! * **Streamed speech** of five sentences: the time to the first byte of audio of a
+//!   streamed answer (`stream_format: "audio"`) against the time of the whole synthesis
+//!   (the same text answered whole), side by side, and their ratio (target ≤ 0.35).
 //!
 //! Run: `cargo bench -p arcane --bench speech` with `scripts/provision.sh all`'s
 //! assignments in the environment (ARCANE_WHISPER_MODEL, ARCANE_SPEECH_WAV,
@@ -27,6 +30,7 @@ use support::{median, real, Host};
 
 const RUNS: usize = 7;
 const THREADS: usize = 2;
+const FIVE: &str = "The sun rose over the quiet valley. A farmer walked out to his old red barn. His dog ran ahead through the tall grass. Birds sang in the trees along the river. It was going to be a warm and busy day.";
 const SENTENCE: &str = "The quick brown fox jumps over the lazy dog while the farmer watches from the porch near his old red barn.";
 
 fn timed(mut run: impl FnMut()) -> Vec<Duration> {
@@ -146,4 +150,49 @@ fn main() {
         audio_seconds / direct
     );
     println!("  front door / in process    {:>8.3}x", door / direct);
+
+    streamed_speech(&host);
+}
+
+/// Five sentences streamed vs answered whole, alternating run by run.
+fn streamed_speech(host: &Host) {
+    let streamed = serde_json::json!({"model": "tts-1", "input": FIVE, "response_format": "pcm", "stream_format": "audio"})
+        .to_string()
+        .into_bytes();
+    // No `stream_format`: a WAV is answered whole, its sizes exact.
+    let whole = serde_json::json!({"model": "tts-1", "input": FIVE, "response_format": "wav"})
+        .to_string()
+        .into_bytes();
+    host.post("/v1/audio/speech", "application/json", &whole); // warm-up
+    let (mut first, mut streamed_total, mut whole_total) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let started = Instant::now();
+        let (first_byte, pcm) = host.post_timed("/v1/audio/speech", "application/json", &streamed);
+        streamed_total.push(started.elapsed());
+        first.push(first_byte);
+        assert!(pcm.len() > 22050 * 2, "{} bytes", pcm.len());
+        let started = Instant::now();
+        let wav = host.post("/v1/audio/speech", "application/json", &whole);
+        whole_total.push(started.elapsed());
+        assert_eq!(&wav[..4], b"RIFF");
+    }
+    let (first, streamed_total, whole_total) =
+        (median(first), median(streamed_total), median(whole_total));
+    println!("streamed speech of five sentences, median of {RUNS}:");
+    println!(
+        "  whole synthesis (wav, answered whole)   {:>8.1} ms   <- baseline",
+        whole_total * 1e3
+    );
+    println!(
+        "  first audio byte (pcm, streamed)        {:>8.1} ms",
+        first * 1e3
+    );
+    println!(
+        "  last audio byte (pcm, streamed)         {:>8.1} ms",
+        streamed_total * 1e3
+    );
+    println!(
+        "  first byte / whole synthesis            {:>8.3}x   (target <= 0.35)",
+        first / whole_total
+    );
 }

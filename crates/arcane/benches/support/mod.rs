@@ -5,7 +5,7 @@ use std::io::{BufRead, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -96,6 +96,13 @@ impl Host {
 
     /// One request; the body of a 200, else a panic with the answer.
     pub fn post(&self, path: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
+        self.post_timed(path, content_type, body).1
+    }
+
+    /// One request: how long until the first byte of the answer's body arrived, and
+    /// the body of a 200 (a chunked one put back together), else a panic with it.
+    pub fn post_timed(&self, path: &str, content_type: &str, body: &[u8]) -> (Duration, Vec<u8>) {
+        let started = Instant::now();
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         let head = format!(
             "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -105,15 +112,56 @@ impl Host {
         );
         stream.write_all(head.as_bytes()).unwrap();
         stream.write_all(body).unwrap();
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).unwrap();
+        let (mut answer, mut buffer) = (Vec::new(), vec![0u8; 1 << 16]);
+        let mut first_byte = None;
+        loop {
+            let read = stream.read(&mut buffer).unwrap();
+            if read == 0 {
+                break;
+            }
+            answer.extend_from_slice(&buffer[..read]);
+            let body_started = answer
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .is_some_and(|split| answer.len() > split + 4);
+            if body_started && first_byte.is_none() {
+                first_byte = Some(started.elapsed());
+            }
+        }
         let split = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
         assert!(
             answer.starts_with(b"HTTP/1.1 200"),
             "{}",
             String::from_utf8_lossy(&answer)
         );
-        answer.split_off(split)
+        let chunked = String::from_utf8_lossy(&answer[..split])
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked");
+        let body = answer.split_off(split);
+        let body = if chunked { dechunk(&body) } else { body };
+        (first_byte.unwrap_or_else(|| started.elapsed()), body)
+    }
+}
+
+/// A chunked body put back together.
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line = body.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size = usize::from_str_radix(
+            String::from_utf8_lossy(&body[..line])
+                .split(';')
+                .next()
+                .unwrap()
+                .trim(),
+            16,
+        )
+        .unwrap();
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&body[line + 2..line + 2 + size]);
+        body = &body[line + 2 + size + 2..];
     }
 }
 

@@ -68,9 +68,9 @@ pub struct SpeakArgs {
     #[arg(long, value_name = "MODEL")]
     pub model: Option<String>,
 
-    /// `wav`, `flac` or `pcm` (16-bit little-endian mono); default: from the file's
-    /// extension, else `wav`.
-    #[arg(long, value_name = "FORMAT", value_parser = ["wav", "flac", "pcm"])]
+    /// `mp3`, `opus` (Ogg Opus), `wav`, `flac` or `pcm` (16-bit little-endian mono);
+    /// default: from the file's extension (`.ogg` is Opus), else `wav`.
+    #[arg(long, value_name = "FORMAT", value_parser = ["mp3", "opus", "wav", "flac", "pcm"])]
     pub format: Option<String>,
 
     /// Speaking speed, from 0.25 to 4 (1 is the voice's own).
@@ -181,7 +181,8 @@ pub fn speak(context: &Context, args: SpeakArgs) -> Result<u8, CliError> {
             .and_then(|e| e.to_str())
             .map(str::to_ascii_lowercase)
         {
-            Some(ext) if ext == "flac" || ext == "pcm" => ext,
+            Some(ext) if ext == "ogg" => "opus".to_string(),
+            Some(ext) if arcane_piper::AudioFormat::parse(&ext).is_some() => ext,
             _ => "wav".to_string(),
         }
     });

@@ -191,6 +191,7 @@ fn the_openai_client_transcribes_and_speaks_beside_chat_and_a_killed_host_leaves
         "ARCANE_SPEECH_WAV",
         "ARCANE_SPEECH_FLAC",
         "ARCANE_SPEECH_MP3",
+        "ARCANE_SOUNDFILE_PYTHON",
     ] {
         client.env(var, provisioned(var));
     }
@@ -208,6 +209,15 @@ fn the_openai_client_transcribes_and_speaks_beside_chat_and_a_killed_host_leaves
             "speech wav is playable",
             "round trip word error rate <= 10%",
             "an English-only model does not translate",
+            "speech is mp3 by default",
+            "speech mp3 is heard back",
+            "speech opus is Ogg Opus",
+            "speech opus is heard back",
+            "speech aac is refused naming the formats",
+            "speech streams chunked",
+            "streamed speech is heard back",
+            "speech sse sends a delta per sentence, then done",
+            "speech sse is heard back",
             "chat beside speech",
         ],
     );
