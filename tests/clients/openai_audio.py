@@ -124,6 +124,24 @@ check("transcriptions word timestamps",
       and all(a.start <= b.start for a, b in zip(timed_words, timed_words[1:]))
       and all(w.start <= w.end <= 11.1 for w in timed_words) and timed.segments, timed)
 
+# Streamed: OpenAI's transcript.text.delta events as segments are decoded, then done.
+events = list(transcribe(env["ARCANE_SPEECH_WAV"], stream=True))
+types = [event.type for event in events]
+deltas = [event.delta for event in events if event.type == "transcript.text.delta"]
+done = events[-1] if events else None
+check("transcriptions stream deltas, then done",
+      done is not None and done.type == "transcript.text.done" and deltas
+      and types[:-1] == ["transcript.text.delta"] * len(deltas)
+      and "".join(deltas) == done.text and words(done.text) == words(JFK)
+      and done.usage.seconds == 11, [e.to_dict() for e in events])
+
+try:
+    list(transcribe(env["ARCANE_SPEECH_WAV"], stream=True, response_format="srt"))
+    check("a streamed srt is refused", False, "no error")
+except openai.BadRequestError as error:
+    body = error.body if isinstance(error.body, dict) else {}
+    check("a streamed srt is refused", body.get("param") == "stream" and "srt" in str(error), error)
+
 for var, name in (("ARCANE_SPEECH_FLAC", "flac"), ("ARCANE_SPEECH_MP3", "mp3")):
     result = transcribe(env[var])
     check(f"transcriptions {name}", words(result.text) == words(JFK), result)

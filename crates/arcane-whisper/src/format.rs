@@ -34,6 +34,17 @@ impl ResponseFormat {
         })
     }
 
+    /// OpenAI's name of it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ResponseFormat::Json => "json",
+            ResponseFormat::Text => "text",
+            ResponseFormat::Srt => "srt",
+            ResponseFormat::VerboseJson => "verbose_json",
+            ResponseFormat::Vtt => "vtt",
+        }
+    }
+
     /// The names accepted.
     pub const NAMES: [&'static str; 5] = ["json", "text", "srt", "verbose_json", "vtt"];
 
@@ -232,7 +243,10 @@ mod tests {
     #[test]
     fn only_openais_names_parse() {
         for name in ResponseFormat::NAMES {
-            assert!(ResponseFormat::parse(name).is_some(), "{name}");
+            assert_eq!(
+                ResponseFormat::parse(name).map(ResponseFormat::name),
+                Some(name)
+            );
         }
         assert_eq!(ResponseFormat::parse("xml"), None);
     }

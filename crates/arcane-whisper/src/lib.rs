@@ -15,4 +15,4 @@ pub mod transcribe;
 
 pub use audio::{decode, Audio, AudioError, Limits};
 pub use request::{upload, Field, RequestError, Upload};
-pub use transcribe::{Model, Options, Segment, Task, TranscribeError, Transcript, Word};
+pub use transcribe::{Model, OnSegment, Options, Segment, Task, TranscribeError, Transcript, Word};

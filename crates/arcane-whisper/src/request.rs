@@ -1,6 +1,6 @@
 //! One transcription request from OpenAI's multipart fields, checked: the file, and
 //! `language`, `prompt`, `response_format`, `temperature`, `timestamp_granularities[]`
-//! (`model` is the gateway's, `stream` and other fields are ignored). A bad value is a
+//! and `stream` (`model` is the gateway's; other fields are ignored). A bad value is a
 //! [`RequestError`] naming the field and the value (its first [`SHOWN_CHARS`]
 //! characters when it is longer).
 //!
@@ -43,6 +43,9 @@ pub struct Upload {
     pub options: Options,
     /// The answer's format.
     pub format: ResponseFormat,
+    /// Whether the text is sent as it is decoded (`stream=true`: OpenAI's
+    /// `transcript.text.delta` events), with `json` or `text` only.
+    pub stream: bool,
 }
 
 /// Why a request's fields are refused.
@@ -172,6 +175,7 @@ pub fn upload<'a>(
     };
     let mut format = ResponseFormat::Json;
     let mut granularities = Vec::new();
+    let mut stream = false;
     for field in fields {
         match field.name {
             "file" => file = Some((field.data.to_vec(), field.file_name.map(str::to_string))),
@@ -218,7 +222,15 @@ pub fn upload<'a>(
                 }
                 granularities.push(value.to_string());
             }
-            // `model`, `stream` and what OpenAI may add are not used, but bounded.
+            "stream" => {
+                let value = text("stream", field.data)?;
+                stream = match value.to_ascii_lowercase().as_str() {
+                    "true" | "1" => true,
+                    "false" | "0" | "" => false,
+                    _ => return Err(invalid("stream", value, "`true` or `false`")),
+                };
+            }
+            // `model` and what OpenAI may add are not used, but bounded.
             other if field.data.len() > MAX_FIELD_BYTES && field.file_name.is_none() => {
                 return Err(RequestError::TooLong {
                     field: "other",
@@ -250,12 +262,23 @@ pub fn upload<'a>(
             "timestamps need `response_format` `verbose_json`",
         ));
     }
+    if stream && !matches!(format, ResponseFormat::Json | ResponseFormat::Text) {
+        return Err(invalid(
+            "stream",
+            "true",
+            &format!(
+                "a streamed transcript is sent as text deltas: use `response_format` `json` or `text`, not `{}`",
+                format.name()
+            ),
+        ));
+    }
     let (file, file_name) = file.ok_or(RequestError::Missing { field: "file" })?;
     Ok(Upload {
         file,
         file_name,
         options,
         format,
+        stream,
     })
 }
 
@@ -269,6 +292,35 @@ mod tests {
             file_name: None,
             data: data.as_bytes(),
         }
+    }
+
+    #[test]
+    fn stream_is_read_and_needs_a_text_format() {
+        let file = Field {
+            name: "file",
+            file_name: Some("a.wav"),
+            data: b"RIFF",
+        };
+        let streamed = |fields: &[Field<'_>]| upload(fields.iter().copied(), Task::Transcribe);
+        assert!(streamed(&[file, field("stream", "true")]).unwrap().stream);
+        assert!(!streamed(&[file, field("stream", "false")]).unwrap().stream);
+        assert!(!streamed(&[file]).unwrap().stream);
+        let text = [
+            file,
+            field("stream", "True"),
+            field("response_format", "text"),
+        ];
+        assert!(streamed(&text).unwrap().stream);
+        let error = streamed(&[file, field("stream", "yes")]).unwrap_err();
+        assert_eq!(error.field(), "stream");
+        let srt = [
+            file,
+            field("stream", "true"),
+            field("response_format", "srt"),
+        ];
+        let error = streamed(&srt).unwrap_err();
+        assert_eq!(error.field(), "stream");
+        assert!(error.to_string().contains("`srt`"), "{error}");
     }
 
     #[test]

@@ -118,7 +118,35 @@ unsafe extern "C" fn abort_requested(data: *mut std::ffi::c_void) -> bool {
     flag.load(Ordering::Relaxed)
 }
 
-/// A loaded model; transcriptions on it each get a fresh whisper.cpp state.
+/// What a streamed transcription calls with the text of each segment as it is
+/// decoded (whisper.cpp finds segments one 30-second window at a time).
+pub type OnSegment<'a> = &'a mut dyn FnMut(&str);
+
+/// whisper.cpp's new-segment callback: hands the text of each new segment of `state`
+/// to the [`OnSegment`] in `data`.
+unsafe extern "C" fn new_segments(
+    _context: *mut whisper_rs_sys::whisper_context,
+    state: *mut whisper_rs_sys::whisper_state,
+    new: std::os::raw::c_int,
+    data: *mut std::ffi::c_void,
+) {
+    // SAFETY: `data` is the address of an `OnSegment` on the stack of
+    // `Model::run`, alive for the whole of `state.full`, the only time whisper.cpp
+    // calls this; `state` is the state being run, which whisper.cpp hands us.
+    unsafe {
+        let each = &mut *(data as *mut OnSegment<'_>);
+        let count = whisper_rs_sys::whisper_full_n_segments_from_state(state);
+        for i in (count - new).max(0)..count {
+            let text = whisper_rs_sys::whisper_full_get_segment_text_from_state(state, i);
+            if !text.is_null() {
+                each(&std::ffi::CStr::from_ptr(text).to_string_lossy());
+            }
+        }
+    }
+}
+
+/// A loaded model; transcriptions on it each get a fresh whisper.cpp state, so
+/// several may run at once (each on its own thread).
 pub struct Model {
     context: WhisperContext,
     threads: i32,
@@ -155,6 +183,28 @@ impl Model {
         samples: &[f32],
         options: &Options,
         cancel: Arc<AtomicBool>,
+    ) -> Result<Transcript, TranscribeError> {
+        self.run(samples, options, cancel, None)
+    }
+
+    /// Transcribes `samples` as [`Model::transcribe`] does, calling `each` with the
+    /// text of every segment as soon as whisper.cpp has decoded it.
+    pub fn transcribe_streamed(
+        &self,
+        samples: &[f32],
+        options: &Options,
+        cancel: Arc<AtomicBool>,
+        each: OnSegment<'_>,
+    ) -> Result<Transcript, TranscribeError> {
+        self.run(samples, options, cancel, Some(each))
+    }
+
+    fn run(
+        &self,
+        samples: &[f32],
+        options: &Options,
+        cancel: Arc<AtomicBool>,
+        mut each: Option<OnSegment<'_>>,
     ) -> Result<Transcript, TranscribeError> {
         let language = match options.language.as_deref().map(str::trim) {
             None | Some("") => None,
@@ -198,6 +248,17 @@ impl Model {
         unsafe {
             params.set_abort_callback(Some(abort_requested));
             params.set_abort_callback_user_data(Arc::as_ptr(&cancel) as *mut std::ffi::c_void);
+        }
+        if let Some(each) = &mut each {
+            // SAFETY: `each` lives on this stack frame until this function returns,
+            // after `state.full`; `new_segments` reads it through that address only
+            // while whisper.cpp runs (see there).
+            unsafe {
+                params.set_new_segment_callback(Some(new_segments));
+                params.set_new_segment_callback_user_data(
+                    each as *mut OnSegment<'_> as *mut std::ffi::c_void,
+                );
+            }
         }
         let ran = state.full(params, samples);
         if cancel.load(Ordering::Relaxed) {

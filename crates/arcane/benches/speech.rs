@@ -13,6 +13,11 @@
 //!   streamed answer (`stream_format: "audio"`) against the time of the whole synthesis
 //!   (the same text answered whole), side by side, and their ratio (target ≤ 0.35).
 //!
+//! * **Concurrent transcriptions**: four copies of `jfk.wav` sent at once to a
+//!   whisper.cpp model with a pool of workers (`--max-workers 2 --threads 1`) against
+//!   the same four one at a time on one worker with every thread (`--max-workers 1
+//!   --threads 2`, the baseline), and the throughput ratio.
+//!
 //! Run: `cargo bench -p arcane --bench speech` with `scripts/provision.sh all`'s
 //! assignments in the environment (ARCANE_WHISPER_MODEL, ARCANE_SPEECH_WAV,
 //! ARCANE_WHISPER_CLI, ARCANE_PIPER_VOICE, ARCANE_ONNXRUNTIME).
@@ -152,6 +157,64 @@ fn main() {
     println!("  front door / in process    {:>8.3}x", door / direct);
 
     streamed_speech(&host);
+    drop(host);
+    concurrent_transcriptions(&wav);
+}
+
+/// A host serving tiny.en as `whisper-1` with these worker flags.
+fn whisper_host(flags: &str) -> Host {
+    Host::start(
+        &[(&["model", "add", "tiny-en", "--file"], real("ARCANE_WHISPER_MODEL"))],
+        &format!(
+            "[[model]]\nid = \"whisper-1\"\nmodel = \"tiny-en\"\nload = \"on-start\"\nargs = [{flags}]\n"
+        ),
+        "core.listening",
+    )
+}
+
+/// Four clips at once through a pool of two workers, against the same four one at a
+/// time on one worker with both threads.
+fn concurrent_transcriptions(wav: &[u8]) {
+    const CLIPS: usize = 4;
+    let (content_type, body) = multipart(wav);
+    let round = |host: &Host, at_once: bool| {
+        let started = Instant::now();
+        if at_once {
+            std::thread::scope(|scope| {
+                for _ in 0..CLIPS {
+                    scope.spawn(|| host.post("/v1/audio/transcriptions", &content_type, &body));
+                }
+            });
+        } else {
+            for _ in 0..CLIPS {
+                host.post("/v1/audio/transcriptions", &content_type, &body);
+            }
+        }
+        started.elapsed()
+    };
+    let one = whisper_host("\"--max-workers\", \"1\", \"--threads\", \"2\"");
+    round(&one, false); // warm-up
+    let serial: Vec<Duration> = (0..3).map(|_| round(&one, false)).collect();
+    drop(one);
+    let pool = whisper_host("\"--max-workers\", \"2\", \"--threads\", \"1\"");
+    round(&pool, true); // warm-up
+    let pooled: Vec<Duration> = (0..3).map(|_| round(&pool, true)).collect();
+    let (serial, pooled) = (median(serial), median(pooled));
+    println!("{CLIPS} transcriptions of jfk.wav, tiny.en, median of 3 rounds:");
+    println!(
+        "  one at a time, 1 worker x 2 threads   {:>8.1} ms   {:>5.2} clips/s   <- baseline",
+        serial * 1e3,
+        CLIPS as f64 / serial
+    );
+    println!(
+        "  at once, 2 workers x 1 thread         {:>8.1} ms   {:>5.2} clips/s",
+        pooled * 1e3,
+        CLIPS as f64 / pooled
+    );
+    println!(
+        "  throughput, pool / one at a time      {:>8.3}x",
+        serial / pooled
+    );
 }
 
 /// Five sentences streamed vs answered whole, alternating run by run.

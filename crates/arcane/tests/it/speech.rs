@@ -203,6 +203,8 @@ fn the_openai_client_transcribes_and_speaks_beside_chat_and_a_killed_host_leaves
             "transcriptions srt",
             "transcriptions verbose_json",
             "transcriptions word timestamps",
+            "transcriptions stream deltas, then done",
+            "a streamed srt is refused",
             "transcriptions flac",
             "transcriptions mp3",
             "a file that is no audio is refused",
@@ -411,6 +413,83 @@ fn a_client_that_goes_away_cancels_its_transcription_and_the_worker_serves_the_n
         "{heard}"
     );
     serve.terminate();
+}
+
+/// How many transcriptions the worker's log shows running at once at most
+/// (`transcribing …` starts one, `transcribed …` ends it).
+fn most_at_once(lines: &[String]) -> usize {
+    let (mut running, mut most) = (0usize, 0usize);
+    for line in lines {
+        if line.starts_with("transcribing ") {
+            running += 1;
+            most = most.max(running);
+        } else if line.starts_with("transcribed ") {
+            running = running.saturating_sub(1);
+        }
+    }
+    most
+}
+
+#[test]
+fn transcriptions_run_side_by_side_up_to_max_workers() {
+    let clip_dir = tempfile::tempdir().unwrap();
+    let clip = clip_dir.path().join("three-times.wav");
+    std::fs::write(&clip, long_clip(3)).unwrap();
+    for (workers, expected) in [(2, 2), (1, 1)] {
+        let ws = gateway_workspace(&format!(
+            "[[model]]\nid = \"whisper-1\"\nmodel = \"tiny-en\"\nargs = [\"--max-workers\", \"{workers}\", \"--threads\", \"1\"]\n"
+        ));
+        let added = run(ws
+            .arcane()
+            .args(["model", "add", "tiny-en", "--file"])
+            .arg(whisper_model()));
+        assert!(
+            added.status.success(),
+            "{}",
+            String::from_utf8_lossy(&added.stderr)
+        );
+        let mut serve = start(&ws);
+        // Three at once: with two workers two run and the third waits; with one, each
+        // waits for the one before.
+        let clients: Vec<_> = (0..3)
+            .map(|_| {
+                ws.arcane()
+                    .args(["--output", "json", "transcribe", "--model", "whisper-1"])
+                    .arg(&clip)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for client in clients {
+            let out = client.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let heard = json(&out);
+            assert!(
+                words(heard["text"].as_str().unwrap_or_default())
+                    .contains("ask not what your country"),
+                "{heard}"
+            );
+        }
+        let lines = worker_lines(&ws);
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains(&format!("{workers} at once on 1 threads each"))),
+            "{lines:?}"
+        );
+        assert_eq!(
+            most_at_once(&lines),
+            expected,
+            "{workers} workers: {lines:?}"
+        );
+        serve.terminate();
+    }
 }
 
 #[test]
