@@ -57,14 +57,7 @@ fn png_size(bytes: &[u8]) -> (u32, u32) {
 
 /// The lines `arcane logs sd` has kept of the worker's standard error.
 fn worker_lines(ws: &TestWorkspace) -> Vec<String> {
-    let kept = json(&run(ws.arcane().args(["--output", "json", "logs", "sd"])));
-    kept["lines"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|l| l["stream"] == "stderr")
-        .filter_map(|l| l["line"].as_str().map(str::to_string))
-        .collect()
+    crate::speech::engine_lines(ws, "sd")
 }
 
 /// `arcane imagine` of a 64x64 image in two steps (or of the size `extra` names).

@@ -342,12 +342,12 @@ fn long_clip(times: usize) -> Vec<u8> {
 
 /// The lines `arcane logs whisper-1` has kept.
 fn worker_lines(ws: &TestWorkspace) -> Vec<String> {
-    let kept = json(&run(ws.arcane().args([
-        "--output",
-        "json",
-        "logs",
-        "whisper-1",
-    ])));
+    engine_lines(ws, "whisper-1")
+}
+
+/// The lines `arcane logs MODEL` has kept of its engine's standard error.
+pub(crate) fn engine_lines(ws: &TestWorkspace, model: &str) -> Vec<String> {
+    let kept = json(&run(ws.arcane().args(["--output", "json", "logs", model])));
     kept["lines"]
         .as_array()
         .into_iter()
@@ -490,6 +490,61 @@ fn transcriptions_run_side_by_side_up_to_max_workers() {
         );
         serve.terminate();
     }
+}
+
+#[test]
+fn a_client_that_leaves_a_streamed_speech_stops_it_and_the_voice_speaks_the_next() {
+    let ws = speech_workspace();
+    let mut serve = start(&ws);
+    let (port, token) = host_endpoint(&ws);
+    // Forty sentences: many seconds of work, streamed sentence by sentence.
+    let text = "The farmer walked out to his old red barn. ".repeat(40);
+    let body =
+        serde_json::json!({"model": "tts-1", "input": text, "response_format": "pcm"}).to_string();
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    // The head and the first sentence's audio arrive while the rest is being made.
+    let mut first = vec![0u8; 4096];
+    let read = stream.read(&mut first).unwrap();
+    let head = String::from_utf8_lossy(&first[..read]).to_string();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "{head}"
+    );
+    drop(stream);
+    wait_until(
+        Duration::from_secs(60),
+        "the synthesis to be cancelled",
+        || {
+            engine_lines(&ws, "tts-1")
+                .iter()
+                .any(|l| l.starts_with("ARCANE_CANCELLED"))
+        },
+    );
+    let lines = engine_lines(&ws, "tts-1");
+    assert!(
+        !lines.iter().any(|l| l.starts_with("spoke ")),
+        "the abandoned synthesis ran to its end: {lines:?}"
+    );
+    // The voice is free again: the next request is answered whole.
+    let (status, answer) = crate::front_door::call(
+        port,
+        &token,
+        "POST",
+        "/v1/audio/speech",
+        Some(
+            serde_json::json!({"model": "tts-1", "input": "Hello there.", "response_format": "wav"}),
+        ),
+    );
+    assert_eq!(status, 200, "{answer}");
+    serve.terminate();
 }
 
 #[test]
