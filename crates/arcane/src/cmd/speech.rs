@@ -182,7 +182,7 @@ pub fn speak(context: &Context, args: SpeakArgs) -> Result<u8, CliError> {
             .map(str::to_ascii_lowercase)
         {
             Some(ext) if ext == "ogg" => "opus".to_string(),
-            Some(ext) if arcane_piper::AudioFormat::parse(&ext).is_some() => ext,
+            Some(ext) if arcane_audio::AudioFormat::parse(&ext).is_some() => ext,
             _ => "wav".to_string(),
         }
     });

@@ -314,7 +314,7 @@ fn piper_speaks_long_unpunctuated_text_in_bounded_memory_and_gives_it_back() {
     let spoken = memory(pid);
     eprintln!("after 819 words: {spoken:?}");
     // At a quarter of the speed each phoneme lasts four times as long.
-    let slow = serde_json::json!({"model": "tts-1", "input": &words[..1200], "speed": 0.25});
+    let slow = serde_json::json!({"model": "tts-1", "input": &words[..1200], "speed": 0.25, "response_format": "wav"});
     let (status, body) = speak(port, &token, slow.to_string().as_bytes());
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     eprintln!("after speed 0.25: {:?}", memory(pid));
@@ -329,7 +329,8 @@ fn piper_speaks_long_unpunctuated_text_in_bounded_memory_and_gives_it_back() {
 
     // 4096 emoji: their names run together as one word of thousands of phonemes (3.8 GB
     // in one run before), cut inside the word.
-    let emoji = serde_json::json!({"model": "tts-1", "input": "😀".repeat(4096)});
+    let emoji =
+        serde_json::json!({"model": "tts-1", "input": "😀".repeat(4096), "response_format": "wav"});
     let (status, wav) = speak(port, &token, emoji.to_string().as_bytes());
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&wav));
     assert!(seconds(&wav) > 60.0, "{} s", seconds(&wav));
