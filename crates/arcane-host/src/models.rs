@@ -13,6 +13,12 @@
 //! load = "on-demand"         # or "on-start"
 //!
 //! [[model]]
+//! id = "whisper-1"
+//! model = "tiny-en"          # a registered whisper.cpp model
+//! vad = "silero"             # a registered voice-activity model, for a kind with that
+//!                            # slot (`EngineKind::aux_models`): silence is skipped
+//!
+//! [[model]]
 //! id = "remote"
 //! url = "http://127.0.0.1:9000"   # an OpenAI-compatible server: routed, never started
 //!
@@ -109,6 +115,18 @@ pub struct ModelTable {
     /// The model name the engine is sent instead of the client's (llama-swap's
     /// `useModelName`).
     pub upstream_model: Option<String>,
+    /// A registered voice-activity model for a kind that takes one (whisper.cpp's
+    /// Silero VAD, `arcane model add silero --file ggml-silero-v6.2.0.bin`): silence is
+    /// skipped before decoding.
+    pub vad: Option<String>,
+}
+
+impl ModelTable {
+    /// The auxiliary models the table names, by their slot key
+    /// ([`arcane_workspace::AuxModel::key`]).
+    fn aux_models(&self) -> [(&'static str, Option<&str>); 1] {
+        [("vad", self.vad.as_deref())]
+    }
 }
 
 /// One `[[group]]` table: models of which at most one is loaded at a time.
@@ -256,6 +274,20 @@ fn check_names(table: &ModelTable, earlier: &[ModelSpec]) -> Result<(), Error> {
         )
         .into());
     }
+    if let Some((key, _)) = table
+        .aux_models()
+        .into_iter()
+        .find(|(_, id)| id.is_some() && table.url.is_some())
+    {
+        return Err(Refusal::usage(
+            format!(
+                "`{key}` of model `{}` applies to an engine Arcane runs, not to an external `url`",
+                table.id
+            ),
+            json!({"id": table.id, "field": key}),
+        )
+        .into());
+    }
     for (field, set) in [
         ("env", !table.env.is_empty()),
         ("health", table.health.is_some()),
@@ -369,6 +401,9 @@ fn spec(
             None,
         ),
         None => {
+            if let Some(model) = &table.model {
+                refuse_aux_only(registry, table, model)?;
+            }
             let engine = EngineTable {
                 runtime: match &table.command {
                     Some(_) => Some(Engine::Command.as_str().to_string()),
@@ -383,6 +418,11 @@ fn spec(
                 ..EngineTable::default()
             };
             let mut config = crate::settings::table_config(registry, &engine, base, context)?;
+            let aux = aux_models(registry, table, config.engine)?;
+            config.aux_models = aux
+                .iter()
+                .map(|(flag, m)| (*flag, m.path.clone()))
+                .collect();
             config.id = table.id.clone();
             config.alias = Some(table.id.clone());
             if let Some(command) = &table.command {
@@ -412,7 +452,7 @@ fn spec(
                 .map_or(0, |p| memory_need(p, &table.args));
             let device = config.device.clone().unwrap_or_else(|| "cpu".into());
             let exposure = exposure_of(&config);
-            let check = registered_check(workspace, &config);
+            let check = registered_check(workspace, &config, aux);
             let digest = registered_digest(workspace, config.model.clone());
             (
                 SupervisedLauncher::checked(workspace, config, check) as Arc<dyn EngineLauncher>,
@@ -497,7 +537,7 @@ pub fn single(config: arcane_localai::EngineConfig, workspace: &Path) -> Configu
         launcher: SupervisedLauncher::checked(
             workspace,
             config.clone(),
-            registered_check(workspace, &config),
+            registered_check(workspace, &config, Vec::new()),
         ),
     };
     let mut limits = HashMap::new();
@@ -527,19 +567,96 @@ fn registered_digest(workspace: &Path, path: Option<std::path::PathBuf>) -> Opti
 fn registered_check(
     workspace: &Path,
     config: &arcane_localai::EngineConfig,
+    aux: Vec<(&'static str, arcane_registry::Model)>,
 ) -> Option<arcane_core::supervised::LaunchCheck> {
-    let path = config.model.as_ref()?;
     let registry = Registry::new(workspace);
-    let model = registry
-        .models()
-        .ok()?
-        .into_iter()
-        .find(|m| &m.path == path)?;
+    let mut checked: Vec<arcane_registry::Model> = aux.into_iter().map(|(_, m)| m).collect();
+    if let Some(path) = config.model.as_ref() {
+        let models = registry.models().ok()?;
+        checked.extend(models.into_iter().find(|m| &m.path == path));
+    }
+    if checked.is_empty() {
+        return None;
+    }
     Some(Arc::new(move || {
-        registry
-            .check_model_file(&model, &arcane_report::CancelToken::new())
-            .map_err(|e| Box::new(e) as arcane_core::BoxError)
+        checked.iter().try_for_each(|model| {
+            registry
+                .check_model_file(model, &arcane_report::CancelToken::new())
+                .map_err(|e| Box::new(e) as arcane_core::BoxError)
+        })
     }))
+}
+
+/// Refuses a model that no kind serves but one uses beside its own (a voice-activity
+/// model named as a `model`), saying where it goes instead.
+fn refuse_aux_only(registry: &Registry, table: &ModelTable, model: &str) -> Result<(), Error> {
+    let Some(format) = registry.model(model).ok().and_then(|m| m.format()) else {
+        return Ok(());
+    };
+    if Engine::for_format(format).is_some() {
+        return Ok(());
+    }
+    let slot = Engine::ALL.into_iter().find_map(|engine| {
+        engine
+            .kind()
+            .aux_models()
+            .iter()
+            .find(|slot| slot.format == format)
+            .map(|slot| (engine, slot))
+    });
+    let Some((engine, slot)) = slot else {
+        return Ok(());
+    };
+    Err(Refusal::usage(
+        format!(
+            "`{model}` of model `{}` is {} ({}), which no engine serves by itself: name it as `{} = \"{model}\"` of a `{engine}` model",
+            table.id, slot.what, format.label, slot.key
+        ),
+        json!({"id": table.id, "model": model, "format": format.id, "key": slot.key}),
+    )
+    .into())
+}
+
+/// The auxiliary models `table` names (its `vad`), each checked against the slots of
+/// `engine`'s kind: a key the kind has no slot for, a model not registered, or one of
+/// another format is refused, naming it.
+fn aux_models(
+    registry: &Registry,
+    table: &ModelTable,
+    engine: Engine,
+) -> Result<Vec<(&'static str, arcane_registry::Model)>, Error> {
+    let kind = engine.kind();
+    let mut resolved = Vec::new();
+    for (key, id) in table.aux_models() {
+        let Some(id) = id else { continue };
+        let Some(slot) = kind.aux_models().iter().find(|slot| slot.key == key) else {
+            return Err(Refusal::usage(
+                format!(
+                    "`{key}` of model `{}` does not apply: `{engine}` takes no {key} model",
+                    table.id
+                ),
+                json!({"id": table.id, "key": key, "engine": engine.as_str()}),
+            )
+            .into());
+        };
+        let model = registry.model(id).map_err(|e| {
+            Error::from(e).with_hint(format!("register it: `arcane model add {id} --file PATH`"))
+        })?;
+        let format = model.format();
+        if format != Some(slot.format) {
+            let found = format.map_or("an unknown format", |f| f.label);
+            return Err(Refusal::usage(
+                format!(
+                    "`{key} = \"{id}\"` of model `{}` must name {} ({}), but `{id}` is {found}",
+                    table.id, slot.what, slot.format.label
+                ),
+                json!({"id": table.id, "key": key, "model": id, "format": format.map(|f| f.id)}),
+            )
+            .into());
+        }
+        resolved.push((slot.flag, model));
+    }
+    Ok(resolved)
 }
 
 /// Who reaches a model's engine besides the Core, and how it names itself.

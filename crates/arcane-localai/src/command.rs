@@ -90,6 +90,7 @@ pub(crate) fn engine_command(
         template: &config.template,
         template_env: &config.template_env,
         runtime_library: config.runtime_library.as_deref(),
+        aux_models: &config.aux_models,
     });
     let args = line.args;
     let mut env = line.env;

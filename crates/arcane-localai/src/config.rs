@@ -70,6 +70,10 @@ pub struct EngineConfig {
     pub runtime_version: Option<String>,
     /// Extra engine arguments (after `--` on the command line).
     pub extra_args: Vec<String>,
+    /// The auxiliary models the engine is given ([`arcane_workspace::AuxModel`]): each
+    /// slot's flag and the registered model's path, resolved by whoever read the
+    /// model's table.
+    pub aux_models: Vec<(&'static str, PathBuf)>,
     /// The `command` kind's arguments after its program ([`EngineConfig::executable`]),
     /// with placeholders (`${PORT}`, `${SOCKET}`, `${API_KEY_FILE}`, `${MODEL}`; see
     /// [`arcane_workspace::command_template`]).
@@ -157,6 +161,7 @@ impl EngineConfig {
             version: None,
             runtime_version: None,
             extra_args: Vec::new(),
+            aux_models: Vec::new(),
             template: Vec::new(),
             template_env: Default::default(),
             runtime_library: None,
@@ -336,6 +341,21 @@ impl EngineConfig {
                     self.engine
                 ),
                 json!({"engine": self.engine}),
+            ));
+        }
+        let aux_flags: Vec<&str> = kind.aux_models().iter().map(|aux| aux.flag).collect();
+        if let Some(arg) = arcane_workspace::door_arg(&aux_flags, &self.extra_args) {
+            let aux = kind
+                .aux_models()
+                .iter()
+                .find(|aux| arg.starts_with(aux.flag));
+            let key = aux.map_or("", |aux| aux.key);
+            return Err(Error::config(
+                format!(
+                    "the engine argument `{arg}` of `{}` names a file Arcane passes itself: register the model (`arcane model add`) and name it as `{key} = \"ID\"` in the model's table",
+                    self.id
+                ),
+                json!({"id": self.id, "argument": arg, "key": key}),
             ));
         }
         if let Some(arg) = arcane_workspace::door_arg(kind.door_args(), &self.extra_args) {

@@ -107,8 +107,9 @@ pub use types::{
     ArchiveOrigin, Engine, FileStamp, LibraryRuntime, Model, Runtime, Source, Storage,
 };
 pub use whisper::{
-    looks_like_whisper, read_whisper, WhisperError, WhisperInfo, MAX_MEL_FFT, MAX_NAME_BYTES,
-    MAX_TENSORS, MAX_TOKEN_BYTES, WHISPER_MAGIC,
+    looks_like_vad, looks_like_whisper, read_vad, read_whisper, VadInfo, WhisperError, WhisperInfo,
+    MAX_MEL_FFT, MAX_NAME_BYTES, MAX_TENSORS, MAX_TOKEN_BYTES, MAX_VAD_LAYERS, MAX_VAD_TYPE_BYTES,
+    WHISPER_MAGIC,
 };
 #[doc(hidden)]
 pub use whisper::{test_whisper_bytes, TINY_EN};
@@ -121,6 +122,7 @@ pub use whisper::{test_whisper_bytes, TINY_EN};
 /// ([`header::reader_of_file`]), and a GGUF of diffusion tensors is claimed before it.
 /// A new format is a reader in its kind's module and a row here.
 pub(crate) const READERS: &[&dyn FormatReader] = &[
+    &whisper::Vad,
     &whisper::Ggml,
     &sd::Checkpoint,
     &piper::Voice,

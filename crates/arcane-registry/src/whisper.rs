@@ -22,6 +22,14 @@
 //!   one (a truncated download is refused, not half-loaded). A header with no tensors
 //!   at all (whisper.cpp's test files) is not a usable model.
 //!
+//! whisper.cpp's voice-activity model (Silero VAD in ggml, `ggml-silero-v6.2.0.bin`)
+//! shares the magic and the tensor records but not the header: after the magic come a
+//! model type (`silero-16k`), a version, the window and context sizes and the encoder's
+//! layer sizes. whisper.cpp allocates one array per encoder layer from the count it
+//! reads, so that count and every size are bounded too ([`read_vad`]). It has its own
+//! reader ([`Vad`]), ahead of the Whisper one in the table, so that it is recorded as
+//! what it is rather than refused as a broken Whisper model.
+//!
 //! Nothing is allocated from a count read in the file: tokens and tensor data are
 //! skipped, never kept. Failures are [`WhisperError`]s with a stable
 //! [`code`](WhisperError::code) naming the offending field and value.
@@ -333,6 +341,140 @@ impl crate::header::FormatReader for Ggml {
     }
 }
 
+/// The longest model type a voice-activity model may name (`silero-16k`).
+pub const MAX_VAD_TYPE_BYTES: i32 = 64;
+
+/// The most encoder layers a voice-activity model may declare (Silero has 4).
+pub const MAX_VAD_LAYERS: i32 = 16;
+
+/// What a whisper.cpp voice-activity model's header says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VadInfo {
+    /// The model type (`silero-16k`).
+    pub model_type: String,
+    /// Its version (`6.2.0`).
+    pub version: String,
+    /// Samples per window (512 at 16 kHz).
+    pub n_window: u32,
+    /// Context samples kept between windows.
+    pub n_context: u32,
+    /// Encoder layers.
+    pub encoder_layers: u32,
+    /// The LSTM's hidden size.
+    pub lstm_hidden_size: u32,
+    /// The tensor records in the file.
+    pub tensor_count: u64,
+    /// The sum of the tensors' element counts.
+    pub parameter_count: u64,
+}
+
+/// Whether the file at `path` is a whisper.cpp voice-activity model: the ggml magic,
+/// then a short model type in plain ASCII (a Whisper model has its vocabulary size
+/// there, tens of thousands).
+pub fn looks_like_vad(path: &Path) -> bool {
+    let Ok(file) = arcane_files::open_regular(path) else {
+        return false;
+    };
+    let mut head = Vec::new();
+    if file
+        .take(8 + MAX_VAD_TYPE_BYTES as u64)
+        .read_to_end(&mut head)
+        .is_err()
+        || head.len() < 8
+    {
+        return false;
+    }
+    let magic = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+    let length = i32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    magic == WHISPER_MAGIC
+        && (1..=MAX_VAD_TYPE_BYTES).contains(&length)
+        && head.get(8..8 + length as usize).is_some_and(|name| {
+            name.iter()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(b))
+        })
+}
+
+/// Reads and checks the whisper.cpp voice-activity model at `path`, as [`read_whisper`]
+/// reads a Whisper model.
+pub fn read_vad(path: &Path) -> Result<VadInfo, Error> {
+    let file = arcane_files::open_regular(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidInput {
+            Error::ModelInvalid {
+                path: path.to_path_buf(),
+                reason: format!("it {e}"),
+                found: None,
+            }
+        } else {
+            Error::io("open", path, e)
+        }
+    })?;
+    let size = file
+        .metadata()
+        .map_err(|e| Error::io("inspect", path, e))?
+        .len();
+    let mut reader = Reader {
+        inner: BufReader::with_capacity(1 << 16, file),
+        position: 0,
+        size,
+    };
+    reader
+        .vad()
+        .map_err(|e| Error::io("read", path, e))?
+        .map_err(|error| Error::FormatInvalid {
+            path: path.to_path_buf(),
+            label: Vad.format().label,
+            format: Vad.key(),
+            reason: error.to_string(),
+            details: error.details(),
+        })
+}
+
+/// The reader of whisper.cpp's voice-activity models in the registry's table
+/// ([`crate::READERS`]): records `vad`. Ahead of [`Ggml`], which claims any ggml file.
+pub(crate) struct Vad;
+
+impl crate::header::FormatReader for Vad {
+    fn format(&self) -> arcane_workspace::ModelFormat {
+        arcane_workspace::formats::WHISPER_VAD
+    }
+
+    fn kind(&self) -> &'static str {
+        "vad"
+    }
+
+    fn key(&self) -> &'static str {
+        "vad"
+    }
+
+    fn claims(&self, path: &Path) -> bool {
+        looks_like_vad(path)
+    }
+
+    fn read(&self, path: &Path) -> Result<crate::header::Header, Error> {
+        Ok(crate::header::recorded(self.key(), &read_vad(path)?))
+    }
+
+    fn summary(&self, header: &crate::header::Header) -> crate::header::Summary {
+        let Some(info) = crate::header::field::<VadInfo>(header, self.key()) else {
+            return crate::header::Summary::default();
+        };
+        crate::header::Summary {
+            family: self.kind().into(),
+            parameters: Some(info.parameter_count),
+            quantization: None,
+            context: None,
+            description: format!(
+                "voice activity, {} v{}, {} parameters, {}-sample windows, whisper.cpp ggml (name it as a whisper model's `vad`)",
+                info.model_type,
+                info.version,
+                crate::header::human_count(info.parameter_count),
+                info.n_window
+            ),
+        }
+    }
+}
+
 /// Reads and checks a whisper.cpp ggml model from `file` of `size` bytes (see the
 /// module documentation for the bounds). I/O errors are returned as the outer `Err`;
 /// a file that is not a usable model as the inner one.
@@ -401,6 +543,89 @@ impl<R: Read + std::io::Seek> Reader<R> {
         self.inner.seek_relative(offset)?;
         self.position += n;
         Ok(Ok(()))
+    }
+
+    /// One `i32` of `part` in `min..=max`, else a refusal naming it.
+    fn bounded(&mut self, name: &'static str, min: i32, max: i32) -> Step<i32> {
+        let value = step!(self.i32(name));
+        if !(min..=max).contains(&value) {
+            return refuse(WhisperError::HyperparameterOutOfRange {
+                name,
+                value: value.into(),
+                min: min.into(),
+                max: max.into(),
+            });
+        }
+        Ok(Ok(value))
+    }
+
+    /// The tensor records from here to the end of the file: (count, elements).
+    fn tensors(&mut self, min_dims: i32) -> Step<(u64, u64)> {
+        let mut tensor_count = 0u64;
+        let mut parameter_count = 0u64;
+        while self.position < self.size {
+            if tensor_count == MAX_TENSORS {
+                return refuse(WhisperError::LengthOutOfRange {
+                    name: "tensor count".into(),
+                    value: (tensor_count + 1).try_into().unwrap_or(i64::MAX),
+                    min: 1,
+                    max: MAX_TENSORS.try_into().unwrap_or(i64::MAX),
+                });
+            }
+            let elements = step!(self.tensor(tensor_count, min_dims));
+            tensor_count += 1;
+            parameter_count = parameter_count.saturating_add(elements);
+        }
+        if tensor_count == 0 {
+            return refuse(WhisperError::NoTensors);
+        }
+        Ok(Ok((tensor_count, parameter_count)))
+    }
+
+    /// A voice-activity model (see the module docs).
+    fn vad(&mut self) -> Step<VadInfo> {
+        let magic = step!(self.i32("the magic"));
+        if magic as u32 != WHISPER_MAGIC {
+            return refuse(WhisperError::BadMagic {
+                found: hex(&magic.to_le_bytes()),
+            });
+        }
+        let length = step!(self.bounded("model type length", 1, MAX_VAD_TYPE_BYTES));
+        let length = length.unsigned_abs() as usize;
+        if self.size.saturating_sub(self.position) < length as u64 {
+            return refuse(self.truncated("the model type", length as u64));
+        }
+        let mut raw = vec![0u8; length];
+        self.inner.read_exact(&mut raw)?;
+        self.position += length as u64;
+        let model_type = String::from_utf8_lossy(&raw).into_owned();
+        let mut version = Vec::new();
+        for name in ["version major", "version minor", "version patch"] {
+            version.push(step!(self.bounded(name, 0, 9_999)).to_string());
+        }
+        let n_window = step!(self.bounded("n_window", 1, 65_536));
+        let n_context = step!(self.bounded("n_context", 0, 65_536));
+        let layers = step!(self.bounded("n_encoder_layers", 1, MAX_VAD_LAYERS));
+        for _ in 0..layers {
+            for name in ["encoder_in_channels", "encoder_out_channels", "kernel_size"] {
+                step!(self.bounded(name, 1, 4_096));
+            }
+        }
+        step!(self.bounded("lstm_input_size", 1, 4_096));
+        let lstm_hidden_size = step!(self.bounded("lstm_hidden_size", 1, 4_096));
+        step!(self.bounded("final_conv_in", 1, 4_096));
+        step!(self.bounded("final_conv_out", 1, 4_096));
+        let (tensor_count, parameter_count) = step!(self.tensors(0));
+        Ok(Ok(VadInfo {
+            model_type,
+            version: version.join("."),
+            n_window: n_window.unsigned_abs(),
+            n_context: n_context.unsigned_abs(),
+            encoder_layers: layers.unsigned_abs(),
+            lstm_hidden_size: lstm_hidden_size.unsigned_abs(),
+            tensor_count,
+            parameter_count,
+        }))
     }
 
     fn model(&mut self) -> Step<WhisperInfo> {
@@ -508,24 +733,7 @@ impl<R: Read + std::io::Seek> Reader<R> {
         }
 
         // The tensors, to the end of the file.
-        let mut tensor_count = 0u64;
-        let mut parameter_count = 0u64;
-        while self.position < self.size {
-            if tensor_count == MAX_TENSORS {
-                return refuse(WhisperError::LengthOutOfRange {
-                    name: "tensor count".into(),
-                    value: (tensor_count + 1).try_into().unwrap_or(i64::MAX),
-                    min: 1,
-                    max: MAX_TENSORS.try_into().unwrap_or(i64::MAX),
-                });
-            }
-            let elements = step!(self.tensor(tensor_count));
-            tensor_count += 1;
-            parameter_count = parameter_count.saturating_add(elements);
-        }
-        if tensor_count == 0 {
-            return refuse(WhisperError::NoTensors);
-        }
+        let (tensor_count, parameter_count) = step!(self.tensors(1));
         let model_type = match n_audio_layer {
             4 => "tiny",
             6 => "base",
@@ -556,17 +764,18 @@ impl<R: Read + std::io::Seek> Reader<R> {
     }
 
     /// Reads one tensor record (`n_dims, name length, type`, the dimensions, the name)
-    /// and skips its data; returns its element count.
-    fn tensor(&mut self, index: u64) -> Step<u64> {
+    /// and skips its data; returns its element count. `min_dims`: 1 for a Whisper
+    /// model, 0 for a voice-activity model (which has scalars).
+    fn tensor(&mut self, index: u64, min_dims: i32) -> Step<u64> {
         let part = format!("tensor #{index}");
         let n_dims = step!(self.i32(&part));
         let name_length = step!(self.i32(&part));
         let kind = step!(self.i32(&part));
-        if !(1..=4).contains(&n_dims) {
+        if !(min_dims..=4).contains(&n_dims) {
             return refuse(WhisperError::LengthOutOfRange {
                 name: format!("tensor #{index} dimensions"),
                 value: n_dims.into(),
-                min: 1,
+                min: min_dims.into(),
                 max: 4,
             });
         }
@@ -727,6 +936,81 @@ mod tests {
         std::fs::write(&path, bytes).unwrap();
         let file = File::open(&path).unwrap();
         read_whisper_from(file, bytes.len() as u64).unwrap()
+    }
+
+    /// A voice-activity model's header with `layers` encoder layers, then one tensor
+    /// (`tensor` false: none).
+    fn vad_bytes(layers: i32, tensor: bool) -> Vec<u8> {
+        let mut out = WHISPER_MAGIC.to_le_bytes().to_vec();
+        out.extend_from_slice(&10i32.to_le_bytes());
+        out.extend_from_slice(b"silero-16k");
+        for value in [6i32, 2, 0, 512, 64, layers] {
+            out.extend_from_slice(&value.to_le_bytes());
+        }
+        for _ in 0..layers.clamp(0, 20) {
+            for value in [128i32, 64, 3] {
+                out.extend_from_slice(&value.to_le_bytes());
+            }
+        }
+        for value in [128i32, 128, 128, 1] {
+            out.extend_from_slice(&value.to_le_bytes());
+        }
+        if tensor {
+            for value in [1i32, 1, 0, 4] {
+                out.extend_from_slice(&value.to_le_bytes());
+            }
+            out.push(b't');
+            out.extend_from_slice(&[0u8; 16]);
+        }
+        out
+    }
+
+    fn written(bytes: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ggml-silero.bin");
+        std::fs::write(&path, bytes).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn a_voice_activity_model_is_told_from_a_whisper_model_and_read() {
+        let (_dir, vad) = written(&vad_bytes(4, true));
+        assert!(looks_like_vad(&vad));
+        let info = read_vad(&vad).unwrap();
+        assert_eq!(info.model_type, "silero-16k");
+        assert_eq!(info.version, "6.2.0");
+        assert_eq!(
+            (info.n_window, info.n_context, info.encoder_layers),
+            (512, 64, 4)
+        );
+        assert_eq!((info.tensor_count, info.parameter_count), (1, 4));
+        let (_dir, whisper) = written(&test_whisper_bytes(TINY_EN, 3));
+        assert!(!looks_like_vad(&whisper));
+        // The registry's table asks the VAD reader first: each file gets its own.
+        let format = |path: &Path| crate::header::format_of_file(path).map(|f| f.id);
+        assert_eq!(format(&vad), Some("whisper-vad"));
+        assert_eq!(format(&whisper), Some("whisper-ggml"));
+    }
+
+    #[test]
+    fn a_hostile_voice_activity_header_is_refused_naming_the_value() {
+        // whisper.cpp allocates one array per declared layer: 2^31 is refused first.
+        let (_dir, path) = written(&vad_bytes(i32::MAX, true));
+        let error = read_vad(&path).unwrap_err().to_string();
+        assert!(
+            error.contains("n_encoder_layers") && error.contains("2147483647"),
+            "{error}"
+        );
+        let (_dir, path) = written(&vad_bytes(4, false));
+        let error = read_vad(&path).unwrap_err().to_string();
+        assert!(error.contains("no tensors"), "{error}");
+        let mut cut = vad_bytes(4, true);
+        cut.truncate(30);
+        let (_dir, path) = written(&cut);
+        assert!(read_vad(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("ends inside"));
     }
 
     #[test]

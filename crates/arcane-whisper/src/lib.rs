@@ -12,6 +12,7 @@ pub mod audio;
 pub mod format;
 pub mod request;
 pub mod transcribe;
+mod vad;
 
 pub use audio::{decode, Audio, AudioError, Limits};
 pub use request::{upload, Field, RequestError, Upload};

@@ -150,6 +150,7 @@ unsafe extern "C" fn new_segments(
 pub struct Model {
     context: WhisperContext,
     threads: i32,
+    vad: Option<crate::vad::Vad>,
 }
 
 impl Model {
@@ -168,7 +169,22 @@ impl Model {
         Ok(Model {
             context,
             threads: threads.clamp(1, 64) as i32,
+            vad: None,
         })
+    }
+
+    /// The model with voice activity detection: whisper.cpp's voice-activity model at
+    /// `vad` (Silero VAD in ggml) finds the speech first, and only the speech is
+    /// decoded (timestamps still count from the start of the audio). The file is
+    /// checked by the registry before it gets here; whisper.cpp loads it at each run.
+    pub fn with_vad(mut self, vad: &Path) -> Result<Model, TranscribeError> {
+        self.vad = Some(crate::vad::Vad::new(vad)?);
+        Ok(self)
+    }
+
+    /// Whether silence is skipped by a voice-activity model ([`Model::with_vad`]).
+    pub fn has_vad(&self) -> bool {
+        self.vad.is_some()
     }
 
     /// Whether the model can only transcribe English (`.en` models).
@@ -224,6 +240,23 @@ impl Model {
             .context
             .create_state()
             .map_err(|e| TranscribeError::Failed(e.to_string()))?;
+        let duration = samples.len() as f64 / f64::from(SAMPLE_RATE);
+        let speech = match &self.vad {
+            Some(vad) => Some(vad.speech(samples, self.threads)?),
+            None => None,
+        };
+        let samples = speech.as_ref().map_or(samples, |s| s.samples.as_slice());
+        if samples.is_empty() {
+            // The voice-activity model heard nobody: nothing to decode.
+            return Ok(Transcript {
+                language: language.unwrap_or_else(|| "en".into()),
+                duration,
+                text: String::new(),
+                temperature: f64::from(options.temperature.unwrap_or(0.0)),
+                segments: Vec::new(),
+                words: options.word_timestamps.then(Vec::new),
+            });
+        }
         let mut params = FullParams::new(SamplingStrategy::Greedy { best_of: 1 });
         params.set_n_threads(self.threads);
         params.set_translate(options.task == Task::Translate);
@@ -313,12 +346,23 @@ impl Model {
             .filter(|t| !t.is_empty())
             .collect::<Vec<_>>()
             .join(" ");
+        let mut words = options.word_timestamps.then(|| words.finish());
+        if let Some(speech) = &speech {
+            // Times of the kept speech, back onto the audio as it was sent.
+            for segment in &mut segments {
+                (segment.start, segment.end) =
+                    (speech.original(segment.start), speech.original(segment.end));
+            }
+            for word in words.iter_mut().flatten() {
+                (word.start, word.end) = (speech.original(word.start), speech.original(word.end));
+            }
+        }
         Ok(Transcript {
             language,
-            duration: samples.len() as f64 / f64::from(SAMPLE_RATE),
+            duration,
             text,
             temperature: f64::from(options.temperature.unwrap_or(0.0)),
-            words: options.word_timestamps.then(|| words.finish()),
+            words,
             segments,
         })
     }

@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 pub use crate::kinds::Engine;
@@ -351,6 +351,25 @@ pub struct Launch<'a> {
     pub template_env: &'a BTreeMap<String, String>,
     /// The runtime library a builtin worker loads (ONNX Runtime, for Piper voices).
     pub runtime_library: Option<&'a Path>,
+    /// The auxiliary models the model's table names, each with the flag its slot
+    /// passes it by ([`EngineKind::aux_models`]), checked and resolved.
+    pub aux_models: &'a [(&'static str, PathBuf)],
+}
+
+/// A second model a kind can use beside its own ([`EngineKind::aux_models`]): named in a
+/// model's table by [`AuxModel::key`], a registered model of [`AuxModel::format`],
+/// passed to the engine as [`AuxModel::flag`] and its path. The flag is Arcane's to
+/// set: a user's `args` may not (the file passed is the registered, verified one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuxModel {
+    /// The key in a `[[model]]` table (`vad`).
+    pub key: &'static str,
+    /// What it is, for messages (`a voice-activity model`).
+    pub what: &'static str,
+    /// The format the registered model must have.
+    pub format: ModelFormat,
+    /// The engine's flag that takes its path (`--vad-model`).
+    pub flag: &'static str,
 }
 
 /// The first of `args` that is one of `door_args` ([`EngineKind::door_args`]), in any
@@ -531,6 +550,11 @@ pub trait EngineKind: Sync + Send + fmt::Debug {
     /// The API paths it serves (the front door's engine rows for this kind): a path
     /// ending in `/` stands for every path below it, any other for exactly itself.
     fn api_paths(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// The second models it can use beside its own ([`AuxModel`]; whisper.cpp's
+    /// voice-activity model).
+    fn aux_models(&self) -> &'static [AuxModel] {
         &[]
     }
     /// Its command line for one start (server and command kinds).

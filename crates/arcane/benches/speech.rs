@@ -18,9 +18,13 @@
 //!   the same four one at a time on one worker with every thread (`--max-workers 1
 //!   --threads 2`, the baseline), and the throughput ratio.
 //!
+//! * **Voice activity**: `jfk.wav` after 20 s of silence, transcribed by a model with
+//!   whisper.cpp's Silero VAD (`vad = "silero"`) against the same model without (the
+//!   baseline), and the ratio.
+//!
 //! Run: `cargo bench -p arcane --bench speech` with `scripts/provision.sh all`'s
 //! assignments in the environment (ARCANE_WHISPER_MODEL, ARCANE_SPEECH_WAV,
-//! ARCANE_WHISPER_CLI, ARCANE_PIPER_VOICE, ARCANE_ONNXRUNTIME).
+//! ARCANE_WHISPER_CLI, ARCANE_WHISPER_VAD, ARCANE_PIPER_VOICE, ARCANE_ONNXRUNTIME).
 #![allow(clippy::print_stdout, clippy::disallowed_methods)]
 
 mod support;
@@ -65,9 +69,13 @@ fn start_host() -> Host {
 }
 
 fn multipart(file: &[u8]) -> (String, Vec<u8>) {
+    multipart_for("whisper-1", file)
+}
+
+fn multipart_for(model: &str, file: &[u8]) -> (String, Vec<u8>) {
     let boundary = "arcane-bench-boundary";
     let mut body = format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"response_format\"\r\n\r\ntext\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"jfk.wav\"\r\n\r\n"
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n{model}\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"response_format\"\r\n\r\ntext\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"jfk.wav\"\r\n\r\n"
     )
     .into_bytes();
     body.extend_from_slice(file);
@@ -159,6 +167,66 @@ fn main() {
     streamed_speech(&host);
     drop(host);
     concurrent_transcriptions(&wav);
+    voice_activity(&wav);
+}
+
+/// `wav` (16 kHz mono 16-bit) after `seconds` of silence.
+fn after_silence(wav: &[u8], seconds: usize) -> Vec<u8> {
+    let at = wav.windows(4).position(|w| w == b"data").unwrap();
+    let size = u32::from_le_bytes(wav[at + 4..at + 8].try_into().unwrap()) as usize;
+    let mut samples = vec![0u8; seconds * 16_000 * 2];
+    samples.extend_from_slice(&wav[at + 8..(at + 8 + size).min(wav.len())]);
+    let mut out = wav[..at].to_vec();
+    // The RIFF size, then the data chunk.
+    let riff = (at + 8 + samples.len() - 8) as u32;
+    out[4..8].copy_from_slice(&riff.to_le_bytes());
+    out.extend_from_slice(b"data");
+    out.extend_from_slice(&(samples.len() as u32).to_le_bytes());
+    out.extend_from_slice(&samples);
+    out
+}
+
+/// 20 s of silence and `jfk.wav`: with the voice-activity model and without.
+fn voice_activity(wav: &[u8]) {
+    let host = Host::start(
+        &[
+            (&["model", "add", "tiny-en", "--file"], real("ARCANE_WHISPER_MODEL")),
+            (&["model", "add", "silero", "--file"], real("ARCANE_WHISPER_VAD")),
+        ],
+        &format!(
+            "[[model]]\nid = \"whisper-1\"\nmodel = \"tiny-en\"\nload = \"on-start\"\nargs = [\"--threads\", \"{THREADS}\"]\n\n[[model]]\nid = \"whisper-vad\"\nmodel = \"tiny-en\"\nvad = \"silero\"\nload = \"on-start\"\nargs = [\"--threads\", \"{THREADS}\"]\n"
+        ),
+        "core.listening",
+    );
+    let clip = after_silence(wav, 20);
+    let timed_model = |model: &str| {
+        let (content_type, body) = multipart_for(model, &clip);
+        timed(|| {
+            let text = host.post("/v1/audio/transcriptions", &content_type, &body);
+            assert!(
+                String::from_utf8_lossy(&text).contains("country"),
+                "{model}: {}",
+                String::from_utf8_lossy(&text)
+            );
+        })
+    };
+    let without = median(timed_model("whisper-1"));
+    let with = median(timed_model("whisper-vad"));
+    println!(
+        "jfk.wav after 20 s of silence (31.0 s), tiny.en, {THREADS} threads, median of {RUNS}:"
+    );
+    println!(
+        "  without voice activity detection   {:>8.1} ms   <- baseline",
+        without * 1e3
+    );
+    println!(
+        "  with Silero VAD (vad = \"silero\")   {:>8.1} ms",
+        with * 1e3
+    );
+    println!(
+        "  with / without                     {:>8.3}x",
+        with / without
+    );
 }
 
 /// A host serving tiny.en as `whisper-1` with these worker flags.

@@ -9,8 +9,8 @@
 //! here for every builtin kind.
 
 use crate::engine::{
-    CommandLine, DevicePlan, EngineKind, Launch, ListenAt, ModelFormat, OwnedListen, Readiness,
-    RuntimeLibrary, Starts,
+    AuxModel, CommandLine, DevicePlan, EngineKind, Launch, ListenAt, ModelFormat, OwnedListen,
+    Readiness, RuntimeLibrary, Starts,
 };
 
 /// The arguments that decide where a builtin engine listens and how it authenticates:
@@ -39,6 +39,8 @@ pub(crate) struct BuiltinKind {
     pub runtime: Option<RuntimeLibrary>,
     /// Whether selecting it registers `model-assets` ([`EngineKind::model_assets`]).
     pub model_assets: bool,
+    /// The second models it can use ([`EngineKind::aux_models`]).
+    pub aux_models: &'static [AuxModel],
 }
 
 impl EngineKind for BuiltinKind {
@@ -100,13 +102,17 @@ impl EngineKind for BuiltinKind {
         self.api_paths
     }
 
+    fn aux_models(&self) -> &'static [AuxModel] {
+        self.aux_models
+    }
+
     fn command_line(&self, launch: &Launch<'_>) -> CommandLine {
         command_line(self.subcommand, launch)
     }
 }
 
 /// `arcane <subcommand> --socket PATH | --host H --port P [--api-key-file F] --model M
-/// [--library L] [user args…]`.
+/// [--library L] [aux flag PATH…] [user args…]`.
 fn command_line(subcommand: &str, launch: &Launch<'_>) -> CommandLine {
     let mut args = vec![subcommand.to_string()];
     match launch.listen {
@@ -128,6 +134,9 @@ fn command_line(subcommand: &str, launch: &Launch<'_>) -> CommandLine {
     }
     if let Some(library) = launch.runtime_library {
         args.extend(["--library".to_string(), library.display().to_string()]);
+    }
+    for (flag, path) in launch.aux_models {
+        args.extend([flag.to_string(), path.display().to_string()]);
     }
     args.extend(launch.user_args.iter().cloned());
     CommandLine {
@@ -171,6 +180,7 @@ mod tests {
             template: &[],
             template_env: &EMPTY,
             runtime_library: None,
+            aux_models: &[],
         }
     }
 

@@ -290,6 +290,7 @@ mod tests {
             template: &template,
             template_env: &env,
             runtime_library: None,
+            aux_models: &[],
         };
         let line = Command.command_line(&launch);
         assert_eq!(

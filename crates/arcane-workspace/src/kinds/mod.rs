@@ -90,6 +90,8 @@ pub mod formats {
     pub const ONNX: ModelFormat = super::onnx::GRAPH;
     /// A whisper.cpp speech-recognition model.
     pub const WHISPER_GGML: ModelFormat = super::whisper::GGML;
+    /// whisper.cpp's voice-activity model (an auxiliary model of whisper.cpp's).
+    pub const WHISPER_VAD: ModelFormat = super::whisper::VAD;
     /// A Piper voice.
     pub const PIPER_VOICE: ModelFormat = super::piper::VOICE;
     /// A diffusion model for image generation.

@@ -27,4 +27,5 @@ pub(crate) const PIPER: BuiltinKind = BuiltinKind {
     library: Some(crate::Engine::Onnx),
     runtime: None,
     model_assets: false,
+    aux_models: &[],
 };

@@ -38,4 +38,5 @@ pub(crate) const STABLE_DIFFUSION: BuiltinKind = BuiltinKind {
         variable: "ARCANE_SD_LIBRARY",
     }),
     model_assets: true,
+    aux_models: &[],
 };

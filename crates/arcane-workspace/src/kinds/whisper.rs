@@ -8,13 +8,23 @@
 //! OpenAI's transcription API itself. It is built without a GPU backend: a GPU target
 //! is refused, never silently run on the CPU.
 
-use crate::engine::ModelFormat;
+use crate::engine::{AuxModel, ModelFormat};
 use crate::kinds::builtin::BuiltinKind;
 
 /// whisper.cpp's ggml model format (`ggml-tiny.en.bin`), told by its magic.
 pub(crate) const GGML: ModelFormat = ModelFormat {
     id: "whisper-ggml",
     label: "whisper.cpp",
+    bundled: true,
+    companions: &[],
+};
+
+/// whisper.cpp's voice-activity model (Silero VAD converted to ggml,
+/// `ggml-silero-v6.2.0.bin`): not served by itself, but named by a whisper model's
+/// `vad` so that silence is skipped before decoding.
+pub(crate) const VAD: ModelFormat = ModelFormat {
+    id: "whisper-vad",
+    label: "whisper.cpp VAD",
     bundled: true,
     companions: &[],
 };
@@ -29,4 +39,10 @@ pub(crate) const WHISPER: BuiltinKind = BuiltinKind {
     library: None,
     runtime: None,
     model_assets: false,
+    aux_models: &[AuxModel {
+        key: "vad",
+        what: "a voice-activity model",
+        format: VAD,
+        flag: "--vad-model",
+    }],
 };

@@ -38,6 +38,12 @@ pub struct WorkerArgs {
     /// process may use over the threads each one takes, at least 1).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     max_workers: Option<u16>,
+
+    /// whisper.cpp's voice-activity model (Silero VAD in ggml): silence is skipped
+    /// before decoding. Set by the Core from the model's `vad`, never by a user's
+    /// `args` (the file is the registered, verified one).
+    #[arg(long, value_name = "PATH")]
+    vad_model: Option<std::path::PathBuf>,
 }
 
 /// How many transcriptions run at once, and on how many threads each, from the flags
@@ -64,7 +70,11 @@ const MAX_BODY: usize = arcane_whisper::audio::MAX_UPLOAD_BYTES + (1 << 20);
 pub fn worker(args: &WorkerArgs) -> u8 {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (threads, workers) = pool(args.engine.threads, args.max_workers.map(usize::from), cpus);
-    let model = match Model::load(&args.engine.model, threads) {
+    let loaded = Model::load(&args.engine.model, threads).and_then(|model| match &args.vad_model {
+        Some(vad) => model.with_vad(vad),
+        None => Ok(model),
+    });
+    let model = match loaded {
         Ok(model) => Arc::new(model),
         Err(error) => {
             eprintln!("whisper.cpp: {error}");
@@ -72,13 +82,17 @@ pub fn worker(args: &WorkerArgs) -> u8 {
         }
     };
     eprintln!(
-        "whisper.cpp {}: `{}` loaded ({}), {workers} at once on {threads} threads each, CPU",
+        "whisper.cpp {}: `{}` loaded ({}{}), {workers} at once on {threads} threads each, CPU",
         whisper_rs::get_whisper_version(),
         args.engine.model.display(),
         if model.english_only() {
             "English only"
         } else {
             "multilingual"
+        },
+        match &args.vad_model {
+            Some(vad) => format!(", silence skipped by `{}`", vad.display()),
+            None => String::new(),
         },
     );
     let turns = Arc::new(tokio::sync::Semaphore::new(workers));

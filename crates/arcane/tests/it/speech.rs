@@ -547,6 +547,123 @@ fn a_client_that_leaves_a_streamed_speech_stops_it_and_the_voice_speaks_the_next
     serve.terminate();
 }
 
+/// `jfk.wav` after `seconds` of silence, as one 16 kHz mono 16-bit WAV.
+pub(crate) fn after_silence(seconds: usize) -> Vec<u8> {
+    let wav = std::fs::read(provisioned("ARCANE_SPEECH_WAV")).unwrap();
+    let at = wav
+        .windows(4)
+        .position(|w| w == b"data")
+        .expect("a data chunk");
+    let size = u32::from_le_bytes(wav[at + 4..at + 8].try_into().unwrap()) as usize;
+    let mut samples = vec![0u8; seconds * 16_000 * 2];
+    samples.extend_from_slice(&wav[at + 8..(at + 8 + size).min(wav.len())]);
+    crate::uploads::wav(1, 16_000, 1, 16, &samples)
+}
+
+/// What `arcane serve` says when it refuses `toml` before starting anything.
+fn serve_refusal(ws: &TestWorkspace, toml: &str) -> Value {
+    std::fs::write(ws.path().join("arcane.toml"), toml).unwrap();
+    let mut child = ws
+        .arcane()
+        .args(["--output", "json", "serve"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status =
+        crate::support::wait_for_exit(&mut child, Duration::from_secs(60), "serve to refuse");
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    assert!(!status.success(), "{toml}");
+    serde_json::from_str::<Value>(&stdout)
+        .ok()
+        .and_then(|v| v.get("error").cloned())
+        .unwrap_or_else(|| panic!("no error in {stdout}"))
+}
+
+#[test]
+fn a_voice_activity_model_is_registered_as_one_and_skips_leading_silence() {
+    let ws = speech_workspace();
+    // The registry tells whisper.cpp's VAD model from a Whisper model.
+    let added = run(ws
+        .arcane()
+        .args(["--output", "json", "model", "add", "silero", "--file"])
+        .arg(provisioned("ARCANE_WHISPER_VAD")));
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+    let listed = json(&run(ws
+        .arcane()
+        .args(["--output", "json", "model", "list"])));
+    let row = listed["models"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["id"] == "silero")
+        .cloned()
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert_eq!(row["kind"], "vad", "{row}");
+    assert_eq!(row["vad"]["modelType"], "silero-16k", "{row}");
+    assert!(
+        row.get("whisper").is_none(),
+        "not read as a Whisper model: {row}"
+    );
+
+    // Named where it does not fit, it is refused before anything starts.
+    for (toml, says) in [
+        ("[[model]]\nid = \"vad\"\nmodel = \"silero\"\n", "silero"),
+        ("[[model]]\nid = \"whisper-1\"\nmodel = \"tiny-en\"\nvad = \"tiny-en\"\n", "voice-activity"),
+        ("[[model]]\nid = \"smol\"\nmodel = \"smollm2-135m\"\nvad = \"silero\"\n", "takes no vad"),
+        ("[[model]]\nid = \"whisper-1\"\nmodel = \"tiny-en\"\nargs = [\"--vad-model\", \"/tmp/x\"]\n", "vad = "),
+    ] {
+        let error = serve_refusal(&ws, toml);
+        assert!(error["message"].as_str().unwrap_or_default().contains(says), "{toml}: {error}");
+    }
+
+    // Served beside a Whisper model, it finds the speech after 20 s of silence.
+    let toml = "[[model]]\nid = \"whisper-1\"\nmodel = \"tiny-en\"\nvad = \"silero\"\n";
+    std::fs::write(ws.path().join("arcane.toml"), toml).unwrap();
+    let mut serve = start(&ws);
+    let clip_dir = tempfile::tempdir().unwrap();
+    let clip = clip_dir.path().join("silence-then-jfk.wav");
+    std::fs::write(&clip, after_silence(20)).unwrap();
+    let heard = json(&run(ws
+        .arcane()
+        .args([
+            "--output",
+            "json",
+            "transcribe",
+            "--model",
+            "whisper-1",
+            "--format",
+            "verbose_json",
+        ])
+        .arg(&clip)));
+    assert_eq!(
+        words(heard["text"].as_str().unwrap_or_default()),
+        words(JFK),
+        "{heard}"
+    );
+    let first = heard["segments"][0]["start"].as_f64().unwrap_or_default();
+    assert!(
+        first >= 19.0,
+        "times count from the start of the audio: {heard}"
+    );
+    let lines = worker_lines(&ws);
+    assert!(
+        lines.iter().any(|l| l.contains("silence skipped by")),
+        "{lines:?}"
+    );
+    serve.terminate();
+}
+
 #[test]
 fn a_speech_model_on_a_gpu_target_is_refused_naming_the_device() {
     let ws = speech_workspace();
