@@ -28,7 +28,7 @@
 # Idempotent: a second run finds everything in the cache and does nothing.
 # Prints what it provisioned as shell assignments on its last lines (`main`:
 # LLAMA_SERVER and ARCANE_TEST_MODEL; `all`: also ARCANE_CLIENTS_PYTHON,
-# ARCANE_NODE_CLIENTS, ARCANE_ONNXRUNTIME, ARCANE_ONNX_PYTHON, ARCANE_SILERO_VAD,
+# ARCANE_NODE_CLIENTS, ARCANE_FRAMEWORKS_PYTHON, ARCANE_NODE_FRAMEWORKS, ARCANE_ONNXRUNTIME, ARCANE_ONNX_PYTHON, ARCANE_SILERO_VAD,
 # ARCANE_SPEECH_WAV, ARCANE_CHROMIUM, ARCANE_BROWSER_PYTHON, ARCANE_WHISPER_MODEL,
 # ARCANE_WHISPER_CLI, ARCANE_WHISPER_VAD, ARCANE_PIPER_VOICE, ARCANE_ESPEAK,
 # ARCANE_SPEECH_FLAC, ARCANE_SPEECH_MP3, ARCANE_SPEECH_OGG, ARCANE_SOUNDFILE_PYTHON, ARCANE_SD_LIBRARY,
@@ -194,6 +194,42 @@ if [ ! -e "$NPM_DIR/.complete" ]; then
 fi
 NODE_CLIENTS="$NPM_DIR/node_modules"
 say "clients: $CLIENTS_PYTHON, $NODE_CLIENTS"
+
+# The frameworks people put in front of those clients, for docs/clients.md's snippets:
+# LangChain's OpenAI and Ollama chat models, LlamaIndex's Ollama LLM (with the ollama
+# client the others use), and the Vercel AI SDK with its OpenAI-compatible and Ollama
+# providers. Their own environments, so that they never move the clients' versions.
+LANGCHAIN_OPENAI_VERSION="1.8.1"
+LANGCHAIN_OLLAMA_VERSION="1.1.0"
+LLAMA_INDEX_OLLAMA_VERSION="0.11.0"
+AI_SDK_VERSION="7.0.185"
+AI_SDK_OPENAI_COMPATIBLE_VERSION="3.0.97"
+OLLAMA_AI_PROVIDER_VERSION="4.0.1"
+FRAMEWORKS_VENV="$CACHE/frameworks-langchain-openai-$LANGCHAIN_OPENAI_VERSION-langchain-ollama-$LANGCHAIN_OLLAMA_VERSION-llama-index-ollama-$LLAMA_INDEX_OLLAMA_VERSION"
+if [ ! -e "$FRAMEWORKS_VENV/.complete" ]; then
+  say "installing langchain-openai $LANGCHAIN_OPENAI_VERSION, langchain-ollama $LANGCHAIN_OLLAMA_VERSION and llama-index-llms-ollama $LLAMA_INDEX_OLLAMA_VERSION"
+  rm -rf "$FRAMEWORKS_VENV"
+  python3 -m venv "$FRAMEWORKS_VENV" || die "could not create a Python virtual environment in $FRAMEWORKS_VENV"
+  "$FRAMEWORKS_VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q \
+      "langchain-openai==$LANGCHAIN_OPENAI_VERSION" "langchain-ollama==$LANGCHAIN_OLLAMA_VERSION" \
+      "llama-index-llms-ollama==$LLAMA_INDEX_OLLAMA_VERSION" "ollama==$OLLAMA_PY_VERSION" >&2 \
+    || { rm -rf "$FRAMEWORKS_VENV"; die "installing langchain-openai, langchain-ollama and llama-index-llms-ollama from PyPI failed (see the pip output above)"; }
+  touch "$FRAMEWORKS_VENV/.complete"
+fi
+FRAMEWORKS_PYTHON="$FRAMEWORKS_VENV/bin/python"
+FRAMEWORKS_NPM_DIR="$CACHE/npm-ai-$AI_SDK_VERSION-openai-compatible-$AI_SDK_OPENAI_COMPATIBLE_VERSION-ollama-provider-$OLLAMA_AI_PROVIDER_VERSION"
+if [ ! -e "$FRAMEWORKS_NPM_DIR/.complete" ]; then
+  say "installing the Vercel AI SDK $AI_SDK_VERSION with @ai-sdk/openai-compatible $AI_SDK_OPENAI_COMPATIBLE_VERSION and ollama-ai-provider-v2 $OLLAMA_AI_PROVIDER_VERSION"
+  rm -rf "$FRAMEWORKS_NPM_DIR"
+  mkdir -p "$FRAMEWORKS_NPM_DIR"
+  npm install --prefix "$FRAMEWORKS_NPM_DIR" --no-audit --no-fund --loglevel=error \
+      "ai@$AI_SDK_VERSION" "@ai-sdk/openai-compatible@$AI_SDK_OPENAI_COMPATIBLE_VERSION" \
+      "ollama-ai-provider-v2@$OLLAMA_AI_PROVIDER_VERSION" >&2 \
+    || { rm -rf "$FRAMEWORKS_NPM_DIR"; die "installing the Vercel AI SDK from npm failed (see the npm output above)"; }
+  touch "$FRAMEWORKS_NPM_DIR/.complete"
+fi
+NODE_FRAMEWORKS="$FRAMEWORKS_NPM_DIR/node_modules"
+say "frameworks: $FRAMEWORKS_PYTHON, $NODE_FRAMEWORKS"
 
 # --- ONNX Runtime (issue 13) -------------------------------------------------
 # ONNX Runtime's shared library from the `onnxruntime` wheel (the `ort` crate loads
@@ -549,6 +585,7 @@ say "browser: $ARCANE_CHROMIUM driven by $ARCANE_BROWSER_PYTHON"
 {
   printf 'LLAMA_SERVER=%q\nARCANE_TEST_MODEL=%q\nARCANE_CLIENTS_PYTHON=%q\nARCANE_NODE_CLIENTS=%q\n' \
     "$LLAMA_SERVER" "$MODEL" "$CLIENTS_PYTHON" "$NODE_CLIENTS"
+  printf 'ARCANE_FRAMEWORKS_PYTHON=%q\nARCANE_NODE_FRAMEWORKS=%q\n' "$FRAMEWORKS_PYTHON" "$NODE_FRAMEWORKS"
   printf 'ARCANE_ONNXRUNTIME=%q\nARCANE_ONNX_PYTHON=%q\nARCANE_SILERO_VAD=%q\nARCANE_SPEECH_WAV=%q\n' \
     "$ARCANE_ONNXRUNTIME" "$ARCANE_ONNX_PYTHON" "$ARCANE_SILERO_VAD" "$ARCANE_SPEECH_WAV"
   printf 'ARCANE_CHROMIUM=%q\nARCANE_BROWSER_PYTHON=%q\n' "$ARCANE_CHROMIUM" "$ARCANE_BROWSER_PYTHON"
