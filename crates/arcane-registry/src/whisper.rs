@@ -41,7 +41,6 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::header::FormatReader as _;
 use crate::Error;
 
 /// The first four bytes of a whisper.cpp ggml file, as a little-endian `u32`.
@@ -262,6 +261,16 @@ pub fn looks_like_whisper(path: &Path) -> bool {
 /// message and details) when it is not a usable model, [`Error::ModelInvalid`] when it is
 /// not a regular file, and [`Error::Io`] when it cannot be read.
 pub fn read_whisper(path: &Path) -> Result<WhisperInfo, Error> {
+    read_file(path, &Ggml, |reader| reader.model())
+}
+
+/// Opens the file at `path` (a regular file, or [`Error::ModelInvalid`]) and reads it
+/// with `read`; a refusal is [`Error::FormatInvalid`] in `format`'s words.
+fn read_file<T>(
+    path: &Path,
+    format: &dyn crate::header::FormatReader,
+    read: impl FnOnce(&mut Reader<File>) -> Step<T>,
+) -> Result<T, Error> {
     let file = arcane_files::open_regular(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::InvalidInput {
             Error::ModelInvalid {
@@ -277,12 +286,17 @@ pub fn read_whisper(path: &Path) -> Result<WhisperInfo, Error> {
         .metadata()
         .map_err(|e| Error::io("inspect", path, e))?
         .len();
-    read_whisper_from(file, size)
+    let mut reader = Reader {
+        inner: BufReader::with_capacity(1 << 16, file),
+        position: 0,
+        size,
+    };
+    read(&mut reader)
         .map_err(|e| Error::io("read", path, e))?
         .map_err(|error| Error::FormatInvalid {
             path: path.to_path_buf(),
-            label: Ggml.format().label,
-            format: Ggml.key(),
+            label: format.format().label,
+            format: format.key(),
             reason: error.to_string(),
             details: error.details(),
         })
@@ -398,36 +412,7 @@ pub fn looks_like_vad(path: &Path) -> bool {
 /// Reads and checks the whisper.cpp voice-activity model at `path`, as [`read_whisper`]
 /// reads a Whisper model.
 pub fn read_vad(path: &Path) -> Result<VadInfo, Error> {
-    let file = arcane_files::open_regular(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::InvalidInput {
-            Error::ModelInvalid {
-                path: path.to_path_buf(),
-                reason: format!("it {e}"),
-                found: None,
-            }
-        } else {
-            Error::io("open", path, e)
-        }
-    })?;
-    let size = file
-        .metadata()
-        .map_err(|e| Error::io("inspect", path, e))?
-        .len();
-    let mut reader = Reader {
-        inner: BufReader::with_capacity(1 << 16, file),
-        position: 0,
-        size,
-    };
-    reader
-        .vad()
-        .map_err(|e| Error::io("read", path, e))?
-        .map_err(|error| Error::FormatInvalid {
-            path: path.to_path_buf(),
-            label: Vad.format().label,
-            format: Vad.key(),
-            reason: error.to_string(),
-            details: error.details(),
-        })
+    read_file(path, &Vad, |reader| reader.vad())
 }
 
 /// The reader of whisper.cpp's voice-activity models in the registry's table
@@ -478,10 +463,8 @@ impl crate::header::FormatReader for Vad {
 /// Reads and checks a whisper.cpp ggml model from `file` of `size` bytes (see the
 /// module documentation for the bounds). I/O errors are returned as the outer `Err`;
 /// a file that is not a usable model as the inner one.
-pub fn read_whisper_from(
-    file: File,
-    size: u64,
-) -> std::io::Result<Result<WhisperInfo, WhisperError>> {
+#[cfg(test)]
+fn read_whisper_from(file: File, size: u64) -> std::io::Result<Result<WhisperInfo, WhisperError>> {
     let mut reader = Reader {
         inner: BufReader::with_capacity(1 << 16, file),
         position: 0,

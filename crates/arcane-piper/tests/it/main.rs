@@ -5,7 +5,6 @@
 // Tests read the provisioned paths from the environment and print the real-time factor.
 #![allow(clippy::disallowed_methods, clippy::print_stderr)]
 
-mod audio;
 mod errors;
 mod speech;
 

@@ -669,28 +669,7 @@ fn a_speech_model_on_a_gpu_target_is_refused_naming_the_device() {
     let ws = speech_workspace();
     let gpu = "GPU-00000000-1111-2222-3333-444444444444";
     let toml = format!("[[model]]\nid = \"whisper-1\"\nmodel = \"tiny-en\"\ndevice = \"{gpu}\"\n");
-    std::fs::write(ws.path().join("arcane.toml"), toml).unwrap();
-    let mut child = ws
-        .arcane()
-        .args(["--output", "json", "serve"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status =
-        crate::support::wait_for_exit(&mut child, Duration::from_secs(60), "serve to refuse");
-    let mut stdout = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut stdout)
-        .unwrap();
-    assert!(!status.success());
-    let error = serde_json::from_str::<Value>(&stdout)
-        .ok()
-        .and_then(|v| v.get("error").cloned())
-        .unwrap_or_else(|| panic!("no error in {stdout}"));
+    let error = serve_refusal(&ws, &toml);
     assert_eq!(
         error["code"], "LOCAL_AI_EXECUTION_TARGET_UNSUPPORTED",
         "{error}"
