@@ -328,16 +328,20 @@ fn the_openai_client_transcribes_and_speaks_beside_chat_and_a_killed_host_leaves
     drop(serve);
 }
 
-/// The clip `times` times over, as one 16 kHz mono 16-bit WAV.
-fn long_clip(times: usize) -> Vec<u8> {
+/// The samples of `jfk.wav` (16 kHz mono 16-bit), as the bytes of its data chunk.
+fn jfk_samples() -> Vec<u8> {
     let wav = std::fs::read(provisioned("ARCANE_SPEECH_WAV")).unwrap();
     let at = wav
         .windows(4)
         .position(|w| w == b"data")
         .expect("a data chunk");
     let size = u32::from_le_bytes(wav[at + 4..at + 8].try_into().unwrap()) as usize;
-    let samples = &wav[at + 8..(at + 8 + size).min(wav.len())];
-    crate::uploads::wav(1, 16_000, 1, 16, &samples.repeat(times))
+    wav[at + 8..(at + 8 + size).min(wav.len())].to_vec()
+}
+
+/// The clip `times` times over, as one 16 kHz mono 16-bit WAV.
+fn long_clip(times: usize) -> Vec<u8> {
+    crate::uploads::wav(1, 16_000, 1, 16, &jfk_samples().repeat(times))
 }
 
 /// The lines `arcane logs whisper-1` has kept.
@@ -549,14 +553,8 @@ fn a_client_that_leaves_a_streamed_speech_stops_it_and_the_voice_speaks_the_next
 
 /// `jfk.wav` after `seconds` of silence, as one 16 kHz mono 16-bit WAV.
 pub(crate) fn after_silence(seconds: usize) -> Vec<u8> {
-    let wav = std::fs::read(provisioned("ARCANE_SPEECH_WAV")).unwrap();
-    let at = wav
-        .windows(4)
-        .position(|w| w == b"data")
-        .expect("a data chunk");
-    let size = u32::from_le_bytes(wav[at + 4..at + 8].try_into().unwrap()) as usize;
     let mut samples = vec![0u8; seconds * 16_000 * 2];
-    samples.extend_from_slice(&wav[at + 8..(at + 8 + size).min(wav.len())]);
+    samples.extend_from_slice(&jfk_samples());
     crate::uploads::wav(1, 16_000, 1, 16, &samples)
 }
 
