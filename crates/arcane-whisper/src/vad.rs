@@ -18,11 +18,12 @@ use crate::transcribe::TranscribeError;
 /// Silence put between two kept pieces of speech, in seconds (whisper.cpp's).
 const GAP_SECONDS: f64 = 0.1;
 
-/// A voice-activity model, loaded at each use (it is 0.9 MB; a context is not shared
-/// between threads).
+/// A voice-activity model: its path, and the contexts loaded from it that no run is
+/// using (a context serves one run at a time; the pool grows to the runs at once).
 #[derive(Debug)]
 pub(crate) struct Vad {
     path: CString,
+    idle: std::sync::Mutex<Vec<Context>>,
 }
 
 /// One piece of speech kept: where it starts in the kept audio and in the original,
@@ -54,7 +55,12 @@ impl Speech {
 }
 
 /// Owns a whisper.cpp VAD context.
+#[derive(Debug)]
 struct Context(*mut whisper_rs_sys::whisper_vad_context);
+
+// SAFETY: a context is used by one thread at a time (taken out of the pool for one
+// run, then put back), and whisper.cpp keeps no thread-local state in it.
+unsafe impl Send for Context {}
 
 impl Drop for Context {
     fn drop(&mut self) {
@@ -91,7 +97,37 @@ impl Vad {
         if !path.is_file() {
             return Err(invalid("the voice-activity model is not a file"));
         }
-        Ok(Vad { path: path_c })
+        Ok(Vad {
+            path: path_c,
+            idle: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    /// An idle context, or a new one loaded from the model.
+    fn context(&self, threads: i32) -> Result<Context, TranscribeError> {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop();
+        if let Some(context) = idle {
+            return Ok(context);
+        }
+        // SAFETY: a plain function returning a struct by value.
+        let mut params = unsafe { whisper_rs_sys::whisper_vad_default_context_params() };
+        params.n_threads = threads;
+        params.use_gpu = false;
+        // SAFETY: `path` is a NUL-terminated string that outlives the call, which
+        // copies what it needs; a null result is checked.
+        let context = unsafe {
+            whisper_rs_sys::whisper_vad_init_from_file_with_params(self.path.as_ptr(), params)
+        };
+        if context.is_null() {
+            return Err(TranscribeError::Failed(
+                "voice activity: whisper.cpp could not load the voice-activity model".into(),
+            ));
+        }
+        Ok(Context(context))
     }
 
     /// The speech in `samples` (16 kHz mono), found with whisper.cpp's default VAD
@@ -99,29 +135,9 @@ impl Vad {
     pub fn speech(&self, samples: &[f32], threads: i32) -> Result<Speech, TranscribeError> {
         let failed = |what: &str| TranscribeError::Failed(format!("voice activity: {what}"));
         let length = i32::try_from(samples.len()).map_err(|_| failed("the audio is too long"))?;
-        // SAFETY: plain functions returning structs by value.
-        let (mut context_params, params) = unsafe {
-            (
-                whisper_rs_sys::whisper_vad_default_context_params(),
-                whisper_rs_sys::whisper_vad_default_params(),
-            )
-        };
-        context_params.n_threads = threads;
-        context_params.use_gpu = false;
-        // SAFETY: `path` is a NUL-terminated string that outlives the call, which
-        // copies what it needs; a null result is checked.
-        let context = unsafe {
-            whisper_rs_sys::whisper_vad_init_from_file_with_params(
-                self.path.as_ptr(),
-                context_params,
-            )
-        };
-        if context.is_null() {
-            return Err(failed(
-                "whisper.cpp could not load the voice-activity model",
-            ));
-        }
-        let context = Context(context);
+        // SAFETY: a plain function returning a struct by value.
+        let params = unsafe { whisper_rs_sys::whisper_vad_default_params() };
+        let context = self.context(threads)?;
         // SAFETY: the context is live; `samples` holds `length` floats and outlives the
         // call; a null result is checked.
         let segments = unsafe {
@@ -132,6 +148,11 @@ impl Vad {
                 length,
             )
         };
+        // The context is reset at each use: it goes back to the pool.
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(context);
         if segments.is_null() {
             return Err(failed("whisper.cpp could not find the speech"));
         }
