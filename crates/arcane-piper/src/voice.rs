@@ -56,11 +56,6 @@ pub struct Script {
 }
 
 impl Script {
-    /// How many sentences will be spoken (each one a piece of a streamed answer).
-    pub fn sentences(&self) -> usize {
-        self.runs.len()
-    }
-
     /// How many phonemes the text made.
     pub fn phonemes(&self) -> usize {
         self.phonemes

@@ -22,16 +22,18 @@ pub enum ResponseFormat {
 }
 
 impl ResponseFormat {
+    /// Every format.
+    pub const ALL: [ResponseFormat; 5] = [
+        ResponseFormat::Json,
+        ResponseFormat::Text,
+        ResponseFormat::Srt,
+        ResponseFormat::VerboseJson,
+        ResponseFormat::Vtt,
+    ];
+
     /// Parses OpenAI's name; `None` for another.
     pub fn parse(name: &str) -> Option<ResponseFormat> {
-        Some(match name {
-            "json" => ResponseFormat::Json,
-            "text" => ResponseFormat::Text,
-            "srt" => ResponseFormat::Srt,
-            "verbose_json" => ResponseFormat::VerboseJson,
-            "vtt" => ResponseFormat::Vtt,
-            _ => return None,
-        })
+        Self::ALL.into_iter().find(|format| format.name() == name)
     }
 
     /// OpenAI's name of it.

@@ -182,11 +182,6 @@ impl Model {
         Ok(self)
     }
 
-    /// Whether silence is skipped by a voice-activity model ([`Model::with_vad`]).
-    pub fn has_vad(&self) -> bool {
-        self.vad.is_some()
-    }
-
     /// Whether the model can only transcribe English (`.en` models).
     pub fn english_only(&self) -> bool {
         !self.context.is_multilingual()

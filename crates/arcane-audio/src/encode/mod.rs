@@ -103,11 +103,6 @@ impl Encoder {
         })
     }
 
-    /// The format it encodes.
-    pub fn format(&self) -> AudioFormat {
-        self.format
-    }
-
     /// Encodes `samples`; the bytes ready now (streamed: playable as they come; whole:
     /// possibly nothing until [`Encoder::finish`]).
     pub fn push(&mut self, samples: &[f32]) -> Result<Vec<u8>, EncodeError> {
