@@ -361,18 +361,26 @@ pub(crate) fn engine_lines(ws: &TestWorkspace, model: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn a_client_that_goes_away_cancels_its_transcription_and_the_worker_serves_the_next() {
-    let ws = speech_workspace();
-    let mut serve = start(&ws);
-    let (port, token) = host_endpoint(&ws);
-    let clip = long_clip(12);
+/// `POST /v1/audio/transcriptions` of `clip` to `whisper-1` with `fields`, sent whole
+/// on a raw connection that is left open for the caller to read or drop.
+fn send_transcription(
+    port: u16,
+    token: &str,
+    clip: &[u8],
+    fields: &[(&str, &str)],
+) -> std::net::TcpStream {
     let boundary = "arcane-test-boundary";
-    let mut body = format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"long.wav\"\r\nContent-Type: audio/wav\r\n\r\n"
-    )
-    .into_bytes();
-    body.extend_from_slice(&clip);
+    let mut body = String::new();
+    for (name, value) in [("model", "whisper-1")].iter().chain(fields) {
+        body.push_str(&format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+        ));
+    }
+    body.push_str(&format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"long.wav\"\r\nContent-Type: audio/wav\r\n\r\n"
+    ));
+    let mut body = body.into_bytes();
+    body.extend_from_slice(clip);
     body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(
@@ -386,6 +394,55 @@ fn a_client_that_goes_away_cancels_its_transcription_and_the_worker_serves_the_n
         let _ = stream.read_to_string(&mut answer);
         panic!("the upload was cut short ({error}): {answer}");
     }
+    stream
+}
+
+#[test]
+fn a_streamed_transcription_sends_text_before_its_end_and_stops_when_its_client_leaves() {
+    let ws = speech_workspace();
+    let mut serve = start(&ws);
+    let (port, token) = host_endpoint(&ws);
+    // 132 s of audio: five of whisper.cpp's 30-second windows, many seconds of work.
+    let mut stream = send_transcription(port, &token, &long_clip(12), &[("stream", "true")]);
+    let mut seen = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("transcript.text.delta") {
+        let read = stream.read(&mut buffer).unwrap();
+        assert!(
+            read > 0,
+            "the stream ended before any text: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buffer[..read]);
+    }
+    let head = String::from_utf8_lossy(&seen).to_string();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("text/event-stream"), "{head}");
+    // The client leaves after the first text: the rest is never decoded.
+    drop(stream);
+    wait_until(
+        Duration::from_secs(60),
+        "the transcription to be cancelled",
+        || {
+            worker_lines(&ws)
+                .iter()
+                .any(|l| l.starts_with("ARCANE_CANCELLED"))
+        },
+    );
+    let lines = worker_lines(&ws);
+    assert!(
+        !lines.iter().any(|l| l.starts_with("transcribed 132.0 s")),
+        "the transcription ran to its end before its first text was sent: {lines:?}"
+    );
+    serve.terminate();
+}
+
+#[test]
+fn a_client_that_goes_away_cancels_its_transcription_and_the_worker_serves_the_next() {
+    let ws = speech_workspace();
+    let mut serve = start(&ws);
+    let (port, token) = host_endpoint(&ws);
+    let stream = send_transcription(port, &token, &long_clip(12), &[]);
     wait_until(START, "the worker to start transcribing", || {
         worker_lines(&ws)
             .iter()
@@ -619,6 +676,7 @@ fn a_voice_activity_model_is_registered_as_one_and_skips_leading_silence() {
         ("[[model]]\nid = \"vad\"\nmodel = \"silero\"\n", "silero"),
         ("[[model]]\nid = \"whisper-1\"\nmodel = \"tiny-en\"\nvad = \"tiny-en\"\n", "voice-activity"),
         ("[[model]]\nid = \"smol\"\nmodel = \"smollm2-135m\"\nvad = \"silero\"\n", "takes no vad"),
+        ("[[model]]\nid = \"remote\"\nurl = \"http://127.0.0.1:9\"\nvad = \"silero\"\n", "external `url`"),
         ("[[model]]\nid = \"whisper-1\"\nmodel = \"tiny-en\"\nargs = [\"--vad-model\", \"/tmp/x\"]\n", "vad = "),
     ] {
         let error = serve_refusal(&ws, toml);
