@@ -50,6 +50,34 @@ MODE="${1:-all}"
 say() { printf '\033[1marcane-provision:\033[0m %s\n' "$*" >&2; }
 die() { printf 'arcane-provision: error: %s\n' "$*" >&2; exit 1; }
 
+# `python_env VENV WHAT PACKAGE…`: the packages in the Python virtual environment VENV,
+# installed once (`.complete` marks a whole one; a failed install leaves nothing).
+python_env() {
+  local venv="$1" what="$2"
+  shift 2
+  [ -e "$venv/.complete" ] && return 0
+  say "installing $what"
+  rm -rf "$venv"
+  python3 -m venv "$venv" || die "could not create a Python virtual environment in $venv"
+  "$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q "$@" >&2 \
+    || { rm -rf "$venv"; die "installing $what from PyPI failed (see the pip output above)"; }
+  touch "$venv/.complete"
+}
+
+# `npm_env DIR WHAT PACKAGE…`: the packages under DIR/node_modules, installed once, as
+# `python_env` does.
+npm_env() {
+  local dir="$1" what="$2"
+  shift 2
+  [ -e "$dir/.complete" ] && return 0
+  say "installing $what"
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "$@" >&2 \
+    || { rm -rf "$dir"; die "installing $what from npm failed (see the npm output above)"; }
+  touch "$dir/.complete"
+}
+
 case "$MODE" in
   main | all) ;;
   *) die "unknown mode \`$MODE\`: \`main\` (llama-server and SmolLM2, for scripts/run.sh) or \`all\` (also the tests' parts, the default)" ;;
@@ -171,27 +199,13 @@ OLLAMA_PY_VERSION="0.6.3"
 LITELLM_VERSION="1.110.2" # needs openai 3.x; 1.106 pins openai 2.x
 OLLAMA_NPM_VERSION="0.6.4"
 CLIENTS_VENV="$CACHE/clients-openai-$OPENAI_PY_VERSION-anthropic-$ANTHROPIC_VERSION-ollama-$OLLAMA_PY_VERSION-litellm-$LITELLM_VERSION"
-if [ ! -e "$CLIENTS_VENV/.complete" ]; then
-  say "installing the openai $OPENAI_PY_VERSION, anthropic $ANTHROPIC_VERSION, ollama $OLLAMA_PY_VERSION and litellm $LITELLM_VERSION Python clients"
-  rm -rf "$CLIENTS_VENV"
-  python3 -m venv "$CLIENTS_VENV" || die "could not create a Python virtual environment in $CLIENTS_VENV"
-  "$CLIENTS_VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q \
-      "openai==$OPENAI_PY_VERSION" "anthropic==$ANTHROPIC_VERSION" \
-      "ollama==$OLLAMA_PY_VERSION" "litellm==$LITELLM_VERSION" >&2 \
-    || { rm -rf "$CLIENTS_VENV"; die "installing openai, anthropic, ollama and litellm from PyPI failed (see the pip output above)"; }
-  touch "$CLIENTS_VENV/.complete"
-fi
+python_env "$CLIENTS_VENV" \
+  "the openai $OPENAI_PY_VERSION, anthropic $ANTHROPIC_VERSION, ollama $OLLAMA_PY_VERSION and litellm $LITELLM_VERSION Python clients" \
+  "openai==$OPENAI_PY_VERSION" "anthropic==$ANTHROPIC_VERSION" "ollama==$OLLAMA_PY_VERSION" "litellm==$LITELLM_VERSION"
 CLIENTS_PYTHON="$CLIENTS_VENV/bin/python"
 NPM_DIR="$CACHE/npm-openai-$OPENAI_NPM_VERSION-ollama-$OLLAMA_NPM_VERSION"
-if [ ! -e "$NPM_DIR/.complete" ]; then
-  say "installing the openai $OPENAI_NPM_VERSION and ollama $OLLAMA_NPM_VERSION npm clients"
-  rm -rf "$NPM_DIR"
-  mkdir -p "$NPM_DIR"
-  npm install --prefix "$NPM_DIR" --no-audit --no-fund --loglevel=error \
-      "openai@$OPENAI_NPM_VERSION" "ollama@$OLLAMA_NPM_VERSION" >&2 \
-    || { rm -rf "$NPM_DIR"; die "installing openai and ollama from npm failed (see the npm output above)"; }
-  touch "$NPM_DIR/.complete"
-fi
+npm_env "$NPM_DIR" "the openai $OPENAI_NPM_VERSION and ollama $OLLAMA_NPM_VERSION npm clients" \
+  "openai@$OPENAI_NPM_VERSION" "ollama@$OLLAMA_NPM_VERSION"
 NODE_CLIENTS="$NPM_DIR/node_modules"
 say "clients: $CLIENTS_PYTHON, $NODE_CLIENTS"
 
@@ -206,28 +220,16 @@ AI_SDK_VERSION="7.0.185"
 AI_SDK_OPENAI_COMPATIBLE_VERSION="3.0.97"
 OLLAMA_AI_PROVIDER_VERSION="4.0.1"
 FRAMEWORKS_VENV="$CACHE/frameworks-langchain-openai-$LANGCHAIN_OPENAI_VERSION-langchain-ollama-$LANGCHAIN_OLLAMA_VERSION-llama-index-ollama-$LLAMA_INDEX_OLLAMA_VERSION"
-if [ ! -e "$FRAMEWORKS_VENV/.complete" ]; then
-  say "installing langchain-openai $LANGCHAIN_OPENAI_VERSION, langchain-ollama $LANGCHAIN_OLLAMA_VERSION and llama-index-llms-ollama $LLAMA_INDEX_OLLAMA_VERSION"
-  rm -rf "$FRAMEWORKS_VENV"
-  python3 -m venv "$FRAMEWORKS_VENV" || die "could not create a Python virtual environment in $FRAMEWORKS_VENV"
-  "$FRAMEWORKS_VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q \
-      "langchain-openai==$LANGCHAIN_OPENAI_VERSION" "langchain-ollama==$LANGCHAIN_OLLAMA_VERSION" \
-      "llama-index-llms-ollama==$LLAMA_INDEX_OLLAMA_VERSION" "ollama==$OLLAMA_PY_VERSION" >&2 \
-    || { rm -rf "$FRAMEWORKS_VENV"; die "installing langchain-openai, langchain-ollama and llama-index-llms-ollama from PyPI failed (see the pip output above)"; }
-  touch "$FRAMEWORKS_VENV/.complete"
-fi
+python_env "$FRAMEWORKS_VENV" \
+  "langchain-openai $LANGCHAIN_OPENAI_VERSION, langchain-ollama $LANGCHAIN_OLLAMA_VERSION and llama-index-llms-ollama $LLAMA_INDEX_OLLAMA_VERSION" \
+  "langchain-openai==$LANGCHAIN_OPENAI_VERSION" "langchain-ollama==$LANGCHAIN_OLLAMA_VERSION" \
+  "llama-index-llms-ollama==$LLAMA_INDEX_OLLAMA_VERSION" "ollama==$OLLAMA_PY_VERSION"
 FRAMEWORKS_PYTHON="$FRAMEWORKS_VENV/bin/python"
 FRAMEWORKS_NPM_DIR="$CACHE/npm-ai-$AI_SDK_VERSION-openai-compatible-$AI_SDK_OPENAI_COMPATIBLE_VERSION-ollama-provider-$OLLAMA_AI_PROVIDER_VERSION"
-if [ ! -e "$FRAMEWORKS_NPM_DIR/.complete" ]; then
-  say "installing the Vercel AI SDK $AI_SDK_VERSION with @ai-sdk/openai-compatible $AI_SDK_OPENAI_COMPATIBLE_VERSION and ollama-ai-provider-v2 $OLLAMA_AI_PROVIDER_VERSION"
-  rm -rf "$FRAMEWORKS_NPM_DIR"
-  mkdir -p "$FRAMEWORKS_NPM_DIR"
-  npm install --prefix "$FRAMEWORKS_NPM_DIR" --no-audit --no-fund --loglevel=error \
-      "ai@$AI_SDK_VERSION" "@ai-sdk/openai-compatible@$AI_SDK_OPENAI_COMPATIBLE_VERSION" \
-      "ollama-ai-provider-v2@$OLLAMA_AI_PROVIDER_VERSION" >&2 \
-    || { rm -rf "$FRAMEWORKS_NPM_DIR"; die "installing the Vercel AI SDK from npm failed (see the npm output above)"; }
-  touch "$FRAMEWORKS_NPM_DIR/.complete"
-fi
+npm_env "$FRAMEWORKS_NPM_DIR" \
+  "the Vercel AI SDK $AI_SDK_VERSION with @ai-sdk/openai-compatible $AI_SDK_OPENAI_COMPATIBLE_VERSION and ollama-ai-provider-v2 $OLLAMA_AI_PROVIDER_VERSION" \
+  "ai@$AI_SDK_VERSION" "@ai-sdk/openai-compatible@$AI_SDK_OPENAI_COMPATIBLE_VERSION" \
+  "ollama-ai-provider-v2@$OLLAMA_AI_PROVIDER_VERSION"
 NODE_FRAMEWORKS="$FRAMEWORKS_NPM_DIR/node_modules"
 say "frameworks: $FRAMEWORKS_PYTHON, $NODE_FRAMEWORKS"
 
@@ -468,15 +470,9 @@ SOUNDFILE_VENV="$CACHE/soundfile-$SOUNDFILE_VERSION"
 SPEECH_DIR="$(dirname "$ARCANE_SPEECH_WAV")"
 # The tests also decode the voices' MP3 and Ogg Opus answers with it (libsndfile's own
 # decoders, not Arcane's): ARCANE_SOUNDFILE_PYTHON.
-if [ ! -e "$SOUNDFILE_VENV/.complete" ]; then
-  say "installing soundfile $SOUNDFILE_VERSION (libsndfile) to encode the speech clip as FLAC, MP3 and Ogg/Vorbis"
-  rm -rf "$SOUNDFILE_VENV"
-  python3 -m venv "$SOUNDFILE_VENV" || die "could not create a Python virtual environment in $SOUNDFILE_VENV"
-  "$SOUNDFILE_VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q \
-      "soundfile==$SOUNDFILE_VERSION" >&2 \
-    || { rm -rf "$SOUNDFILE_VENV"; die "installing soundfile from PyPI failed (see the pip output above)"; }
-  touch "$SOUNDFILE_VENV/.complete"
-fi
+python_env "$SOUNDFILE_VENV" \
+  "soundfile $SOUNDFILE_VERSION (libsndfile) to encode the speech clip as FLAC, MP3 and Ogg/Vorbis" \
+  "soundfile==$SOUNDFILE_VERSION"
 ARCANE_SOUNDFILE_PYTHON="$SOUNDFILE_VENV/bin/python"
 if [ ! -s "$SPEECH_DIR/jfk.mp3" ] || [ ! -s "$SPEECH_DIR/jfk.flac" ] || [ ! -s "$SPEECH_DIR/jfk.ogg" ]; then
   "$SOUNDFILE_VENV/bin/python" - "$ARCANE_SPEECH_WAV" "$SPEECH_DIR" <<'PY' >&2 || die "encoding jfk.wav as FLAC, MP3 and Ogg/Vorbis failed"
@@ -570,15 +566,8 @@ PLAYWRIGHT_VERSION="1.65.2"
 command -v chromium >/dev/null || debian_install "for the browser tests" chromium
 ARCANE_CHROMIUM="$(command -v chromium)"
 BROWSER_VENV="$CACHE/browser-playwright-$PLAYWRIGHT_VERSION"
-if [ ! -e "$BROWSER_VENV/.complete" ]; then
-  say "installing playwright $PLAYWRIGHT_VERSION (Python) to drive Chromium"
-  rm -rf "$BROWSER_VENV"
-  python3 -m venv "$BROWSER_VENV" || die "could not create a Python virtual environment in $BROWSER_VENV"
-  "$BROWSER_VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q \
-      "playwright==$PLAYWRIGHT_VERSION" >&2 \
-    || die "installing playwright from PyPI failed (see the pip output above)"
-  touch "$BROWSER_VENV/.complete"
-fi
+python_env "$BROWSER_VENV" "playwright $PLAYWRIGHT_VERSION (Python) to drive Chromium" \
+  "playwright==$PLAYWRIGHT_VERSION"
 ARCANE_BROWSER_PYTHON="$BROWSER_VENV/bin/python"
 say "browser: $ARCANE_CHROMIUM driven by $ARCANE_BROWSER_PYTHON"
 
