@@ -122,7 +122,7 @@ pub fn worker(args: &WorkerArgs) -> u8 {
 struct Run {
     model: Arc<Model>,
     audio: arcane_whisper::Audio,
-    upload: arcane_whisper::Upload,
+    options: arcane_whisper::Options,
     _turn: OwnedSemaphorePermit,
 }
 
@@ -157,35 +157,41 @@ async fn answer(
         .map_err(|_| ApiError::failed("the worker is closing"))?;
     // The audio is decoded before any answer, so a bad file is a 400 even streamed.
     let cancel = request.cancel.flag();
-    let (audio, upload) = tokio::task::spawn_blocking(move || {
+    let (format, stream) = (upload.format, upload.stream);
+    // The uploaded file goes once it is decoded: only the 16 kHz samples are kept.
+    let (audio, options) = tokio::task::spawn_blocking(move || {
         let audio = decode(&upload, &cancel)?;
-        Ok::<_, ApiError>((audio, upload))
+        Ok::<_, ApiError>((audio, upload.options))
     })
     .await
     .map_err(|e| ApiError::failed(e.to_string()))??;
     let run = Run {
         model,
         audio,
-        upload,
+        options,
         _turn: turn,
     };
-    if run.upload.stream {
-        return Ok(stream(run));
+    if stream {
+        return Ok(stream_text(run));
     }
-    whole(run, request.cancel.flag(), task).await
+    whole(run, request.cancel.flag(), task, format).await
 }
 
 /// Transcribes, then answers with the transcript rendered.
 #[allow(clippy::print_stderr)]
-async fn whole(run: Run, cancel: Arc<AtomicBool>, task: Task) -> Result<WorkerResponse, ApiError> {
-    let format = run.upload.format;
+async fn whole(
+    run: Run,
+    cancel: Arc<AtomicBool>,
+    task: Task,
+    format: arcane_whisper::format::ResponseFormat,
+) -> Result<WorkerResponse, ApiError> {
     // The run holds its turn and logs its own outcome: the request's future is gone
     // when the client is, the run ends a moment later.
     let transcript = tokio::task::spawn_blocking(move || {
         let started = Instant::now();
         let outcome = run
             .model
-            .transcribe(&run.audio.samples, &run.upload.options, cancel)
+            .transcribe(&run.audio.samples, &run.options, cancel)
             .map_err(|e| transcribe_error(&e));
         log(&run.audio, started, &outcome);
         outcome
@@ -203,7 +209,7 @@ async fn whole(run: Run, cancel: Arc<AtomicBool>, task: Task) -> Result<WorkerRe
 /// Answers at once with OpenAI's events: a `transcript.text.delta` per segment as it
 /// is decoded (the deltas joined are the final text), then `transcript.text.done` with
 /// the text and the audio's duration as `usage`, or an `error` event.
-fn stream(run: Run) -> WorkerResponse {
+fn stream_text(run: Run) -> WorkerResponse {
     let (sender, response) = event_stream(16);
     let cancel = Arc::new(AtomicBool::new(false));
     // A client that goes away drops the body: the channel closes, the run stops.
@@ -232,7 +238,7 @@ fn stream(run: Run) -> WorkerResponse {
         };
         let outcome = run
             .model
-            .transcribe_streamed(&run.audio.samples, &run.upload.options, cancel, &mut each)
+            .transcribe_streamed(&run.audio.samples, &run.options, cancel, &mut each)
             .map_err(|e| transcribe_error(&e));
         log(&run.audio, started, &outcome);
         let end = match outcome {
