@@ -61,6 +61,7 @@ pub mod endpoint;
 mod error;
 pub mod framing;
 pub mod host;
+pub mod keys;
 pub mod localai;
 pub mod logs;
 pub mod protocol;

@@ -46,6 +46,13 @@ pub struct RouteRequest {
     pub path: Option<String>,
     /// `keep_alive` from the body, as given (seconds or a duration string).
     pub keep_alive: Option<Value>,
+    /// Who asks ([`crate::keys::Principal`]: the workspace token's admin, or an
+    /// application key): the models it may use, its place in a model's queue.
+    pub caller: crate::keys::Principal,
+    /// How long the client will wait for the answer to begin (`X-Stainless-Timeout`,
+    /// `X-Arcane-Deadline`): a request whose expected wait in the model's queue is
+    /// longer is refused at once (`None`: no deadline).
+    pub deadline: Option<std::time::Duration>,
 }
 
 /// What the front door knows of one served model, for the APIs that describe models

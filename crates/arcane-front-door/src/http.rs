@@ -70,6 +70,7 @@ use crate::router::{self, Handler, Lookup};
 use arcane_core::dispatch::{self, Client, Dispatch, FrameSink, Session};
 use arcane_core::endpoint::constant_time_eq;
 use arcane_core::host::Host;
+use arcane_core::keys::Principal;
 use arcane_core::protocol::{
     parse_incoming, Incoming as Frame_, Response as RpcResponse, PROTOCOL,
 };
@@ -106,6 +107,9 @@ pub struct HttpOptions {
     /// The application's packaged web, served at `/ui/app/` with the dashboard's
     /// session (none: those paths are a 404).
     pub web: Option<Arc<crate::web::WebRoot>>,
+    /// The application keys ([`arcane_core::keys`]) admitted beside the token (none:
+    /// only the token is).
+    pub keys: Option<Arc<arcane_core::keys::KeyBook>>,
     /// The dashboard's clock: its login codes and sessions expire by it
     /// ([`crate::ui::session`]); tests inject one to expire a code without sleeping.
     pub ui_clock: crate::ui::Clock,
@@ -124,6 +128,7 @@ impl HttpOptions {
             allowed_origins: crate::origins::AllowedOrigins::default(),
             logs: None,
             web: None,
+            keys: None,
             ui_clock: crate::ui::system_clock(),
         }
     }
@@ -250,7 +255,7 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
         sessions: crate::ui::Sessions::new(clock),
     });
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let rotations = watch_rotations(Arc::clone(&shared));
+    let (rotations, keys_in_force) = watch_credentials(Arc::clone(&shared));
     let limits = shared.options.limits;
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let unauthenticated = crate::limits::Unauthenticated::default();
@@ -303,6 +308,8 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
         let connection = graceful.watch(connection);
         let mut rotated = rotations.clone();
         rotated.borrow_and_update();
+        let mut keys_changed = keys_in_force.clone();
+        keys_changed.borrow_and_update();
         tokio::spawn(async move {
             let _slot = slot;
             tokio::pin!(connection);
@@ -322,6 +329,13 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
                     () = activity.idle_for(idle) => break,
                     // (No token file: the watch's sender is gone and this never fires.)
                     Ok(()) = rotated.changed() => break,
+                    // A revoked key's connections end, whatever they carry.
+                    Ok(()) = keys_changed.changed() => {
+                        let in_force = Arc::clone(&keys_changed.borrow_and_update());
+                        if activity.holds_revoked_key(&in_force) {
+                            break;
+                        }
+                    }
                     () = activity.changed(), if !authenticated => {
                         if activity.is_evicted() {
                             break;
@@ -340,30 +354,73 @@ pub async fn serve(host: Host, listener: TcpListener, options: HttpOptions) -> R
 /// How often the token file is looked at for a rotation (`arcane token rotate`).
 const ROTATION_POLL: Duration = Duration::from_millis(250);
 
-/// Watches the token file (when there is one) until the host closes: each change of
-/// the token in force is a new generation, and every connection opened before it is
-/// closed (its streams and keep-alive requests were admitted with the old token).
-fn watch_rotations(shared: Arc<Shared>) -> tokio::sync::watch::Receiver<u64> {
+/// The names of the application keys in force, as the watcher last saw them.
+type KeysInForce = Arc<std::collections::HashSet<Arc<str>>>;
+
+/// Watches the token file and the keys file (when there are) until the host closes.
+///
+/// Each change of the token in force is a new generation, and every connection opened
+/// before it is closed (its streams and keep-alive requests were admitted with the old
+/// token). Each change of the keys in force is sent too: a connection that presented
+/// a key no longer in force (`arcane token revoke`) is closed, its streams with it.
+/// The same poll writes down when keys were last used.
+fn watch_credentials(
+    shared: Arc<Shared>,
+) -> (
+    tokio::sync::watch::Receiver<u64>,
+    tokio::sync::watch::Receiver<KeysInForce>,
+) {
     let (generation, rotations) = tokio::sync::watch::channel(0u64);
-    if shared.options.token_file.is_none() {
-        return rotations;
+    let keys_now = || -> KeysInForce {
+        Arc::new(
+            shared
+                .options
+                .keys
+                .as_ref()
+                .map(|book| {
+                    book.refresh();
+                    book.names()
+                })
+                .unwrap_or_default(),
+        )
+    };
+    let (in_force, keys) = tokio::sync::watch::channel(keys_now());
+    if shared.options.token_file.is_none() && shared.options.keys.is_none() {
+        return (rotations, keys);
     }
+    let watched = Arc::clone(&shared);
     tokio::spawn(async move {
+        let shared = watched;
         let mut token = shared.current_token();
         let mut ticks = tokio::time::interval(ROTATION_POLL);
         loop {
             tokio::select! {
                 _ = ticks.tick() => {}
-                _ = shared.host.closed() => return,
+                _ = shared.host.closed() => break,
             }
             let now = shared.current_token();
             if now != token {
                 token = now;
                 generation.send_modify(|g| *g += 1);
             }
+            if let Some(book) = &shared.options.keys {
+                book.refresh();
+                let names = book.names();
+                in_force.send_if_modified(|current| {
+                    let changed = **current != names;
+                    if changed {
+                        *current = Arc::new(names);
+                    }
+                    changed
+                });
+                book.flush_used();
+            }
+        }
+        if let Some(book) = &shared.options.keys {
+            book.flush_used();
         }
     });
-    rotations
+    (rotations, keys)
 }
 
 pub(crate) fn json_response(status: StatusCode, value: &Value) -> Response<HttpBody> {
@@ -416,7 +473,8 @@ fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
 
 /// Admission: Host, then Origin, then token. `None` means admitted.
 fn admit(shared: &Shared, request: &Request<Incoming>) -> Option<Response<HttpBody>> {
-    admit_door(shared, request).or_else(|| admit_token(shared, request))
+    admit_door(shared, request)
+        .or_else(|| admit_token(shared, request).err().map(|refused| *refused))
 }
 
 /// The first two steps of admission, for every path: `Host`, then `Origin`.
@@ -457,16 +515,22 @@ fn admit_door(shared: &Shared, request: &Request<Incoming>) -> Option<Response<H
     None
 }
 
-/// The last step of admission: the bearer token (all but `GET /health`).
-fn admit_token(shared: &Shared, request: &Request<Incoming>) -> Option<Response<HttpBody>> {
+/// The last step of admission: the credential (all but `GET /health`), the workspace
+/// token or an application key ([`arcane_core::keys`]), turned into the [`Principal`]
+/// the request acts as. `Ok(None)`: `GET /health`, which needs none.
+fn admit_token(
+    shared: &Shared,
+    request: &Request<Incoming>,
+) -> Result<Option<Principal>, Box<Response<HttpBody>>> {
     let headers = request.headers();
     // The one endpoint that needs no token: `GET /health` says only ok/loading/error.
     if request.method() == Method::GET && request.uri().path() == "/health" {
-        return None;
+        return Ok(None);
     }
     let expected = shared.current_token();
     let expected = expected.as_bytes();
     // `Authorization: <scheme> <token>`; the scheme is case-insensitive (RFC 9110 §11.1).
+    // Ollama's clients send their key the same way (`OLLAMA_API_KEY`).
     let from_header = headers
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -485,14 +549,26 @@ fn admit_token(shared: &Shared, request: &Request<Incoming>) -> Option<Response<
     let disagree = matches!((from_header, from_api_key),
         (Some(bearer), Some(key)) if !constant_time_eq(bearer.as_bytes(), key.as_bytes()));
     let presented = from_header.or(from_api_key).or(from_query).unwrap_or("");
-    if disagree || !constant_time_eq(presented.as_bytes(), expected) || expected.is_empty() {
-        return Some(refusal(
+    let refused = || {
+        Box::new(refusal(
             request.uri().path(),
             StatusCode::UNAUTHORIZED,
-            "a valid bearer token is required (the workspace's token is what `arcane token show` prints)",
-        ));
+            "a valid bearer token is required (the workspace's token is what `arcane token show` prints, or an application's key from `arcane token add`)",
+        ))
+    };
+    if disagree || presented.is_empty() {
+        return Err(refused());
     }
-    None
+    if !expected.is_empty() && constant_time_eq(presented.as_bytes(), expected) {
+        return Ok(Some(Principal::workspace()));
+    }
+    shared
+        .options
+        .keys
+        .as_ref()
+        .and_then(|book| book.principal(presented))
+        .map(Some)
+        .ok_or_else(refused)
 }
 
 async fn handle(
@@ -583,13 +659,23 @@ async fn answer(
     if lookup == Lookup::Found(Handler::AppMoved) {
         return app_moved(&request);
     }
-    if let Some(refused) = admit_token(&shared, &request) {
-        return refused;
-    }
-    // Admitted with the token (only `GET /health` is admitted without one): the
-    // connection now counts among the authenticated.
-    if !(request.method() == Method::GET && path == "/health") {
+    let principal = match admit_token(&shared, &request) {
+        Ok(principal) => principal,
+        Err(refused) => return *refused,
+    };
+    let mut request = request;
+    // Admitted with a credential (only `GET /health` is admitted without one): the
+    // connection now counts among the authenticated, and what the credential may do
+    // is checked before anything runs.
+    if let Some(principal) = principal {
         connection.authenticate();
+        if !principal.is_admin() {
+            connection.presented_key(&principal.name);
+        }
+        if let Err(refused) = crate::scopes::permit(&principal, lookup, request.method(), &path) {
+            return *refused;
+        }
+        request.extensions_mut().insert(principal);
     }
     dispatch(&shared, lookup, request, None).await
 }
@@ -876,9 +962,10 @@ async fn engine_api(
     let Some(upstream) = shared.options.upstream.as_deref() else {
         return not_found(path, false);
     };
+    let caller = crate::caller::principal(request.extensions());
     let own = match handler {
-        Handler::ModelList => crate::passthrough::model_list(upstream),
-        Handler::ModelEntry => crate::passthrough::model_entry(upstream, path),
+        Handler::ModelList => crate::passthrough::model_list(upstream, &caller),
+        Handler::ModelEntry => crate::passthrough::model_entry(upstream, path, &caller),
         // `?model=ID` asks for that model's engine's own metrics (forwarded).
         Handler::Metrics if query_param(request.uri().query(), "model").is_some() => None,
         Handler::Metrics => crate::passthrough::metrics(upstream),

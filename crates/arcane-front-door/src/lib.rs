@@ -1,8 +1,8 @@
 //! Arcane's one HTTP front door: everything a client reaches over loopback HTTP goes
 //! through here, behind one token.
 //!
-//! * [`http`]: the listener and its admission (Host, Origin, token: [`origins`],
-//!   [`limits`]), the `arcane/1` endpoints (`/v1/rpc`, `/v1/control`, `/v1/events`)
+//! * [`http`]: the listener and its admission (Host, Origin, token or application key:
+//!   [`origins`], [`limits`], [`scopes`]), the `arcane/1` endpoints (`/v1/rpc`, `/v1/control`, `/v1/events`)
 //!   and the dispatch of everything else through the route table ([`router`]).
 //! * [`passthrough`]: the engines' own APIs, forwarded unchanged (with the gateway,
 //!   routed by the model a request names: [`request_model`], renamed and measured line
@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub mod apis;
+pub mod caller;
 pub mod http;
 pub mod limits;
 pub mod logs;
@@ -33,6 +34,7 @@ pub mod passthrough;
 pub mod request_model;
 pub mod response_lines;
 pub mod router;
+pub mod scopes;
 pub mod server;
 pub mod ui;
 pub mod web;

@@ -70,6 +70,8 @@ pub(crate) struct Activity {
     evicted: std::sync::atomic::AtomicBool,
     /// Woken on either change.
     changed: tokio::sync::Notify,
+    /// The application keys its requests presented (by name): a revoked one closes it.
+    keys: std::sync::Mutex<Vec<Arc<str>>>,
 }
 
 impl Activity {
@@ -81,7 +83,22 @@ impl Activity {
             authenticated: std::sync::atomic::AtomicBool::new(false),
             evicted: std::sync::atomic::AtomicBool::new(false),
             changed: tokio::sync::Notify::new(),
+            keys: std::sync::Mutex::new(Vec::new()),
         })
+    }
+
+    /// A request on this connection presented the application key `name`.
+    pub(crate) fn presented_key(&self, name: &Arc<str>) {
+        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        if !keys.contains(name) {
+            keys.push(Arc::clone(name));
+        }
+    }
+
+    /// Whether a request on this connection presented a key that is no longer in force.
+    pub(crate) fn holds_revoked_key(&self, in_force: &std::collections::HashSet<Arc<str>>) -> bool {
+        let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        keys.iter().any(|name| !in_force.contains(name))
     }
 
     /// A request on this connection presented the token.

@@ -157,12 +157,14 @@ where
     } else {
         (request.map(incoming_body), (RouteRequest::default(), false))
     };
-    let (mut wanted, json) = wanted;
+    let (wanted, json) = wanted;
+    let path = request.uri().path().to_string();
+    let mut wanted = crate::caller::fill(wanted, request.extensions(), request.headers());
     wanted.path = Some(request.uri().path().to_string());
     let route = upstream
         .route(wanted)
         .await
-        .map_err(|no_route| Box::new(refusal(no_route)))?;
+        .map_err(|no_route| Box::new(refusal(in_api_shape(&path, no_route))))?;
     let request = match route.upstream_model.as_deref().filter(|_| json) {
         Some(name) => with_model(request, name).await?,
         None => request,
@@ -429,6 +431,21 @@ fn no_engine() -> NoRoute {
 }
 
 /// The answer for a request without a route.
+/// `no_route` with its body in the shape of the API `path` belongs to (Anthropic's for
+/// `/v1/messages`: [`crate::apis::error_body`]); OpenAI's and Arcane's stay as they are.
+fn in_api_shape(path: &str, mut no_route: NoRoute) -> NoRoute {
+    let error = &no_route.body["error"];
+    let code = error["code"]
+        .as_str()
+        .or(error["type"].as_str())
+        .unwrap_or_default();
+    let message = error["message"].as_str().unwrap_or_default();
+    if let Some(body) = crate::apis::error_body(path, code, message) {
+        no_route.body = body;
+    }
+    no_route
+}
+
 pub(crate) fn refusal(no_route: NoRoute) -> Response<HttpBody> {
     let mut response = crate::http::json_response(no_route.status, &no_route.body);
     if let Some(seconds) = no_route.retry_after {
@@ -439,17 +456,36 @@ pub(crate) fn refusal(no_route: NoRoute) -> Response<HttpBody> {
     response
 }
 
-/// The gateway's own `GET /v1/models`; `None` when `upstream` has no list of its own.
-pub fn model_list(upstream: &dyn Upstream) -> Option<Response<HttpBody>> {
-    let list = upstream.models()?;
+/// The gateway's models as `caller` sees them (`{object, data}`): only those its key
+/// may use ([`arcane_core::keys::Principal::may_use`]).
+fn visible_models(upstream: &dyn Upstream, caller: &arcane_core::keys::Principal) -> Option<Value> {
+    let mut list = upstream.models()?;
+    if let Some(data) = list["data"].as_array_mut() {
+        data.retain(|entry| caller.may_use(entry["id"].as_str().unwrap_or_default()));
+    }
+    Some(list)
+}
+
+/// The gateway's own `GET /v1/models`, as `caller` sees it; `None` when `upstream` has
+/// no list of its own.
+pub fn model_list(
+    upstream: &dyn Upstream,
+    caller: &arcane_core::keys::Principal,
+) -> Option<Response<HttpBody>> {
+    let list = visible_models(upstream, caller)?;
     Some(crate::http::json_response(StatusCode::OK, &list))
 }
 
 /// The gateway's own `GET /v1/models/{id}` for `path`: the entry of the model whose id
 /// or alias is `{id}`, named as asked (`id` is `{id}`), or OpenAI's 404
-/// `model_not_found` listing the known ids; `None` when `upstream` has no list.
-pub fn model_entry(upstream: &dyn Upstream, path: &str) -> Option<Response<HttpBody>> {
-    let list = upstream.models()?;
+/// `model_not_found` listing the known ids (a model `caller` may not use is not one);
+/// `None` when `upstream` has no list.
+pub fn model_entry(
+    upstream: &dyn Upstream,
+    path: &str,
+    caller: &arcane_core::keys::Principal,
+) -> Option<Response<HttpBody>> {
+    let list = visible_models(upstream, caller)?;
     let id = percent_decode(path.strip_prefix("/v1/models/").unwrap_or_default());
     let entries = list["data"].as_array().cloned().unwrap_or_default();
     let answers_to = |entry: &Value| {

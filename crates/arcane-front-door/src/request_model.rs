@@ -243,7 +243,7 @@ fn route_of(value: Option<&Value>) -> Result<RouteRequest, Refused> {
     Ok(RouteRequest {
         model,
         keep_alive: value.and_then(|v| v.get("keep_alive").cloned()),
-        path: None,
+        ..RouteRequest::default()
     })
 }
 

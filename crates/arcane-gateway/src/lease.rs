@@ -24,6 +24,10 @@ pub(super) struct Lease {
     /// Whether it is a request, measured in the metrics (a load asked for by
     /// `models.load` holds the model the same way, and is not one).
     counted: bool,
+    /// The name of the key it came with (`/metrics`, the log line).
+    key: Arc<str>,
+    /// Its slot in the model's admission queue, given back with the lease.
+    permit: Option<super::admission::Permit>,
 }
 
 impl arcane_core::route::Lease for Lease {
@@ -57,17 +61,41 @@ impl Lease {
         &self.model
     }
 
+    /// The same lease, holding `permit` (its slot, measured from now) for the key
+    /// `key`.
+    pub(super) fn admitted(mut self, key: &Arc<str>, mut permit: super::admission::Permit) -> Self {
+        permit.serving();
+        self.permit = Some(permit);
+        self.key = Arc::clone(key);
+        self
+    }
+
     /// The same lease, not measured as a request (a load someone asked for).
     pub(super) fn uncounted(mut self) -> Self {
         self.counted = false;
         self
     }
 
-    /// Counts the request in the model's metrics.
-    fn measure(&self, metrics: &Metrics) {
+    /// Counts the request in the model's metrics, and says it in the log.
+    fn measure(&self, metrics: &Metrics, gateway: &Gateway) {
         let label = Metrics::label(&self.model.spec.id);
         metrics.requests.get_or_create(&label).inc();
+        metrics
+            .key_requests
+            .get_or_create(&Metrics::key_label(&self.key, &self.model.spec.id))
+            .inc();
         let failed = !self.finished || self.status.is_none_or(|s| s.as_u16() >= 400);
+        gateway.log_request(
+            &self.model.spec.id,
+            &format!(
+                "request key={} status={} seconds={:.3}{}",
+                self.key,
+                self.status
+                    .map_or("none".to_string(), |s| s.as_u16().to_string()),
+                self.started.elapsed().as_secs_f64(),
+                if self.finished { "" } else { " cut=true" },
+            ),
+        );
         if failed {
             metrics.errors.get_or_create(&label).inc();
         }
@@ -95,8 +123,10 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(gateway) = self.gateway.upgrade().filter(|_| self.counted) {
-            self.measure(&gateway.metrics);
+            self.measure(&gateway.metrics, &gateway);
         }
+        // The slot goes to the next waiting request before the model may go idle.
+        drop(self.permit.take());
         let idle = {
             let mut inner = self.model.lock();
             inner.in_flight = inner.in_flight.saturating_sub(1);
@@ -183,6 +213,8 @@ impl Gateway {
                         usage: None,
                         finished: false,
                         counted: true,
+                        key: Arc::from(arcane_core::keys::WORKSPACE_PRINCIPAL),
+                        permit: None,
                     });
                 }
                 EngineState::Error if waited_on_load => {

@@ -55,6 +55,7 @@ use arcane_report::codes;
 use hyper::StatusCode;
 use serde_json::{json, Value};
 
+use arcane_core::keys::Principal;
 use arcane_core::localai::{EngineHandle, EngineLauncher};
 use arcane_core::route::{NoRoute, Route, RouteRequest, Upstream, UpstreamTarget};
 use arcane_core::service::{
@@ -62,6 +63,7 @@ use arcane_core::service::{
 };
 use arcane_core::Error;
 
+mod admission;
 mod chat;
 mod keep_alive;
 mod lease;
@@ -74,6 +76,7 @@ mod service;
 #[cfg(test)]
 mod tests;
 
+pub use admission::{DEFAULT_MAX_QUEUE, DEFAULT_PARALLEL};
 pub use keep_alive::KeepAlive;
 use metrics::Metrics;
 use model::Model;
@@ -125,13 +128,20 @@ pub struct ModelSpec {
     /// The model name the engine is sent in a JSON body's `model` instead of the
     /// client's (answers still name the model as the client asked).
     pub upstream_model: Option<String>,
+    /// How many of its requests are forwarded to its engine at once; more wait in its
+    /// queue, served by priority and in turns between keys.
+    pub parallel: usize,
+    /// How many of its requests may wait beyond `parallel`; one more is refused at once
+    /// (503 with `Retry-After`).
+    pub max_queue: usize,
 }
 
 impl ModelSpec {
     /// A model `id` on `launcher` with every other setting at its default: on the
     /// CPU, `keep_alive` five minutes, loaded on demand, owned, answering with its id,
     /// behind the token, memory unknown, two minutes to load, its id as fingerprint,
-    /// not pinned, listed, sent under its own name, no digest. Callers set what
+    /// not pinned, listed, sent under its own name, no digest, [`DEFAULT_PARALLEL`]
+    /// requests at once and [`DEFAULT_MAX_QUEUE`] waiting. Callers set what
     /// differs with `ModelSpec { field, ..ModelSpec::new(id, launcher) }`, so a new
     /// setting is added here once.
     pub fn new(id: impl Into<String>, launcher: Arc<dyn EngineLauncher>) -> Self {
@@ -153,6 +163,8 @@ impl ModelSpec {
             pin: None,
             unlisted: false,
             upstream_model: None,
+            parallel: DEFAULT_PARALLEL,
+            max_queue: DEFAULT_MAX_QUEUE,
         }
     }
 
@@ -266,6 +278,8 @@ pub struct Gateway {
     /// Tests only: runs between a retiring model's idle check and its unload, the
     /// moment a request on another thread of the host's runtime may take the model
     /// ([`Gateway::retire`]); the tests force that race here.
+    /// Where each request's line goes (`arcane logs`), once the server gives it one.
+    logs: std::sync::OnceLock<Arc<arcane_core::logs::LogBook>>,
     #[cfg(test)]
     retire_race: RetireRace,
 }
@@ -314,14 +328,42 @@ impl Gateway {
             metrics,
             me: me.clone(),
             shutdown: arcane_report::CancelToken::new(),
+            logs: std::sync::OnceLock::new(),
             #[cfg(test)]
             retire_race: Mutex::new(None),
         })
     }
 
-    /// The Prometheus text of the gateway's metrics.
+    /// The Prometheus text of the gateway's metrics (the queues' depths as of now).
     pub fn metrics_text(&self) -> String {
+        for model in self.models() {
+            let (running, queued, by_key) = model.admission.depth();
+            let label = Metrics::label(&model.spec.id);
+            self.metrics
+                .running
+                .get_or_create(&label)
+                .set(running as i64);
+            self.metrics.queued.get_or_create(&label).set(queued as i64);
+            for (key, queued) in by_key {
+                self.metrics
+                    .key_queued
+                    .get_or_create(&Metrics::key_label(&key, &model.spec.id))
+                    .set(queued as i64);
+            }
+        }
         self.metrics.encode()
+    }
+
+    /// Files one line per finished request (`request key=NAME status=… seconds=…`)
+    /// under its model in `logs` (`arcane logs MODEL`).
+    pub fn log_requests_to(&self, logs: Arc<arcane_core::logs::LogBook>) {
+        let _ = self.logs.set(logs);
+    }
+
+    fn log_request(&self, model: &str, line: &str) {
+        if let Some(logs) = self.logs.get() {
+            logs.record(model, arcane_core::logs::LogStream::Host, line);
+        }
     }
 
     fn emit(&self, kind: &str, data: Value) {
@@ -360,34 +402,51 @@ impl Gateway {
     /// The model a request names (`None`: the first that serves `path`), refused
     /// with a 404 — before anything is loaded — when it is unknown or does not serve
     /// `path` (`None`: any path).
-    fn find(&self, name: Option<&str>, path: Option<&str>) -> Result<Arc<Model>, NoRoute> {
+    fn find(
+        &self,
+        name: Option<&str>,
+        path: Option<&str>,
+        caller: &Principal,
+    ) -> Result<Arc<Model>, NoRoute> {
         let models = self.models();
         let serves = |m: &&Arc<Model>| path.is_none_or(|path| m.spec.serves(path));
+        let usable = |m: &&Arc<Model>| caller.may_use(&m.spec.id);
         let found = match name {
-            None => models.iter().find(serves).or(models.first()),
+            // The default: the first model that serves the path, of those the caller may
+            // use.
+            None => models
+                .iter()
+                .filter(usable)
+                .find(serves)
+                .or(models.iter().find(usable)),
             Some(name) => models.iter().find(|m| m.answers_to(name)),
         };
         let Some(model) = found else {
-            let entries: Vec<Value> = self.listed().iter().map(|m| m.entry()).collect();
+            let entries: Vec<Value> = self.listed_for(caller).iter().map(|m| m.entry()).collect();
             return Err(NoRoute {
                 status: StatusCode::NOT_FOUND,
                 body: arcane_core::route::model_not_found(name.unwrap_or(""), &entries),
                 retry_after: None,
             });
         };
+        if !caller.may_use(&model.spec.id) {
+            return Err(model_denied(caller, name.unwrap_or(&model.spec.id)));
+        }
         match path {
-            Some(path) if !model.spec.serves(path) => Err(self.path_not_served(model, path)),
+            Some(path) if !model.spec.serves(path) => {
+                Err(self.path_not_served(model, path, caller))
+            }
             _ => Ok(Arc::clone(model)),
         }
     }
 
     /// 404 `LOCAL_AI_PATH_NOT_SERVED` in OpenAI's shape: `model` does not serve `path`;
     /// the message names the paths it serves and the listed models that serve `path`.
-    fn path_not_served(&self, model: &Model, path: &str) -> NoRoute {
+    fn path_not_served(&self, model: &Model, path: &str, caller: &Principal) -> NoRoute {
         let id = &model.spec.id;
         let serves = model.spec.api_paths();
         let served_by: Vec<String> = self
-            .listed()
+            .listed_for(caller)
             .iter()
             .filter(|m| m.spec.serves(path))
             .map(|m| m.spec.id.clone())
@@ -484,7 +543,7 @@ impl Gateway {
     /// The model now configured under `model`'s id, after a reload replaced it; a 404
     /// when the reload removed it.
     pub(crate) fn successor(&self, model: &Arc<Model>) -> Result<Arc<Model>, NoRoute> {
-        self.find(Some(&model.spec.id), None)
+        self.find(Some(&model.spec.id), None, &Principal::workspace())
     }
 
     /// Every model that may hold a device: those routed to and those a reload retired
@@ -507,6 +566,13 @@ impl Gateway {
     pub(crate) fn listed(&self) -> Vec<Arc<Model>> {
         let mut models = self.models();
         models.retain(|m| !m.spec.unlisted);
+        models
+    }
+
+    /// The models listed to `caller`: those it may use ([`Principal::may_use`]).
+    pub(crate) fn listed_for(&self, caller: &Principal) -> Vec<Arc<Model>> {
+        let mut models = self.listed();
+        models.retain(|m| caller.may_use(&m.spec.id));
         models
     }
 
@@ -541,6 +607,24 @@ fn load_failed(error: &Value) -> NoRoute {
     NoRoute {
         status: StatusCode::BAD_GATEWAY,
         body: json!({"error": error}),
+        retry_after: None,
+    }
+}
+
+/// 403 `CORE_MODEL_DENIED` in OpenAI's shape: `caller`'s key may not use the model it
+/// asked for as `asked`; the message and details name the models it may use.
+fn model_denied(caller: &Principal, asked: &str) -> NoRoute {
+    let allowed: Vec<String> = caller.models.as_deref().unwrap_or_default().to_vec();
+    let named: Vec<String> = allowed.iter().map(|id| format!("`{id}`")).collect();
+    NoRoute {
+        status: StatusCode::FORBIDDEN,
+        body: json!({"error": {
+            "message": format!("the key `{}` may not use the model `{asked}`; it may use {}", caller.name, named.join(", ")),
+            "type": "permission_error",
+            "param": "model",
+            "code": codes::CORE_MODEL_DENIED,
+            "details": {"key": &*caller.name, "model": asked, "allowed": allowed},
+        }}),
         retry_after: None,
     }
 }

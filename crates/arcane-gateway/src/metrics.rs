@@ -7,7 +7,11 @@
 //! * `arcane_prompt_tokens_total`, `arcane_completion_tokens_total` (from the answers'
 //!   `usage`);
 //! * `arcane_model_loads_total`, `arcane_model_evictions_total`,
-//!   `arcane_model_crashes_total`, and `arcane_model_loaded` (1 while ready).
+//!   `arcane_model_crashes_total`, and `arcane_model_loaded` (1 while ready);
+//! * admission: `arcane_requests_running`, `arcane_queue_depth`,
+//!   `arcane_requests_refused_total{reason}` (`queue_full`, `deadline`);
+//! * per key (its name, never the key) and model: `arcane_key_requests_total`,
+//!   `arcane_key_queue_depth`.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -23,6 +27,24 @@ pub(crate) struct ModelLabel {
     pub model: String,
 }
 
+/// The labels of a per-key series: the key's name (never the key) and the model.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct KeyLabel {
+    /// The key's name (`workspace` for the workspace token).
+    pub key: String,
+    /// The model id.
+    pub model: String,
+}
+
+/// The labels of a refusal by admission.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RefusalLabel {
+    /// The model id.
+    pub model: String,
+    /// `queue_full` or `deadline`.
+    pub reason: String,
+}
+
 /// Every metric of the gateway.
 pub(crate) struct Metrics {
     registry: Registry,
@@ -35,6 +57,11 @@ pub(crate) struct Metrics {
     pub evictions: Family<ModelLabel, Counter>,
     pub crashes: Family<ModelLabel, Counter>,
     pub loaded: Family<ModelLabel, Gauge>,
+    pub key_requests: Family<KeyLabel, Counter>,
+    pub refused: Family<RefusalLabel, Counter>,
+    pub running: Family<ModelLabel, Gauge>,
+    pub queued: Family<ModelLabel, Gauge>,
+    pub key_queued: Family<KeyLabel, Gauge>,
 }
 
 impl Metrics {
@@ -54,6 +81,11 @@ impl Metrics {
             evictions: Family::default(),
             crashes: Family::default(),
             loaded: Family::default(),
+            key_requests: Family::default(),
+            refused: Family::default(),
+            running: Family::default(),
+            queued: Family::default(),
+            key_queued: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -97,6 +129,31 @@ impl Metrics {
             "1 while the model is loaded",
             metrics.loaded.clone(),
         );
+        registry.register(
+            "key_requests",
+            "Requests forwarded to a model, by the name of the key they came with",
+            metrics.key_requests.clone(),
+        );
+        registry.register(
+            "requests_refused",
+            "Requests refused at once by admission (queue_full, deadline)",
+            metrics.refused.clone(),
+        );
+        registry.register(
+            "requests_running",
+            "Requests forwarded to the model's engine now (at most its parallel)",
+            metrics.running.clone(),
+        );
+        registry.register(
+            "queue_depth",
+            "Requests waiting in the model's queue",
+            metrics.queued.clone(),
+        );
+        registry.register(
+            "key_queue_depth",
+            "Requests waiting in the model's queue, by key name",
+            metrics.key_queued.clone(),
+        );
         Self {
             registry,
             ..metrics
@@ -120,11 +177,21 @@ impl Metrics {
         }
         let _ = self.duration.get_or_create(&label);
         let _ = self.loaded.get_or_create(&label);
+        let _ = self.running.get_or_create(&label);
+        let _ = self.queued.get_or_create(&label);
     }
 
     /// The label of `model`.
     pub(crate) fn label(model: &str) -> ModelLabel {
         ModelLabel {
+            model: model.to_string(),
+        }
+    }
+
+    /// The label of `key`'s requests to `model`.
+    pub(crate) fn key_label(key: &str, model: &str) -> KeyLabel {
+        KeyLabel {
+            key: key.to_string(),
             model: model.to_string(),
         }
     }

@@ -115,12 +115,16 @@ pub(crate) struct Model {
     pub spec: ModelSpec,
     pub inner: Mutex<Inner>,
     pub phase: watch::Sender<Phase>,
+    /// Who of its requests is forwarded now, who waits, who is refused.
+    pub admission: Arc<super::admission::Admission>,
 }
 
 impl Model {
     pub(crate) fn new(spec: ModelSpec) -> Arc<Self> {
         let keep_alive = spec.keep_alive;
+        let admission = super::admission::Admission::new(spec.parallel, spec.max_queue);
         Arc::new(Self {
+            admission,
             spec,
             inner: Mutex::new(Inner {
                 handle: None,
@@ -236,6 +240,13 @@ impl Model {
             .filter(|_| inner.in_flight == 0 && phase.state.is_ready())
             .map(|at| at.saturating_duration_since(Instant::now()).as_secs_f64());
         let url = phase.ready().map(|access| access.address.to_string());
+        let (parallel, max_queue) = self.admission.limits();
+        let (_, queued, by_key) = self.admission.depth();
+        let queued_by_key: serde_json::Map<String, Value> = by_key
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(key, n)| (key.to_string(), json!(n)))
+            .collect();
         json!({
             "id": self.spec.id,
             "aliases": self.spec.aliases,
@@ -248,6 +259,11 @@ impl Model {
             "residentBytes": inner.pid.and_then(arcane_process::resident_bytes),
             "memoryNeed": self.spec.memory,
             "inFlight": inner.in_flight,
+            "parallel": parallel,
+            "maxQueue": max_queue,
+            "queued": queued,
+            "queuedByKey": queued_by_key,
+            "serviceSeconds": self.admission.service_time().map(|t| t.as_secs_f64()),
             "keepAlive": inner.keep_alive.seconds(),
             "unloadsIn": unloads_in,
             "crashes": inner.crashes,

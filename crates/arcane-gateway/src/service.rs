@@ -13,7 +13,7 @@ use super::*;
 impl Gateway {
     pub(super) fn model_parameter(&self, parameters: &Value) -> Result<Arc<Model>, BoxError> {
         let name = parameters["model"].as_str();
-        self.find(name, None).map_err(|no_route| {
+        self.find(name, None, &Principal::workspace()).map_err(|no_route| {
             Box::new(Error::usage(
                 no_route.body["error"]["message"]
                     .as_str()
@@ -52,6 +52,50 @@ impl Gateway {
         }
         self.unload(&model, Reason::Requested, None).await;
         Ok(model.row())
+    }
+}
+
+impl Gateway {
+    /// 503 `CORE_OVERLOADED` for a request admission refused, with a `Retry-After` of
+    /// the work ahead; counted in `/metrics`.
+    fn overloaded(&self, model: &Model, refusal: &super::admission::Refusal) -> NoRoute {
+        use super::admission::Refusal;
+        let id = &model.spec.id;
+        self.metrics
+            .refused
+            .get_or_create(&super::metrics::RefusalLabel {
+                model: id.clone(),
+                reason: refusal.reason().into(),
+            })
+            .inc();
+        let retry_after = refusal.retry_after();
+        let seconds = retry_after.as_secs_f64();
+        let (message, details) = match refusal {
+            Refusal::QueueFull { queued, .. } => (
+                format!("`{id}` is busy: {queued} request(s) wait already (its `max_queue`); retry after {seconds:.1} s"),
+                json!({"model": id, "reason": refusal.reason(), "queued": queued, "retryAfterSeconds": seconds}),
+            ),
+            Refusal::Deadline { expected, deadline, .. } => (
+                format!(
+                    "`{id}` would keep this request waiting about {:.1} s, longer than its deadline of {:.1} s; retry after {seconds:.1} s",
+                    expected.as_secs_f64(),
+                    deadline.as_secs_f64()
+                ),
+                json!({"model": id, "reason": refusal.reason(), "expectedWaitSeconds": expected.as_secs_f64(), "deadlineSeconds": deadline.as_secs_f64(), "retryAfterSeconds": seconds}),
+            ),
+        };
+        NoRoute {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            body: json!({"error": {
+                "message": message,
+                "type": "overloaded_error",
+                "code": codes::CORE_OVERLOADED,
+                "details": details,
+            }}),
+            // Whole seconds, rounded up (and at least one): a client that waits this
+            // long finds the work ahead done.
+            retry_after: Some(retry_after.as_secs_f64().ceil().max(1.0) as u64),
+        }
     }
 }
 
@@ -95,7 +139,11 @@ impl Upstream for Gateway {
 
     fn route(&self, request: RouteRequest) -> BoxFuture<'_, Result<Route, NoRoute>> {
         Box::pin(async move {
-            let model = self.find(request.model.as_deref(), request.path.as_deref())?;
+            let model = self.find(
+                request.model.as_deref(),
+                request.path.as_deref(),
+                &request.caller,
+            )?;
             let keep_alive = match request.keep_alive.as_ref().map(KeepAlive::from_json) {
                 Some(Err(why)) => {
                     return Err(NoRoute {
@@ -107,7 +155,16 @@ impl Upstream for Gateway {
                 Some(Ok(keep_alive)) => Some(keep_alive),
                 None => None,
             };
-            let lease = self.acquire(&model, keep_alive).await?;
+            let caller = &request.caller;
+            let permit = model
+                .admission
+                .admit(&caller.name, caller.priority, request.deadline)
+                .await
+                .map_err(|refusal| self.overloaded(&model, &refusal))?;
+            let lease = self
+                .acquire(&model, keep_alive)
+                .await?
+                .admitted(&caller.name, permit);
             // A reload may have replaced the model: the lease's is the one serving.
             let model = Arc::clone(lease.model());
             let Some(access) = model.current().ready().cloned() else {

@@ -190,6 +190,8 @@ struct Spec {
     upstream_model: Option<&'static str>,
     kind: Engine,
     external: bool,
+    parallel: usize,
+    max_queue: usize,
 }
 
 fn model(id: &'static str) -> Spec {
@@ -203,6 +205,8 @@ fn model(id: &'static str) -> Spec {
         upstream_model: None,
         kind: Engine::DEFAULT,
         external: false,
+        parallel: 8,
+        max_queue: crate::DEFAULT_MAX_QUEUE,
     }
 }
 
@@ -258,6 +262,8 @@ impl Rig {
                 unlisted: spec.unlisted,
                 upstream_model: spec.upstream_model.map(String::from),
                 external: spec.external,
+                parallel: spec.parallel,
+                max_queue: spec.max_queue,
                 ..ModelSpec::new(spec.id, launcher)
             });
         }
@@ -310,6 +316,7 @@ impl Rig {
             model: Some(id.into()),
             keep_alive,
             path: None,
+            ..RouteRequest::default()
         };
         tokio::time::timeout(WAIT, self.gateway.route(request))
             .await
@@ -322,6 +329,7 @@ impl Rig {
             model: model.map(String::from),
             keep_alive: None,
             path: Some(path.into()),
+            ..RouteRequest::default()
         };
         tokio::time::timeout(WAIT, self.gateway.route(request))
             .await
@@ -1383,4 +1391,53 @@ async fn an_external_url_model_serves_every_v1_path_and_the_front_door_routes_th
         .await
         .err();
     assert!(refused.is_some_and(|r| r.body["error"]["details"]["servedBy"] == json!(["remote"])));
+}
+
+#[tokio::test(start_paused = true)]
+async fn past_parallel_a_request_waits_for_a_slot_and_past_max_queue_it_is_refused_at_once() {
+    let rig = Rig::new(
+        vec![Spec {
+            parallel: 1,
+            max_queue: 1,
+            ..model("a")
+        }],
+        max_loaded(1),
+    );
+    let first = rig.route("a").await;
+    let waiting = rig.spawn_route("a");
+    settle().await;
+    assert!(
+        !waiting.is_finished(),
+        "the second waits for the first's slot"
+    );
+    let refused = rig.refused("a").await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.body["error"]["code"], codes::CORE_OVERLOADED);
+    assert_eq!(refused.body["error"]["details"]["reason"], "queue_full");
+    assert!(
+        refused.retry_after.is_some_and(|s| s >= 1),
+        "{:?}",
+        refused.retry_after
+    );
+    let row = rig
+        .gateway
+        .rows()
+        .into_iter()
+        .find(|r| r["id"] == "a")
+        .unwrap();
+    assert_eq!(
+        (row["inFlight"].clone(), row["queued"].clone()),
+        (json!(1), json!(1))
+    );
+    drop(first);
+    let second = tokio::time::timeout(WAIT, waiting)
+        .await
+        .expect("served once the first ended")
+        .unwrap();
+    assert!(second.is_ok());
+    let metrics = rig.gateway.metrics_text();
+    assert!(
+        metrics.contains("arcane_requests_refused_total{model=\"a\",reason=\"queue_full\"} 1"),
+        "{metrics}"
+    );
 }

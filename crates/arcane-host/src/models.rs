@@ -119,6 +119,13 @@ pub struct ModelTable {
     /// Silero VAD, `arcane model add silero --file ggml-silero-v6.2.0.bin`): silence is
     /// skipped before decoding.
     pub vad: Option<String>,
+    /// How many of its requests are forwarded to its engine at once (default: the
+    /// engine's own `-np` when `args` set it, else 4); for llama.cpp also its `-np`
+    /// (with `-kvu`) and for whisper.cpp its worker count, unless `args` set them.
+    pub parallel: Option<usize>,
+    /// How many of its requests may wait beyond `parallel` (default 512); one more is
+    /// refused at once with 503 and a `Retry-After`.
+    pub max_queue: Option<usize>,
 }
 
 impl ModelTable {
@@ -391,6 +398,14 @@ fn spec(
         table.startup_timeout,
         Duration::from_secs(120),
     )?;
+    if table.parallel == Some(0) {
+        return Err(Refusal::usage(
+            format!("`parallel` of model `{}` must be 1 or more", table.id),
+            json!({"id": table.id, "parallel": 0}),
+        )
+        .into());
+    }
+    let mut parallel = table.parallel.unwrap_or(arcane_gateway::DEFAULT_PARALLEL);
     let (launcher, device, memory, exposure, digest) = match &table.url {
         Some(url) => (
             AdoptLauncher::new(arcane_localai::Engine::DEFAULT, url, load_timeout)
@@ -428,6 +443,7 @@ fn spec(
             if let Some(command) = &table.command {
                 apply_command(&mut config, command, table, base, &context.environment)?;
             }
+            parallel = engine_parallel(&mut config, table.parallel);
             let workspace = &context.workspace;
             let fix = || format!("fix model `{}` in `arcane.toml`", table.id);
             config
@@ -489,7 +505,26 @@ fn spec(
         pin: table.pin,
         unlisted: table.unlisted,
         upstream_model: table.upstream_model.clone(),
+        parallel,
+        max_queue: table.max_queue.unwrap_or(arcane_gateway::DEFAULT_MAX_QUEUE),
     })
+}
+
+/// A model's `parallel`: the table's, given to the engine too (its kind's
+/// [`arcane_localai::EngineKind::parallel_args`]) unless its arguments say already; else
+/// what its arguments say; else the default.
+fn engine_parallel(config: &mut arcane_localai::EngineConfig, asked: Option<usize>) -> usize {
+    let kind = config.engine.kind();
+    let in_args = arcane_workspace::parallel_in(kind, &config.extra_args);
+    match (asked, in_args) {
+        (Some(parallel), None) => {
+            config.extra_args.extend(kind.parallel_args(parallel));
+            parallel
+        }
+        (Some(parallel), Some(_)) => parallel,
+        (None, Some(parallel)) => parallel,
+        (None, None) => arcane_gateway::DEFAULT_PARALLEL,
+    }
 }
 
 /// The gateway of one model: the engine `arcane serve` runs from its flags or the
@@ -498,7 +533,8 @@ fn spec(
 /// main job as on any gateway. Its id is the model's (the registered id, else the file
 /// name); answers are named as the client asked. The engine still probes its url
 /// first and adopts a server that answers there (the SDK's rule).
-pub fn single(config: arcane_localai::EngineConfig, workspace: &Path) -> Configuration {
+pub fn single(mut config: arcane_localai::EngineConfig, workspace: &Path) -> Configuration {
+    let parallel = engine_parallel(&mut config, None);
     let id = config
         .alias
         .clone()
@@ -534,6 +570,8 @@ pub fn single(config: arcane_localai::EngineConfig, workspace: &Path) -> Configu
         pin: None,
         unlisted: false,
         upstream_model: None,
+        parallel,
+        max_queue: arcane_gateway::DEFAULT_MAX_QUEUE,
         launcher: SupervisedLauncher::checked(
             workspace,
             config.clone(),

@@ -505,6 +505,7 @@ async fn serve_async(
         .then(|| arcane_core::endpoint::token_path(&context.workspace));
     let http = server::serve_http(
         &parts,
+        &context.workspace,
         listening.listener,
         record.token.clone(),
         token_file,

@@ -118,6 +118,16 @@ codes! {
     /// The Core host or an engine did not answer within its deadline (connect, response
     /// head, or a streamed body that stalled).
     CORE_TIMEOUT,
+    /// The request's application key may not call this endpoint: an `inference` key
+    /// outside the inference paths of the APIs (`arcane token add --scope`).
+    CORE_SCOPE_DENIED,
+    /// The request's application key may not use the model it names (the key's
+    /// `--models` list, which the details name).
+    CORE_MODEL_DENIED,
+    /// The model's queue is full, or the wait ahead of the request is longer than its
+    /// own deadline (`X-Stainless-Timeout`, `X-Arcane-Deadline`): retry after the
+    /// `Retry-After` the answer carries.
+    CORE_OVERLOADED,
     /// A dashboard login code is unknown or was used already (`arcane open` gives a new one).
     UI_CODE_INVALID,
     /// A dashboard login code was presented after it expired.

@@ -400,6 +400,14 @@ fn arg_value<'a>(names: &[&str], args: &'a [String]) -> Option<&'a str> {
     })
 }
 
+/// How many requests at once `args` ask `kind` to serve (the value of one of its
+/// [`EngineKind::parallel_flags`]), when they say (a positive number).
+pub fn parallel_in(kind: &dyn EngineKind, args: &[String]) -> Option<usize> {
+    arg_value(kind.parallel_flags(), args)
+        .and_then(|n| n.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+}
+
 /// The context, in tokens, an engine started with `args` holds (llama-server's
 /// `-c`/`--ctx-size`, which the servers of the `command` kind mostly share); `None`
 /// when the arguments leave it to the model (absent, or `0`).
@@ -556,6 +564,22 @@ pub trait EngineKind: Sync + Send + fmt::Debug {
     /// voice-activity model).
     fn aux_models(&self) -> &'static [AuxModel] {
         &[]
+    }
+    /// The flags of its arguments that say how many requests it serves at once
+    /// (llama.cpp's `-np`/`--parallel`, the transcription worker's `--max-workers`):
+    /// a model's `parallel` is read from them when its table gives none
+    /// ([`parallel_in`]), and given with [`EngineKind::parallel_args`] when it does and
+    /// they do not.
+    fn parallel_flags(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// The arguments that make it serve `parallel` requests at once (the first of
+    /// [`EngineKind::parallel_flags`] with the number); empty for a kind that has none.
+    fn parallel_args(&self, parallel: usize) -> Vec<String> {
+        self.parallel_flags()
+            .first()
+            .map(|flag| vec![flag.to_string(), parallel.to_string()])
+            .unwrap_or_default()
     }
     /// Its command line for one start (server and command kinds).
     fn command_line(&self, launch: &Launch<'_>) -> CommandLine {

@@ -73,6 +73,18 @@ pub fn core_token(root: &Path) -> PathBuf {
     state_dir(root).join("core-token")
 }
 
+/// `<root>/.arcane/keys.json`: the applications' keys (names, scopes, priorities, models
+/// and the SHA-256 of each key, never a key), mode 0600.
+pub fn keys_file(root: &Path) -> PathBuf {
+    state_dir(root).join("keys.json")
+}
+
+/// `<root>/.arcane/keys-used.json`: when the running host last saw each application key,
+/// written by the host (mode 0600).
+pub fn keys_used_file(root: &Path) -> PathBuf {
+    state_dir(root).join("keys-used.json")
+}
+
 /// `<root>/.arcane/core-port.json`: the host's saved port.
 pub fn core_port(root: &Path) -> PathBuf {
     state_dir(root).join("core-port.json")

@@ -20,9 +20,9 @@ mod kinds_table;
 pub mod layout;
 
 pub use engine::{
-    context_arg, door_arg, request_context, serves_only_vectors, serves_path, AuxModel,
-    CommandLine, DevicePlan, Engine, EngineKind, ForwardedMethod, Launch, ListenAt, ModelFormat,
-    OwnedListen, Probed, Readiness, RuntimeLibrary, Starts, Takes, UnknownEngine,
+    context_arg, door_arg, parallel_in, request_context, serves_only_vectors, serves_path,
+    AuxModel, CommandLine, DevicePlan, Engine, EngineKind, ForwardedMethod, Launch, ListenAt,
+    ModelFormat, OwnedListen, Probed, Readiness, RuntimeLibrary, Starts, Takes, UnknownEngine,
 };
 pub use kinds::{formats, worker_records};
 pub use kinds_table::kinds_table;

@@ -14,6 +14,7 @@ use crate::router::Row;
 use arcane_core::host::Host;
 use arcane_core::upstream::{EngineClient, HttpBody};
 
+pub mod anthropic;
 pub mod ollama;
 
 /// One endpoint of a translated API (the handler of its row).
@@ -32,7 +33,10 @@ type ErrorShape = fn(&str, &str) -> Value;
 
 /// Each API's error shape: a path under the prefix gets errors in the body its function
 /// makes.
-const ERROR_SHAPES: &[(&str, ErrorShape)] = &[(ollama::PREFIX, ollama::error_body)];
+const ERROR_SHAPES: &[(&str, ErrorShape)] = &[
+    (ollama::PREFIX, ollama::error_body),
+    (anthropic::PREFIX, anthropic::error_body),
+];
 
 /// The body of an error the front door answers itself for `path` (a refusal of the
 /// token, `Host` or `Origin`; an unknown path or method) in the shape of the API the

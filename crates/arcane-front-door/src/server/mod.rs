@@ -156,6 +156,7 @@ impl ServerBuilder {
             builder = builder.service(service)?;
         }
         if let Some(gateway) = &self.gateway {
+            gateway.log_requests_to(logs.clone());
             builder = builder.service(gateway.clone())?;
         }
         Ok(HostParts {
@@ -249,10 +250,12 @@ pub fn serving(
 
 /// Serves HTTP on `listener` (RPC, events, the passthrough to the host's upstream)
 /// with `token`; `token_file`, when given, is watched so a rotation takes effect at
-/// once; pages of `allowed_origins` may read the answers (CORS); `web` is the
-/// application's packaged web, served at `/ui/app/`.
+/// once; `workspace`'s application keys (`arcane token add`, [`arcane_core::keys`])
+/// are admitted beside it; pages of `allowed_origins` may read the answers (CORS); `web`
+/// is the application's packaged web, served at `/ui/app/`.
 pub fn serve_http(
     parts: &HostParts,
+    workspace: &std::path::Path,
     listener: tokio::net::TcpListener,
     token: String,
     token_file: Option<PathBuf>,
@@ -261,6 +264,7 @@ pub fn serve_http(
 ) -> tokio::task::JoinHandle<Result<(), Error>> {
     let mut options = crate::http::HttpOptions::new(token);
     options.token_file = token_file;
+    options.keys = Some(Arc::new(arcane_core::keys::KeyBook::new(workspace)));
     options.allowed_origins = allowed_origins;
     options.logs = Some(parts.logs.clone());
     options.web = web;

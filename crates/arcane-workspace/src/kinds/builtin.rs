@@ -41,6 +41,9 @@ pub(crate) struct BuiltinKind {
     pub model_assets: bool,
     /// The second models it can use ([`EngineKind::aux_models`]).
     pub aux_models: &'static [AuxModel],
+    /// The flags of its worker that set how many requests it serves at once
+    /// ([`EngineKind::parallel_flags`]).
+    pub parallel_flags: &'static [&'static str],
 }
 
 impl EngineKind for BuiltinKind {
@@ -104,6 +107,10 @@ impl EngineKind for BuiltinKind {
 
     fn aux_models(&self) -> &'static [AuxModel] {
         self.aux_models
+    }
+
+    fn parallel_flags(&self) -> &'static [&'static str] {
+        self.parallel_flags
     }
 
     fn command_line(&self, launch: &Launch<'_>) -> CommandLine {

@@ -169,6 +169,17 @@ impl EngineKind for LlamaCpp {
         Some("llama")
     }
 
+    fn parallel_flags(&self) -> &'static [&'static str] {
+        &["-np", "--parallel"]
+    }
+
+    /// `-np N -kvu`: N slots sharing one KV buffer, so each request may still use the
+    /// whole context, as with llama-server's automatic slots (`-np N` alone would give
+    /// each slot a Nth of it).
+    fn parallel_args(&self, parallel: usize) -> Vec<String> {
+        vec!["-np".into(), parallel.to_string(), "-kvu".into()]
+    }
+
     fn command_line(&self, launch: &Launch<'_>) -> CommandLine {
         let mut args = Vec::new();
         match launch.listen {

@@ -28,4 +28,5 @@ pub(crate) const PIPER: BuiltinKind = BuiltinKind {
     runtime: None,
     model_assets: false,
     aux_models: &[],
+    parallel_flags: &[],
 };

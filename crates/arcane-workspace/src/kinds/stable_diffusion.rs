@@ -39,4 +39,5 @@ pub(crate) const STABLE_DIFFUSION: BuiltinKind = BuiltinKind {
     }),
     model_assets: true,
     aux_models: &[],
+    parallel_flags: &[],
 };

@@ -45,4 +45,5 @@ pub(crate) const WHISPER: BuiltinKind = BuiltinKind {
         format: VAD,
         flag: "--vad-model",
     }],
+    parallel_flags: &["--max-workers"],
 };

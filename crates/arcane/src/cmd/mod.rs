@@ -95,7 +95,8 @@ pub enum Command {
     Bundle(bundle::Args),
     /// Launch a bundle's Core host or app (run from `<bundle>/bin/arcane`).
     Launch(launch::Args),
-    /// Show or rotate the workspace's bearer token (kept across restarts).
+    /// The workspace's bearer token (show, rotate) and a key per application (add,
+    /// list, revoke).
     Token(token::Args),
     /// Run ONNX models on NumPy `.npy` tensors.
     Onnx(onnx::Args),

@@ -20,6 +20,7 @@ mod front_door;
 mod gateway;
 mod hardening;
 mod hostile_files;
+mod keys;
 mod images;
 mod local_users;
 mod lock;

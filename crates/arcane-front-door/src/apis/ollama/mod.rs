@@ -179,6 +179,16 @@ pub enum OllamaError {
         /// The Arcane command or configuration that does the job.
         instead: &'static str,
     },
+    /// The caller's key may not use the model (its `--models` list).
+    #[error("the key `{key}` may not use the model `{model}`; it may use {allowed}")]
+    Denied {
+        /// The key's name.
+        key: String,
+        /// The model asked for.
+        model: String,
+        /// The models it may use, comma-separated.
+        allowed: String,
+    },
     /// The gateway or the engine refused or failed (its message, its status).
     #[error("{message}")]
     Upstream {
@@ -200,6 +210,7 @@ impl OllamaError {
                 StatusCode::BAD_REQUEST
             }
             Self::Refused { .. } => StatusCode::NOT_IMPLEMENTED,
+            Self::Denied { .. } => StatusCode::FORBIDDEN,
             Self::Upstream { status, .. } => *status,
         }
     }
@@ -212,6 +223,7 @@ impl OllamaError {
             Self::ContextMismatch { .. } => "OLLAMA_CONTEXT_MISMATCH",
             Self::NoVision { .. } => "OLLAMA_NO_VISION",
             Self::Refused { .. } => "OLLAMA_NOT_SERVED",
+            Self::Denied { .. } => arcane_report::codes::CORE_MODEL_DENIED,
             Self::Upstream { .. } => "OLLAMA_UPSTREAM",
         }
     }
@@ -234,6 +246,15 @@ impl OllamaError {
                 .insert(hyper::header::RETRY_AFTER, HeaderValue::from(*seconds));
         }
         response
+    }
+
+    /// The refusal of a model `caller`'s key may not use.
+    pub fn denied(caller: &arcane_core::keys::Principal, model: &str) -> Self {
+        Self::Denied {
+            key: caller.name.to_string(),
+            model: model.to_string(),
+            allowed: caller.models.as_deref().unwrap_or_default().join(", "),
+        }
     }
 
     /// A gateway refusal (not ready, a failed load, a bad `keep_alive`) in Ollama's shape.
@@ -267,10 +288,15 @@ pub async fn handle(
     endpoint: Endpoint,
     request: Request<Incoming>,
 ) -> Response<HttpBody> {
-    let catalog = upstream.catalog();
+    let caller = crate::caller::principal(request.extensions());
+    let deadline = crate::caller::deadline(request.headers());
+    let mut catalog = upstream.catalog();
     let default_is_ollama = catalog
         .first()
         .is_some_and(|m| m.kind == arcane_localai::Engine::Ollama);
+    // What the caller's key may not use is not shown, as if it were not there.
+    let everything = catalog.clone();
+    catalog.retain(|m| caller.may_use(&m.id));
     if !endpoint.names_a_model() {
         return match endpoint {
             _ if default_is_ollama => {
@@ -302,7 +328,10 @@ pub async fn handle(
         .unwrap_or(Value::Null);
     let facts = match names::resolve(&asked, &catalog) {
         Ok(facts) => facts.clone(),
-        Err(error) => return error.response(),
+        Err(error) => match names::resolve(&asked, &everything) {
+            Ok(denied) => return OllamaError::denied(&caller, &denied.id).response(),
+            Err(_) => return error.response(),
+        },
     };
     if facts.kind == arcane_localai::Engine::Ollama {
         // A real Ollama: its own API, the request as it came.
@@ -316,6 +345,8 @@ pub async fn handle(
         client,
         facts: &facts,
         asked: &asked,
+        caller,
+        deadline,
     };
     let result = match endpoint {
         Endpoint::Show => models::show(&facts, &asked).await,
@@ -401,6 +432,10 @@ pub struct Exchange<'a> {
     pub facts: &'a ModelFacts,
     /// The name the client asked for (answers carry it).
     pub asked: &'a str,
+    /// Who asks (the models it may use, its place in the queue).
+    pub caller: arcane_core::keys::Principal,
+    /// The client's deadline ([`crate::caller::deadline`]).
+    pub deadline: Option<std::time::Duration>,
 }
 
 /// Checks a routed engine must pass before the request is sent.
@@ -449,6 +484,8 @@ impl Exchange<'_> {
                 model: Some(self.facts.id.clone()),
                 keep_alive,
                 path: Some(outgoing.path.to_string()),
+                caller: self.caller.clone(),
+                deadline: self.deadline,
             })
             .await
             .map_err(OllamaError::from_no_route)?;
@@ -519,6 +556,8 @@ impl Exchange<'_> {
                 model: Some(self.facts.id.clone()),
                 keep_alive,
                 path: None,
+                caller: self.caller.clone(),
+                deadline: self.deadline,
             })
             .await
             .map_err(OllamaError::from_no_route)?;
