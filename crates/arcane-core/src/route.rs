@@ -49,6 +49,11 @@ pub struct RouteRequest {
     /// Who asks ([`crate::keys::Principal`]: the workspace token's admin, or an
     /// application key): the models it may use, its place in a model's queue.
     pub caller: crate::keys::Principal,
+    /// Whether it is work that takes one of the model's `parallel` slots (a generation,
+    /// an embedding, a transcription, …) and so waits its turn in the model's queue;
+    /// `false` for what the engine answers beside its slots (a listing, `/slots`,
+    /// `/tokenize`) and for a load.
+    pub queued: bool,
     /// How long the client will wait for the answer to begin (`X-Stainless-Timeout`,
     /// `X-Arcane-Deadline`): a request whose expected wait in the model's queue is
     /// longer is refused at once (`None`: no deadline).
@@ -125,6 +130,9 @@ pub struct NoRoute {
     pub body: Value,
     /// `Retry-After` seconds, when a retry may succeed.
     pub retry_after: Option<u64>,
+    /// The same wait to the millisecond, when it is known that finely: sent as
+    /// `retry-after-ms` too, which the official OpenAI and Anthropic clients prefer.
+    pub retry_after_ms: Option<u64>,
 }
 
 impl NoRoute {
@@ -139,6 +147,7 @@ impl NoRoute {
             status: StatusCode::SERVICE_UNAVAILABLE,
             body: serde_json::json!({"error": arcane_report::error_json(&error)}),
             retry_after,
+            retry_after_ms: None,
         }
     }
 }

@@ -4,9 +4,10 @@
 //! The principal is the one admission put in the request's extensions
 //! ([`crate::http`]); a request that carries none (the dashboard's calls, made with the
 //! workspace's session) acts as the workspace. The deadline is the client's own:
-//! `X-Stainless-Timeout` (seconds; the official OpenAI and Anthropic SDKs send their
-//! timeout with every call) or `X-Arcane-Deadline` (seconds, for any client). When
-//! both are sent the shorter counts.
+//! `X-Stainless-Timeout` or `X-Stainless-Read-Timeout` (seconds: the official OpenAI
+//! and Anthropic SDKs send their timeout with every call, the Anthropic ones the first,
+//! the OpenAI Python one the second), or `X-Arcane-Deadline` (seconds, for any
+//! client). When several are sent the shortest counts.
 
 use std::time::Duration;
 
@@ -16,7 +17,11 @@ use arcane_core::keys::Principal;
 use arcane_core::route::RouteRequest;
 
 /// The headers a deadline is read from, in seconds from now.
-pub const DEADLINE_HEADERS: [&str; 2] = ["x-stainless-timeout", "x-arcane-deadline"];
+pub const DEADLINE_HEADERS: [&str; 3] = [
+    "x-stainless-timeout",
+    "x-stainless-read-timeout",
+    "x-arcane-deadline",
+];
 
 /// The principal of an admitted request (the workspace's when none was put there).
 pub fn principal(extensions: &hyper::http::Extensions) -> Principal {
@@ -42,16 +47,13 @@ pub fn deadline(headers: &HeaderMap) -> Option<Duration> {
         .min()
 }
 
-/// `route` with the caller and deadline of a request with these `extensions` and
-/// `headers`.
-pub fn fill(
-    route: RouteRequest,
-    extensions: &hyper::http::Extensions,
-    headers: &HeaderMap,
-) -> RouteRequest {
+/// `route` with the caller and deadline of `request`, queued when it is work
+/// ([`crate::scopes::is_work`]).
+pub fn fill<B>(route: RouteRequest, request: &hyper::Request<B>) -> RouteRequest {
     RouteRequest {
-        caller: principal(extensions),
-        deadline: deadline(headers),
+        caller: principal(request.extensions()),
+        deadline: deadline(request.headers()),
+        queued: crate::scopes::is_work(request.method(), request.uri().path()),
         ..route
     }
 }

@@ -159,7 +159,7 @@ where
     };
     let (wanted, json) = wanted;
     let path = request.uri().path().to_string();
-    let mut wanted = crate::caller::fill(wanted, request.extensions(), request.headers());
+    let mut wanted = crate::caller::fill(wanted, &request);
     wanted.path = Some(request.uri().path().to_string());
     let route = upstream
         .route(wanted)
@@ -452,6 +452,11 @@ pub(crate) fn refusal(no_route: NoRoute) -> Response<HttpBody> {
         response
             .headers_mut()
             .insert(hyper::header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    if let Some(millis) = no_route.retry_after_ms {
+        response
+            .headers_mut()
+            .insert("retry-after-ms", HeaderValue::from(millis));
     }
     response
 }

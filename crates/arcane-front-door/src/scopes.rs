@@ -70,6 +70,33 @@ pub const INFERENCE_PATHS: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// The inference paths that the engine answers beside its slots: cheap, never queued
+/// behind generations ([`is_work`]).
+const LIGHT_PATHS: &[&str] = &[
+    "/v1/models",
+    "/v1/models/",
+    "/v1/messages/count_tokens",
+    "/tokenize",
+    "/detokenize",
+    "/apply-template",
+    "/api/tags",
+    "/api/show",
+    "/api/ps",
+    "/api/version",
+];
+
+/// Whether `method path` is work that takes one of a model's `parallel` slots, and so
+/// waits its turn in the model's queue: a `POST` to an inference path that is not a
+/// light one. A listing, `/slots`, `/props` or `/tokenize` is answered at once even
+/// while every slot is busy.
+pub fn is_work(method: &Method, path: &str) -> bool {
+    *method == Method::POST
+        && INFERENCE_PATHS
+            .iter()
+            .any(|(_, paths)| arcane_localai::serves_path(paths, path))
+        && !arcane_localai::serves_path(LIGHT_PATHS, path)
+}
+
 /// Whether an inference key may call `method path` as the route table found it.
 fn inference_may_call(lookup: Lookup, path: &str) -> bool {
     let inference_path = || {
@@ -163,6 +190,30 @@ mod tests {
             (Method::POST, "/lora-adapters"),
         ] {
             assert!(!allowed(method.clone(), path), "{method} {path}");
+        }
+    }
+
+    #[test]
+    fn generations_queue_and_listings_and_engine_controls_do_not() {
+        for path in [
+            "/v1/chat/completions",
+            "/v1/embeddings",
+            "/v1/audio/speech",
+            "/completion",
+            "/v1/messages",
+            "/api/chat",
+        ] {
+            assert!(is_work(&Method::POST, path), "{path}");
+        }
+        for (method, path) in [
+            (Method::GET, "/slots"),
+            (Method::POST, "/slots/0"),
+            (Method::POST, "/props"),
+            (Method::POST, "/tokenize"),
+            (Method::GET, "/v1/models"),
+            (Method::POST, "/v1/messages/count_tokens"),
+        ] {
+            assert!(!is_work(&method, path), "{method} {path}");
         }
     }
 

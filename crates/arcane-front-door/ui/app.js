@@ -115,6 +115,13 @@ function unloads(model) {
   return duration(model.unloadsIn);
 }
 
+// The model's waiting requests, with who they are from (key names) on hover.
+function queued(model) {
+  const byKey = Object.entries(model.queuedByKey ?? {}).map(([key, n]) => `${key}: ${n}`);
+  const limit = model.maxQueue === undefined ? "" : ` (at most ${model.maxQueue}, ${model.parallel} at once)`;
+  return el("td", { class: "num", title: `${byKey.join(", ") || "none waiting"}${limit}` }, model.queued ?? 0);
+}
+
 async function act(model, method) {
   view.pending.add(model);
   renderModels();
@@ -156,6 +163,7 @@ function renderModels() {
       el("td", { class: "num" }, bytes(m.memoryNeed)),
       el("td", { class: "num" }, bytes(m.residentBytes)),
       el("td", { class: "num" }, m.inFlight),
+      queued(m),
       el("td", { class: "num" }, unloads(m)),
       el("td", {}, button)));
   }

@@ -54,7 +54,7 @@ const SMOOTHING: f64 = 0.2;
 
 /// Why a request was refused at once.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Refusal {
+pub enum Refusal {
     /// `max_queue` requests wait already.
     QueueFull {
         /// How many wait.
@@ -75,7 +75,7 @@ pub(crate) enum Refusal {
 
 impl Refusal {
     /// When to come back.
-    pub(crate) fn retry_after(&self) -> Duration {
+    pub fn retry_after(&self) -> Duration {
         match self {
             Self::QueueFull { retry_after, .. } | Self::Deadline { retry_after, .. } => {
                 *retry_after
@@ -84,7 +84,7 @@ impl Refusal {
     }
 
     /// Its name in metrics and details: `queue_full` or `deadline`.
-    pub(crate) fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static str {
         match self {
             Self::QueueFull { .. } => "queue_full",
             Self::Deadline { .. } => "deadline",
@@ -118,7 +118,7 @@ struct State {
 }
 
 /// The admission queue of one model (see the module documentation).
-pub(crate) struct Admission {
+pub struct Admission {
     parallel: usize,
     max_queue: usize,
     state: Mutex<State>,
@@ -134,7 +134,7 @@ fn level(priority: Priority) -> usize {
 impl Admission {
     /// A queue forwarding `parallel` requests at once (at least one) with `max_queue`
     /// waiting.
-    pub(crate) fn new(parallel: usize, max_queue: usize) -> Arc<Self> {
+    pub fn new(parallel: usize, max_queue: usize) -> Arc<Self> {
         Arc::new(Self {
             parallel: parallel.max(1),
             max_queue,
@@ -154,12 +154,12 @@ impl Admission {
     }
 
     /// `parallel` and `max_queue`.
-    pub(crate) fn limits(&self) -> (usize, usize) {
+    pub fn limits(&self) -> (usize, usize) {
         (self.parallel, self.max_queue)
     }
 
     /// Requests forwarded now, requests waiting, and waiting requests per key.
-    pub(crate) fn depth(&self) -> (usize, usize, Vec<(Arc<str>, usize)>) {
+    pub fn depth(&self) -> (usize, usize, Vec<(Arc<str>, usize)>) {
         let state = self.lock();
         let mut by_key: Vec<_> = state
             .queued_by_key
@@ -171,13 +171,13 @@ impl Admission {
     }
 
     /// The mean service time measured so far.
-    pub(crate) fn service_time(&self) -> Option<Duration> {
+    pub fn service_time(&self) -> Option<Duration> {
         self.lock().service
     }
 
     /// Waits for a slot for a request of `key` at `priority`, or refuses it at once
     /// (see the module documentation).
-    pub(crate) async fn admit(
+    pub async fn admit(
         self: &Arc<Self>,
         key: &Arc<str>,
         priority: Priority,
@@ -370,7 +370,7 @@ impl Drop for Waiting {
 
 /// One of a model's `parallel` slots, held until the request's answer is sent (or
 /// dropped).
-pub(crate) struct Permit {
+pub struct Permit {
     admission: Arc<Admission>,
     serving_since: Option<Instant>,
 }
@@ -385,7 +385,7 @@ impl Permit {
 
     /// Its request is now served by a ready engine: the service time is measured from
     /// here.
-    pub(crate) fn serving(&mut self) {
+    pub fn serving(&mut self) {
         self.serving_since = Some(Instant::now());
     }
 }

@@ -23,6 +23,7 @@ impl Gateway {
             model: parameters["model"].as_str().map(str::to_string),
             keep_alive: parameters.get("keep_alive").cloned(),
             path: Some("/v1/chat/completions".into()),
+            queued: true,
             ..RouteRequest::default()
         };
         let route = Upstream::route(&**self, request).await.map_err(refused)?;

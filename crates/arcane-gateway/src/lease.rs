@@ -61,11 +61,17 @@ impl Lease {
         &self.model
     }
 
-    /// The same lease, holding `permit` (its slot, measured from now) for the key
-    /// `key`.
-    pub(super) fn admitted(mut self, key: &Arc<str>, mut permit: super::admission::Permit) -> Self {
-        permit.serving();
-        self.permit = Some(permit);
+    /// The same lease for the key `key`, holding `permit` (its slot, measured from
+    /// now) when it waited its turn.
+    pub(super) fn admitted(
+        mut self,
+        key: &Arc<str>,
+        permit: Option<super::admission::Permit>,
+    ) -> Self {
+        self.permit = permit.map(|mut permit| {
+            permit.serving();
+            permit
+        });
         self.key = Arc::clone(key);
         self
     }

@@ -63,7 +63,7 @@ use arcane_core::service::{
 };
 use arcane_core::Error;
 
-mod admission;
+pub mod admission;
 mod chat;
 mod keep_alive;
 mod lease;
@@ -427,6 +427,7 @@ impl Gateway {
                 status: StatusCode::NOT_FOUND,
                 body: arcane_core::route::model_not_found(name.unwrap_or(""), &entries),
                 retry_after: None,
+                retry_after_ms: None,
             });
         };
         if !caller.may_use(&model.spec.id) {
@@ -472,6 +473,7 @@ impl Gateway {
                 "details": {"model": id, "path": path, "serves": serves, "servedBy": served_by},
             }}),
             retry_after: None,
+            retry_after_ms: None,
         }
     }
 
@@ -608,6 +610,7 @@ fn load_failed(error: &Value) -> NoRoute {
         status: StatusCode::BAD_GATEWAY,
         body: json!({"error": error}),
         retry_after: None,
+        retry_after_ms: None,
     }
 }
 
@@ -626,6 +629,7 @@ fn model_denied(caller: &Principal, asked: &str) -> NoRoute {
             "details": {"key": &*caller.name, "model": asked, "allowed": allowed},
         }}),
         retry_after: None,
+        retry_after_ms: None,
     }
 }
 
@@ -634,5 +638,6 @@ fn not_ready(model: &str, why: &str) -> NoRoute {
         status: StatusCode::SERVICE_UNAVAILABLE,
         body: json!({"error": {"code": codes::LOCAL_AI_SERVER_NOT_READY, "message": format!("`{model}` is not ready: {why}"), "details": {"model": model}}}),
         retry_after: Some(2),
+        retry_after_ms: None,
     }
 }

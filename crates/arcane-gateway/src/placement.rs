@@ -215,6 +215,7 @@ impl From<Refusal> for NoRoute {
             status: StatusCode::SERVICE_UNAVAILABLE,
             body: json!({"error": {"code": refusal.code(), "message": refusal.to_string(), "details": refusal.details()}}),
             retry_after,
+            retry_after_ms: None,
         }
     }
 }

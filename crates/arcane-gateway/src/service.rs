@@ -95,6 +95,7 @@ impl Gateway {
             // Whole seconds, rounded up (and at least one): a client that waits this
             // long finds the work ahead done.
             retry_after: Some(retry_after.as_secs_f64().ceil().max(1.0) as u64),
+            retry_after_ms: Some((retry_after.as_millis() as u64).max(1)),
         }
     }
 }
@@ -150,17 +151,23 @@ impl Upstream for Gateway {
                         status: StatusCode::BAD_REQUEST,
                         body: json!({"error": {"message": format!("`keep_alive`: {why}"), "type": "invalid_request_error", "param": "keep_alive"}}),
                         retry_after: None,
+                        retry_after_ms: None,
                     })
                 }
                 Some(Ok(keep_alive)) => Some(keep_alive),
                 None => None,
             };
             let caller = &request.caller;
-            let permit = model
-                .admission
-                .admit(&caller.name, caller.priority, request.deadline)
-                .await
-                .map_err(|refusal| self.overloaded(&model, &refusal))?;
+            let permit = match request.queued {
+                true => Some(
+                    model
+                        .admission
+                        .admit(&caller.name, caller.priority, request.deadline)
+                        .await
+                        .map_err(|refusal| self.overloaded(&model, &refusal))?,
+                ),
+                false => None,
+            };
             let lease = self
                 .acquire(&model, keep_alive)
                 .await?

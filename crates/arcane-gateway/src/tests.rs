@@ -316,6 +316,7 @@ impl Rig {
             model: Some(id.into()),
             keep_alive,
             path: None,
+            queued: true,
             ..RouteRequest::default()
         };
         tokio::time::timeout(WAIT, self.gateway.route(request))
@@ -342,6 +343,7 @@ impl Rig {
         tokio::spawn(async move {
             let request = RouteRequest {
                 model: Some(id.into()),
+                queued: true,
                 ..RouteRequest::default()
             };
             gateway.route(request).await

@@ -139,6 +139,20 @@ fn with_reasons(mut text: String, rows: &[Value]) -> String {
     text
 }
 
+/// A row's waiting requests, with the keys they came with: `3 (app 2, batch 1)`.
+fn queued(row: &Value) -> String {
+    let total = row["queued"].as_u64().unwrap_or(0);
+    let by_key: Vec<String> = row["queuedByKey"]
+        .as_object()
+        .map(|keys| keys.iter().map(|(k, n)| format!("{k} {n}")).collect())
+        .unwrap_or_default();
+    if by_key.is_empty() {
+        total.to_string()
+    } else {
+        format!("{total} ({})", by_key.join(", "))
+    }
+}
+
 /// The `arcane ps` table.
 fn table(rows: &[Value]) -> String {
     let text = |v: &Value| match v {
@@ -146,7 +160,7 @@ fn table(rows: &[Value]) -> String {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    let cells: Vec<[String; 7]> = rows
+    let cells: Vec<[String; 8]> = rows
         .iter()
         .map(|r| {
             [
@@ -158,6 +172,7 @@ fn table(rows: &[Value]) -> String {
                     .as_u64()
                     .map_or("-".into(), crate::cmd::runtime::human_bytes),
                 text(&r["inFlight"]),
+                queued(r),
                 r["unloadsIn"]
                     .as_f64()
                     .map_or("-".into(), |s| format!("{s:.0}s")),
@@ -172,6 +187,7 @@ fn table(rows: &[Value]) -> String {
             "PID",
             "MEMORY",
             "IN FLIGHT",
+            "QUEUED",
             "UNLOADS IN",
         ],
         &cells,

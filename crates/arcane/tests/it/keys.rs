@@ -30,7 +30,10 @@ args = ["-c", "1024"]
 
 /// `arcane token add` with `args`: its JSON (`{name, token, scope, priority, models}`).
 fn add_key(ws: &TestWorkspace, args: &[&str]) -> Value {
-    let out = run(ws.arcane().args(["--output", "json", "token", "add"]).args(args));
+    let out = run(ws
+        .arcane()
+        .args(["--output", "json", "token", "add"])
+        .args(args));
     assert!(
         out.status.success(),
         "{}",
@@ -43,7 +46,10 @@ fn add_key(ws: &TestWorkspace, args: &[&str]) -> Value {
 fn key_rows(ws: &TestWorkspace) -> Vec<Value> {
     let out = run(ws.arcane().args(["--output", "json", "token", "list"]));
     assert!(out.status.success());
-    json_of(&out)["keys"].as_array().cloned().unwrap_or_default()
+    json_of(&out)["keys"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
 }
 
 #[test]
@@ -53,8 +59,18 @@ fn application_keys_reach_what_their_scope_and_models_allow() {
     let ws = gateway_workspace(TWO_MODELS);
     let app = add_key(&ws, &["app", "--models", "smol", "--priority", "high"]);
     assert_eq!(
-        (&app["name"], &app["scope"], &app["priority"], &app["models"]),
-        (&json!("app"), &json!("inference"), &json!("high"), &json!(["smol"]))
+        (
+            &app["name"],
+            &app["scope"],
+            &app["priority"],
+            &app["models"]
+        ),
+        (
+            &json!("app"),
+            &json!("inference"),
+            &json!("high"),
+            &json!(["smol"])
+        )
     );
     let app_key = app["token"].as_str().unwrap().to_string();
     let ops_key = add_key(&ws, &["ops", "--scope", "admin"])["token"]
@@ -123,11 +139,16 @@ fn application_keys_reach_what_their_scope_and_models_allow() {
         .find(|l| l.starts_with("arcane_key_requests_total{key=\"app\",model=\"smol\"}"))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("no series for `app`:\n{metrics}"));
-    assert_eq!(app_requests, 3, "openai, anthropic and ollama chats:\n{metrics}");
+    assert_eq!(
+        app_requests, 3,
+        "openai, anthropic and ollama chats:\n{metrics}"
+    );
     let logs = run(ws.arcane().args(["logs", "smol"]));
     let logs = String::from_utf8_lossy(&logs.stdout).into_owned();
     assert_eq!(
-        logs.lines().filter(|l| l.contains("request key=app")).count(),
+        logs.lines()
+            .filter(|l| l.contains("request key=app"))
+            .count(),
         3,
         "{logs}"
     );
@@ -141,7 +162,9 @@ fn application_keys_reach_what_their_scope_and_models_allow() {
             .any(|r| r["name"] == "app" && r["lastUsed"].is_string())
     });
     let rows = key_rows(&ws);
-    assert!(rows.iter().all(|r| r.get("token").is_none() && r.get("hash").is_none()));
+    assert!(rows
+        .iter()
+        .all(|r| r.get("token").is_none() && r.get("hash").is_none()));
 
     signal(serve.pid(), "TERM");
     assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
@@ -209,20 +232,38 @@ fn a_revoked_key_is_refused_at_once_and_its_open_stream_is_cut() {
         }
     }
     assert!(!seen.contains("[DONE]"), "it ran to its end: {seen}");
-    let n = kept_stream.read(&mut buffer).expect("the other stream goes on");
+    let n = kept_stream
+        .read(&mut buffer)
+        .expect("the other stream goes on");
     assert!(n > 0);
     drop(kept_stream);
 
     // The key is refused from its next request on; the other key and the token work.
-    let chat = json!({"model": "smol", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2});
-    let (status, body) = call(port, &app_key, "POST", "/v1/chat/completions", Some(chat.clone()));
+    let chat =
+        json!({"model": "smol", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2});
+    let (status, body) = call(
+        port,
+        &app_key,
+        "POST",
+        "/v1/chat/completions",
+        Some(chat.clone()),
+    );
     assert_eq!(status, 401, "{body}");
-    let (status, _) = call(port, &other_key, "POST", "/v1/chat/completions", Some(chat.clone()));
+    let (status, _) = call(
+        port,
+        &other_key,
+        "POST",
+        "/v1/chat/completions",
+        Some(chat.clone()),
+    );
     assert_eq!(status, 200);
     let (status, _) = call(port, &token, "POST", "/v1/chat/completions", Some(chat));
     assert_eq!(status, 200);
     // A key added while the host runs works without a restart.
-    let late = add_key(&ws, &["late"])["token"].as_str().unwrap().to_string();
+    let late = add_key(&ws, &["late"])["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let (status, _) = call(port, &late, "GET", "/v1/models", None);
     assert_eq!(status, 200);
 
@@ -247,7 +288,10 @@ fn key_mistakes_are_refused_naming_the_value() {
         let error = &json_of(&out)["error"];
         assert_eq!(error["code"], code, "{args:?}: {error}");
         assert!(
-            error["message"].as_str().unwrap_or_default().contains(needle),
+            error["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(needle),
             "{args:?}: {error}"
         );
     }

@@ -7,6 +7,7 @@
 
 mod support;
 
+mod admission;
 mod bridge;
 mod browser;
 mod bundle;
@@ -20,8 +21,8 @@ mod front_door;
 mod gateway;
 mod hardening;
 mod hostile_files;
-mod keys;
 mod images;
+mod keys;
 mod local_users;
 mod lock;
 mod logs;

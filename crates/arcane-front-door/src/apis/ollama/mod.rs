@@ -486,6 +486,7 @@ impl Exchange<'_> {
                 path: Some(outgoing.path.to_string()),
                 caller: self.caller.clone(),
                 deadline: self.deadline,
+                queued: true,
             })
             .await
             .map_err(OllamaError::from_no_route)?;
@@ -558,6 +559,7 @@ impl Exchange<'_> {
                 path: None,
                 caller: self.caller.clone(),
                 deadline: self.deadline,
+                queued: false,
             })
             .await
             .map_err(OllamaError::from_no_route)?;

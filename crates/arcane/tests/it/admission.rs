@@ -1,0 +1,299 @@
+//! Issue 34, items 2 and 3: admission. With the real host, llama-server and SmolLM2: a
+//! model's `parallel` and `max_queue`; the official clients get a 503 with a
+//! `Retry-After` computed from the work ahead and back off exactly as told; a client
+//! whose own timeout is shorter than the wait is refused at once; a key flooding a
+//! model does not keep another key's request waiting behind all of its own.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::front_door::call;
+use crate::gateway::{gateway_workspace, start};
+use crate::serve::{host_endpoint, signal};
+use crate::support::{json as json_of, run};
+
+const QUEUES: &str = r#"
+[[model]]
+id = "smol"
+model = "smollm2-135m"
+args = ["-c", "2048"]
+parallel = 1
+max_queue = 0
+
+[[model]]
+id = "smol-q"
+model = "smollm2-135m"
+args = ["-c", "2048"]
+parallel = 1
+max_queue = 8
+"#;
+
+/// A chat of `tokens` tokens for `model` with `key`, not stopped early.
+fn long_chat(model: &str, tokens: u32, stream: bool) -> Value {
+    json!({
+        "model": model,
+        "messages": [{"role": "user", "content": "Count from one to one thousand."}],
+        "max_tokens": tokens,
+        "ignore_eos": true,
+        "stream": stream,
+    })
+}
+
+/// Fills `model`'s one slot with a streamed chat of `tokens` tokens: returns once its
+/// first event came, with the thread that reads it to its end.
+fn occupy(port: u16, key: &str, model: &str, tokens: u32) -> std::thread::JoinHandle<String> {
+    let body = long_chat(model, tokens, true).to_string();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (started, first_event) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(300)))
+            .unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut seen = String::new();
+        let mut buffer = [0u8; 4096];
+        let mut told = false;
+        loop {
+            let n = stream.read(&mut buffer).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            seen.push_str(&String::from_utf8_lossy(&buffer[..n]));
+            if !told && seen.contains("data: ") {
+                told = true;
+                let _ = started.send(());
+            }
+        }
+        seen
+    });
+    first_event
+        .recv_timeout(Duration::from_secs(300))
+        .expect("the occupying stream started");
+    reader
+}
+
+/// Runs `retry_client.py MODE`: once it is ready, fills `smol`'s (or, for `deadline`,
+/// `smol-q`'s) slot, lets it go on, and checks its `ok` lines.
+fn run_retry_client(port: u16, token: &str, mode: &str, checks: &[&str]) {
+    let python = crate::support::provisioned("ARCANE_CLIENTS_PYTHON");
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/retry_client.py");
+    let mut child = Command::new(python)
+        .arg(script)
+        .arg(mode)
+        .env("ARCANE_ROOT_URL", format!("http://127.0.0.1:{port}"))
+        .env("ARCANE_TOKEN", token)
+        .env("ARCANE_MODEL", "smol")
+        .env("ARCANE_QUEUED_MODEL", "smol-q")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "{line}");
+    let model = if mode == "deadline" { "smol-q" } else { "smol" };
+    let occupier = occupy(port, token, model, 150);
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{mode} failed:\n{rest}\n{err}");
+    for check in checks {
+        assert!(
+            rest.lines().any(|l| l == format!("ok {check}")),
+            "`{check}` did not pass:\n{rest}\n{err}"
+        );
+    }
+    let occupied = occupier.join().unwrap();
+    assert!(
+        occupied.contains("[DONE]"),
+        "the occupying stream ended early: {occupied}"
+    );
+}
+
+/// A series' value in the `/metrics` text (0 when absent).
+fn series(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn a_full_queue_answers_503_with_the_wait_ahead_and_the_official_clients_back_off_as_told() {
+    let ws = gateway_workspace(QUEUES);
+    let mut serve = start(&ws);
+    let (port, token) = host_endpoint(&ws);
+    // One request each measures the service time the waits are computed from.
+    for model in ["smol", "smol-q"] {
+        let (status, body) = call(
+            port,
+            &token,
+            "POST",
+            "/v1/chat/completions",
+            Some(long_chat(model, 60, false)),
+        );
+        assert_eq!(status, 200, "{body}");
+    }
+    run_retry_client(
+        port,
+        &token,
+        "openai",
+        &[
+            "openai first try is refused",
+            "openai was refused while the slot was taken",
+            "openai waited what each refusal said before retrying",
+            "openai Retry-After is the same wait in whole seconds",
+            "openai was served in the end",
+        ],
+    );
+    run_retry_client(
+        port,
+        &token,
+        "anthropic",
+        &[
+            "anthropic first try is overloaded",
+            "anthropic was refused while the slot was taken",
+            "anthropic waited what each refusal said before retrying",
+            "anthropic was served in the end",
+        ],
+    );
+    run_retry_client(port, &token, "ollama", &["ollama is refused with 503"]);
+    run_retry_client(
+        port,
+        &token,
+        "deadline",
+        &[
+            "a deadline shorter than the wait is refused at once",
+            "a deadline longer than the wait is served",
+        ],
+    );
+    let (_, metrics) = call(port, &token, "GET", "/metrics", None);
+    assert!(
+        series(
+            &metrics,
+            r#"arcane_requests_refused_total{model="smol",reason="queue_full"}"#
+        ) >= 4.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        series(
+            &metrics,
+            r#"arcane_requests_refused_total{model="smol-q",reason="deadline"}"#
+        ),
+        1.0,
+        "{metrics}"
+    );
+    // `arcane ps` says each model's limits and measured service time.
+    let rows = crate::gateway::ps(&ws);
+    let row = crate::gateway::row(&rows, "smol-q");
+    assert_eq!((&row["parallel"], &row["maxQueue"]), (&json!(1), &json!(8)));
+    assert!(
+        row["serviceSeconds"].as_f64().is_some_and(|s| s > 0.0),
+        "{row}"
+    );
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+}
+
+#[test]
+fn a_flooding_key_takes_turns_with_a_key_that_sends_one_request() {
+    let ws = gateway_workspace(QUEUES);
+    let key = |name: &str| {
+        let out = run(ws.arcane().args(["--output", "json", "token", "add", name]));
+        assert!(out.status.success());
+        json_of(&out)["token"].as_str().unwrap().to_string()
+    };
+    let (flood, single) = (key("flood"), key("single"));
+    let mut serve = start(&ws);
+    let (port, token) = host_endpoint(&ws);
+    let (status, _) = call(
+        port,
+        &token,
+        "POST",
+        "/v1/chat/completions",
+        Some(long_chat("smol-q", 20, false)),
+    );
+    assert_eq!(status, 200);
+    // `flood` fills the slot and the queue's first six places.
+    let (finished, order) = mpsc::channel::<String>();
+    let first = occupy(port, &flood, "smol-q", 60);
+    let mut floods = Vec::new();
+    for i in 0..6 {
+        let (flood, finished) = (flood.clone(), finished.clone());
+        floods.push(std::thread::spawn(move || {
+            let (status, body) = call(
+                port,
+                &flood,
+                "POST",
+                "/v1/chat/completions",
+                Some(long_chat("smol-q", 20, false)),
+            );
+            assert_eq!(status, 200, "{body}");
+            let _ = finished.send(format!("flood {i}"));
+        }));
+    }
+    crate::support::wait_until(
+        Duration::from_secs(60),
+        "six queued requests of `flood`",
+        || {
+            let rows = crate::gateway::ps(&ws);
+            crate::gateway::row(&rows, "smol-q")["queuedByKey"]["flood"] == 6
+        },
+    );
+    // `/metrics` and `arcane ps` show the queue by key.
+    let (_, metrics) = call(port, &token, "GET", "/metrics", None);
+    assert_eq!(
+        series(
+            &metrics,
+            r#"arcane_key_queue_depth{key="flood",model="smol-q"}"#
+        ),
+        6.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        series(&metrics, r#"arcane_queue_depth{model="smol-q"}"#),
+        6.0
+    );
+    let (status, body) = call(
+        port,
+        &single,
+        "POST",
+        "/v1/chat/completions",
+        Some(long_chat("smol-q", 20, false)),
+    );
+    assert_eq!(status, 200, "{body}");
+    let _ = finished.send("single".into());
+    first.join().unwrap();
+    for flood in floods {
+        flood.join().unwrap();
+    }
+    drop(finished);
+    let order: Vec<String> = order.iter().collect();
+    // The one request of `single` went after at most one of `flood`'s queued requests
+    // (the one whose turn came first), not after all six.
+    let position = order.iter().position(|o| o == "single").unwrap();
+    assert!(position <= 1, "{order:?}");
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+}
