@@ -106,6 +106,14 @@ pub trait Lease: Send + Sync {
     fn finished(&mut self) {}
     /// The engine could not be reached (or gave no answer).
     fn unreachable(&mut self) {}
+    /// The engine went away before it answered: waits (bounded) until whoever serves
+    /// the route has seen it die, and says whether it did, so the request may be sent
+    /// once more to the engine that replaces it. A lease that says so is not counted as
+    /// a request (the replay is), and says the replay in its events and log. The
+    /// default: no replay.
+    fn engine_gone(&mut self) -> crate::service::BoxFuture<'_, bool> {
+        Box::pin(async { false })
+    }
 }
 
 /// Where one forwarded request goes, and what it holds until its answer is sent.

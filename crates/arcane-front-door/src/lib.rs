@@ -7,6 +7,7 @@
 //! * [`passthrough`]: the engines' own APIs, forwarded unchanged (with the gateway,
 //!   routed by the model a request names: [`request_model`], renamed and measured line
 //!   by line: [`response_lines`]).
+//! * [`replay`]: a request whose engine died before answering is sent once more.
 //! * [`apis`]: the APIs translated onto the engines' (Ollama's `/api/*`).
 //! * [`ui`]: the dashboard and its login; [`web`]: an application's packaged web root;
 //!   [`logs`]: `GET /v1/logs`.
@@ -31,6 +32,7 @@ pub mod limits;
 pub mod logs;
 pub mod origins;
 pub mod passthrough;
+pub mod replay;
 pub mod request_model;
 pub mod response_lines;
 pub mod router;

@@ -96,8 +96,12 @@ where
     };
     let model_id = model_id_of(&request);
     let api = StreamApi::of_path(request.uri().path());
-    let (request, route) = match route(upstream, request).await {
+    let (request, route, wanted) = match route(upstream, request).await {
         Ok(routed) => routed,
+        Err(response) => return *response,
+    };
+    let (request, replay) = match crate::replay::Replay::capture(&wanted, request).await {
+        Ok(captured) => captured,
         Err(response) => return *response,
     };
     let forwarded = match forwarded_request(&route.access, request) {
@@ -105,7 +109,11 @@ where
         Err(response) => return *response,
     };
     let mut route = route;
-    match exchange(client, &mut route, forwarded, deadlines, &work).await {
+    match exchange(
+        client, upstream, &mut route, forwarded, replay, deadlines, &work,
+    )
+    .await
+    {
         Ok(upstream) if upstream.status() == StatusCode::NOT_FOUND && model_id.is_some() => {
             // llama.cpp serves the list but not `GET /v1/models/{id}` (the OpenAI
             // clients' `models.retrieve`): the entry comes from the list.
@@ -132,7 +140,7 @@ fn model_id_of<B>(request: &Request<B>) -> Option<String> {
 async fn route<B>(
     upstream: &dyn Upstream,
     request: Request<B>,
-) -> Result<(Request<HttpBody>, Route), Box<Response<HttpBody>>>
+) -> Result<(Request<HttpBody>, Route, RouteRequest), Box<Response<HttpBody>>>
 where
     B: Body<Data = Bytes> + Send + Sync + Unpin + 'static,
     B::Error: Into<BodyError>,
@@ -162,14 +170,14 @@ where
     let mut wanted = crate::caller::fill(wanted, &request);
     wanted.path = Some(request.uri().path().to_string());
     let route = upstream
-        .route(wanted)
+        .route(wanted.clone())
         .await
         .map_err(|no_route| Box::new(refusal(in_api_shape(&path, no_route))))?;
     let request = match route.upstream_model.as_deref().filter(|_| json) {
         Some(name) => with_model(request, name).await?,
         None => request,
     };
-    Ok((request, route))
+    Ok((request, route, wanted))
 }
 
 /// `request` (a JSON object body, already read whole) with its `model` replaced by
@@ -202,28 +210,61 @@ async fn with_model(
     ))
 }
 
-/// Stage 3: the exchange with the engine of `route`, within `deadlines`; a shutdown
-/// whose drain deadline passes before the engine answers drops the request. An
-/// unreachable engine is reported to the route's lease.
+/// Stage 3: the exchange with the engine of `route`, within `deadlines`, sent once more
+/// when the engine died before answering and a `replay` was kept ([`crate::replay`]); a
+/// shutdown whose drain deadline passes before the engine answers drops the request.
 pub(crate) async fn exchange(
+    client: &EngineClient,
+    upstream: &dyn Upstream,
+    route: &mut Route,
+    forwarded: Request<HttpBody>,
+    replay: Option<crate::replay::Replay>,
+    deadlines: Deadlines,
+    work: &Work,
+) -> Result<Response<HttpBody>, Box<Response<HttpBody>>> {
+    use crate::replay::Failure;
+    crate::replay::exchange(client, upstream, route, forwarded, replay, deadlines, work)
+        .await
+        .map_err(|failure| {
+            Box::new(match failure {
+                Failure::Cancelled => crate::http::error_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &Error::ShuttingDown,
+                ),
+                Failure::Engine(error) => {
+                    let error = engine_error(error);
+                    let status = StatusCode::from_u16(error.http_status())
+                        .unwrap_or(StatusCode::BAD_GATEWAY);
+                    api_error_response(status, &error)
+                }
+                Failure::NoRoute(no_route) => refusal(no_route),
+                Failure::Unsendable(message) => api_error_response(
+                    StatusCode::BAD_GATEWAY,
+                    &Error::usage(message, serde_json::json!({})),
+                ),
+            })
+        })
+}
+
+/// One exchange with the engine of `route`: its answer's head, or why there is none
+/// (an unreachable engine is reported to the route's lease).
+pub(crate) async fn send(
     client: &EngineClient,
     route: &mut Route,
     forwarded: Request<HttpBody>,
     deadlines: Deadlines,
     work: &Work,
-) -> Result<Response<HttpBody>, Box<Response<HttpBody>>> {
+) -> Result<Response<HttpBody>, crate::replay::Failure> {
     let cancelled = work.cancelled();
     let answer = tokio::select! {
         answer = client.send_to(&route.access, forwarded, deadlines, Peer::Engine) => answer,
-        () = cancelled => return Err(Box::new(crate::http::error_response(StatusCode::SERVICE_UNAVAILABLE, &Error::ShuttingDown))),
+        () = cancelled => return Err(crate::replay::Failure::Cancelled),
     };
     answer.map_err(|error| {
         if let Some(lease) = route.lease.as_mut() {
             lease.unreachable();
         }
-        let error = engine_error(error);
-        let status = StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::BAD_GATEWAY);
-        Box::new(api_error_response(status, &error))
+        crate::replay::Failure::Engine(error)
     })
 }
 
@@ -358,7 +399,7 @@ pub(crate) fn engine_error(error: Error) -> Error {
 }
 
 /// Whether `error` (or a cause of it) is a connection closed or reset mid-exchange.
-fn connection_lost(error: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn connection_lost(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(error);
     while let Some(error) = next {
         if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
@@ -585,7 +626,7 @@ pub(crate) fn percent_decode(text: &str) -> String {
 /// Stage 2: the client's request, re-addressed to the engine at `access` (hop-by-hop
 /// headers, the Core's token and the origin are not forwarded; the engine's key is
 /// added).
-fn forwarded_request(
+pub(crate) fn forwarded_request(
     access: &EngineAccess,
     request: Request<HttpBody>,
 ) -> Result<Request<HttpBody>, Box<Response<HttpBody>>> {

@@ -3,7 +3,8 @@
 //!
 //! An `admin` principal (the workspace token, or a key made with `--scope admin`) may
 //! call everything. An `inference` key may call the inference paths of each API the
-//! front door speaks, listed below by API, and list models; everything else (`arcane/1`
+//! front door speaks, listed by API (below, and each translated API's in its module),
+//! and list models; everything else (`arcane/1`
 //! and its events, the logs, `/metrics`, the engines' own control paths such as
 //! llama.cpp's `/slots` and `/props`, Ollama's `pull`/`delete`) answers **403**
 //! `CORE_SCOPE_DENIED` in the error shape of the API the path belongs to. A new API's
@@ -17,8 +18,9 @@ use arcane_core::keys::Principal;
 use arcane_core::upstream::HttpBody;
 use arcane_report::codes;
 
-/// The inference paths of each API (a path ending in `/` stands for every path below
-/// it, any other for exactly itself: [`arcane_localai::serves_path`]).
+/// The inference paths of each API the engines speak (a path ending in `/` stands for
+/// every path below it, any other for exactly itself: [`arcane_localai::serves_path`]);
+/// the translated APIs list theirs in [`crate::apis::INFERENCE_PATHS`].
 pub const INFERENCE_PATHS: &[(&str, &[&str])] = &[
     (
         "OpenAI",
@@ -39,20 +41,7 @@ pub const INFERENCE_PATHS: &[(&str, &[&str])] = &[
     ),
     ("Anthropic", &["/v1/messages", "/v1/messages/count_tokens"]),
     (
-        "Ollama",
-        &[
-            "/api/chat",
-            "/api/generate",
-            "/api/embed",
-            "/api/embeddings",
-            "/api/tags",
-            "/api/show",
-            "/api/ps",
-            "/api/version",
-        ],
-    ),
-    (
-        "llama.cpp",
+        "the engines' own",
         &[
             "/chat/completions",
             "/completions",
@@ -91,19 +80,22 @@ const LIGHT_PATHS: &[&str] = &[
 /// while every slot is busy.
 pub fn is_work(method: &Method, path: &str) -> bool {
     *method == Method::POST
-        && INFERENCE_PATHS
-            .iter()
-            .any(|(_, paths)| arcane_localai::serves_path(paths, path))
+        && is_inference_path(path)
         && !arcane_localai::serves_path(LIGHT_PATHS, path)
+}
+
+/// Whether `path` is an inference path of an API: of the table above, or of a
+/// translated API ([`crate::apis::INFERENCE_PATHS`]).
+fn is_inference_path(path: &str) -> bool {
+    INFERENCE_PATHS
+        .iter()
+        .chain(crate::apis::INFERENCE_PATHS)
+        .any(|(_, paths)| arcane_localai::serves_path(paths, path))
 }
 
 /// Whether an inference key may call `method path` as the route table found it.
 fn inference_may_call(lookup: Lookup, path: &str) -> bool {
-    let inference_path = || {
-        INFERENCE_PATHS
-            .iter()
-            .any(|(_, paths)| arcane_localai::serves_path(paths, path))
-    };
+    let inference_path = || is_inference_path(path);
     match lookup {
         Lookup::Found(Handler::ModelList | Handler::ModelEntry) => true,
         // The engines' paths and the translated APIs': their inference paths only
@@ -123,9 +115,16 @@ pub fn permit(
     if principal.is_admin() || inference_may_call(lookup, path) {
         return Ok(());
     }
+    let apis: Vec<&str> = INFERENCE_PATHS
+        .iter()
+        .chain(crate::apis::INFERENCE_PATHS)
+        .map(|(api, _)| *api)
+        .filter(|api| !api.starts_with("the "))
+        .collect();
     let message = format!(
-        "the key `{}` has the `inference` scope, which may not call `{method} {path}`: it may call the inference paths of the OpenAI, Anthropic and Ollama APIs (chat, completions, embeddings, speech, images) and list models; everything else needs an admin key",
-        principal.name
+        "the key `{}` has the `inference` scope, which may not call `{method} {path}`: it may call the inference paths of the {} APIs (chat, completions, embeddings, speech, images) and list models; everything else needs an admin key",
+        principal.name,
+        apis.join(", ")
     );
     let details = json!({"key": &*principal.name, "scope": principal.scope, "method": method.as_str(), "path": path});
     let body = crate::apis::error_body(path, codes::CORE_SCOPE_DENIED, &message).unwrap_or_else(

@@ -28,7 +28,13 @@ pub(super) struct Lease {
     key: Arc<str>,
     /// Its slot in the model's admission queue, given back with the lease.
     permit: Option<super::admission::Permit>,
+    /// The pid of the engine it was routed to (owned engines).
+    pid: Option<u32>,
 }
+
+/// How long a request whose connection broke waits to see its engine's death before
+/// it is answered as the failure it is.
+const ENGINE_GONE_WAIT: Duration = Duration::from_secs(10);
 
 impl arcane_core::route::Lease for Lease {
     fn answered(&mut self, status: StatusCode) {
@@ -52,9 +58,46 @@ impl arcane_core::route::Lease for Lease {
             }
         }
     }
+
+    fn engine_gone(&mut self) -> arcane_core::service::BoxFuture<'_, bool> {
+        Box::pin(async move {
+            if self.model.spec.external || self.pid.is_none() || !self.engine_died().await {
+                return false;
+            }
+            // The replay is the request; this attempt is not counted.
+            self.counted = false;
+            // Said as an event, which the model's log keeps too (`arcane logs MODEL`).
+            if let Some(gateway) = self.gateway.upgrade() {
+                let id = &self.model.spec.id;
+                gateway.emit(
+                    arcane_report::event_types::LOCAL_AI_REQUEST_REPLAYED,
+                    serde_json::json!({"model": id, "key": &*self.key, "pid": self.pid}),
+                );
+            }
+            true
+        })
+    }
 }
 
 impl Lease {
+    /// Waits (at most [`ENGINE_GONE_WAIT`]) until the engine it was routed to is no
+    /// longer the model's ready engine; whether it is gone.
+    async fn engine_died(&self) -> bool {
+        let mut phase = self.model.phase.subscribe();
+        let deadline = Instant::now() + ENGINE_GONE_WAIT;
+        loop {
+            let ready = phase.borrow_and_update().state.is_ready();
+            if !ready || self.model.lock().pid != self.pid {
+                return true;
+            }
+            match tokio::time::timeout_at(deadline, phase.changed()).await {
+                Ok(Ok(())) => continue,
+                // The model is gone with its gateway: nothing to replay on.
+                Ok(Err(_)) | Err(_) => return false,
+            }
+        }
+    }
+
     /// The model this request is served by (after a reload, the successor of the one
     /// it was routed to).
     pub(super) fn model(&self) -> &Arc<Model> {
@@ -221,6 +264,7 @@ impl Gateway {
                         counted: true,
                         key: Arc::from(arcane_core::keys::WORKSPACE_PRINCIPAL),
                         permit: None,
+                        pid: inner.pid,
                     });
                 }
                 EngineState::Error if waited_on_load => {

@@ -134,6 +134,9 @@ pub struct ModelSpec {
     /// How many of its requests may wait beyond `parallel`; one more is refused at once
     /// (503 with `Retry-After`).
     pub max_queue: usize,
+    /// The only CPUs its engine may run on (`cpus`), shown in `arcane ps` with the
+    /// loaded models whose sets overlap it.
+    pub cpus: Option<arcane_process::CpuSet>,
 }
 
 impl ModelSpec {
@@ -165,6 +168,7 @@ impl ModelSpec {
             upstream_model: None,
             parallel: DEFAULT_PARALLEL,
             max_queue: DEFAULT_MAX_QUEUE,
+            cpus: None,
         }
     }
 
@@ -479,7 +483,35 @@ impl Gateway {
 
     /// The `arcane ps` rows.
     pub fn rows(&self) -> Vec<Value> {
-        self.models().iter().map(|m| m.row()).collect()
+        self.models()
+            .iter()
+            .map(|m| {
+                let mut row = m.row();
+                row["cpus"] = json!(m.spec.cpus.as_ref().map(ToString::to_string));
+                row["cpusSharedWith"] = json!(self.cpus_shared_with(m));
+                row
+            })
+            .collect()
+    }
+
+    /// The other loaded models whose `cpus` overlap `model`'s (allowed, and said: they
+    /// compete for the same cores).
+    fn cpus_shared_with(&self, model: &Model) -> Vec<String> {
+        let Some(mine) = &model.spec.cpus else {
+            return Vec::new();
+        };
+        self.models()
+            .iter()
+            .filter(|other| other.spec.id != model.spec.id && other.state().occupies())
+            .filter(|other| {
+                other
+                    .spec
+                    .cpus
+                    .as_ref()
+                    .is_some_and(|theirs| !theirs.intersection(mine).is_empty())
+            })
+            .map(|other| other.spec.id.clone())
+            .collect()
     }
 
     /// The ids of the models loaded when the host starts (`load = "on-start"`).

@@ -108,7 +108,11 @@ impl Gateway {
             inner.retry_at = None;
             inner.ready_since = Some(Instant::now());
         }
-        let data = json!({"pid": snapshot.pid, "url": access.address.to_string(), "reachableWithoutToken": model.spec.reachable_without_token || snapshot.key_ignored, "keyIgnored": snapshot.key_ignored});
+        let mut data = json!({"pid": snapshot.pid, "url": access.address.to_string(), "reachableWithoutToken": model.spec.reachable_without_token || snapshot.key_ignored, "keyIgnored": snapshot.key_ignored});
+        if let Some(cpus) = &model.spec.cpus {
+            data["cpus"] = json!(cpus.to_string());
+            data["cpusSharedWith"] = json!(self.cpus_shared_with(model));
+        }
         if self.enter(model, &[Change::Ready], |p| p.access = Some(access), data) {
             self.metrics
                 .loaded

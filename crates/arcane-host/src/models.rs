@@ -126,6 +126,9 @@ pub struct ModelTable {
     /// How many of its requests may wait beyond `parallel` (default 512); one more is
     /// refused at once with 503 and a `Retry-After`.
     pub max_queue: Option<usize>,
+    /// The only CPUs its engine (and every thread of it) may run on: `"0-3"`, `"0,2"`.
+    /// llama.cpp's thread count follows (`-t`, unless `args` give one).
+    pub cpus: Option<String>,
 }
 
 impl ModelTable {
@@ -405,7 +408,18 @@ fn spec(
         )
         .into());
     }
+    if table.url.is_some() && table.cpus.is_some() {
+        return Err(Refusal::usage(
+            format!(
+                "`cpus` of model `{}` applies to an engine Arcane starts, not to an external `url`",
+                table.id
+            ),
+            json!({"id": table.id, "field": "cpus"}),
+        )
+        .into());
+    }
     let mut parallel = table.parallel.unwrap_or(arcane_gateway::DEFAULT_PARALLEL);
+    let mut launcher_cpus = None;
     let (launcher, device, memory, exposure, digest) = match &table.url {
         Some(url) => (
             AdoptLauncher::new(arcane_localai::Engine::DEFAULT, url, load_timeout)
@@ -444,6 +458,9 @@ fn spec(
                 apply_command(&mut config, command, table, base, &context.environment)?;
             }
             parallel = engine_parallel(&mut config, table.parallel);
+            if let Some(cpus) = &table.cpus {
+                keep_to_cpus(&mut config, &table.id, cpus)?;
+            }
             let workspace = &context.workspace;
             let fix = || format!("fix model `{}` in `arcane.toml`", table.id);
             config
@@ -471,7 +488,10 @@ fn spec(
             let check = registered_check(workspace, &config, aux);
             let digest = registered_digest(workspace, config.model.clone());
             (
-                SupervisedLauncher::checked(workspace, config, check) as Arc<dyn EngineLauncher>,
+                {
+                    launcher_cpus = config.cpus.clone();
+                    SupervisedLauncher::checked(workspace, config, check) as Arc<dyn EngineLauncher>
+                },
                 device,
                 memory,
                 exposure,
@@ -507,7 +527,49 @@ fn spec(
         upstream_model: table.upstream_model.clone(),
         parallel,
         max_queue: table.max_queue.unwrap_or(arcane_gateway::DEFAULT_MAX_QUEUE),
+        cpus: launcher_cpus,
     })
+}
+
+/// Keeps `config`'s engine to the CPUs `text` names (model `id`'s `cpus`): refused
+/// unless it parses and names only CPUs this process may use; llama.cpp's thread count
+/// follows unless its arguments give one.
+fn keep_to_cpus(
+    config: &mut arcane_localai::EngineConfig,
+    id: &str,
+    text: &str,
+) -> Result<(), Error> {
+    let usage = |message: String, details| Error::from(Refusal::usage(message, details));
+    let set = arcane_process::CpuSet::parse(text).map_err(|error| {
+        usage(
+            format!("`cpus` of model `{id}`: {error}"),
+            json!({"id": id, "cpus": text}),
+        )
+    })?;
+    let allowed = arcane_process::CpuSet::allowed_now().map_err(|error| {
+        usage(
+            format!(
+                "`cpus` of model `{id}`: the CPUs this process may use cannot be read: {error}"
+            ),
+            json!({"id": id, "cpus": text}),
+        )
+    })?;
+    if !set.is_subset(&allowed) {
+        return Err(usage(
+            format!("`cpus` of model `{id}` names CPUs this machine does not let Arcane use: `{text}` (it may use {allowed})"),
+            json!({"id": id, "cpus": text, "allowed": allowed.to_string()}),
+        ));
+    }
+    let kind = config.engine.kind();
+    if !arcane_workspace::threads_in(kind, &config.extra_args) {
+        if let Some(flag) = kind.thread_flags().first() {
+            config
+                .extra_args
+                .extend([flag.to_string(), set.len().to_string()]);
+        }
+    }
+    config.cpus = Some(set);
+    Ok(())
 }
 
 /// A model's `parallel`: the table's, given to the engine too (its kind's
@@ -572,6 +634,7 @@ pub fn single(mut config: arcane_localai::EngineConfig, workspace: &Path) -> Con
         upstream_model: None,
         parallel,
         max_queue: arcane_gateway::DEFAULT_MAX_QUEUE,
+        cpus: None,
         launcher: SupervisedLauncher::checked(
             workspace,
             config.clone(),

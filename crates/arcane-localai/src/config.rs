@@ -136,6 +136,9 @@ pub struct EngineConfig {
     /// simulate an orphan left by a killed Arcane).
     #[doc(hidden)]
     pub parent_death_signal: bool,
+    /// The only CPUs an owned engine (and every thread it starts) may run on (`cpus =
+    /// "0-3"`); checked from `/proc/PID/status` once it runs.
+    pub cpus: Option<arcane_process::CpuSet>,
 }
 
 impl Default for EngineConfig {
@@ -182,6 +185,7 @@ impl EngineConfig {
             adopt_existing: true,
             cannot_start: None,
             parent_death_signal: true,
+            cpus: None,
         }
     }
 

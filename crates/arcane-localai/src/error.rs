@@ -43,6 +43,22 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// The engine runs on CPUs other than its `cpus` (read back from
+    /// `/proc/PID/status`): it was stopped.
+    #[error(
+        "engine `{id}` (pid {pid}) runs on CPUs {actual}, not the {wanted} its `cpus` asks for"
+    )]
+    CpusNotApplied {
+        /// The server id.
+        id: String,
+        /// Its pid.
+        pid: u32,
+        /// The CPUs asked for.
+        wanted: String,
+        /// The CPUs it may run on.
+        actual: String,
+    },
+
     /// Nothing answers at a url whose host is not loopback; such a server is never started.
     #[error("nothing answers at `{url}`, and a server on a non-loopback host is never started by Arcane")]
     NotLoopback {
@@ -342,6 +358,7 @@ impl Diagnostic for Error {
             Error::Config { .. } => codes::ARCANE_USAGE,
             Error::ExecutableMissing { .. } => codes::ARCANE_PREREQUISITE_MISSING,
             Error::Spawn { .. } => codes::ARCANE_PREREQUISITE_MISSING,
+            Error::CpusNotApplied { .. } => codes::LOCAL_AI_PLACEMENT_MISMATCH,
             Error::NotLoopback { .. } => codes::LOCAL_AI_SERVER_FAILED,
             Error::Unreachable { .. } => codes::LOCAL_AI_SERVER_FAILED,
             Error::ExternalSelection { .. } => codes::LOCAL_AI_EXTERNAL_SELECTION_UNSUPPORTED,
@@ -374,6 +391,12 @@ impl Diagnostic for Error {
             Error::Spawn { executable, source } => {
                 json!({"executable": executable, "error": source.to_string()})
             }
+            Error::CpusNotApplied {
+                id,
+                pid,
+                wanted,
+                actual,
+            } => json!({"id": id, "pid": pid, "cpus": wanted, "actual": actual}),
             Error::NotLoopback { url } => json!({"url": url}),
             Error::Unreachable { url, source } => json!({"url": url, "error": source.to_string()}),
             Error::ExternalSelection {

@@ -47,6 +47,8 @@ pub(crate) struct SpawnSpec {
     pub cwd: Option<PathBuf>,
     /// Arm the parent-death signal (always, except in tests that simulate an orphan).
     pub parent_death_signal: bool,
+    /// The only CPUs it may run on.
+    pub cpus: Option<arcane_process::CpuSet>,
 }
 
 /// Which stream a line came from.
@@ -264,6 +266,7 @@ pub(crate) async fn spawn(spec: SpawnSpec) -> io::Result<Child> {
     shared.env_remove = spec.env_remove.iter().map(Into::into).collect();
     shared.cwd = spec.cwd.clone();
     shared.parent_death_signal = spec.parent_death_signal;
+    shared.cpus = spec.cpus.clone();
     let mut inner = tokio::task::spawn_blocking(move || arcane_process::spawn(shared))
         .await
         .map_err(|_| io::Error::other("the spawn task did not finish"))??;
@@ -448,6 +451,7 @@ mod tests {
             env_remove: vec![],
             cwd: None,
             parent_death_signal: true,
+            cpus: None,
         })
         .await
         .unwrap();
@@ -469,6 +473,7 @@ mod tests {
             env_remove: vec![],
             cwd: None,
             parent_death_signal: true,
+            cpus: None,
         }
     }
 

@@ -25,6 +25,9 @@
 //! is built by one rule, in `loader.rs`: the runtime's directories first, then the
 //! inherited value, de-duplicated, with no empty entry.
 //!
+//! A child may be kept to a set of CPUs ([`Spec::cpus`], [`CpuSet`]): it sets its own
+//! affinity before `exec`, so every thread it starts inherits it.
+//!
 //! Which TCP ports a process listens on ([`tcp_listeners`]) is read from `/proc`, the
 //! evidence that an owned engine has no open port.
 //!
@@ -36,6 +39,7 @@
 //! differs is another process, however alive it is.
 #![warn(missing_docs)]
 
+mod affinity;
 mod identity;
 mod loader;
 pub mod ownership;
@@ -43,6 +47,7 @@ mod procfs;
 mod sockets;
 mod spawn;
 
+pub use affinity::{CpuSet, CpuSetError};
 pub use identity::{
     exe, is_stopped, resident_bytes, start_time, started_at, wait_for_an_end, Identity, Liveness,
 };

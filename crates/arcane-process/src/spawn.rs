@@ -69,6 +69,9 @@ pub struct Spec {
     /// for a job), so it reads the terminal and gets the terminal's Ctrl-C itself;
     /// [`Child::wait`] and friends give the terminal back.
     pub foreground: bool,
+    /// The only CPUs the child (and every thread it starts) may run on (default: those
+    /// of this process).
+    pub cpus: Option<crate::CpuSet>,
 }
 
 impl Spec {
@@ -87,6 +90,7 @@ impl Spec {
             parent_death_signal: true,
             keep_fds: Vec::new(),
             foreground: false,
+            cpus: None,
         }
     }
 
@@ -460,17 +464,34 @@ fn fork_exec(spec: &Spec) -> io::Result<std::process::Child> {
     let keep = spec.keep_fds.clone();
     let pdeathsig = spec.parent_death_signal;
     let foreground = spec.foreground;
+    let cpus = spec.cpus.as_ref().map(crate::CpuSet::raw);
     // SAFETY: the closure runs in the forked child before exec (after `setpgid`) and
     // calls only async-signal-safe functions (prctl, getppid, fcntl, isatty, tcgetpgrp,
-    // sigprocmask, tcsetpgrp, getpid); it allocates nothing (`keep` was allocated
-    // before the fork).
+    // sigprocmask, tcsetpgrp, getpid, sched_setaffinity); it allocates nothing (`keep`
+    // and `cpus` were made before the fork).
     unsafe {
-        command.pre_exec(move || child_setup(parent, pdeathsig, &keep, foreground));
+        command.pre_exec(move || {
+            child_setup(parent, pdeathsig, &keep, foreground)?;
+            match &cpus {
+                Some(set) => keep_to_cpus(set),
+                None => Ok(()),
+            }
+        });
     }
     command.spawn()
 }
 
 /// Runs in the child between fork and exec; see `fork_exec`.
+/// Keeps the calling process (in the child, before `exec`) to `set`.
+fn keep_to_cpus(set: &libc::cpu_set_t) -> io::Result<()> {
+    // SAFETY: sched_setaffinity(2) on the calling process with a set of its own size.
+    let result = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) };
+    if result != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn child_setup(
     parent: libc::pid_t,
     pdeathsig: bool,

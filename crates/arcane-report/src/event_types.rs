@@ -137,6 +137,9 @@ event_types! {
     /// The gateway read its configuration again `{added, removed, changed, unchanged}`
     /// (`arcane reload`, SIGHUP), or could not `{error}`.
     LOCAL_AI_MODELS_RELOADED = "local-ai.models.reloaded",
+    /// A request whose engine died before it answered is sent once more to the engine
+    /// that replaces it: `{model, key, pid}` (the dead engine's pid).
+    LOCAL_AI_REQUEST_REPLAYED = "local-ai.request.replayed",
     /// A state change the transition table refused (a bug) `{id, engine, from, change, message}`.
     LOCAL_AI_TRANSITION_REFUSED = "local-ai.transition.refused",
 

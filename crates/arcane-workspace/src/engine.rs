@@ -400,6 +400,11 @@ fn arg_value<'a>(names: &[&str], args: &'a [String]) -> Option<&'a str> {
     })
 }
 
+/// Whether `args` set `kind`'s thread count (one of its [`EngineKind::thread_flags`]).
+pub fn threads_in(kind: &dyn EngineKind, args: &[String]) -> bool {
+    arg_value(kind.thread_flags(), args).is_some()
+}
+
 /// How many requests at once `args` ask `kind` to serve (the value of one of its
 /// [`EngineKind::parallel_flags`]), when they say (a positive number).
 pub fn parallel_in(kind: &dyn EngineKind, args: &[String]) -> Option<usize> {
@@ -571,6 +576,13 @@ pub trait EngineKind: Sync + Send + fmt::Debug {
     /// ([`parallel_in`]), and given with [`EngineKind::parallel_args`] when it does and
     /// they do not.
     fn parallel_flags(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// The flags of its arguments that set how many threads it computes with
+    /// (llama.cpp's `-t`/`--threads`): a model kept to `cpus` gets the first with the
+    /// set's size unless its arguments give one. Empty for a kind that follows the CPUs
+    /// it may use by itself (Arcane's own workers).
+    fn thread_flags(&self) -> &'static [&'static str] {
         &[]
     }
     /// The arguments that make it serve `parallel` requests at once (the first of

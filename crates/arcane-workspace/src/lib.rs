@@ -21,8 +21,9 @@ pub mod layout;
 
 pub use engine::{
     context_arg, door_arg, parallel_in, request_context, serves_only_vectors, serves_path,
-    AuxModel, CommandLine, DevicePlan, Engine, EngineKind, ForwardedMethod, Launch, ListenAt,
-    ModelFormat, OwnedListen, Probed, Readiness, RuntimeLibrary, Starts, Takes, UnknownEngine,
+    threads_in, AuxModel, CommandLine, DevicePlan, Engine, EngineKind, ForwardedMethod, Launch,
+    ListenAt, ModelFormat, OwnedListen, Probed, Readiness, RuntimeLibrary, Starts, Takes,
+    UnknownEngine,
 };
 pub use kinds::{formats, worker_records};
 pub use kinds_table::kinds_table;

@@ -24,6 +24,10 @@ pub enum Endpoint {
     Ollama(ollama::Endpoint),
 }
 
+/// The inference paths of every translated API, by API name: what an `inference` key
+/// may call there ([`crate::scopes`]).
+pub const INFERENCE_PATHS: &[(&str, &[&str])] = &[("Ollama", ollama::INFERENCE_PATHS)];
+
 /// The rows of every translated API, before the engines' own paths (so a llama.cpp
 /// model answers `/api/chat` too).
 pub const ROWS: &[Row] = ollama::ROWS;

@@ -167,6 +167,7 @@ impl Context {
             env_remove,
             cwd,
             parent_death_signal: self.config.parent_death_signal,
+            cpus: self.config.cpus.clone(),
         })
         .await
         .map_err(|source| Error::Spawn {
@@ -181,6 +182,9 @@ impl Context {
             last_lines: VecDeque::new(),
             output_open: true,
         };
+        if let Err(error) = self.check_cpus(pid) {
+            return Err(self.fail_start(running, error).await);
+        }
         let record = Record {
             schema_version: records::SCHEMA_VERSION,
             kind: Record::KIND.into(),
@@ -214,6 +218,24 @@ impl Context {
     }
 
     /// Stops a child whose start failed, removes its record, and returns `error`.
+    /// The evidence that `cpus` took: the engine's CPUs, read back from
+    /// `/proc/PID/status`, are the ones asked for (a process already gone is judged by
+    /// its exit, later).
+    fn check_cpus(&self, pid: u32) -> Result<(), Error> {
+        let Some(wanted) = &self.config.cpus else {
+            return Ok(());
+        };
+        match arcane_process::CpuSet::of_process(pid) {
+            Some(actual) if actual != *wanted => Err(Error::CpusNotApplied {
+                id: self.config.id.clone(),
+                pid,
+                wanted: wanted.to_string(),
+                actual: actual.to_string(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     pub(super) async fn fail_start(&self, mut running: Running, error: Error) -> Error {
         let (step, exit) = if matches!(error, Error::Unresponsive { .. }) {
             self.kill(&mut running).await

@@ -31,6 +31,9 @@ Faults, chosen with `--fake-mode MODE` (repeatable):
 * `busy-health=SECONDS`: a chat completion works the CPU for SECONDS, and `/health`
   waits behind it (as llama-server's health check waits behind its busy HTTP threads
   on an overloaded machine);
+* `die-on-request`: a chat completion, once read, kills the server before a byte of
+  its answer (exit code 9, as a crash mid-request); with `--fake-state FILE`, only
+  when FILE does not exist yet (it is then created): the next server answers;
 * `hang-after=SECONDS`: that long after becoming ready, `/health` stops answering
   (the request is read, never answered) while the process stays idle (a hang).
 """
@@ -176,6 +179,13 @@ def main():
             if self.refused():
                 return
             if self.path in ("/v1/chat/completions", "/chat/completions"):
+                if "die-on-request" in modes:
+                    state = options["state"]
+                    if state is None or not os.path.exists(state):
+                        if state is not None:
+                            open(state, "w").close()
+                        log("fake crash on a request: segmentation fault")
+                        os._exit(9)
                 if "busy-health" in modes:
                     with work:
                         until = time.monotonic() + float(modes["busy-health"] or 1)

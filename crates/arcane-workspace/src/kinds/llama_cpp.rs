@@ -173,6 +173,10 @@ impl EngineKind for LlamaCpp {
         &["-np", "--parallel"]
     }
 
+    fn thread_flags(&self) -> &'static [&'static str] {
+        &["-t", "--threads"]
+    }
+
     /// `-np N -kvu`: N slots sharing one KV buffer, so each request may still use the
     /// whole context, as with llama-server's automatic slots (`-np N` alone would give
     /// each slot a Nth of it).

@@ -75,6 +75,19 @@ pub fn error_body(code: &str, message: &str) -> Value {
     json!({"error": message, "code": code})
 }
 
+/// The paths of Ollama's API an `inference` key may call: the models' use and their
+/// listings, not `pull`, `push`, `create`, `copy` or `delete`.
+pub const INFERENCE_PATHS: &[&str] = &[
+    "/api/chat",
+    "/api/generate",
+    "/api/embed",
+    "/api/embeddings",
+    "/api/tags",
+    "/api/show",
+    "/api/ps",
+    "/api/version",
+];
+
 /// Ollama's API on the front door, for every gateway model (this module):
 /// before the engines' rows, so a llama.cpp model answers `/api/chat` too; a model of
 /// the `ollama` kind still gets the request as it came. Any other `/api/` path is an
@@ -478,16 +491,17 @@ impl Exchange<'_> {
                 retry_after: None,
             });
         };
+        let wanted = RouteRequest {
+            model: Some(self.facts.id.clone()),
+            keep_alive,
+            path: Some(outgoing.path.to_string()),
+            caller: self.caller.clone(),
+            deadline: self.deadline,
+            queued: true,
+        };
         let mut route = self
             .upstream
-            .route(RouteRequest {
-                model: Some(self.facts.id.clone()),
-                keep_alive,
-                path: Some(outgoing.path.to_string()),
-                caller: self.caller.clone(),
-                deadline: self.deadline,
-                queued: true,
-            })
+            .route(wanted.clone())
             .await
             .map_err(OllamaError::from_no_route)?;
         let load = started.elapsed();
@@ -495,18 +509,24 @@ impl Exchange<'_> {
             let props = self.props(&route.access).await?;
             check_needs(&props, needs, &self.facts.id)?;
         }
-        let request = route
-            .access
-            .request(Method::POST, outgoing.path)
+        let body = bytes::Bytes::from(outgoing.body.to_string());
+        let request = Request::post(outgoing.path)
             .header(hyper::header::CONTENT_TYPE, "application/json")
-            .body(arcane_core::upstream::full(outgoing.body.to_string()))
+            .body(arcane_core::upstream::full(body.clone()))
             .map_err(|error| {
                 OllamaError::BadRequest(format!("the request cannot be sent: {error}"))
             })?;
+        let replay = crate::replay::Replay::of_built(&wanted, &request, body);
+        let request =
+            crate::passthrough::forwarded_request(&route.access, request).map_err(|_| {
+                OllamaError::BadRequest(format!("`{}` cannot be forwarded", outgoing.path))
+            })?;
         let answer = crate::passthrough::exchange(
             self.client,
+            self.upstream,
             &mut route,
             request,
+            Some(replay),
             Deadlines::GENERATION,
             &work,
         )
