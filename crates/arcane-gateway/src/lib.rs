@@ -137,6 +137,9 @@ pub struct ModelSpec {
     /// The only CPUs its engine may run on (`cpus`), shown in `arcane ps` with the
     /// loaded models whose sets overlap it.
     pub cpus: Option<arcane_process::CpuSet>,
+    /// The parts `memory` was estimated from (`{bytes, weights, cache, compute,
+    /// runtime, context}`), shown in `arcane ps` and the dry run of a load.
+    pub memory_estimate: Option<Value>,
 }
 
 impl ModelSpec {
@@ -169,6 +172,7 @@ impl ModelSpec {
             parallel: DEFAULT_PARALLEL,
             max_queue: DEFAULT_MAX_QUEUE,
             cpus: None,
+            memory_estimate: None,
         }
     }
 

@@ -109,6 +109,9 @@ impl Gateway {
             inner.ready_since = Some(Instant::now());
         }
         let mut data = json!({"pid": snapshot.pid, "url": access.address.to_string(), "reachableWithoutToken": model.spec.reachable_without_token || snapshot.key_ignored, "keyIgnored": snapshot.key_ignored});
+        // The estimate it was placed by, beside what the engine really holds.
+        data["memoryNeed"] = json!(model.spec.memory);
+        data["residentBytes"] = json!(snapshot.pid.and_then(arcane_process::resident_bytes));
         if let Some(cpus) = &model.spec.cpus {
             data["cpus"] = json!(cpus.to_string());
             data["cpusSharedWith"] = json!(self.cpus_shared_with(model));

@@ -258,6 +258,7 @@ impl Model {
             "pid": inner.pid,
             "residentBytes": inner.pid.and_then(arcane_process::resident_bytes),
             "memoryNeed": self.spec.memory,
+            "memoryEstimate": self.spec.memory_estimate,
             "inFlight": inner.in_flight,
             "parallel": parallel,
             "maxQueue": max_queue,

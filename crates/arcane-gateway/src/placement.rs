@@ -161,8 +161,14 @@ impl Refusal {
     pub(super) fn code(&self) -> &'static str {
         match self {
             Self::Pinned { .. } => codes::LOCAL_AI_DEVICE_PINNED,
+            Self::OverBudget { .. } => codes::LOCAL_AI_MODEL_TOO_LARGE,
             _ => codes::ARCANE_IN_USE,
         }
+    }
+
+    /// `{code, message, details}`.
+    pub(super) fn json(&self) -> Value {
+        json!({"code": self.code(), "message": self.to_string(), "details": self.details()})
     }
 
     /// The offending values.
@@ -194,6 +200,7 @@ impl Refusal {
             } => json!({
                 "model": model, "device": device, "need": need, "loaded": usage.loaded,
                 "maxLoaded": usage.max_loaded, "used": usage.used, "budget": usage.budget,
+                "available": usage.budget.map(|b| b.saturating_sub(usage.used)),
                 "pinned": holders(h),
             }),
             Self::GroupBusy {
@@ -208,9 +215,13 @@ impl Refusal {
 }
 
 impl From<Refusal> for NoRoute {
-    /// 503; a retry may succeed later unless the device is pinned full.
+    /// 503; a retry may succeed later unless the device is pinned full or too small.
     fn from(refusal: Refusal) -> Self {
-        let retry_after = (refusal.code() != codes::LOCAL_AI_DEVICE_PINNED).then_some(5);
+        let never = [
+            codes::LOCAL_AI_DEVICE_PINNED,
+            codes::LOCAL_AI_MODEL_TOO_LARGE,
+        ];
+        let retry_after = (!never.contains(&refusal.code())).then_some(5);
         NoRoute {
             status: StatusCode::SERVICE_UNAVAILABLE,
             body: json!({"error": {"code": refusal.code(), "message": refusal.to_string(), "details": refusal.details()}}),
@@ -279,9 +290,85 @@ impl Gateway {
             .iter()
             .filter(|m| !Arc::ptr_eq(m, model) && m.state().occupies())
             .collect();
-        namesake_step(model, &others)
-            .or_else(|| self.group_step(model, &others))
-            .unwrap_or_else(|| device_step(model, limit, &others))
+        self.decide(model, limit, &others)
+    }
+
+    /// The decision for loading `model` while `others` hold their devices.
+    fn decide(&self, model: &Arc<Model>, limit: DeviceLimit, others: &[&Arc<Model>]) -> Step {
+        namesake_step(model, others)
+            .or_else(|| self.group_step(model, others))
+            .unwrap_or_else(|| device_step(model, limit, others))
+    }
+
+    /// What loading `model` would do now, changing nothing (`models.plan`, `arcane
+    /// load --dry-run`): its device and estimate, what it would evict and why, or what
+    /// it would wait for, or why it cannot load. The same decisions as a load, made on
+    /// a copy of who holds the devices.
+    pub(super) fn plan(&self, model: &Arc<Model>) -> Value {
+        let limit = self.limit(&model.spec.device);
+        let everyone = self.everyone();
+        let mut others: Vec<&Arc<Model>> = everyone
+            .iter()
+            .filter(|m| !Arc::ptr_eq(m, model) && m.state().occupies())
+            .collect();
+        let on_device: Vec<&&Arc<Model>> = others
+            .iter()
+            .filter(|m| m.spec.device == model.spec.device)
+            .collect();
+        let mut plan = json!({
+            "model": model.spec.id,
+            "device": model.spec.device,
+            "state": model.state().as_str(),
+            "memoryNeed": model.spec.memory,
+            "estimate": model.spec.memory_estimate.clone().unwrap_or_else(|| json!({"bytes": model.spec.memory})),
+            "deviceLimits": {
+                "memory": limit.memory,
+                "maxLoaded": limit.max_loaded,
+                "used": on_device.iter().map(|m| m.spec.memory).sum::<u64>(),
+                "loaded": on_device.iter().map(|m| m.spec.id.clone()).collect::<Vec<_>>(),
+            },
+            "evict": [],
+        });
+        if model.state().occupies() {
+            plan["outcome"] = json!("loaded");
+            return plan;
+        }
+        if let Some(budget) = limit.memory.filter(|b| model.spec.memory > *b) {
+            let refusal = Refusal::OverBudget {
+                model: model.spec.id.clone(),
+                device: model.spec.device.clone(),
+                need: model.spec.memory,
+                budget,
+            };
+            plan["outcome"] = json!("refused");
+            plan["error"] = refusal.json();
+            return plan;
+        }
+        let mut evicted = Vec::new();
+        loop {
+            match self.decide(model, limit, &others) {
+                Step::Fits => {
+                    plan["outcome"] = json!("loads");
+                    break;
+                }
+                Step::Unload(first, reason) => {
+                    evicted.push(eviction(&first, reason, self.group_of(&first.spec.id)));
+                    others.retain(|m| !Arc::ptr_eq(m, &first));
+                }
+                Step::Wait(refusal) => {
+                    plan["outcome"] = json!("waits");
+                    plan["waitsFor"] = refusal.json();
+                    break;
+                }
+                Step::Refuse(refusal) => {
+                    plan["outcome"] = json!("refused");
+                    plan["error"] = refusal.json();
+                    break;
+                }
+            }
+        }
+        plan["evict"] = Value::Array(evicted);
+        plan
     }
 
     /// An exclusive group's other loaded member goes once it is idle.
@@ -397,6 +484,23 @@ impl Gateway {
             }
         });
     }
+}
+
+/// One model a load would unload first, and why, as a dry run says it.
+fn eviction(model: &Model, reason: Reason, group: Option<Group>) -> Value {
+    let idle = model.lock().last_used.elapsed().as_secs_f64();
+    let why = match reason {
+        Reason::Evicted => format!(
+            "the least recently used idle model on device `{}` that is not pinned (idle {idle:.0} s)",
+            model.spec.device
+        ),
+        Reason::Group => format!(
+            "exclusive group `{}` allows one loaded model",
+            group.map(|g| g.id).unwrap_or_default()
+        ),
+        _ => "an earlier configuration of the same id".to_string(),
+    };
+    json!({"model": model.spec.id, "reason": reason.name(), "why": why, "memory": model.spec.memory, "idleSeconds": idle})
 }
 
 /// One engine per model id: a retired model of the same id (its socket and ownership

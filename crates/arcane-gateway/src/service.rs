@@ -215,6 +215,7 @@ impl Upstream for Gateway {
 const METHODS: &[&str] = &[
     "models.reload",
     "models.list",
+    "models.plan",
     "models.load",
     "models.unload",
     "localai.status",
@@ -257,6 +258,10 @@ impl Service for Gateway {
                 "models.reload" => self.reload().await,
                 "llama.chat" => self.chat_method(parameters, context).await,
                 "models.load" => self.load_method(parameters).await,
+                // A dry run of `models.load`: changes nothing.
+                "models.plan" => self
+                    .model_parameter(&parameters)
+                    .map(|model| self.plan(&model)),
                 "models.unload" => self.unload_method(parameters).await,
                 // The SDK's shapes: `{loaded}` and `{released, unloaded}` beside the row.
                 "llama.load" => self.load_method(parameters).await.map(|mut row| {

@@ -582,7 +582,11 @@ async fn a_model_bigger_than_the_budget_is_refused_naming_both() {
     drop(rig.route("small").await);
     let refused = rig.refused("big").await;
     assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(refused.body["error"]["code"], codes::ARCANE_IN_USE);
+    assert_eq!(
+        refused.body["error"]["code"],
+        codes::LOCAL_AI_MODEL_TOO_LARGE
+    );
+    assert_eq!(refused.retry_after, None, "it never fits: no retry helps");
     assert_eq!(
         refused.body["error"]["message"],
         "`big` needs 11 bytes, more than device `cpu`'s budget of 10"

@@ -420,6 +420,7 @@ fn spec(
     }
     let mut parallel = table.parallel.unwrap_or(arcane_gateway::DEFAULT_PARALLEL);
     let mut launcher_cpus = None;
+    let mut launcher_estimate = None;
     let (launcher, device, memory, exposure, digest) = match &table.url {
         Some(url) => (
             AdoptLauncher::new(arcane_localai::Engine::DEFAULT, url, load_timeout)
@@ -479,10 +480,12 @@ fn spec(
             // A gateway model is always its own engine, whatever answers at 8080.
             config.adopt_existing = false;
             config.parent_death_signal = parent_death_signal;
-            let memory = config
+            let estimate = config
                 .model
                 .as_deref()
-                .map_or(0, |p| memory_need(p, &table.args));
+                .map(|p| memory_need(&config, p, parallel));
+            launcher_estimate = estimate.map(|e| e.json());
+            let memory = estimate.map_or(0, |e| e.total());
             let device = config.device.clone().unwrap_or_else(|| "cpu".into());
             let exposure = exposure_of(&config);
             let check = registered_check(workspace, &config, aux);
@@ -528,6 +531,7 @@ fn spec(
         parallel,
         max_queue: table.max_queue.unwrap_or(arcane_gateway::DEFAULT_MAX_QUEUE),
         cpus: launcher_cpus,
+        memory_estimate: launcher_estimate,
     })
 }
 
@@ -609,10 +613,11 @@ pub fn single(mut config: arcane_localai::EngineConfig, workspace: &Path) -> Con
         })
         .unwrap_or_else(|| config.engine.as_str().to_string());
     let device = config.device.clone().unwrap_or_else(|| "cpu".into());
-    let memory = config
+    let estimate = config
         .model
         .as_deref()
-        .map_or(0, |p| memory_need(p, &config.extra_args));
+        .map(|p| memory_need(&config, p, parallel));
+    let memory = estimate.map_or(0, |e| e.total());
     let fingerprint = format!("{config:?}");
     let load_timeout = config.startup_timeout + Duration::from_secs(5);
     let spec = ModelSpec {
@@ -635,6 +640,7 @@ pub fn single(mut config: arcane_localai::EngineConfig, workspace: &Path) -> Con
         parallel,
         max_queue: arcane_gateway::DEFAULT_MAX_QUEUE,
         cpus: None,
+        memory_estimate: estimate.map(|e| e.json()),
         launcher: SupervisedLauncher::checked(
             workspace,
             config.clone(),
@@ -833,19 +839,20 @@ fn apply_command(
     Ok(())
 }
 
-/// What a model needs on its device: its file, the key/value cache of its context
-/// (`-c`/`--ctx-size` in its arguments, else the context it was trained for), and a
-/// tenth for compute buffers. A header that does not say leaves the file alone.
-fn memory_need(model: &Path, args: &[String]) -> u64 {
-    let file = std::fs::metadata(model).map_or(0, |m| m.len());
-    let info = arcane_registry::read_gguf(model).ok();
-    let asked = arcane_workspace::context_arg(args);
-    let context = asked
-        .or(info.as_ref().and_then(|i| i.context_length))
-        .unwrap_or(4096);
-    let cache = info.and_then(|i| i.kv_cache_bytes(context)).unwrap_or(0);
-    let need = file + cache;
-    need + need / 10
+/// What a model needs on its device, estimated before it loads by its kind's rule
+/// (`arcane_registry::estimate`): its weights, the key/value cache of its context, its
+/// working memory for `parallel` requests, the engine itself.
+fn memory_need(
+    config: &arcane_localai::EngineConfig,
+    model: &Path,
+    parallel: usize,
+) -> arcane_registry::MemoryEstimate {
+    arcane_registry::estimate(
+        config.engine.kind().memory_model(),
+        model,
+        &config.extra_args,
+        parallel,
+    )
 }
 
 fn keep_alive(id: &str, value: &toml::Value) -> Result<KeepAlive, Error> {

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use crate::Error;
 
 /// What a user cares about in a GGUF file's header.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GgufInfo {
     /// The GGUF format version (2 or 3).

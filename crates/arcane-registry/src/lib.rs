@@ -68,6 +68,7 @@
 mod archive;
 mod download;
 mod error;
+mod estimate;
 mod gguf;
 mod hash;
 mod header;
@@ -83,6 +84,7 @@ mod types;
 mod whisper;
 
 pub use error::{Error, ExtractLimit};
+pub use estimate::{estimate, MemoryEstimate};
 #[doc(hidden)]
 pub use gguf::write_test_gguf;
 pub use gguf::{quantization_name, read_gguf, GgufInfo};

@@ -76,6 +76,10 @@ codes! {
     /// An executable is not a working engine runtime: it does not start, fails or times
     /// out on `--version`, prints no engine version, or is missing from its archive.
     LOCAL_AI_RUNTIME_INVALID,
+    /// A model's memory estimate is more than its device's whole `memory` budget: it can
+    /// never load there, whatever is evicted (the details name the bytes it needs and
+    /// the budget). Refused before anything starts.
+    LOCAL_AI_MODEL_TOO_LARGE,
     /// A model cannot load: its device is held by pinned models (`keep_alive = -1`,
     /// `load = "on-start"`, `pin = true`), which are never evicted to make room.
     LOCAL_AI_DEVICE_PINNED,

@@ -400,6 +400,28 @@ fn arg_value<'a>(names: &[&str], args: &'a [String]) -> Option<&'a str> {
     })
 }
 
+/// How a kind's memory need is estimated before one of its models loads
+/// ([`EngineKind::memory_model`]); the estimate itself is the registry's (it reads the
+/// model's header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryModel {
+    /// A GGUF language model served by llama.cpp: its weights (the file), the key/value
+    /// cache of its whole context (`-c`, else the context it was trained for; shared by
+    /// its slots), compute buffers for one batch, and the server itself.
+    Gguf,
+    /// Its file, working memory of `compute_percent` of the file (for each request
+    /// served at once when `per_request`), and `runtime` bytes for the process: factors
+    /// measured on the kind's own workers.
+    File {
+        /// Working memory, as a percentage of the file's size.
+        compute_percent: u64,
+        /// Whether each request served at once needs its own working memory.
+        per_request: bool,
+        /// The process itself, in bytes.
+        runtime: u64,
+    },
+}
+
 /// Whether `args` set `kind`'s thread count (one of its [`EngineKind::thread_flags`]).
 pub fn threads_in(kind: &dyn EngineKind, args: &[String]) -> bool {
     arg_value(kind.thread_flags(), args).is_some()
@@ -577,6 +599,15 @@ pub trait EngineKind: Sync + Send + fmt::Debug {
     /// they do not.
     fn parallel_flags(&self) -> &'static [&'static str] {
         &[]
+    }
+    /// How the memory one of its models needs is estimated before it loads (the
+    /// default: the file and a tenth more).
+    fn memory_model(&self) -> MemoryModel {
+        MemoryModel::File {
+            compute_percent: 10,
+            per_request: false,
+            runtime: 0,
+        }
     }
     /// The flags of its arguments that set how many threads it computes with
     /// (llama.cpp's `-t`/`--threads`): a model kept to `cpus` gets the first with the

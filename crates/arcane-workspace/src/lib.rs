@@ -22,8 +22,8 @@ pub mod layout;
 pub use engine::{
     context_arg, door_arg, parallel_in, request_context, serves_only_vectors, serves_path,
     threads_in, AuxModel, CommandLine, DevicePlan, Engine, EngineKind, ForwardedMethod, Launch,
-    ListenAt, ModelFormat, OwnedListen, Probed, Readiness, RuntimeLibrary, Starts, Takes,
-    UnknownEngine,
+    ListenAt, MemoryModel, ModelFormat, OwnedListen, Probed, Readiness, RuntimeLibrary, Starts,
+    Takes, UnknownEngine,
 };
 pub use kinds::{formats, worker_records};
 pub use kinds_table::kinds_table;

@@ -44,6 +44,8 @@ pub(crate) struct BuiltinKind {
     /// The flags of its worker that set how many requests it serves at once
     /// ([`EngineKind::parallel_flags`]).
     pub parallel_flags: &'static [&'static str],
+    /// How its models' memory is estimated ([`EngineKind::memory_model`]).
+    pub memory: crate::MemoryModel,
 }
 
 impl EngineKind for BuiltinKind {
@@ -111,6 +113,10 @@ impl EngineKind for BuiltinKind {
 
     fn parallel_flags(&self) -> &'static [&'static str] {
         self.parallel_flags
+    }
+
+    fn memory_model(&self) -> crate::MemoryModel {
+        self.memory
     }
 
     fn command_line(&self, launch: &Launch<'_>) -> CommandLine {

@@ -84,6 +84,12 @@ impl EngineKind for Command {
         &["/v1/"]
     }
 
+    /// Most commands serve a GGUF model (a llama-server built otherwise, another
+    /// llama.cpp server); any other file is estimated as the file and a tenth more.
+    fn memory_model(&self) -> crate::MemoryModel {
+        crate::MemoryModel::Gguf
+    }
+
     fn command_line(&self, launch: &Launch<'_>) -> CommandLine {
         CommandLine {
             args: launch.template.iter().map(|a| expand(a, launch)).collect(),

@@ -177,6 +177,10 @@ impl EngineKind for LlamaCpp {
         &["-t", "--threads"]
     }
 
+    fn memory_model(&self) -> crate::MemoryModel {
+        crate::MemoryModel::Gguf
+    }
+
     /// `-np N -kvu`: N slots sharing one KV buffer, so each request may still use the
     /// whole context, as with llama-server's automatic slots (`-np N` alone would give
     /// each slot a Nth of it).

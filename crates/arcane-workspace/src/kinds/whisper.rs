@@ -46,4 +46,10 @@ pub(crate) const WHISPER: BuiltinKind = BuiltinKind {
         flag: "--vad-model",
     }],
     parallel_flags: &["--max-workers"],
+    // Measured with tiny.en (78 MB): 225 MB at its peak while one worker transcribes.
+    memory: crate::MemoryModel::File {
+        compute_percent: 160,
+        per_request: true,
+        runtime: 16 << 20,
+    },
 };

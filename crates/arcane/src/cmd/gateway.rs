@@ -33,6 +33,107 @@ pub struct ModelArgs {
     pub timeout: Option<f64>,
 }
 
+/// Arguments of `arcane load`.
+#[derive(Debug, clap::Args)]
+pub struct LoadArgs {
+    /// The model and how long to wait.
+    #[command(flatten)]
+    pub model: ModelArgs,
+
+    /// Change nothing: say the device, the memory estimate (weights, key/value cache,
+    /// compute, the engine itself), which loaded models the load would evict and why
+    /// (idle order, pins, groups), or why it cannot load (`models.plan`).
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// Runs `arcane load MODEL --dry-run`: what a load would do, from the running host.
+pub fn plan(context: &Context, args: ModelArgs) -> Result<u8, CliError> {
+    let timeout =
+        arcane_host::settings::seconds("--timeout", args.timeout, Duration::from_secs(10))?;
+    let client =
+        CoreClient::from_workspace(&context.workspace)?.with_deadlines(Deadlines::uniform(timeout));
+    let plan = crate::cmd::core::block_on_client(context, "`arcane load --dry-run`", async {
+        Ok::<_, CliError>(
+            client
+                .call("models.plan", json!({"model": args.model}))
+                .await?,
+        )
+    })?;
+    context.output.result(&plan_text(&plan), &plan);
+    Ok(0)
+}
+
+/// A dry run for a person: what it would need, then what would happen.
+fn plan_text(plan: &Value) -> String {
+    let bytes = |v: &Value| {
+        v.as_u64()
+            .map_or("?".into(), crate::cmd::runtime::human_bytes)
+    };
+    let id = plan["model"].as_str().unwrap_or("?");
+    let estimate = &plan["estimate"];
+    let mut parts = vec![format!("weights {}", bytes(&estimate["weights"]))];
+    if let Some(cache) = estimate["cache"].as_u64().filter(|c| *c > 0) {
+        let context = estimate["context"]
+            .as_u64()
+            .map_or(String::new(), |c| format!(" for {c} tokens"));
+        parts.push(format!(
+            "key/value cache {}{context}",
+            crate::cmd::runtime::human_bytes(cache)
+        ));
+    }
+    for (key, name) in [("compute", "compute"), ("runtime", "the engine itself")] {
+        if estimate[key].as_u64().is_some_and(|n| n > 0) {
+            parts.push(format!("{name} {}", bytes(&estimate[key])));
+        }
+    }
+    let limits = &plan["deviceLimits"];
+    let device = plan["device"].as_str().unwrap_or("?");
+    let mut text = format!(
+        "`{id}` on device `{device}` needs about {} ({})",
+        bytes(&plan["memoryNeed"]),
+        parts.join(", ")
+    );
+    if let Some(budget) = limits["memory"].as_u64() {
+        text.push_str(&format!(
+            "; the device's budget is {}, {} in use",
+            crate::cmd::runtime::human_bytes(budget),
+            bytes(&limits["used"])
+        ));
+    }
+    text.push('\n');
+    let evictions: Vec<String> = plan["evict"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            format!(
+                "`{}` ({})",
+                e["model"].as_str().unwrap_or("?"),
+                e["why"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    text.push_str(&match plan["outcome"].as_str() {
+        Some("loaded") => format!(
+            "it is loaded already ({})",
+            plan["state"].as_str().unwrap_or("?")
+        ),
+        Some("loads") if evictions.is_empty() => "it would load now, evicting nothing".into(),
+        Some("loads") => format!("it would load after evicting {}", evictions.join(", ")),
+        Some("waits") => format!(
+            "it would wait for a busy model to become idle: {}",
+            plan["waitsFor"]["message"].as_str().unwrap_or("?")
+        ),
+        _ => format!(
+            "it cannot load: {} ({})",
+            plan["error"]["message"].as_str().unwrap_or("?"),
+            plan["error"]["code"].as_str().unwrap_or("?")
+        ),
+    });
+    text
+}
+
 /// Runs `arcane ps`: the running host's models, loaded or not.
 pub fn ps(context: &Context, args: PsArgs) -> Result<u8, CliError> {
     let timeout =

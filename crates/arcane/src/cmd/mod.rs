@@ -69,8 +69,9 @@ pub enum Command {
     /// Show what the running host kept of its engines' output and its own lines (one
     /// model's, or all), and with `-f` follow them.
     Logs(logs::Args),
-    /// Load a model of the running host now (returns once it answers).
-    Load(gateway::ModelArgs),
+    /// Load a model of the running host now (returns once it answers), or say what a
+    /// load would do (`--dry-run`).
+    Load(gateway::LoadArgs),
     /// Unload a model of the running host (refused while it has requests in flight).
     Unload(gateway::ModelArgs),
     /// Open the running host's dashboard in the browser, logged in by a one-time link.
@@ -257,7 +258,8 @@ pub fn run(context: &Context, command: Command) -> Result<u8, CliError> {
         Command::Imagine(args) => image::imagine(context, args),
         Command::Ps(args) => gateway::ps(context, args),
         Command::Logs(args) => logs::run(context, args),
-        Command::Load(args) => gateway::load(context, args, false),
+        Command::Load(args) if args.dry_run => gateway::plan(context, args.model),
+        Command::Load(args) => gateway::load(context, args.model, false),
         Command::Unload(args) => gateway::load(context, args, true),
         Command::Reload(args) => gateway::reload(context, args),
         Command::Open(args) => open::run(context, args),

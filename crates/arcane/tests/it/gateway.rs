@@ -849,8 +849,9 @@ args = ["-c", "512"]
 [devices.cpu]
 memory = {}
 "#,
-        // Each needs its file, a 512-token cache and a tenth: one fits, two do not.
-        size * 3 / 2
+        // Each needs its file, a 512-token cache, compute buffers and the server itself
+        // (about 1.6 times the file): one fits, two do not.
+        size * 5 / 2
     ));
     let mut serve = start(&ws);
     assert_eq!(chat(&ws, Some("smol-a")).0, 200);
@@ -870,6 +871,13 @@ memory = {}
     let mut serve = start(&ws);
     let (code, answer) = chat(&ws, Some("smol-a"));
     assert_eq!(code, 503, "{answer}");
+    assert_eq!(
+        answer["error"]["code"], "LOCAL_AI_MODEL_TOO_LARGE",
+        "{answer}"
+    );
+    let details = &answer["error"]["details"];
+    assert_eq!(details["budget"], size / 2, "{answer}");
+    assert!(details["need"].as_u64().unwrap() > size, "{answer}");
     let message = answer["error"]["message"].as_str().unwrap();
     assert!(
         message.contains("smol-a") && message.contains("budget"),

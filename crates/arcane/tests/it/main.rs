@@ -17,6 +17,7 @@ mod core;
 mod cpus;
 mod devices;
 mod doors;
+mod estimate;
 mod faults;
 mod front_door;
 mod gateway;
