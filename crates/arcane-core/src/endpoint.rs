@@ -148,7 +148,6 @@ pub fn rotate_token(workspace: &Path) -> Result<String, Error> {
 
 /// Reads a token file: `Ok(None)` when it does not exist.
 pub fn read_token_file(path: &Path) -> Result<Option<String>, Error> {
-    use std::os::unix::fs::MetadataExt;
     let meta = match std::fs::symlink_metadata(path) {
         Ok(meta) => meta,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -169,20 +168,11 @@ pub fn read_token_file(path: &Path) -> Result<Option<String>, Error> {
         return Err(refuse("the token file is not a regular file".into()));
     }
     // A secret another user wrote is theirs to know: never taken as ours (root's
-    // files are the exception, as for every trusted file).
-    if let Err(untrusted) = arcane_files::trust::check_owner_and_mode(path, &meta) {
-        if untrusted.problem == arcane_files::trust::Problem::OwnedByOther {
-            return Err(refuse(format!(
-                "the token file {}; {}",
-                untrusted.describe(),
-                untrusted.fix()
-            )));
-        }
-    }
-    if meta.mode() & 0o077 != 0 {
+    // files are the exception, as for every trusted file); one others may read is no
+    // secret.
+    if let Some(problem) = arcane_files::trust::secret_file_problem(path, &meta) {
         return Err(refuse(format!(
-            "the token file is readable or writable by others (mode {:04o}); run `chmod 600 '{}'`",
-            meta.mode() & 0o7777,
+            "the token file `{}` {problem}",
             path.display()
         )));
     }

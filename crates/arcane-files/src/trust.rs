@@ -103,6 +103,29 @@ pub fn check_owner_and_mode(path: &Path, meta: &std::fs::Metadata) -> Result<(),
     }
 }
 
+/// Why a file that holds a secret (a token, keys' fingerprints) may not be used, with
+/// the fix: another user owns it (root excepted), or anyone but its owner may read or
+/// write it; `None` when it is fine. The text follows the file's name: `is readable or
+/// writable by others (mode 0644); run `chmod 600 '…'``.
+pub fn secret_file_problem(path: &Path, meta: &std::fs::Metadata) -> Option<String> {
+    if let Err(untrusted) = check_owner_and_mode(path, meta) {
+        if untrusted.problem == Problem::OwnedByOther {
+            return Some(format!(
+                "is owned by another user (uid {}); {}",
+                untrusted.owner,
+                untrusted.fix()
+            ));
+        }
+    }
+    (meta.mode() & 0o077 != 0).then(|| {
+        format!(
+            "is readable or writable by others (mode {:04o}); run `chmod 600 '{}'`",
+            meta.mode() & 0o7777,
+            path.display()
+        )
+    })
+}
+
 /// [`check_owner_and_mode`] for an owner and mode already at hand (a `stat` the caller
 /// made): whether they pass.
 pub fn owner_and_mode_trusted(uid: u32, mode: u32) -> bool {

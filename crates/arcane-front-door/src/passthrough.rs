@@ -180,14 +180,9 @@ where
     Ok((request, route, wanted))
 }
 
-/// `request` (a JSON object body, already read whole) with its `model` replaced by
-/// `name` and its `Content-Length` made to match.
-async fn with_model(
-    request: Request<HttpBody>,
-    name: &str,
-) -> Result<Request<HttpBody>, Box<Response<HttpBody>>> {
-    let (mut parts, body) = request.into_parts();
-    let bytes = body
+/// A request body read whole; one that fails to arrive is the client's 400.
+pub(crate) async fn read_whole(body: HttpBody) -> Result<Bytes, Box<Response<HttpBody>>> {
+    Ok(body
         .collect()
         .await
         .map_err(|error| {
@@ -197,7 +192,17 @@ async fn with_model(
             );
             Box::new(crate::http::error_response(StatusCode::BAD_REQUEST, &error))
         })?
-        .to_bytes();
+        .to_bytes())
+}
+
+/// `request` (a JSON object body, already read whole) with its `model` replaced by
+/// `name` and its `Content-Length` made to match.
+async fn with_model(
+    request: Request<HttpBody>,
+    name: &str,
+) -> Result<Request<HttpBody>, Box<Response<HttpBody>>> {
+    let (mut parts, body) = request.into_parts();
+    let bytes = read_whole(body).await?;
     let bytes = crate::request_model::with_model(&bytes, name).unwrap_or(bytes);
     parts.headers.remove(hyper::header::TRANSFER_ENCODING);
     parts.headers.insert(

@@ -17,7 +17,6 @@
 //! (`local-ai.request.replayed`) and in the model's log.
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper::body::Body;
 use hyper::header::HeaderMap;
 use hyper::{Method, Request, Response, Uri, Version};
@@ -57,20 +56,7 @@ impl Replay {
             return Ok((request, None));
         }
         let (parts, body) = request.into_parts();
-        let body = body
-            .collect()
-            .await
-            .map_err(|error| {
-                let error = Error::usage(
-                    format!("the request body could not be read: {error}"),
-                    serde_json::json!({}),
-                );
-                Box::new(crate::http::error_response(
-                    hyper::StatusCode::BAD_REQUEST,
-                    &error,
-                ))
-            })?
-            .to_bytes();
+        let body = crate::passthrough::read_whole(body).await?;
         let replay = Replay {
             wanted: wanted.clone(),
             method: parts.method.clone(),

@@ -208,7 +208,6 @@ pub fn list(workspace: &Path) -> Result<Vec<KeyRecord>, KeyError> {
 /// Reads a keys file: empty when it does not exist; refused when another user owns it,
 /// others may read or write it, or it is not a regular file (a symbolic link included).
 pub fn read_file(path: &Path) -> Result<Vec<KeyRecord>, KeyError> {
-    use std::os::unix::fs::MetadataExt;
     let bad = |why: String| KeyError::BadFile {
         path: path.to_path_buf(),
         why,
@@ -230,19 +229,8 @@ pub fn read_file(path: &Path) -> Result<Vec<KeyRecord>, KeyError> {
             arcane_files::describe_kind(&meta)
         )));
     }
-    if let Err(untrusted) = arcane_files::trust::check_owner_and_mode(path, &meta) {
-        return Err(bad(format!(
-            "{}; {}",
-            untrusted.describe(),
-            untrusted.fix()
-        )));
-    }
-    if meta.mode() & 0o077 != 0 {
-        return Err(bad(format!(
-            "is readable or writable by others (mode {:04o}); run `chmod 600 '{}'`",
-            meta.mode() & 0o7777,
-            path.display()
-        )));
+    if let Some(problem) = arcane_files::trust::secret_file_problem(path, &meta) {
+        return Err(bad(problem));
     }
     let bytes = arcane_files::read_regular(path, MAX_FILE).map_err(|source| KeyError::Io {
         operation: "read",

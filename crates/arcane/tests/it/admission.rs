@@ -130,15 +130,6 @@ fn run_retry_client(port: u16, token: &str, mode: &str, checks: &[&str]) {
     );
 }
 
-/// A series' value in the `/metrics` text (0 when absent).
-fn series(metrics: &str, name: &str) -> f64 {
-    metrics
-        .lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0.0)
-}
-
 #[test]
 fn a_full_queue_answers_503_with_the_wait_ahead_and_the_official_clients_back_off_as_told() {
     let ws = gateway_workspace(QUEUES);
@@ -190,14 +181,14 @@ fn a_full_queue_answers_503_with_the_wait_ahead_and_the_official_clients_back_of
     );
     let (_, metrics) = call(port, &token, "GET", "/metrics", None);
     assert!(
-        series(
+        crate::support::metric(
             &metrics,
             r#"arcane_requests_refused_total{model="smol",reason="queue_full"}"#
         ) >= 4.0,
         "{metrics}"
     );
     assert_eq!(
-        series(
+        crate::support::metric(
             &metrics,
             r#"arcane_requests_refused_total{model="smol-q",reason="deadline"}"#
         ),
@@ -264,7 +255,7 @@ fn a_flooding_key_takes_turns_with_a_key_that_sends_one_request() {
     // `/metrics` and `arcane ps` show the queue by key.
     let (_, metrics) = call(port, &token, "GET", "/metrics", None);
     assert_eq!(
-        series(
+        crate::support::metric(
             &metrics,
             r#"arcane_key_queue_depth{key="flood",model="smol-q"}"#
         ),
@@ -272,7 +263,7 @@ fn a_flooding_key_takes_turns_with_a_key_that_sends_one_request() {
         "{metrics}"
     );
     assert_eq!(
-        series(&metrics, r#"arcane_queue_depth{model="smol-q"}"#),
+        crate::support::metric(&metrics, r#"arcane_queue_depth{model="smol-q"}"#),
         6.0
     );
     let (status, body) = call(

@@ -134,13 +134,12 @@ fn application_keys_reach_what_their_scope_and_models_allow() {
     // `/metrics` and the logs name the key by its name, never the key.
     let (status, metrics) = call(port, &token, "GET", "/metrics", None);
     assert_eq!(status, 200);
-    let app_requests: u64 = metrics
-        .lines()
-        .find(|l| l.starts_with("arcane_key_requests_total{key=\"app\",model=\"smol\"}"))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no series for `app`:\n{metrics}"));
+    let app_requests = crate::support::metric(
+        &metrics,
+        r#"arcane_key_requests_total{key="app",model="smol"}"#,
+    );
     assert_eq!(
-        app_requests, 3,
+        app_requests, 3.0,
         "openai, anthropic and ollama chats:\n{metrics}"
     );
     let logs = run(ws.arcane().args(["logs", "smol"]));

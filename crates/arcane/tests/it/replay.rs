@@ -39,15 +39,6 @@ fn dying(id: &str, state: Option<&Path>) -> String {
     )
 }
 
-/// A series' value in the `/metrics` text (0 when absent).
-fn series(metrics: &str, name: &str) -> f64 {
-    metrics
-        .lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0.0)
-}
-
 #[test]
 fn an_engine_that_dies_before_answering_gets_the_request_again_and_the_client_never_knows() {
     let ws = TestWorkspace::new();
@@ -106,12 +97,12 @@ print("ollama", client.chat(model="chat-ollama", messages=hi).message.content)
     // One request, answered: the attempt the crash cut is not counted as one.
     let (_, metrics) = call(port, &token, "GET", "/metrics", None);
     assert_eq!(
-        series(&metrics, r#"arcane_requests_total{model="chat"}"#),
+        crate::support::metric(&metrics, r#"arcane_requests_total{model="chat"}"#),
         1.0,
         "{metrics}"
     );
     assert_eq!(
-        series(&metrics, r#"arcane_request_errors_total{model="chat"}"#),
+        crate::support::metric(&metrics, r#"arcane_request_errors_total{model="chat"}"#),
         0.0
     );
     assert_eq!(row(&ps(&ws), "chat")["crashes"], 1);

@@ -380,3 +380,13 @@ pub fn running(pid: u32) -> bool {
             .starts_with('Z')
     })
 }
+
+/// A series' value in a `/metrics` text (`name` with its labels, as printed), 0 when
+/// it is absent.
+pub fn metric(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
