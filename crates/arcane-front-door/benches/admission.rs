@@ -110,7 +110,7 @@ async fn idle_overhead() {
 }
 
 /// A gateway of one model with `parallel = 1` behind HTTP with `workspace`'s keys.
-async fn serve(workspace: &Path, server: &Path, model: &Path) -> (Host, String) {
+async fn serve(workspace: &Path, server: &Path, model: &Path) -> (Host, String, Arc<Gateway>) {
     let mut config = EngineConfig::new(arcane_localai::Engine::LlamaCpp);
     config.id = "m".into();
     config.alias = Some("m".into());
@@ -134,14 +134,14 @@ async fn serve(workspace: &Path, server: &Path, model: &Path) -> (Host, String) 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let mut options =
-        HttpOptions::new(arcane_core::endpoint::new_token().unwrap()).upstream(gateway);
+        HttpOptions::new(arcane_core::endpoint::new_token().unwrap()).upstream(gateway.clone());
     options.keys = Some(Arc::new(KeyBook::new(workspace)));
     tokio::spawn(arcane_front_door::http::serve(
         host.clone(),
         listener,
         options,
     ));
-    (host, url)
+    (host, url, gateway)
 }
 
 /// One chat of 16 tokens with `key`; its latency.
@@ -176,7 +176,13 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 
 /// B's median over `rounds` sequential chats with `b_key` while A keeps 16 in flight
 /// with `a_key` (none: alone).
-async fn b_median(url: &str, a_key: Option<&str>, b_key: &str, rounds: usize) -> Duration {
+async fn b_median(
+    url: &str,
+    gateway: &Gateway,
+    a_key: Option<&str>,
+    b_key: &str,
+    rounds: usize,
+) -> Duration {
     let stop = Arc::new(AtomicBool::new(false));
     let mut flood = Vec::new();
     if let Some(a_key) = a_key {
@@ -188,8 +194,12 @@ async fn b_median(url: &str, a_key: Option<&str>, b_key: &str, rounds: usize) ->
                 }
             }));
         }
-        // Let A's 16 fill the slot and the queue.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // A's 16 fill the slot and the queue first.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while gateway.rows()[0]["queued"].as_u64().unwrap_or(0) < 15 {
+            assert!(Instant::now() < deadline, "A's requests never queued");
+            tokio::task::yield_now().await;
+        }
     }
     let mut samples = Vec::new();
     for _ in 0..rounds {
@@ -220,11 +230,11 @@ async fn flood(server: &Path, model: &Path) {
         None,
     )
     .unwrap();
-    let (host, url) = serve(workspace.path(), server, model).await;
+    let (host, url, gateway) = serve(workspace.path(), server, model).await;
     chat(&url, &b.key).await;
-    let alone = b_median(&url, None, &b.key, 9).await;
-    let shared = b_median(&url, Some(&a.key), &b.key, 9).await;
-    let same_key = b_median(&url, Some(&a.key), &a.key, 3).await;
+    let alone = b_median(&url, &gateway, None, &b.key, 9).await;
+    let shared = b_median(&url, &gateway, Some(&a.key), &b.key, 9).await;
+    let same_key = b_median(&url, &gateway, Some(&a.key), &a.key, 3).await;
     let ratio = |d: Duration| d.as_secs_f64() / alone.as_secs_f64();
     println!(
         "two applications, parallel = 1, A keeping 16 in flight: B's median alone {:.0} ms | under A's flood {:.0} ms, ratio {:.2}x (target <= 3) | B under A's own key, first come first served {:.0} ms, ratio {:.1}x",

@@ -110,6 +110,8 @@ struct State {
     queued: usize,
     /// Lanes by priority (`HIGHEST_FIRST` order), each in turn order.
     lanes: [VecDeque<Lane>; 3],
+    /// The key each priority served last: a key that starts waiting goes before it.
+    last_served: [Option<Arc<str>>; 3],
     next_ticket: u64,
     /// The mean time a request holds its permit once served.
     service: Option<Duration>,
@@ -142,6 +144,7 @@ impl Admission {
                 running: 0,
                 queued: 0,
                 lanes: Default::default(),
+                last_served: Default::default(),
                 next_ticket: 0,
                 service: None,
                 queued_by_key: HashMap::new(),
@@ -299,14 +302,27 @@ fn ahead_of(state: &State, key: &Arc<str>, priority: Priority) -> usize {
     higher + mine + others
 }
 
+/// Puts `waiter` in its key's lane; a key that was not waiting gets a lane of its own at
+/// the end of the turns, but before the key that was served last (which has just had
+/// its turn, and went to the end for it).
 fn enqueue(state: &mut State, key: &Arc<str>, priority: Priority, waiter: Waiter) {
-    let lanes = &mut state.lanes[level(priority)];
+    let level = level(priority);
+    let lanes = &mut state.lanes[level];
     match lanes.iter_mut().find(|lane| lane.key == *key) {
         Some(lane) => lane.waiters.push_back(waiter),
-        None => lanes.push_back(Lane {
-            key: Arc::clone(key),
-            waiters: VecDeque::from([waiter]),
-        }),
+        None => {
+            let lane = Lane {
+                key: Arc::clone(key),
+                waiters: VecDeque::from([waiter]),
+            };
+            let just_served = lanes
+                .back()
+                .is_some_and(|last| Some(&last.key) == state.last_served[level].as_ref());
+            match just_served {
+                true => lanes.insert(lanes.len() - 1, lane),
+                false => lanes.push_back(lane),
+            }
+        }
     }
     state.queued += 1;
     *state.queued_by_key.entry(Arc::clone(key)).or_default() += 1;
@@ -315,13 +331,15 @@ fn enqueue(state: &mut State, key: &Arc<str>, priority: Priority, waiter: Waiter
 /// The next request to serve: the first lane of the highest priority with any gives its
 /// first waiter and goes to the back of its priority's turn.
 fn next(state: &mut State) -> Option<Waiter> {
-    let lanes = state.lanes.iter_mut().find(|lanes| !lanes.is_empty())?;
+    let level = state.lanes.iter().position(|lanes| !lanes.is_empty())?;
+    let lanes = &mut state.lanes[level];
     let mut lane = lanes.pop_front()?;
     let waiter = lane.waiters.pop_front()?;
     let key = Arc::clone(&lane.key);
     if !lane.waiters.is_empty() {
         lanes.push_back(lane);
     }
+    state.last_served[level] = Some(Arc::clone(&key));
     state.queued -= 1;
     if let Some(n) = state.queued_by_key.get_mut(&key) {
         *n = n.saturating_sub(1);
@@ -454,6 +472,47 @@ mod tests {
         let order = order.lock().unwrap().clone();
         assert_eq!(order, ["vip", "a", "b", "a", "a", "a", "low"]);
         assert_eq!(admission.depth().0, 0);
+    }
+
+    /// A request of `name` that is granted its slot and keeps it (the task ends with it).
+    fn holding(admission: &Arc<Admission>, name: &str) -> tokio::task::JoinHandle<Permit> {
+        let (admission, name) = (Arc::clone(admission), key(name));
+        tokio::spawn(async move {
+            admission
+                .admit(&name, Priority::Normal, None)
+                .await
+                .unwrap()
+        })
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_key_that_starts_waiting_goes_before_the_key_that_was_just_served() {
+        let admission = Admission::new(1, 100);
+        let holder = admission
+            .admit(&key("a"), Priority::Normal, None)
+            .await
+            .unwrap();
+        let mut floods = Vec::new();
+        for _ in 0..3 {
+            floods.push(holding(&admission, "a"));
+            settle().await;
+        }
+        // `a`'s first waiting request is served; `b` starts waiting just after.
+        drop(holder);
+        settle().await;
+        assert!(floods[0].is_finished());
+        let single = holding(&admission, "b");
+        settle().await;
+        drop(floods.remove(0).await.unwrap());
+        settle().await;
+        // `a` just had its turn: `b` goes before `a`'s two others.
+        assert!(single.is_finished(), "b waits behind a");
+        assert!(floods.iter().all(|f| !f.is_finished()));
+        drop(single.await.unwrap());
+        for flood in floods {
+            settle().await;
+            drop(flood.await.unwrap());
+        }
     }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
