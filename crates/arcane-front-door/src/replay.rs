@@ -8,8 +8,8 @@
 //! ([`RouteRequest::queued`]) with a body of at most [`MAX_REPLAYED`] bytes is kept for
 //! a replay (the body is read whole before it is sent, which an upload larger than
 //! that should not be), and only when the gateway confirms that the engine behind the
-//! route is gone ([`Lease::engine_gone`]): a connection that broke while the engine
-//! lives is no crash, and is answered as the failure it is.
+//! route is gone ([`arcane_core::route::Lease::engine_gone`]): a connection that broke
+//! while the engine lives is no crash, and is answered as the failure it is.
 //!
 //! Never a second replay: the second answer, or its failure, is the client's. Once the
 //! first byte has been sent, a crash ends the stream with the API's error event

@@ -421,12 +421,15 @@ impl Gateway {
         let usable = |m: &&Arc<Model>| caller.may_use(&m.spec.id);
         let found = match name {
             // The default: the first model that serves the path, of those the caller may
-            // use.
+            // use; when it may use none of them, the default it may not use (refused
+            // below, naming the models it may use).
             None => models
                 .iter()
                 .filter(usable)
                 .find(serves)
-                .or(models.iter().find(usable)),
+                .or(models.iter().find(usable))
+                .or(models.iter().find(serves))
+                .or(models.first()),
             Some(name) => models.iter().find(|m| m.answers_to(name)),
         };
         let Some(model) = found else {

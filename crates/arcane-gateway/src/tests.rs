@@ -1447,3 +1447,47 @@ async fn past_parallel_a_request_waits_for_a_slot_and_past_max_queue_it_is_refus
         "{metrics}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_key_is_routed_among_its_models_only_and_told_which_they_are() {
+    let rig = Rig::new(vec![model("a"), model("b")], max_loaded(2));
+    let key = |models: &[&str]| arcane_core::keys::Principal {
+        name: "app".into(),
+        scope: arcane_core::keys::Scope::Inference,
+        models: Some(
+            models
+                .iter()
+                .map(|m| m.to_string())
+                .collect::<Vec<_>>()
+                .into(),
+        ),
+        ..arcane_core::keys::Principal::workspace()
+    };
+    let ask = |model: Option<&str>, caller| RouteRequest {
+        model: model.map(String::from),
+        caller,
+        ..RouteRequest::default()
+    };
+    // No model named: the first it may use, not the default.
+    let route = rig
+        .gateway
+        .route(ask(None, key(&["b"])))
+        .await
+        .ok()
+        .expect("routed");
+    assert_eq!(rig.states(), [state("a", "stopped"), state("b", "ready")]);
+    drop(route);
+    for (model, allowed) in [(Some("a"), &["b"][..]), (None, &["gone"][..])] {
+        let refused = rig
+            .gateway
+            .route(ask(model, key(allowed)))
+            .await
+            .err()
+            .expect("refused");
+        assert_eq!(refused.status, StatusCode::FORBIDDEN);
+        assert_eq!(refused.body["error"]["code"], codes::CORE_MODEL_DENIED);
+        assert_eq!(refused.body["error"]["details"]["allowed"], json!(allowed));
+        let message = refused.body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("may not use the model `a`"), "{message}");
+    }
+}
