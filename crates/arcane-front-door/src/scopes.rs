@@ -40,23 +40,22 @@ pub const INFERENCE_PATHS: &[(&str, &[&str])] = &[
         ],
     ),
     ("Anthropic", &["/v1/messages", "/v1/messages/count_tokens"]),
-    (
-        "the engines' own",
-        &[
-            "/chat/completions",
-            "/completions",
-            "/completion",
-            "/embeddings",
-            "/embedding",
-            "/rerank",
-            "/v1/reranking",
-            "/reranking",
-            "/infill",
-            "/tokenize",
-            "/detokenize",
-            "/apply-template",
-        ],
-    ),
+];
+
+/// The engines' own inference paths beside the APIs' (llama-server's names for them).
+const ENGINE_PATHS: &[&str] = &[
+    "/chat/completions",
+    "/completions",
+    "/completion",
+    "/embeddings",
+    "/embedding",
+    "/rerank",
+    "/v1/reranking",
+    "/reranking",
+    "/infill",
+    "/tokenize",
+    "/detokenize",
+    "/apply-template",
 ];
 
 /// The inference paths that the engine answers beside its slots: cheap, never queued
@@ -84,13 +83,14 @@ pub fn is_work(method: &Method, path: &str) -> bool {
         && !arcane_localai::serves_path(LIGHT_PATHS, path)
 }
 
-/// Whether `path` is an inference path of an API: of the table above, or of a
-/// translated API ([`crate::apis::INFERENCE_PATHS`]).
+/// Whether `path` is an inference path: of an API (the tables above, and the translated
+/// APIs' [`crate::apis::INFERENCE_PATHS`]), or of the engines' own.
 fn is_inference_path(path: &str) -> bool {
     INFERENCE_PATHS
         .iter()
         .chain(crate::apis::INFERENCE_PATHS)
         .any(|(_, paths)| arcane_localai::serves_path(paths, path))
+        || arcane_localai::serves_path(ENGINE_PATHS, path)
 }
 
 /// Whether an inference key may call `method path` as the route table found it.
@@ -119,7 +119,6 @@ pub fn permit(
         .iter()
         .chain(crate::apis::INFERENCE_PATHS)
         .map(|(api, _)| *api)
-        .filter(|api| !api.starts_with("the "))
         .collect();
     let message = format!(
         "the key `{}` has the `inference` scope, which may not call `{method} {path}`: it may call the inference paths of the {} APIs (chat, completions, embeddings, speech, images) and list models; everything else needs an admin key",
