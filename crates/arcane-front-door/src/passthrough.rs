@@ -100,7 +100,7 @@ where
         Ok(routed) => routed,
         Err(response) => return *response,
     };
-    let (request, replay) = match crate::replay::Replay::capture(&wanted, request).await {
+    let (request, replay) = match crate::replay::Replay::capture(&wanted, &route, request).await {
         Ok(captured) => captured,
         Err(response) => return *response,
     };

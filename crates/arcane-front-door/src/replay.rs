@@ -41,10 +41,13 @@ pub(crate) struct Replay {
 
 impl Replay {
     /// Keeps what `request` needs to be sent again when `wanted` is queued work with a
-    /// body of known length up to [`MAX_REPLAYED`] (read whole here); the request comes
-    /// back with the same content. A body that fails to arrive is the client's 400.
+    /// body of known length up to [`MAX_REPLAYED`] (read whole here) and `route` holds
+    /// a lease that can confirm a crash (a single engine's route has none: nothing is
+    /// kept for it); the request comes back with the same content. A body that fails to
+    /// arrive is the client's 400.
     pub(crate) async fn capture(
         wanted: &RouteRequest,
+        route: &Route,
         request: Request<HttpBody>,
     ) -> Result<(Request<HttpBody>, Option<Replay>), Box<Response<HttpBody>>> {
         let fits = request
@@ -52,7 +55,7 @@ impl Replay {
             .size_hint()
             .exact()
             .is_some_and(|n| n <= MAX_REPLAYED);
-        if !wanted.queued || !fits {
+        if !wanted.queued || !fits || route.lease.is_none() {
             return Ok((request, None));
         }
         let (parts, body) = request.into_parts();

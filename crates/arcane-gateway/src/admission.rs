@@ -257,11 +257,10 @@ impl Admission {
             let Some(waiter) = next(&mut state) else {
                 break;
             };
-            state.running += 1;
-            if waiter.granted.send(()).is_err() {
-                // Its receiver is gone; `Waiting::drop` could not find it in a lane and
-                // gives nothing back, so the slot is taken back here.
-                state.running -= 1;
+            // A waiter that gave up left its lane first (`Waiting` drops before its
+            // receiver), so a send only fails for nothing: the slot then stays free.
+            if waiter.granted.send(()).is_ok() {
+                state.running += 1;
             }
         }
     }

@@ -140,16 +140,12 @@ impl Default for Principal {
 ///
 /// A plain hash (no salt, no slow function) is enough: a key is 32 random bytes, so
 /// there is nothing to guess, and the hash only has to keep a copied keys file from
-/// being a list of working keys.
+/// being a list of working keys. One short input hashed at once, on each request that
+/// presents a key: not the streaming loop of `arcane_files::stream_sha256` (which
+/// allocates a read buffer).
 pub fn key_hash(key: &str) -> String {
     use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(key.as_bytes());
-    let mut text = String::with_capacity(7 + 64);
-    text.push_str("sha256:");
-    for byte in digest {
-        text.push_str(&format!("{byte:02x}"));
-    }
-    text
+    format!("sha256:{}", hex::encode(Sha256::digest(key.as_bytes())))
 }
 
 #[cfg(test)]

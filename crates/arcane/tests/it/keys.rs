@@ -164,6 +164,15 @@ fn application_keys_reach_what_their_scope_and_models_allow() {
     assert!(rows
         .iter()
         .all(|r| r.get("token").is_none() && r.get("hash").is_none()));
+    let app = rows.iter().find(|r| r["name"] == "app").unwrap();
+    assert_eq!(
+        (&app["scope"], &app["priority"], &app["models"]),
+        (&json!("inference"), &json!("high"), &json!(["smol"]))
+    );
+    assert!(
+        app["created"].as_str().is_some_and(|c| c.ends_with('Z')),
+        "{app}"
+    );
 
     signal(serve.pid(), "TERM");
     assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
