@@ -4,7 +4,9 @@ off as it does against the real service, then is served.
 
 Usage: retry_client.py openai|anthropic|ollama|deadline. Environment: ARCANE_ROOT_URL,
 ARCANE_TOKEN, ARCANE_MODEL (a model with `parallel = 1`, `max_queue = 0`),
-ARCANE_QUEUED_MODEL (`parallel = 1`, a queue: for `deadline`). Prints `ready` and waits
+ARCANE_QUEUED_MODEL (`parallel = 1`, a queue: for `deadline`), ARCANE_DEADLINE (for
+`deadline`: a client timeout shorter than that model's measured service time, which this
+machine's speed decides, so the test passes it in). Prints `ready` and waits
 for a line on standard input (the test fills the model's slot meanwhile); then prints
 `ok <check>` per check and exits non-zero on the first failure.
 """
@@ -126,7 +128,8 @@ elif mode == "deadline":
 
     # A timeout shorter than the wait ahead: refused at once (503), not left to time out
     # in the queue (which would raise APITimeoutError instead).
-    client = openai.OpenAI(base_url=f"{root}/v1", api_key=token, max_retries=0, timeout=0.5)
+    deadline = float(os.environ["ARCANE_DEADLINE"])
+    client = openai.OpenAI(base_url=f"{root}/v1", api_key=token, max_retries=0, timeout=deadline)
     try:
         client.chat.completions.create(model=queued_model, messages=hi, max_tokens=4)
         check("a deadline shorter than the wait is refused at once", False, "it was served")
@@ -136,8 +139,8 @@ elif mode == "deadline":
             "a deadline shorter than the wait is refused at once",
             error.status_code == 503
             and details.get("reason") == "deadline"
-            and details.get("deadlineSeconds") == 0.5
-            and details.get("expectedWaitSeconds", 0) > 0.5,
+            and abs(details.get("deadlineSeconds", 0) - deadline) < 0.001
+            and details.get("expectedWaitSeconds", 0) > deadline,
             repr(error.body),
         )
     except openai.APITimeoutError as error:

@@ -82,8 +82,9 @@ fn occupy(port: u16, key: &str, model: &str, tokens: u32) -> std::thread::JoinHa
 }
 
 /// Runs `retry_client.py MODE`: once it is ready, fills `smol`'s (or, for `deadline`,
-/// `smol-q`'s) slot, lets it go on, and checks its `ok` lines.
-fn run_retry_client(port: u16, token: &str, mode: &str, checks: &[&str]) {
+/// `smol-q`'s) slot, lets it go on, and checks its `ok` lines. `deadline` is the
+/// client's timeout in seconds for `deadline`.
+fn run_retry_client(port: u16, token: &str, mode: &str, deadline: &str, checks: &[&str]) {
     let python = crate::support::provisioned("ARCANE_CLIENTS_PYTHON");
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/retry_client.py");
@@ -94,6 +95,7 @@ fn run_retry_client(port: u16, token: &str, mode: &str, checks: &[&str]) {
         .env("ARCANE_TOKEN", token)
         .env("ARCANE_MODEL", "smol")
         .env("ARCANE_QUEUED_MODEL", "smol-q")
+        .env("ARCANE_DEADLINE", deadline)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -135,21 +137,29 @@ fn a_full_queue_answers_503_with_the_wait_ahead_and_the_official_clients_back_of
     let ws = gateway_workspace(QUEUES);
     let mut serve = start(&ws);
     let (port, token) = host_endpoint(&ws);
-    // One request each measures the service time the waits are computed from.
-    for model in ["smol", "smol-q"] {
+    // One request each measures the service time the waits are computed from. The
+    // deadline case needs a wait well above the time a refusal takes to arrive, whatever
+    // this machine's speed: `smol-q` measures a longer answer, and the client's timeout
+    // is a third of what it measured.
+    for (model, tokens) in [("smol", 60), ("smol-q", 300)] {
         let (status, body) = call(
             port,
             &token,
             "POST",
             "/v1/chat/completions",
-            Some(long_chat(model, 60, false)),
+            Some(long_chat(model, tokens, false)),
         );
         assert_eq!(status, 200, "{body}");
     }
+    let service = crate::gateway::row(&crate::gateway::ps(&ws), "smol-q")["serviceSeconds"]
+        .as_f64()
+        .expect("smol-q measured its service time");
+    let deadline = format!("{:.2}", service / 3.0);
     run_retry_client(
         port,
         &token,
         "openai",
+        &deadline,
         &[
             "openai first try is refused",
             "openai was refused while the slot was taken",
@@ -162,6 +172,7 @@ fn a_full_queue_answers_503_with_the_wait_ahead_and_the_official_clients_back_of
         port,
         &token,
         "anthropic",
+        &deadline,
         &[
             "anthropic first try is overloaded",
             "anthropic was refused while the slot was taken",
@@ -169,11 +180,18 @@ fn a_full_queue_answers_503_with_the_wait_ahead_and_the_official_clients_back_of
             "anthropic was served in the end",
         ],
     );
-    run_retry_client(port, &token, "ollama", &["ollama is refused with 503"]);
+    run_retry_client(
+        port,
+        &token,
+        "ollama",
+        &deadline,
+        &["ollama is refused with 503"],
+    );
     run_retry_client(
         port,
         &token,
         "deadline",
+        &deadline,
         &[
             "a deadline shorter than the wait is refused at once",
             "a deadline longer than the wait is served",
