@@ -244,9 +244,11 @@ fn a_flooding_key_takes_turns_with_a_key_that_sends_one_request() {
         Some(long_chat("smol-q", 20, false)),
     );
     assert_eq!(status, 200);
-    // `flood` fills the slot and the queue's first six places.
+    // `flood` fills the slot and the queue's first six places. The slot's answer is long
+    // enough that the queue is seen whole (by `arcane ps`, a process per look) before it
+    // ends, on a fast machine too.
     let (finished, order) = mpsc::channel::<String>();
-    let first = occupy(port, &flood, "smol-q", 60);
+    let first = occupy(port, &flood, "smol-q", 250);
     let mut floods = Vec::new();
     for i in 0..6 {
         let (flood, finished) = (flood.clone(), finished.clone());

@@ -149,11 +149,12 @@ fn the_real_llama_server_killed_mid_request_still_answers_the_client() {
     serve.wait_for("local-ai.model.ready", Duration::from_secs(180));
     let (port, token) = host_endpoint(&ws);
     let engine = row(&ps(&ws), "smol")["pid"].as_u64().unwrap() as u32;
-    // A whole (not streamed) answer: no byte reaches the client before it is done.
+    // A whole (not streamed) answer: no byte reaches the client before it is done. Long
+    // enough to be still in work when the kill comes, on a fast machine too.
     let body = json!({
         "model": "smol",
         "messages": [{"role": "user", "content": "Count to one thousand."}],
-        "max_tokens": 200, "ignore_eos": true,
+        "max_tokens": 400, "ignore_eos": true,
     });
     let answer =
         std::thread::spawn(move || call(port, &token, "POST", "/v1/chat/completions", Some(body)));
@@ -171,7 +172,7 @@ fn the_real_llama_server_killed_mid_request_still_answers_the_client() {
     let (status, reply) = answer.join().unwrap();
     assert_eq!(status, 200, "{reply}");
     let reply: Value = serde_json::from_str(&reply).unwrap();
-    assert_eq!(reply["usage"]["completion_tokens"], 200, "{reply}");
+    assert_eq!(reply["usage"]["completion_tokens"], 400, "{reply}");
     let replayed = serve.wait_for("local-ai.request.replayed", Duration::from_secs(10));
     assert_eq!(replayed["data"]["pid"], engine);
     assert_ne!(
