@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::serve::free_port;
 use crate::support::{self, TestWorkspace};
 
 /// A child killed (and reaped) on drop, also on panic.
@@ -330,14 +331,6 @@ fn client_commands_without_a_running_host_say_so() {
         assert_eq!(output.status.code(), Some(1), "{args:?}");
         assert_eq!(support::json(&output)["error"]["code"], "CORE_NOT_RUNNING");
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// `arcane serve` on the real llama-server and SmolLM2 (engine and host on free ports),

@@ -322,10 +322,7 @@ fn the_real_llama_server_accepts_the_cpu_plan() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let plan = json(&out);
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port");
+    let port = crate::serve::free_port();
     let log = ws.path().join("llama-server.log");
     let mut command = std::process::Command::new(&server);
     command

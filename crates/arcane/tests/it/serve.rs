@@ -16,12 +16,26 @@ fn fake_llama() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../arcane-localai/tests/fakes/fake_llama.py")
 }
 
+/// A loopback port no one listens on, for a process a test starts later. It is taken
+/// below Linux's ephemeral range (32768 and up), which is where every `port 0` bind of
+/// the hosts and engines the other tests run at the same time lands: a port taken from
+/// that range could be handed to one of them before this test's process binds it. Each
+/// call tries the next port of this process's own stretch, so two tests of one run never
+/// get the same one either.
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7_919) % SPAN;
+    for _ in 0..SPAN {
+        let port = FIRST + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN;
+        let port = u16::try_from(port).expect("below 32768");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port between {FIRST} and {}", FIRST + SPAN);
 }
 
 pub(crate) fn alive(pid: u32) -> bool {
