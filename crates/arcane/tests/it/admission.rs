@@ -1,8 +1,9 @@
 //! Issue 34, items 2 and 3: admission. With the real host, llama-server and SmolLM2: a
 //! model's `parallel` and `max_queue`; the official clients get a 503 with a
 //! `Retry-After` computed from the work ahead and back off exactly as told; a client
-//! whose own timeout is shorter than the wait is refused at once; a key flooding a
-//! model does not keep another key's request waiting behind all of its own.
+//! whose own timeout is shorter than the wait is refused at once (the SDKs' header or
+//! `X-Arcane-Deadline`); a key flooding a model does not keep another key's request
+//! waiting behind all of its own; a higher priority goes first.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
@@ -305,6 +306,94 @@ fn a_flooding_key_takes_turns_with_a_key_that_sends_one_request() {
     // (the one whose turn came first), not after all six.
     let position = order.iter().position(|o| o == "single").unwrap();
     assert!(position <= 1, "{order:?}");
+    signal(serve.pid(), "TERM");
+    assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
+}
+
+#[test]
+fn a_high_priority_key_goes_before_an_earlier_one_and_a_deadline_header_is_honoured() {
+    let ws = gateway_workspace(QUEUES);
+    let key = |name: &str, priority: &str| {
+        let out = run(ws.arcane().args([
+            "--output",
+            "json",
+            "token",
+            "add",
+            name,
+            "--priority",
+            priority,
+        ]));
+        assert!(out.status.success());
+        json_of(&out)["token"].as_str().unwrap().to_string()
+    };
+    let (busy, early, urgent) = (
+        key("busy", "normal"),
+        key("early", "low"),
+        key("urgent", "high"),
+    );
+    let mut serve = start(&ws);
+    let (port, token) = host_endpoint(&ws);
+    let (status, _) = call(
+        port,
+        &token,
+        "POST",
+        "/v1/chat/completions",
+        Some(long_chat("smol-q", 20, false)),
+    );
+    assert_eq!(status, 200);
+    let (finished, order) = mpsc::channel::<&str>();
+    let send = |key: String, name: &'static str| {
+        let finished = finished.clone();
+        std::thread::spawn(move || {
+            let (status, body) = call(
+                port,
+                &key,
+                "POST",
+                "/v1/chat/completions",
+                Some(long_chat("smol-q", 10, false)),
+            );
+            assert_eq!(status, 200, "{body}");
+            let _ = finished.send(name);
+        })
+    };
+    let queued = |ws: &crate::support::TestWorkspace, name: &str| {
+        crate::gateway::row(&crate::gateway::ps(ws), "smol-q")["queuedByKey"][name] == 1
+    };
+    // `early` (low priority) waits first, then `urgent` (high) arrives: neither was
+    // served before, so only the priority can put `urgent` first.
+    let first = occupy(port, &busy, "smol-q", 250);
+    let early = send(early, "early");
+    crate::support::wait_until(Duration::from_secs(60), "`early` queued", || {
+        queued(&ws, "early")
+    });
+    let urgent = send(urgent, "urgent");
+    crate::support::wait_until(Duration::from_secs(60), "`urgent` queued", || {
+        queued(&ws, "urgent")
+    });
+    // Any client may state its deadline in seconds: a wait longer than it is refused at
+    // once, naming both.
+    let body = long_chat("smol-q", 10, false).to_string();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\nX-Arcane-Deadline: 0.05\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (status, head, body) = crate::front_door::exchange(port, &request);
+    assert_eq!(status, 503, "{body}");
+    assert!(head.contains("retry-after-ms: "), "{head}");
+    let refusal: Value = serde_json::from_str(&body).unwrap();
+    let details = &refusal["error"]["details"];
+    assert_eq!(details["reason"], "deadline", "{refusal}");
+    assert_eq!(details["deadlineSeconds"], 0.05, "{refusal}");
+    assert!(
+        details["expectedWaitSeconds"].as_f64().unwrap() > 0.05,
+        "{refusal}"
+    );
+    first.join().unwrap();
+    early.join().unwrap();
+    urgent.join().unwrap();
+    drop(finished);
+    let order: Vec<&str> = order.iter().collect();
+    assert_eq!(order, ["urgent", "early"]);
     signal(serve.pid(), "TERM");
     assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
 }
