@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use crate::front_door::call;
 use crate::gateway::{gateway_workspace, start};
 use crate::serve::{host_endpoint, signal};
-use crate::support::{json as json_of, run};
+use crate::support::TestWorkspace;
 
 const QUEUES: &str = r#"
 [[model]]
@@ -43,6 +43,14 @@ fn long_chat(model: &str, tokens: u32, stream: bool) -> Value {
         "ignore_eos": true,
         "stream": stream,
     })
+}
+
+/// A new key made by `arcane token add ARGS`.
+fn key(ws: &TestWorkspace, args: &[&str]) -> String {
+    crate::keys::add_key(ws, args)["token"]
+        .as_str()
+        .expect("the new key")
+        .to_string()
 }
 
 /// Fills `model`'s one slot with a streamed chat of `tokens` tokens: returns once its
@@ -229,12 +237,7 @@ fn a_full_queue_answers_503_with_the_wait_ahead_and_the_official_clients_back_of
 #[test]
 fn a_flooding_key_takes_turns_with_a_key_that_sends_one_request() {
     let ws = gateway_workspace(QUEUES);
-    let key = |name: &str| {
-        let out = run(ws.arcane().args(["--output", "json", "token", "add", name]));
-        assert!(out.status.success());
-        json_of(&out)["token"].as_str().unwrap().to_string()
-    };
-    let (flood, single) = (key("flood"), key("single"));
+    let (flood, single) = (key(&ws, &["flood"]), key(&ws, &["single"]));
     let mut serve = start(&ws);
     let (port, token) = host_endpoint(&ws);
     let (status, _) = call(
@@ -313,23 +316,10 @@ fn a_flooding_key_takes_turns_with_a_key_that_sends_one_request() {
 #[test]
 fn a_high_priority_key_goes_before_an_earlier_one_and_a_deadline_header_is_honoured() {
     let ws = gateway_workspace(QUEUES);
-    let key = |name: &str, priority: &str| {
-        let out = run(ws.arcane().args([
-            "--output",
-            "json",
-            "token",
-            "add",
-            name,
-            "--priority",
-            priority,
-        ]));
-        assert!(out.status.success());
-        json_of(&out)["token"].as_str().unwrap().to_string()
-    };
     let (busy, early, urgent) = (
-        key("busy", "normal"),
-        key("early", "low"),
-        key("urgent", "high"),
+        key(&ws, &["busy"]),
+        key(&ws, &["early", "--priority", "low"]),
+        key(&ws, &["urgent", "--priority", "high"]),
     );
     let mut serve = start(&ws);
     let (port, token) = host_endpoint(&ws);
@@ -356,7 +346,7 @@ fn a_high_priority_key_goes_before_an_earlier_one_and_a_deadline_header_is_honou
             let _ = finished.send(name);
         })
     };
-    let queued = |ws: &crate::support::TestWorkspace, name: &str| {
+    let queued = |ws: &TestWorkspace, name: &str| {
         crate::gateway::row(&crate::gateway::ps(ws), "smol-q")["queuedByKey"][name] == 1
     };
     // `early` (low priority) waits first, then `urgent` (high) arrives: neither was

@@ -29,7 +29,7 @@ args = ["-c", "1024"]
 "#;
 
 /// `arcane token add` with `args`: its JSON (`{name, token, scope, priority, models}`).
-fn add_key(ws: &TestWorkspace, args: &[&str]) -> Value {
+pub(crate) fn add_key(ws: &TestWorkspace, args: &[&str]) -> Value {
     let out = run(ws
         .arcane()
         .args(["--output", "json", "token", "add"])
