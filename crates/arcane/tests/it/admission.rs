@@ -45,6 +45,18 @@ fn long_chat(model: &str, tokens: u32, stream: bool) -> Value {
     })
 }
 
+/// A whole chat of `tokens` tokens for `model` with `key`, which must be answered.
+fn chat(port: u16, key: &str, model: &str, tokens: u32) {
+    let (status, body) = call(
+        port,
+        key,
+        "POST",
+        "/v1/chat/completions",
+        Some(long_chat(model, tokens, false)),
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
 /// A new key made by `arcane token add ARGS`.
 fn key(ws: &TestWorkspace, args: &[&str]) -> String {
     crate::keys::add_key(ws, args)["token"]
@@ -151,14 +163,7 @@ fn a_full_queue_answers_503_with_the_wait_ahead_and_the_official_clients_back_of
     // this machine's speed: `smol-q` measures a longer answer, and the client's timeout
     // is a third of what it measured.
     for (model, tokens) in [("smol", 60), ("smol-q", 300)] {
-        let (status, body) = call(
-            port,
-            &token,
-            "POST",
-            "/v1/chat/completions",
-            Some(long_chat(model, tokens, false)),
-        );
-        assert_eq!(status, 200, "{body}");
+        chat(port, &token, model, tokens);
     }
     let service = crate::gateway::row(&crate::gateway::ps(&ws), "smol-q")["serviceSeconds"]
         .as_f64()
@@ -240,14 +245,7 @@ fn a_flooding_key_takes_turns_with_a_key_that_sends_one_request() {
     let (flood, single) = (key(&ws, &["flood"]), key(&ws, &["single"]));
     let mut serve = start(&ws);
     let (port, token) = host_endpoint(&ws);
-    let (status, _) = call(
-        port,
-        &token,
-        "POST",
-        "/v1/chat/completions",
-        Some(long_chat("smol-q", 20, false)),
-    );
-    assert_eq!(status, 200);
+    chat(port, &token, "smol-q", 20);
     // `flood` fills the slot and the queue's first six places. The slot's answer is long
     // enough that the queue is seen whole (by `arcane ps`, a process per look) before it
     // ends, on a fast machine too.
@@ -257,14 +255,7 @@ fn a_flooding_key_takes_turns_with_a_key_that_sends_one_request() {
     for i in 0..6 {
         let (flood, finished) = (flood.clone(), finished.clone());
         floods.push(std::thread::spawn(move || {
-            let (status, body) = call(
-                port,
-                &flood,
-                "POST",
-                "/v1/chat/completions",
-                Some(long_chat("smol-q", 20, false)),
-            );
-            assert_eq!(status, 200, "{body}");
+            chat(port, &flood, "smol-q", 20);
             let _ = finished.send(format!("flood {i}"));
         }));
     }
@@ -290,14 +281,7 @@ fn a_flooding_key_takes_turns_with_a_key_that_sends_one_request() {
         crate::support::metric(&metrics, r#"arcane_queue_depth{model="smol-q"}"#),
         6.0
     );
-    let (status, body) = call(
-        port,
-        &single,
-        "POST",
-        "/v1/chat/completions",
-        Some(long_chat("smol-q", 20, false)),
-    );
-    assert_eq!(status, 200, "{body}");
+    chat(port, &single, "smol-q", 20);
     let _ = finished.send("single".into());
     first.join().unwrap();
     for flood in floods {
@@ -323,26 +307,12 @@ fn a_high_priority_key_goes_before_an_earlier_one_and_a_deadline_header_is_honou
     );
     let mut serve = start(&ws);
     let (port, token) = host_endpoint(&ws);
-    let (status, _) = call(
-        port,
-        &token,
-        "POST",
-        "/v1/chat/completions",
-        Some(long_chat("smol-q", 20, false)),
-    );
-    assert_eq!(status, 200);
+    chat(port, &token, "smol-q", 20);
     let (finished, order) = mpsc::channel::<&str>();
     let send = |key: String, name: &'static str| {
         let finished = finished.clone();
         std::thread::spawn(move || {
-            let (status, body) = call(
-                port,
-                &key,
-                "POST",
-                "/v1/chat/completions",
-                Some(long_chat("smol-q", 10, false)),
-            );
-            assert_eq!(status, 200, "{body}");
+            chat(port, &key, "smol-q", 10);
             let _ = finished.send(name);
         })
     };
