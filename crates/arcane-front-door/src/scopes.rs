@@ -8,7 +8,9 @@
 //! and its events, the logs, `/metrics`, the engines' own control paths such as
 //! llama.cpp's `/slots` and `/props`, Ollama's `pull`/`delete`) answers **403**
 //! `CORE_SCOPE_DENIED` in the error shape of the API the path belongs to. A new API's
-//! inference paths are a row here; the route table and the handlers are not touched.
+//! inference paths are a row here, and a kind's own names for them (llama.cpp's
+//! `/completion`) are in its descriptor; the route table and the handlers are not
+//! touched.
 
 use hyper::{Method, Response, StatusCode};
 use serde_json::json;
@@ -42,31 +44,13 @@ pub const INFERENCE_PATHS: &[(&str, &[&str])] = &[
     ("Anthropic", &["/v1/messages", "/v1/messages/count_tokens"]),
 ];
 
-/// The engines' own inference paths beside the APIs' (llama-server's names for them).
-const ENGINE_PATHS: &[&str] = &[
-    "/chat/completions",
-    "/completions",
-    "/completion",
-    "/embeddings",
-    "/embedding",
-    "/rerank",
-    "/v1/reranking",
-    "/reranking",
-    "/infill",
-    "/tokenize",
-    "/detokenize",
-    "/apply-template",
-];
-
-/// The inference paths that the engine answers beside its slots: cheap, never queued
-/// behind generations ([`is_work`]).
+/// The inference paths of the APIs that an engine answers beside its slots: cheap, never
+/// queued behind generations ([`is_work`]). Each kind lists its own besides
+/// ([`arcane_localai::EngineKind::light_paths`]).
 const LIGHT_PATHS: &[&str] = &[
     "/v1/models",
     "/v1/models/",
     "/v1/messages/count_tokens",
-    "/tokenize",
-    "/detokenize",
-    "/apply-template",
     "/api/tags",
     "/api/show",
     "/api/ps",
@@ -81,16 +65,28 @@ pub fn is_work(method: &Method, path: &str) -> bool {
     *method == Method::POST
         && is_inference_path(path)
         && !arcane_localai::serves_path(LIGHT_PATHS, path)
+        && !any_kind_serves(path, |kind| kind.light_paths())
+}
+
+/// Whether one of the kinds' `paths` (its inference or light paths) is `path`.
+fn any_kind_serves(
+    path: &str,
+    paths: impl Fn(&dyn arcane_localai::EngineKind) -> &'static [&'static str],
+) -> bool {
+    arcane_localai::Engine::ALL
+        .iter()
+        .any(|engine| arcane_localai::serves_path(paths(engine.kind()), path))
 }
 
 /// Whether `path` is an inference path: of an API (the tables above, and the translated
-/// APIs' [`crate::apis::INFERENCE_PATHS`]), or of the engines' own.
+/// APIs' [`crate::apis::INFERENCE_PATHS`]), or of a kind's own
+/// ([`arcane_localai::EngineKind::inference_paths`]).
 fn is_inference_path(path: &str) -> bool {
     INFERENCE_PATHS
         .iter()
         .chain(crate::apis::INFERENCE_PATHS)
         .any(|(_, paths)| arcane_localai::serves_path(paths, path))
-        || arcane_localai::serves_path(ENGINE_PATHS, path)
+        || any_kind_serves(path, |kind| kind.inference_paths())
 }
 
 /// Whether an inference key may call `method path` as the route table found it.

@@ -587,6 +587,18 @@ pub trait EngineKind: Sync + Send + fmt::Debug {
     fn api_paths(&self) -> &'static [&'static str] {
         &[]
     }
+    /// Which of its own [`EngineKind::api_paths`], beyond those of the APIs the front
+    /// door speaks (OpenAI's, Anthropic's, Ollama's), run its models: an `inference`
+    /// key may call them, where its other paths (llama.cpp's `/slots`, `/props`,
+    /// `/metrics`) need an admin key. Same syntax as `api_paths`.
+    fn inference_paths(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// Which of its [`EngineKind::inference_paths`] it answers beside the requests it
+    /// works on (llama.cpp's `/tokenize`): they never wait in a model's queue.
+    fn light_paths(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// The second models it can use beside its own ([`AuxModel`]; whisper.cpp's
     /// voice-activity model).
     fn aux_models(&self) -> &'static [AuxModel] {
@@ -737,6 +749,30 @@ mod tests {
             Engine::Piper.kind().formats(),
             [crate::formats::PIPER_VOICE]
         );
+    }
+
+    #[test]
+    fn a_kinds_inference_paths_are_among_its_api_paths_and_its_light_ones_among_those() {
+        for engine in Engine::ALL {
+            let kind = engine.kind();
+            for path in kind.inference_paths() {
+                assert!(
+                    serves_path(kind.api_paths(), path),
+                    "{engine}: {path} is not served"
+                );
+            }
+            for path in kind.light_paths() {
+                assert!(
+                    kind.inference_paths().contains(path),
+                    "{engine}: {path} is light but not inference"
+                );
+            }
+        }
+        // llama.cpp's own control paths stay off the list.
+        let llama = Engine::LlamaCpp.kind();
+        for control in ["/slots", "/props", "/metrics", "/lora-adapters"] {
+            assert!(!serves_path(llama.inference_paths(), control));
+        }
     }
 
     #[test]

@@ -62,6 +62,22 @@ const API_PATHS: &[&str] = &[
     "/models",
 ];
 
+/// Its own names for inference, beside the OpenAI and Anthropic paths it also serves.
+const INFERENCE_PATHS: &[&str] = &[
+    "/chat/completions",
+    "/completions",
+    "/completion",
+    "/embeddings",
+    "/embedding",
+    "/rerank",
+    "/v1/reranking",
+    "/reranking",
+    "/infill",
+    "/tokenize",
+    "/detokenize",
+    "/apply-template",
+];
+
 impl EngineKind for LlamaCpp {
     fn id(&self) -> &'static str {
         "llama.cpp"
@@ -163,6 +179,14 @@ impl EngineKind for LlamaCpp {
 
     fn api_paths(&self) -> &'static [&'static str] {
         API_PATHS
+    }
+
+    fn inference_paths(&self) -> &'static [&'static str] {
+        INFERENCE_PATHS
+    }
+
+    fn light_paths(&self) -> &'static [&'static str] {
+        &["/tokenize", "/detokenize", "/apply-template"]
     }
 
     fn rpc_namespace(&self) -> Option<&'static str> {
