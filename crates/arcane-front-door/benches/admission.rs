@@ -23,11 +23,10 @@ use std::time::{Duration, Instant};
 
 use arcane_core::keys::{self, KeyBook, Priority, Scope};
 use arcane_core::supervised::SupervisedLauncher;
-use arcane_core::{AppInfo, Host};
-use arcane_front_door::http::{engine_client, full, Deadlines, EngineAccess, HttpOptions};
+use arcane_core::Host;
+use arcane_front_door::http::{engine_client, full, Deadlines, EngineAccess};
 use arcane_gateway::admission::Admission;
 use arcane_gateway::{DeviceLimit, Gateway, KeepAlive, ModelSpec};
-use arcane_localai::EngineConfig;
 use http_body_util::BodyExt;
 use serde_json::json;
 
@@ -111,36 +110,15 @@ async fn idle_overhead() {
 
 /// A gateway of one model with `parallel = 1` behind HTTP with `workspace`'s keys.
 async fn serve(workspace: &Path, server: &Path, model: &Path) -> (Host, String, Arc<Gateway>) {
-    let mut config = EngineConfig::new(arcane_localai::Engine::LlamaCpp);
-    config.id = "m".into();
-    config.alias = Some("m".into());
-    config.executable = Some(server.to_path_buf());
-    config.model = Some(model.to_path_buf());
-    config.device = Some("cpu".into());
-    config.extra_args = ["--ctx-size", "2048", "-np", "1"]
-        .map(String::from)
-        .to_vec();
+    let config = support::llama_config("m", server, model, &["--ctx-size", "2048", "-np", "1"]);
     let spec = ModelSpec {
         keep_alive: KeepAlive::Never,
         parallel: 1,
         ..ModelSpec::new("m", SupervisedLauncher::new(workspace, config))
     };
     let gateway = Gateway::new(vec![spec], HashMap::<String, DeviceLimit>::new());
-    let host = Host::builder(AppInfo::default())
-        .service(gateway.clone())
-        .unwrap()
-        .build();
-    host.start();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let mut options =
-        HttpOptions::new(arcane_core::endpoint::new_token().unwrap()).upstream(gateway.clone());
-    options.keys = Some(Arc::new(KeyBook::new(workspace)));
-    tokio::spawn(arcane_front_door::http::serve(
-        host.clone(),
-        listener,
-        options,
-    ));
+    let (host, url, _) =
+        support::serve_keyed(gateway.clone(), Arc::new(KeyBook::new(workspace))).await;
     (host, url, gateway)
 }
 

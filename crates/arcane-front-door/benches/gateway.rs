@@ -41,13 +41,7 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 const ARGS: [&str; 4] = ["--ctx-size", "1024", "--parallel", "1"];
 
 fn spec(workspace: &Path, id: &str, server: &Path, model: &Path) -> ModelSpec {
-    let mut config = EngineConfig::new(arcane_localai::Engine::LlamaCpp);
-    config.id = id.into();
-    config.alias = Some(id.into());
-    config.executable = Some(server.to_path_buf());
-    config.model = Some(model.to_path_buf());
-    config.device = Some("cpu".into());
-    config.extra_args = ARGS.map(String::from).to_vec();
+    let config = support::llama_config(id, server, model, &ARGS);
     ModelSpec {
         keep_alive: KeepAlive::Never,
         // Never unloaded for idleness, yet swapped under `max_loaded = 1`.

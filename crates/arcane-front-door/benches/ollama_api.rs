@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 use arcane_core::supervised::SupervisedLauncher;
 use arcane_front_door::http::{engine_client, full, Deadlines, EngineAccess, EngineClient};
 use arcane_gateway::{DeviceLimit, Gateway, KeepAlive, ModelSpec};
-use arcane_localai::EngineConfig;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
@@ -32,15 +31,12 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 }
 
 fn spec(workspace: &Path, server: &Path, model: &Path) -> ModelSpec {
-    let mut config = EngineConfig::new(arcane_localai::Engine::LlamaCpp);
-    config.id = "smol".into();
-    config.alias = Some("smol".into());
-    config.executable = Some(server.to_path_buf());
-    config.model = Some(model.to_path_buf());
-    config.device = Some("cpu".into());
-    config.extra_args = ["--ctx-size", "1024", "--parallel", "1"]
-        .map(String::from)
-        .to_vec();
+    let config = support::llama_config(
+        "smol",
+        server,
+        model,
+        &["--ctx-size", "1024", "--parallel", "1"],
+    );
     ModelSpec {
         keep_alive: KeepAlive::Never,
         ..ModelSpec::new("smol", SupervisedLauncher::new(workspace, config))

@@ -24,7 +24,6 @@ use arcane_core::supervised::SupervisedLauncher;
 use arcane_core::Host;
 use arcane_front_door::http::{engine_client, full, Deadlines, EngineAccess, EngineClient};
 use arcane_gateway::{DeviceLimit, Gateway, KeepAlive, ModelSpec};
-use arcane_localai::EngineConfig;
 
 mod support;
 use http_body_util::BodyExt;
@@ -165,13 +164,7 @@ async fn gateway(
     probe: Duration,
     observer: Arc<Counts>,
 ) -> (Host, EngineAccess) {
-    let mut config = EngineConfig::new(arcane_localai::Engine::LlamaCpp);
-    config.id = "m".into();
-    config.alias = Some("m".into());
-    config.executable = Some(server.to_path_buf());
-    config.model = Some(model.to_path_buf());
-    config.device = Some("cpu".into());
-    config.extra_args = ARGS.map(String::from).to_vec();
+    let mut config = support::llama_config("m", server, model, &ARGS);
     config.watchdog_interval = probe;
     let spec = ModelSpec {
         keep_alive: KeepAlive::Never,

@@ -11,7 +11,7 @@ use arcane_front_door::http::{
     engine_client, full, Deadlines, EngineAccess, EngineClient, HttpOptions,
 };
 use arcane_gateway::Gateway;
-use arcane_localai::EngineAddress;
+use arcane_localai::{EngineAddress, EngineConfig};
 use http_body_util::BodyExt;
 
 /// A raw llama-server on a Unix socket: started with `args`, waited for until
@@ -96,6 +96,22 @@ pub async fn serve_observed(
     gateway: Arc<Gateway>,
     observer: Option<Arc<dyn arcane_report::EventSink>>,
 ) -> (Host, String, String) {
+    serve_with(gateway, observer, None).await
+}
+
+/// [`serve_gateway`], accepting the application keys of `keys` beside its token.
+pub async fn serve_keyed(
+    gateway: Arc<Gateway>,
+    keys: Arc<arcane_core::keys::KeyBook>,
+) -> (Host, String, String) {
+    serve_with(gateway, None, Some(keys)).await
+}
+
+async fn serve_with(
+    gateway: Arc<Gateway>,
+    observer: Option<Arc<dyn arcane_report::EventSink>>,
+    keys: Option<Arc<arcane_core::keys::KeyBook>>,
+) -> (Host, String, String) {
     let mut builder = Host::builder(AppInfo::default());
     if let Some(observer) = observer {
         builder = builder.observer(observer);
@@ -105,12 +121,27 @@ pub async fn serve_observed(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let token = arcane_core::endpoint::new_token().unwrap();
+    let mut options = HttpOptions::new(token.clone()).upstream(gateway);
+    options.keys = keys;
     tokio::spawn(arcane_front_door::http::serve(
         host.clone(),
         listener,
-        HttpOptions::new(token.clone()).upstream(gateway),
+        options,
     ));
     (host, url, token)
+}
+
+/// The llama.cpp engine `id` (its alias too): `server` with `model` on the CPU, with
+/// `args`.
+pub fn llama_config(id: &str, server: &Path, model: &Path, args: &[&str]) -> EngineConfig {
+    let mut config = EngineConfig::new(arcane_localai::Engine::LlamaCpp);
+    config.id = id.into();
+    config.alias = Some(id.into());
+    config.executable = Some(server.to_path_buf());
+    config.model = Some(model.to_path_buf());
+    config.device = Some("cpu".into());
+    config.extra_args = args.iter().map(|a| a.to_string()).collect();
+    config
 }
 
 /// Calls the gateway's `method` (`models.load`, `models.unload`) on `model` through the
