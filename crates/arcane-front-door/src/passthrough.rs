@@ -168,7 +168,7 @@ where
     let (wanted, json) = wanted;
     let path = request.uri().path().to_string();
     let mut wanted = crate::caller::fill(wanted, &request);
-    wanted.path = Some(request.uri().path().to_string());
+    wanted.path = Some(path.clone());
     let route = upstream
         .route(wanted.clone())
         .await
@@ -476,10 +476,9 @@ fn no_engine() -> NoRoute {
     )
 }
 
-/// The answer for a request without a route.
 /// `no_route` with its body in the shape of the API `path` belongs to (Anthropic's for
 /// `/v1/messages`: [`crate::apis::error_body`]); OpenAI's and Arcane's stay as they are.
-fn in_api_shape(path: &str, mut no_route: NoRoute) -> NoRoute {
+pub(crate) fn in_api_shape(path: &str, mut no_route: NoRoute) -> NoRoute {
     let error = &no_route.body["error"];
     let code = error["code"]
         .as_str()
@@ -492,6 +491,7 @@ fn in_api_shape(path: &str, mut no_route: NoRoute) -> NoRoute {
     no_route
 }
 
+/// The answer for a request without a route: its body, and when to come back.
 pub(crate) fn refusal(no_route: NoRoute) -> Response<HttpBody> {
     let mut response = crate::http::json_response(no_route.status, &no_route.body);
     if let Some(seconds) = no_route.retry_after {

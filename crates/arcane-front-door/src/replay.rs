@@ -163,7 +163,12 @@ pub(crate) async fn exchange(
     *route = upstream
         .route(replay.wanted.clone())
         .await
-        .map_err(Failure::NoRoute)?;
+        .map_err(|no_route| {
+            Failure::NoRoute(crate::passthrough::in_api_shape(
+                replay.uri.path(),
+                no_route,
+            ))
+        })?;
     let again = forward_again(&route.access, &replay).map_err(Failure::Unsendable)?;
     crate::passthrough::send(client, route, again, deadlines, work).await
 }

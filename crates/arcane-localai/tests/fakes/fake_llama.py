@@ -31,9 +31,13 @@ Faults, chosen with `--fake-mode MODE` (repeatable):
 * `busy-health=SECONDS`: a chat completion works the CPU for SECONDS, and `/health`
   waits behind it (as llama-server's health check waits behind its busy HTTP threads
   on an overloaded machine);
-* `die-on-request`: a chat completion, once read, kills the server before a byte of
-  its answer (exit code 9, as a crash mid-request); with `--fake-state FILE`, only
-  when FILE does not exist yet (it is then created): the next server answers;
+* `die-on-request`: a chat completion (or Anthropic message), once read, kills the
+  server before a byte of its answer (exit code 9, as a crash mid-request); with
+  `--fake-state FILE`, only when FILE does not exist yet (it is then created): the
+  next server answers;
+* `refuse-restart`: with `--fake-state FILE`, when FILE exists, fail to load as
+  `exit-early` does (exit code 1): the server that would replace a crashed one never
+  starts;
 * `hang-after=SECONDS`: that long after becoming ready, `/health` stops answering
   (the request is read, never answered) while the process stays idle (a hang).
 """
@@ -96,6 +100,9 @@ def main():
     log("system info: n_threads = 2 | fake")
     if "ignore-term" in modes:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if "refuse-restart" in modes and options["state"] and os.path.exists(options["state"]):
+        log("error: failed to load model (fake refused restart)")
+        sys.exit(1)
     if "exit-early" in modes:
         log("error: failed to load model (fake early exit)")
         sys.exit(int(modes["exit-early"] or 1))
@@ -178,14 +185,15 @@ def main():
             self.rfile.read(length)
             if self.refused():
                 return
-            if self.path in ("/v1/chat/completions", "/chat/completions"):
-                if "die-on-request" in modes:
-                    state = options["state"]
-                    if state is None or not os.path.exists(state):
-                        if state is not None:
-                            open(state, "w").close()
-                        log("fake crash on a request: segmentation fault")
-                        os._exit(9)
+            chat = self.path in ("/v1/chat/completions", "/chat/completions")
+            if "die-on-request" in modes and (chat or self.path == "/v1/messages"):
+                state = options["state"]
+                if state is None or not os.path.exists(state):
+                    if state is not None:
+                        open(state, "w").close()
+                    log("fake crash on a request: segmentation fault")
+                    os._exit(9)
+            if chat:
                 if "busy-health" in modes:
                     with work:
                         until = time.monotonic() + float(modes["busy-health"] or 1)

@@ -1,7 +1,8 @@
 //! Issue 34, item 5: a crash no client sees. An engine that dies after a request was
 //! forwarded and before the first byte of its answer gets the request again, once,
 //! from the engine that replaces it; the official clients read an ordinary answer. An
-//! engine that dies again is not tried a third time. The fault is injected by the
+//! engine that dies again is not tried a third time, and one that cannot start again
+//! is refused in the shape of the API the client called. The fault is injected by the
 //! fake llama-server (`die-on-request`), which speaks llama-server's protocol; the real
 //! llama-server killed mid-request shows the same with a real generation.
 
@@ -20,8 +21,8 @@ fn fake_llama() -> PathBuf {
 }
 
 /// A `command` model `id` running the fake llama-server that dies on its first chat
-/// (on every chat when `state` is `None`).
-fn dying(id: &str, state: Option<&Path>) -> String {
+/// (on every chat when `state` is `None`), with the fake's other `modes`.
+fn dying(id: &str, state: Option<&Path>, modes: &[&str]) -> String {
     let mut command = vec![
         "python3".to_string(),
         fake_llama().display().to_string(),
@@ -30,6 +31,9 @@ fn dying(id: &str, state: Option<&Path>) -> String {
         "--fake-mode".into(),
         "die-on-request".into(),
     ];
+    for mode in modes {
+        command.extend(["--fake-mode".into(), mode.to_string()]);
+    }
     if let Some(state) = state {
         command.extend(["--fake-state".into(), state.display().to_string()]);
     }
@@ -44,7 +48,8 @@ fn an_engine_that_dies_before_answering_gets_the_request_again_and_the_client_ne
     let ws = TestWorkspace::new();
     let (openai_state, ollama_state) =
         (ws.path().join("openai.died"), ws.path().join("ollama.died"));
-    let toml = dying("chat", Some(&openai_state)) + &dying("chat-ollama", Some(&ollama_state));
+    let toml =
+        dying("chat", Some(&openai_state), &[]) + &dying("chat-ollama", Some(&ollama_state), &[]);
     std::fs::write(ws.path().join("arcane.toml"), toml).unwrap();
     let mut serve = start(&ws);
     let (port, token) = host_endpoint(&ws);
@@ -112,7 +117,7 @@ print("ollama", client.chat(model="chat-ollama", messages=hi).message.content)
 #[test]
 fn an_engine_that_dies_again_is_not_tried_a_third_time() {
     let ws = TestWorkspace::new();
-    std::fs::write(ws.path().join("arcane.toml"), dying("always", None)).unwrap();
+    std::fs::write(ws.path().join("arcane.toml"), dying("always", None, &[])).unwrap();
     let mut serve = start(&ws);
     let (port, token) = host_endpoint(&ws);
     let body = json!({"model": "always", "messages": [{"role": "user", "content": "Hi"}]});
@@ -136,6 +141,37 @@ fn an_engine_that_dies_again_is_not_tried_a_third_time() {
         .filter(|l| l["type"] == "local-ai.model.ready" && l["data"]["model"] == "always")
         .count();
     assert_eq!(starts, 2);
+    assert_eq!(serve.count("local-ai.request.replayed"), 1);
+    serve.terminate();
+}
+
+#[test]
+fn a_replay_whose_engine_cannot_start_again_is_refused_in_the_shape_of_the_api_called() {
+    let ws = TestWorkspace::new();
+    let state = ws.path().join("died");
+    let toml = dying("claude", Some(&state), &["refuse-restart"]);
+    std::fs::write(ws.path().join("arcane.toml"), toml).unwrap();
+    let mut serve = start(&ws);
+    let (port, token) = host_endpoint(&ws);
+    let body = json!({
+        "model": "claude", "max_tokens": 4,
+        "messages": [{"role": "user", "content": "Hi"}],
+    });
+    let (status, reply) = call(port, &token, "POST", "/v1/messages", Some(body));
+    // The engine died on the request (it left its mark), the replay's engine failed to
+    // load, and the Anthropic client reads an Anthropic error saying why.
+    assert!(state.exists());
+    assert!((500..600).contains(&status), "{status} {reply}");
+    let error: Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(error["type"], "error", "{error}");
+    assert_eq!(error["error"]["type"], "api_error", "{error}");
+    assert_eq!(error["error"]["code"], "LOCAL_AI_SERVER_FAILED", "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("exited before it was ready")),
+        "{error}"
+    );
     assert_eq!(serve.count("local-ai.request.replayed"), 1);
     serve.terminate();
 }
