@@ -31,7 +31,7 @@
 //! (its client went away) either is still in its lane, and leaves it, or was granted
 //! its slot, and gives the slot back.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -115,8 +115,8 @@ struct State {
     next_ticket: u64,
     /// The mean time a request holds its permit once served.
     service: Option<Duration>,
-    /// Waiting requests per key (a key that waited once stays, at 0).
-    queued_by_key: HashMap<Arc<str>, usize>,
+    /// Every key that ever waited: its count stays shown, at 0, once it waits no more.
+    waited: HashSet<Arc<str>>,
 }
 
 /// The admission queue of one model (see the module documentation).
@@ -147,7 +147,7 @@ impl Admission {
                 last_served: Default::default(),
                 next_ticket: 0,
                 service: None,
-                queued_by_key: HashMap::new(),
+                waited: HashSet::new(),
             }),
         })
     }
@@ -165,9 +165,15 @@ impl Admission {
     pub fn depth(&self) -> (usize, usize, Vec<(Arc<str>, usize)>) {
         let state = self.lock();
         let mut by_key: Vec<_> = state
-            .queued_by_key
+            .waited
             .iter()
-            .map(|(k, n)| (Arc::clone(k), *n))
+            .map(|key| {
+                let waiting = state.lanes.iter().flatten().find(|lane| lane.key == *key);
+                (
+                    Arc::clone(key),
+                    waiting.map_or(0, |lane| lane.waiters.len()),
+                )
+            })
             .collect();
         by_key.sort();
         (state.running, state.queued, by_key)
@@ -324,7 +330,9 @@ fn enqueue(state: &mut State, key: &Arc<str>, priority: Priority, waiter: Waiter
         }
     }
     state.queued += 1;
-    *state.queued_by_key.entry(Arc::clone(key)).or_default() += 1;
+    if !state.waited.contains(key) {
+        state.waited.insert(Arc::clone(key));
+    }
 }
 
 /// The next request to serve: the first lane of the highest priority with any gives its
@@ -334,15 +342,11 @@ fn next(state: &mut State) -> Option<Waiter> {
     let lanes = &mut state.lanes[level];
     let mut lane = lanes.pop_front()?;
     let waiter = lane.waiters.pop_front()?;
-    let key = Arc::clone(&lane.key);
+    state.last_served[level] = Some(Arc::clone(&lane.key));
     if !lane.waiters.is_empty() {
         lanes.push_back(lane);
     }
-    state.last_served[level] = Some(Arc::clone(&key));
     state.queued -= 1;
-    if let Some(n) = state.queued_by_key.get_mut(&key) {
-        *n = n.saturating_sub(1);
-    }
     Some(waiter)
 }
 
@@ -355,14 +359,10 @@ fn remove(state: &mut State, ticket: u64) -> bool {
                 continue;
             };
             lane.waiters.remove(at);
-            let key = Arc::clone(&lane.key);
             if lane.waiters.is_empty() {
                 lanes.remove(index);
             }
             state.queued -= 1;
-            if let Some(n) = state.queued_by_key.get_mut(&key) {
-                *n = n.saturating_sub(1);
-            }
             return true;
         }
     }
@@ -463,14 +463,28 @@ mod tests {
         settle().await;
         tasks.push(request(&admission, "vip", Priority::High, &order));
         settle().await;
-        assert_eq!(admission.depth().1, 7);
+        let by_key = |counts: &[(&str, usize)]| -> Vec<(Arc<str>, usize)> {
+            counts.iter().map(|(k, n)| (key(k), *n)).collect()
+        };
+        let (_, queued, waiting) = admission.depth();
+        assert_eq!(queued, 7);
+        assert_eq!(
+            waiting,
+            by_key(&[("a", 4), ("b", 1), ("low", 1), ("vip", 1)])
+        );
         drop(holder);
         for task in tasks {
             task.await.unwrap();
         }
         let order = order.lock().unwrap().clone();
         assert_eq!(order, ["vip", "a", "b", "a", "a", "a", "low"]);
-        assert_eq!(admission.depth().0, 0);
+        // Every key that waited is still shown, at 0.
+        let (running, _, waiting) = admission.depth();
+        assert_eq!(running, 0);
+        assert_eq!(
+            waiting,
+            by_key(&[("a", 0), ("b", 0), ("low", 0), ("vip", 0)])
+        );
     }
 
     /// A request of `name` that is granted its slot and keeps it (the task ends with it).
