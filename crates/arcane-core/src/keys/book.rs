@@ -53,7 +53,16 @@ impl KeyBook {
             file: store::path(workspace),
             used_file: arcane_workspace::layout::keys_used_file(workspace),
             loaded: RwLock::new(Loaded::default()),
-            used: Mutex::new(Used::default()),
+            used: Mutex::new(Used {
+                // What earlier hosts wrote down: kept, and written again with the rest.
+                times: store::last_used(workspace)
+                    .into_iter()
+                    .filter_map(|(name, time)| {
+                        Some((name, arcane_report::time::parse_rfc3339(&time)?))
+                    })
+                    .collect(),
+                dirty: false,
+            }),
         };
         book.reload();
         book
@@ -129,9 +138,9 @@ impl KeyBook {
             .collect()
     }
 
-    /// Writes when keys were last used to `.arcane/keys-used.json` (atomically, 0600),
-    /// merged with what the file already says, when anything changed since the last
-    /// write. Errors are dropped: the times are a convenience for `arcane token list`.
+    /// Writes when the keys in force were last used to `.arcane/keys-used.json`
+    /// (atomically, 0600), when anything changed since the last write. Errors are
+    /// dropped: the times are a convenience for `arcane token list`.
     pub fn flush_used(&self) {
         let times = {
             let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
@@ -141,15 +150,11 @@ impl KeyBook {
             used.times.clone()
         };
         let known = self.names();
-        let mut written: BTreeMap<String, String> =
-            arcane_files::read_regular(&self.used_file, 4 << 20)
-                .ok()
-                .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-                .unwrap_or_default();
-        written.retain(|name, _| known.iter().any(|k| **k == **name));
-        for (name, time) in times {
-            written.insert(name, arcane_report::time::format_rfc3339(time));
-        }
+        let written: BTreeMap<String, String> = times
+            .into_iter()
+            .filter(|(name, _)| known.iter().any(|k| **k == **name))
+            .map(|(name, time)| (name, arcane_report::time::format_rfc3339(time)))
+            .collect();
         if let Ok(mut text) = serde_json::to_vec_pretty(&written) {
             text.push(b'\n');
             let _ = crate::endpoint::write_private_atomic(&self.used_file, &text);
@@ -186,5 +191,20 @@ mod tests {
         book.flush_used();
         let used = store::last_used(dir.path());
         assert_eq!(used.keys().collect::<Vec<_>>(), ["app"]);
+        // A later host keeps what the earlier one wrote beside its own.
+        let other = store::add(
+            dir.path(),
+            "other",
+            Scope::Inference,
+            Priority::Normal,
+            None,
+        )
+        .unwrap();
+        let later = KeyBook::new(dir.path());
+        later.principal(&other.key).unwrap();
+        later.flush_used();
+        let now = store::last_used(dir.path());
+        assert_eq!(now.keys().collect::<Vec<_>>(), ["app", "other"]);
+        assert_eq!(now["app"], used["app"]);
     }
 }
