@@ -8,7 +8,9 @@ ARCANE_QUEUED_MODEL (`parallel = 1`, a queue: for `deadline`), ARCANE_DEADLINE (
 `deadline`: a client timeout shorter than that model's measured service time, which this
 machine's speed decides, so the test passes it in). Prints `ready` and waits
 for a line on standard input (the test fills the model's slot meanwhile); then prints
-`ok <check>` per check and exits non-zero on the first failure.
+`ok <check>` per check and exits non-zero on the first failure. The slot stays taken
+until the client prints `release` (the test then frees it at once) or `release when
+queued` (the test frees it once a request waits in the queued model's queue).
 """
 import logging
 import os
@@ -36,10 +38,18 @@ answers = []
 delays = []
 
 
+# Whether the next refusal has the test free the slot: the retries after it are served.
+release_at_refusal = False
+
+
 def record(response):
+    global release_at_refusal
     answers.append(
         (response.status_code, response.headers.get("retry-after"), response.headers.get("retry-after-ms"))
     )
+    if release_at_refusal and response.status_code == 503:
+        release_at_refusal = False
+        print("release", flush=True)
 
 
 class Delays(logging.Handler):
@@ -90,6 +100,7 @@ if mode == "openai":
             repr(error.body),
         )
     answers.clear()
+    release_at_refusal = True
     reply = client.with_options(max_retries=20).chat.completions.create(
         model=model, messages=hi, max_tokens=4
     )
@@ -108,6 +119,7 @@ elif mode == "anthropic":
             repr(error.body),
         )
     answers.clear()
+    release_at_refusal = True
     client.with_options(max_retries=20).messages.create(model=model, max_tokens=4, messages=hi)
     backed_off_as_told("anthropic")
 elif mode == "ollama":
@@ -146,6 +158,7 @@ elif mode == "deadline":
     except openai.APITimeoutError as error:
         check("a deadline shorter than the wait is refused at once", False, "it timed out waiting")
     # A generous deadline waits its turn and is served.
+    print("release when queued", flush=True)
     patient = openai.OpenAI(base_url=f"{root}/v1", api_key=token, max_retries=0, timeout=120)
     reply = patient.chat.completions.create(model=queued_model, messages=hi, max_tokens=4)
     check("a deadline longer than the wait is served", reply.choices[0].message is not None, reply)

@@ -65,21 +65,49 @@ fn key(ws: &TestWorkspace, args: &[&str]) -> String {
         .to_string()
 }
 
-/// Fills `model`'s one slot with a streamed chat of `tokens` tokens: returns once its
-/// first event came, with the thread that reads it to its end.
-fn occupy(port: u16, key: &str, model: &str, tokens: u32) -> std::thread::JoinHandle<String> {
-    let body = long_chat(model, tokens, true).to_string();
+/// The tokens an occupying stream asks for: more than any test holds it for, on any
+/// machine (the context is 2048), so that it ends only when the test releases it.
+const OCCUPYING_TOKENS: u32 = 1800;
+
+/// A streamed chat that holds a model's one slot until [`Occupier::release`]: the test,
+/// not this machine's speed, decides when the slot frees.
+struct Occupier {
+    /// A second handle on the connection, to end it from the test's thread.
+    connection: std::net::TcpStream,
+    /// Reads the stream until the connection ends; returns what it read.
+    reader: std::thread::JoinHandle<String>,
+}
+
+impl Occupier {
+    /// Ends the stream by closing its connection (the client going away, which frees
+    /// the slot) and returns what it read: it must have been streaming all along.
+    fn release(self) {
+        let _ = self.connection.shutdown(std::net::Shutdown::Both);
+        drop(self.connection);
+        let seen = self.reader.join().unwrap();
+        assert!(
+            seen.contains("data: ") && !seen.contains("[DONE]"),
+            "the occupying stream ended on its own: {seen}"
+        );
+    }
+}
+
+/// Fills `model`'s one slot with a streamed chat for `key`: returns once its first event
+/// came.
+fn occupy(port: u16, key: &str, model: &str) -> Occupier {
+    let body = long_chat(model, OCCUPYING_TOKENS, true).to_string();
     let request = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let connection = stream.try_clone().unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(300)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
     let (started, first_event) = mpsc::channel();
     let reader = std::thread::spawn(move || {
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(300)))
-            .unwrap();
-        stream.write_all(request.as_bytes()).unwrap();
         let mut seen = String::new();
         let mut buffer = [0u8; 4096];
         let mut told = false;
@@ -99,12 +127,12 @@ fn occupy(port: u16, key: &str, model: &str, tokens: u32) -> std::thread::JoinHa
     first_event
         .recv_timeout(Duration::from_secs(300))
         .expect("the occupying stream started");
-    reader
+    Occupier { connection, reader }
 }
 
 /// Runs `retry_client.py MODE`: once it is ready, fills `smol`'s (or, for `deadline`,
-/// `smol-q`'s) slot, lets it go on, and checks its `ok` lines. `deadline` is the
-/// client's timeout in seconds for `deadline`.
+/// `smol-q`'s) slot, frees it when the client prints `release` (or at its end), and
+/// checks its `ok` lines. `deadline` is the client's timeout in seconds for `deadline`.
 fn run_retry_client(port: u16, token: &str, mode: &str, deadline: &str, checks: &[&str]) {
     let python = crate::support::provisioned("ARCANE_CLIENTS_PYTHON");
     let script =
@@ -122,15 +150,28 @@ fn run_retry_client(port: u16, token: &str, mode: &str, deadline: &str, checks: 
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready", "{line}");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().map(|line| line.unwrap()).unwrap_or_default();
+    assert_eq!(first, "ready", "{first}");
     let model = if mode == "deadline" { "smol-q" } else { "smol" };
-    let occupier = occupy(port, token, model, 150);
+    let mut occupier = Some(occupy(port, token, model));
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
     let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
+    for line in lines {
+        let line = line.unwrap();
+        if line == "release when queued" {
+            crate::support::wait_until(Duration::from_secs(60), "a queued request", || {
+                let (_, metrics) = call(port, token, "GET", "/metrics", None);
+                let depth = format!(r#"arcane_queue_depth{{model="{model}"}}"#);
+                crate::support::metric(&metrics, &depth) == 1.0
+            });
+        }
+        if line.starts_with("release") {
+            occupier.take().expect("one release").release();
+        }
+        rest.push_str(&line);
+        rest.push('\n');
+    }
     let mut err = String::new();
     child
         .stderr
@@ -146,11 +187,9 @@ fn run_retry_client(port: u16, token: &str, mode: &str, deadline: &str, checks: 
             "`{check}` did not pass:\n{rest}\n{err}"
         );
     }
-    let occupied = occupier.join().unwrap();
-    assert!(
-        occupied.contains("[DONE]"),
-        "the occupying stream ended early: {occupied}"
-    );
+    if let Some(occupier) = occupier {
+        occupier.release();
+    }
 }
 
 #[test]
@@ -246,11 +285,10 @@ fn a_flooding_key_takes_turns_with_a_key_that_sends_one_request() {
     let mut serve = start(&ws);
     let (port, token) = host_endpoint(&ws);
     chat(port, &token, "smol-q", 20);
-    // `flood` fills the slot and the queue's first six places. The slot's answer is long
-    // enough that the queue is seen whole (by `arcane ps`, a process per look) before it
-    // ends, on a fast machine too.
+    // `flood` fills the slot, held until `single` waits too, and the queue's first six
+    // places.
     let (finished, order) = mpsc::channel::<String>();
-    let first = occupy(port, &flood, "smol-q", 250);
+    let first = occupy(port, &flood, "smol-q");
     let mut floods = Vec::new();
     for i in 0..6 {
         let (flood, finished) = (flood.clone(), finished.clone());
@@ -281,9 +319,19 @@ fn a_flooding_key_takes_turns_with_a_key_that_sends_one_request() {
         crate::support::metric(&metrics, r#"arcane_queue_depth{model="smol-q"}"#),
         6.0
     );
-    chat(port, &single, "smol-q", 20);
-    let _ = finished.send("single".into());
-    first.join().unwrap();
+    let single = {
+        let finished = finished.clone();
+        std::thread::spawn(move || {
+            chat(port, &single, "smol-q", 20);
+            let _ = finished.send("single".into());
+        })
+    };
+    crate::support::wait_until(Duration::from_secs(60), "`single` queued", || {
+        let rows = crate::gateway::ps(&ws);
+        crate::gateway::row(&rows, "smol-q")["queuedByKey"]["single"] == 1
+    });
+    first.release();
+    single.join().unwrap();
     for flood in floods {
         flood.join().unwrap();
     }
@@ -321,7 +369,7 @@ fn a_high_priority_key_goes_before_an_earlier_one_and_a_deadline_header_is_honou
     };
     // `early` (low priority) waits first, then `urgent` (high) arrives: neither was
     // served before, so only the priority can put `urgent` first.
-    let first = occupy(port, &busy, "smol-q", 250);
+    let first = occupy(port, &busy, "smol-q");
     let early = send(early, "early");
     crate::support::wait_until(Duration::from_secs(60), "`early` queued", || {
         queued(&ws, "early")
@@ -348,7 +396,7 @@ fn a_high_priority_key_goes_before_an_earlier_one_and_a_deadline_header_is_honou
         details["expectedWaitSeconds"].as_f64().unwrap() > 0.05,
         "{refusal}"
     );
-    first.join().unwrap();
+    first.release();
     early.join().unwrap();
     urgent.join().unwrap();
     drop(finished);
