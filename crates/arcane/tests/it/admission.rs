@@ -95,38 +95,18 @@ impl Occupier {
 /// Fills `model`'s one slot with a streamed chat for `key`: returns once its first event
 /// came.
 fn occupy(port: u16, key: &str, model: &str) -> Occupier {
-    let body = long_chat(model, OCCUPYING_TOKENS, true).to_string();
-    let request = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (mut stream, mut seen) = crate::keys::open_stream(port, key, model, OCCUPYING_TOKENS);
     let connection = stream.try_clone().unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(300)))
-        .unwrap();
-    stream.write_all(request.as_bytes()).unwrap();
-    let (started, first_event) = mpsc::channel();
     let reader = std::thread::spawn(move || {
-        let mut seen = String::new();
         let mut buffer = [0u8; 4096];
-        let mut told = false;
         loop {
             let n = stream.read(&mut buffer).unwrap_or(0);
             if n == 0 {
-                break;
+                break seen;
             }
             seen.push_str(&String::from_utf8_lossy(&buffer[..n]));
-            if !told && seen.contains("data: ") {
-                told = true;
-                let _ = started.send(());
-            }
         }
-        seen
     });
-    first_event
-        .recv_timeout(Duration::from_secs(300))
-        .expect("the occupying stream started");
     Occupier { connection, reader }
 }
 

@@ -178,14 +178,19 @@ fn application_keys_reach_what_their_scope_and_models_allow() {
     assert_eq!(serve.wait_exit(Duration::from_secs(60)), Some(0));
 }
 
-/// Sends a streamed chat with `key` that generates for long, and reads until its first
-/// event: the open connection.
-fn open_stream(port: u16, key: &str) -> (std::net::TcpStream, String) {
+/// Sends a streamed chat of `tokens` tokens for `model` with `key`, not stopped early,
+/// and reads until its first event: the open connection, and what it read.
+pub(crate) fn open_stream(
+    port: u16,
+    key: &str,
+    model: &str,
+    tokens: u32,
+) -> (std::net::TcpStream, String) {
     let body = json!({
-        "model": "smol",
+        "model": model,
         "messages": [{"role": "user", "content": "Count from one to one thousand."}],
         "stream": true,
-        "max_tokens": 3000,
+        "max_tokens": tokens,
         "ignore_eos": true,
     })
     .to_string();
@@ -221,8 +226,8 @@ fn a_revoked_key_is_refused_at_once_and_its_open_stream_is_cut() {
         .to_string();
     let mut serve = start(&ws);
     let (port, token) = host_endpoint(&ws);
-    let (mut revoked_stream, mut seen) = open_stream(port, &app_key);
-    let (mut kept_stream, _) = open_stream(port, &other_key);
+    let (mut revoked_stream, mut seen) = open_stream(port, &app_key, "smol", 3000);
+    let (mut kept_stream, _) = open_stream(port, &other_key, "smol", 3000);
 
     let out = run(ws.arcane().args(["token", "revoke", "app"]));
     assert!(out.status.success());
