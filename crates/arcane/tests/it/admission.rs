@@ -180,14 +180,15 @@ fn a_full_queue_answers_503_with_the_wait_ahead_and_the_official_clients_back_of
     // One request each measures the service time the waits are computed from. The
     // deadline case needs a wait well above the time a refusal takes to arrive, whatever
     // this machine's speed: `smol-q` measures a longer answer, and the client's timeout
-    // is a third of what it measured.
+    // is half of what it measured (the wait ahead of a request behind the one in its
+    // slot is exactly the measured time).
     for (model, tokens) in [("smol", 60), ("smol-q", 300)] {
         chat(port, &token, model, tokens);
     }
     let service = crate::gateway::row(&crate::gateway::ps(&ws), "smol-q")["serviceSeconds"]
         .as_f64()
         .expect("smol-q measured its service time");
-    let deadline = format!("{:.2}", service / 3.0);
+    let deadline = format!("{:.2}", service / 2.0);
     run_retry_client(
         port,
         &token,
@@ -335,7 +336,9 @@ fn a_high_priority_key_goes_before_an_earlier_one_and_a_deadline_header_is_honou
     );
     let mut serve = start(&ws);
     let (port, token) = host_endpoint(&ws);
-    chat(port, &token, "smol-q", 20);
+    // The measured service time: long enough that the wait ahead of the deadline header
+    // below is far above its 0.05 s on a fast machine too.
+    chat(port, &token, "smol-q", 100);
     let (finished, order) = mpsc::channel::<&str>();
     let send = |key: String, name: &'static str| {
         let finished = finished.clone();
