@@ -32,38 +32,22 @@ pub(crate) const GGUF: ModelFormat = ModelFormat {
 #[derive(Debug)]
 pub(crate) struct LlamaCpp;
 
-/// The paths `llama-server` answers.
-const API_PATHS: &[&str] = &[
+/// The paths `llama-server` answers of the APIs the front door speaks (OpenAI's and
+/// Anthropic's).
+const SPOKEN_PATHS: &[&str] = &[
     "/v1/chat/completions",
-    "/chat/completions",
     "/v1/completions",
-    "/completions",
-    "/completion",
     "/v1/embeddings",
-    "/embeddings",
-    "/embedding",
     "/v1/responses",
     "/v1/messages",
     "/v1/messages/count_tokens",
     "/v1/rerank",
-    "/rerank",
-    "/v1/reranking",
-    "/reranking",
-    "/infill",
-    "/tokenize",
-    "/detokenize",
-    "/apply-template",
-    "/props",
-    "/slots",
-    "/slots/",
-    "/lora-adapters",
-    "/metrics",
     "/v1/models",
     "/models",
 ];
 
-/// Its own names for inference, beside the OpenAI and Anthropic paths it also serves.
-const INFERENCE_PATHS: &[&str] = &[
+/// Its own names for the work it queues: generation, embeddings, reranking.
+const OWN_WORK_PATHS: &[&str] = &[
     "/chat/completions",
     "/completions",
     "/completion",
@@ -73,10 +57,22 @@ const INFERENCE_PATHS: &[&str] = &[
     "/v1/reranking",
     "/reranking",
     "/infill",
-    "/tokenize",
-    "/detokenize",
-    "/apply-template",
 ];
+
+/// Its own inference paths that it answers beside the work in its slots.
+const LIGHT_PATHS: &[&str] = &["/tokenize", "/detokenize", "/apply-template"];
+
+/// Its control paths: what it holds and how busy it is (an admin key's).
+const CONTROL_PATHS: &[&str] = &["/props", "/slots", "/slots/", "/lora-adapters", "/metrics"];
+
+/// Its own names for inference ([`EngineKind::inference_paths`]): each path is listed
+/// once above, in its group.
+static INFERENCE_PATHS: std::sync::LazyLock<Vec<&str>> =
+    std::sync::LazyLock::new(|| [OWN_WORK_PATHS, LIGHT_PATHS].concat());
+
+/// Every path it answers ([`EngineKind::api_paths`]).
+static API_PATHS: std::sync::LazyLock<Vec<&str>> =
+    std::sync::LazyLock::new(|| [SPOKEN_PATHS, &INFERENCE_PATHS, CONTROL_PATHS].concat());
 
 impl EngineKind for LlamaCpp {
     fn id(&self) -> &'static str {
@@ -178,15 +174,15 @@ impl EngineKind for LlamaCpp {
     }
 
     fn api_paths(&self) -> &'static [&'static str] {
-        API_PATHS
+        &API_PATHS
     }
 
     fn inference_paths(&self) -> &'static [&'static str] {
-        INFERENCE_PATHS
+        &INFERENCE_PATHS
     }
 
     fn light_paths(&self) -> &'static [&'static str] {
-        &["/tokenize", "/detokenize", "/apply-template"]
+        LIGHT_PATHS
     }
 
     fn rpc_namespace(&self) -> Option<&'static str> {
