@@ -70,6 +70,7 @@ impl Gateway {
             .inc();
         let retry_after = refusal.retry_after();
         let seconds = retry_after.as_secs_f64();
+        let (whole_seconds, millis) = retry_headers(retry_after);
         let (message, details) = match refusal {
             Refusal::QueueFull { queued, .. } => (
                 format!("`{id}` is busy: {queued} request(s) wait already (its `max_queue`); retry after {seconds:.1} s"),
@@ -92,12 +93,21 @@ impl Gateway {
                 "code": codes::CORE_OVERLOADED,
                 "details": details,
             }}),
-            // Whole seconds, rounded up (and at least one): a client that waits this
-            // long finds the work ahead done.
-            retry_after: Some(retry_after.as_secs_f64().ceil().max(1.0) as u64),
-            retry_after_ms: Some((retry_after.as_millis() as u64).max(1)),
+            retry_after: Some(whole_seconds),
+            retry_after_ms: Some(millis),
         }
     }
+}
+
+/// `Retry-After` and `retry-after-ms` for a wait: both rounded up (and at least one), so
+/// that a client that waits this long finds the work ahead done; the milliseconds first,
+/// so that the seconds are exactly the milliseconds in whole seconds (2.0004 s is 2001 ms
+/// and 3 s, never 2000 ms and 3 s: clients read either).
+fn retry_headers(wait: std::time::Duration) -> (u64, u64) {
+    let millis = u64::try_from(wait.as_nanos().div_ceil(1_000_000))
+        .unwrap_or(u64::MAX)
+        .max(1);
+    (millis.div_ceil(1000), millis)
 }
 
 impl Upstream for Gateway {
@@ -321,5 +331,27 @@ impl Service for Gateway {
 
     fn replay(&self) -> Vec<(String, Value)> {
         Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod retry_headers_tests {
+    use std::time::Duration;
+
+    use super::retry_headers;
+
+    #[test]
+    fn the_seconds_are_the_milliseconds_rounded_up_and_neither_is_zero() {
+        let cases = [
+            (Duration::ZERO, (1, 1)),
+            (Duration::from_nanos(1), (1, 1)),
+            (Duration::from_millis(669), (1, 669)),
+            (Duration::from_secs(2), (2, 2000)),
+            (Duration::from_nanos(2_000_400_000), (3, 2001)),
+            (Duration::from_nanos(2_999_000_001), (3, 3000)),
+        ];
+        for (wait, expected) in cases {
+            assert_eq!(retry_headers(wait), expected, "{wait:?}");
+        }
     }
 }
