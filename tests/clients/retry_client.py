@@ -5,8 +5,9 @@ off as it does against the real service, then is served.
 Usage: retry_client.py openai|anthropic|ollama|deadline. Environment: ARCANE_ROOT_URL,
 ARCANE_TOKEN, ARCANE_MODEL (a model with `parallel = 1`, `max_queue = 0`),
 ARCANE_QUEUED_MODEL (`parallel = 1`, a queue: for `deadline`), ARCANE_DEADLINE (for
-`deadline`: a client timeout shorter than that model's measured service time, which this
-machine's speed decides, so the test passes it in). Prints `ready` and waits
+`deadline`: a client timeout shorter than that model's measured service time) and
+ARCANE_PATIENT (the timeout of every other request: far longer than any wait). This
+machine's speed and load decide both, so the test passes them in. Prints `ready` and waits
 for a line on standard input (the test fills the model's slot meanwhile); then prints
 `ok <check>` per check and exits non-zero on the first failure. The slot stays taken
 until the client prints `release` (the test then frees it at once) or `release when
@@ -23,6 +24,7 @@ root, token, model, queued_model = (
     os.environ[k] for k in ("ARCANE_ROOT_URL", "ARCANE_TOKEN", "ARCANE_MODEL", "ARCANE_QUEUED_MODEL")
 )
 mode = sys.argv[1]
+patient_timeout = float(os.environ["ARCANE_PATIENT"])
 hi = [{"role": "user", "content": "Say hi."}]
 
 
@@ -63,7 +65,7 @@ for name in ("openai", "anthropic"):
     logger = logging.getLogger(name)
     logger.setLevel(logging.INFO)
     logger.addHandler(Delays())
-http = httpx2.Client(event_hooks={"response": [record]}, timeout=120)
+http = httpx2.Client(event_hooks={"response": [record]}, timeout=patient_timeout)
 
 print("ready", flush=True)
 sys.stdin.readline()
@@ -125,7 +127,7 @@ elif mode == "anthropic":
 elif mode == "ollama":
     import ollama
 
-    client = ollama.Client(host=root, headers={"Authorization": f"Bearer {token}"}, timeout=120)
+    client = ollama.Client(host=root, headers={"Authorization": f"Bearer {token}"}, timeout=patient_timeout)
     try:
         client.chat(model=model, messages=hi, options={"num_predict": 4})
         check("ollama is refused with 503", False, "it was served")
@@ -159,6 +161,8 @@ elif mode == "deadline":
         check("a deadline shorter than the wait is refused at once", False, "it timed out waiting")
     # A generous deadline waits its turn and is served.
     print("release when queued", flush=True)
-    patient = openai.OpenAI(base_url=f"{root}/v1", api_key=token, max_retries=0, timeout=120)
+    patient = openai.OpenAI(
+        base_url=f"{root}/v1", api_key=token, max_retries=0, timeout=patient_timeout
+    )
     reply = patient.chat.completions.create(model=queued_model, messages=hi, max_tokens=4)
     check("a deadline longer than the wait is served", reply.choices[0].message is not None, reply)

@@ -18,18 +18,23 @@ use crate::gateway::{gateway_workspace, start};
 use crate::serve::{host_endpoint, signal};
 use crate::support::TestWorkspace;
 
+/// Two models of one slot, one without a queue and one with. Each engine computes on one
+/// thread: the tests running beside these start engines too, and an engine whose threads
+/// wait for each other at every step slows a hundredfold when they outnumber the cores
+/// (300 tokens took over two minutes on two cores), where one thread slows only in
+/// proportion to its share.
 const QUEUES: &str = r#"
 [[model]]
 id = "smol"
 model = "smollm2-135m"
-args = ["-c", "2048"]
+args = ["-c", "2048", "-t", "1"]
 parallel = 1
 max_queue = 0
 
 [[model]]
 id = "smol-q"
 model = "smollm2-135m"
-args = ["-c", "2048"]
+args = ["-c", "2048", "-t", "1"]
 parallel = 1
 max_queue = 8
 "#;
@@ -110,10 +115,30 @@ fn occupy(port: u16, key: &str, model: &str) -> Occupier {
     Occupier { connection, reader }
 }
 
+/// The client's timeouts for `retry_client.py`: `deadline`, shorter than the wait ahead
+/// of its request (`deadline` mode), and `patient`, far longer than any wait or answer
+/// (every other request). Both follow the measured service time, which this machine's
+/// speed and load decide: a fixed `patient` was once shorter than the wait on a loaded
+/// machine, and its request was refused.
+struct Timeouts {
+    deadline: String,
+    patient: String,
+}
+
+impl Timeouts {
+    /// Half, and twice plus two minutes, the `service` time in seconds.
+    fn of(service: f64) -> Self {
+        Self {
+            deadline: format!("{:.2}", service / 2.0),
+            patient: format!("{:.0}", service * 2.0 + 120.0),
+        }
+    }
+}
+
 /// Runs `retry_client.py MODE`: once it is ready, fills `smol`'s (or, for `deadline`,
 /// `smol-q`'s) slot, frees it when the client prints `release` (or at its end), and
-/// checks its `ok` lines. `deadline` is the client's timeout in seconds for `deadline`.
-fn run_retry_client(port: u16, token: &str, mode: &str, deadline: &str, checks: &[&str]) {
+/// checks its `ok` lines.
+fn run_retry_client(port: u16, token: &str, mode: &str, timeouts: &Timeouts, checks: &[&str]) {
     let python = crate::support::provisioned("ARCANE_CLIENTS_PYTHON");
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/retry_client.py");
@@ -124,7 +149,8 @@ fn run_retry_client(port: u16, token: &str, mode: &str, deadline: &str, checks: 
         .env("ARCANE_TOKEN", token)
         .env("ARCANE_MODEL", "smol")
         .env("ARCANE_QUEUED_MODEL", "smol-q")
-        .env("ARCANE_DEADLINE", deadline)
+        .env("ARCANE_DEADLINE", &timeouts.deadline)
+        .env("ARCANE_PATIENT", &timeouts.patient)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -181,19 +207,19 @@ fn a_full_queue_answers_503_with_the_wait_ahead_and_the_official_clients_back_of
     // deadline case needs a wait well above the time a refusal takes to arrive, whatever
     // this machine's speed: `smol-q` measures a longer answer, and the client's timeout
     // is half of what it measured (the wait ahead of a request behind the one in its
-    // slot is exactly the measured time).
+    // slot is exactly the measured time: no `smol-q` request ends before that case).
     for (model, tokens) in [("smol", 60), ("smol-q", 300)] {
         chat(port, &token, model, tokens);
     }
     let service = crate::gateway::row(&crate::gateway::ps(&ws), "smol-q")["serviceSeconds"]
         .as_f64()
         .expect("smol-q measured its service time");
-    let deadline = format!("{:.2}", service / 2.0);
+    let timeouts = Timeouts::of(service);
     run_retry_client(
         port,
         &token,
         "openai",
-        &deadline,
+        &timeouts,
         &[
             "openai first try is refused",
             "openai was refused while the slot was taken",
@@ -206,7 +232,7 @@ fn a_full_queue_answers_503_with_the_wait_ahead_and_the_official_clients_back_of
         port,
         &token,
         "anthropic",
-        &deadline,
+        &timeouts,
         &[
             "anthropic first try is overloaded",
             "anthropic was refused while the slot was taken",
@@ -218,14 +244,14 @@ fn a_full_queue_answers_503_with_the_wait_ahead_and_the_official_clients_back_of
         port,
         &token,
         "ollama",
-        &deadline,
+        &timeouts,
         &["ollama is refused with 503"],
     );
     run_retry_client(
         port,
         &token,
         "deadline",
-        &deadline,
+        &timeouts,
         &[
             "a deadline shorter than the wait is refused at once",
             "a deadline longer than the wait is served",
