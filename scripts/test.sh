@@ -16,4 +16,15 @@ export LLAMA_SERVER ARCANE_TEST_MODEL ARCANE_CLIENTS_PYTHON ARCANE_NODE_CLIENTS 
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
-cargo test --workspace --no-fail-fast "$@"
+# Each failing test's output comes once more at the very end: libtest prints it in the
+# middle of a long run, where a log cut down to its head and tail loses it.
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+if [ "$status" -ne 0 ]; then
+  echo
+  echo "==== the failing tests' output again (backtraces left out; the last 40 lines of each) ===="
+  awk -f scripts/failures.awk "$log"
+fi
+exit "$status"
