@@ -20,7 +20,7 @@ use crate::support::TestWorkspace;
 
 /// Two models of one slot, one without a queue and one with. Each engine computes on one
 /// thread: the tests running beside these start engines too, and an engine whose threads
-/// wait for each other at every step slows a hundredfold when they outnumber the cores
+/// wait for each other at every step slows fortyfold when they outnumber the cores
 /// (300 tokens took over two minutes on two cores), where one thread slows only in
 /// proportion to its share.
 const QUEUES: &str = r#"
